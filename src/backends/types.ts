@@ -1,0 +1,95 @@
+/**
+ * The storage contract every backend implements.
+ *
+ * Required (the seed's simple contract, each method sync or async):
+ * `save(key, state)`, `load(key)`, `delete(key)` → boolean, `listKeys()` → string[].
+ * A custom backend may signal a missing key from `load` by throwing
+ * `StateNotFoundError` or by returning `undefined`.
+ *
+ * Optional capabilities (built-in backends implement them; the persistence
+ * layer uses them when present and falls back to whole-state `save` when not):
+ * - `write`/`read`: revisions with compare-and-set and O(new messages) appends;
+ * - `iterHistory`: streaming read of a history with bounded memory;
+ * - `close`: release connections/handles.
+ *
+ * Idea after unjs/unstorage's small required driver interface with optional
+ * methods the core derives when absent.
+ *
+ * @module
+ */
+
+import type { Message } from "../core/messages.js";
+import type { AgentState } from "../core/state.js";
+
+/** A value or a promise of it: backend methods may be sync or async. */
+export type MaybePromise<T> = T | Promise<T>;
+
+/** Options of a revision-aware write. */
+export interface WriteOptions {
+  /**
+   * Compare-and-set: the revision the writer last loaded or saved. `null`
+   * means "the key must not exist yet". `undefined` means no check (a plain
+   * upsert). On mismatch the write throws `ConflictError` and writes nothing.
+   */
+  expectedRevision?: number | null;
+  /**
+   * How many leading history messages are already stored unchanged at
+   * `expectedRevision`. When given (with `expectedRevision`), the backend
+   * stores only `state.history.slice(baseLength)` plus the header: a save
+   * costs O(new messages). When absent, the whole history is rewritten.
+   */
+  baseLength?: number;
+  /** Overwrite whatever is stored, ignoring `expectedRevision`. @default false */
+  force?: boolean;
+}
+
+/** Result of a revision-aware write. */
+export interface WriteResult {
+  /** The new stored revision (1 for a first write, +1 per write). */
+  revision: number;
+  /** Number of history messages physically written by this call. */
+  written: number;
+  /** True when the whole history was rewritten rather than appended. */
+  rewritten: boolean;
+}
+
+/** A state read together with its revision. */
+export interface ReadResult {
+  state: AgentState;
+  /** Stored revision (≥ 1). */
+  revision: number;
+}
+
+/**
+ * The storage contract. Only the four seed methods are required.
+ *
+ * @example
+ * const backend: StateBackend = {
+ *   store: new Map(),
+ *   save(key, state) { this.store.set(key, structuredClone(state)) },
+ *   load(key) { return this.store.get(key) },
+ *   delete(key) { return this.store.delete(key) },
+ *   listKeys() { return [...this.store.keys()] },
+ * };
+ */
+export interface StateBackend {
+  /** Short name used in error messages and the registry, e.g. `"sqlite"`. */
+  readonly name?: string;
+  /** Stores the whole state under `key` (upsert). */
+  save(key: string, state: AgentState): MaybePromise<void>;
+  /** Loads the state under `key`; a missing key throws `StateNotFoundError` or returns `undefined`. */
+  load(key: string): MaybePromise<AgentState | undefined>;
+  /** Deletes `key`; returns true when something was deleted. */
+  delete(key: string): MaybePromise<boolean>;
+  /** Every stored key, in no particular order. */
+  listKeys(): MaybePromise<string[]>;
+
+  /** Optional: revision-aware, append-capable write (see {@link WriteOptions}). */
+  write?(key: string, state: AgentState, options?: WriteOptions): Promise<WriteResult>;
+  /** Optional: load with the stored revision; `undefined` when missing. */
+  read?(key: string): Promise<ReadResult | undefined>;
+  /** Optional: stream the history of `key` in order with bounded memory; throws `StateNotFoundError` when missing. */
+  iterHistory?(key: string): AsyncIterable<Message>;
+  /** Optional: release connections and file handles. */
+  close?(): MaybePromise<void>;
+}

@@ -1,0 +1,238 @@
+/**
+ * `MemoryBackend`: sessions kept in the process's memory, for tests, demos and
+ * short-lived agents. Nothing survives the process.
+ *
+ * It implements the whole contract, optional capabilities included, with the
+ * same semantics as the durable built-in backends, so code tested against it
+ * behaves the same on SQLite or files:
+ * - every value is stored as JSON text (the header as one JSON document, each
+ *   history message as its own JSON line), so a stored state never shares an
+ *   object with the caller and every load returns a fresh deep copy;
+ * - `write` keeps a revision per key with compare-and-set, appends only
+ *   `history.slice(baseLength)` when the stored prefix is known to match
+ *   (O(new messages)), and never resurrects a deleted key for a writer that
+ *   expected a revision.
+ *
+ * Revisions: a key's first write gets revision 1 in a store where nothing was
+ * ever deleted; every write adds 1. After a delete, a re-created key starts
+ * above every revision ever deleted in this store, so a stale writer holding
+ * a revision of the deleted session can never match the new one (ABA guard).
+ *
+ * @module
+ */
+import { ConflictError, FormatError, StateNotFoundError } from "../core/errors.js";
+import { assertJson } from "../core/json.js";
+import type { Message } from "../core/messages.js";
+import type { AgentState } from "../core/state.js";
+import { validateKey } from "./keys.js";
+import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+
+interface StoredSession {
+  /** `JSON.stringify({ meta, config, state })`. */
+  header: string;
+  /** One JSON text per history message, in order. */
+  history: string[];
+  revision: number;
+}
+
+/**
+ * Checks the header of a state (meta, config, state) for JSON-only values.
+ * @internal
+ */
+function headerJson(state: AgentState): string {
+  if (state === null || typeof state !== "object") throw new TypeError("a state must be an object");
+  if (!Array.isArray(state.history)) throw new TypeError("state.history must be an array");
+  assertJson(state.meta, "meta");
+  assertJson(state.config, "config");
+  assertJson(state.state, "state");
+  return JSON.stringify({ meta: state.meta, config: state.config, state: state.state });
+}
+
+/** Serialises history messages `from..end`, refusing non-JSON values with the message index. */
+function messagesJson(history: readonly Message[], from: number): string[] {
+  const out = new Array<string>(history.length - from);
+  for (let i = from; i < history.length; i++) {
+    const m = history[i];
+    assertJson(m, `history[${i}]`, i);
+    if (m === null || typeof m !== "object" || Array.isArray(m)) {
+      throw new TypeError(`history[${i}] must be a JSON object (a message)`);
+    }
+    out[i - from] = JSON.stringify(m);
+  }
+  return out;
+}
+
+/**
+ * Stores agent states in a `Map` in memory (keyed by the validated key).
+ *
+ * @example
+ * import { MemoryBackend } from "dumplings-ai";
+ * const backend = new MemoryBackend();
+ * backend.save("demo", state);
+ * const { state: copy, revision } = (await backend.read("demo"))!;
+ * await backend.write("demo", { ...copy, history: [...copy.history, msg] },
+ *   { expectedRevision: revision, baseLength: copy.history.length });
+ */
+export class MemoryBackend implements StateBackend {
+  /** Registry and error-message name. */
+  readonly name = "memory";
+  readonly #sessions = new Map<string, StoredSession>();
+  /** Highest revision ever deleted: re-created keys start above it. */
+  #revisionFloor = 0;
+
+  /** Creates an empty store. */
+  // biome-ignore lint/complexity/noUselessConstructor: documents the public no-argument constructor
+  constructor() {}
+
+  /**
+   * Stores the whole state under `key` (upsert; the revision is incremented).
+   *
+   * @param key - state key (validated)
+   * @param state - the agent state; only JSON values are accepted
+   * @throws {InvalidKeyError} for a bad key (nothing stored)
+   * @throws {NonJsonValueError} naming the path (`history[3].content`) of a value JSON cannot carry
+   */
+  save(key: string, state: AgentState): void {
+    this.#write(key, state, {});
+  }
+
+  /**
+   * Loads the state under `key` as a fresh deep copy.
+   *
+   * @param key - state key
+   * @returns the state
+   * @throws {StateNotFoundError} when nothing is stored under `key`
+   * @throws {InvalidKeyError} for a bad key
+   */
+  load(key: string): AgentState {
+    const found = this.#read(key);
+    if (!found) throw new StateNotFoundError(key, this.name);
+    return found.state;
+  }
+
+  /**
+   * Deletes `key`.
+   *
+   * @param key - state key
+   * @returns true when a state was deleted, false when none was stored
+   * @throws {InvalidKeyError} for a bad key
+   */
+  delete(key: string): boolean {
+    validateKey(key);
+    const stored = this.#sessions.get(key);
+    if (!stored) return false;
+    this.#revisionFloor = Math.max(this.#revisionFloor, stored.revision);
+    return this.#sessions.delete(key);
+  }
+
+  /**
+   * Lists stored keys.
+   *
+   * @returns every key, in insertion order
+   */
+  listKeys(): string[] {
+    return [...this.#sessions.keys()];
+  }
+
+  /**
+   * Revision-aware write with compare-and-set and O(new messages) appends
+   * (see {@link WriteOptions}).
+   *
+   * @param key - state key (validated)
+   * @param state - the whole new state
+   * @param options - `expectedRevision` (CAS; `null`: must not exist), `baseLength` (stored prefix length), `force`
+   * @returns `{ revision, written, rewritten }`
+   * @throws {ConflictError} when the stored revision is not `expectedRevision` (nothing written)
+   * @throws {InvalidKeyError} / {NonJsonValueError} for bad input (nothing written)
+   */
+  async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    return this.#write(key, state, options);
+  }
+
+  /**
+   * Loads the state under `key` with its revision.
+   *
+   * @param key - state key
+   * @returns `{ state, revision }`, or `undefined` when nothing is stored
+   */
+  async read(key: string): Promise<ReadResult | undefined> {
+    return this.#read(key);
+  }
+
+  /**
+   * Yields the history of `key` message by message (each a fresh copy).
+   * The history is the one stored when iteration starts.
+   *
+   * @param key - state key
+   * @throws {StateNotFoundError} when nothing is stored under `key`
+   */
+  async *iterHistory(key: string): AsyncGenerator<Message> {
+    validateKey(key);
+    const stored = this.#sessions.get(key);
+    if (!stored) throw new StateNotFoundError(key, this.name);
+    const lines = stored.history; // arrays are replaced or appended to, never edited in place below a reader's length
+    const n = lines.length;
+    for (let i = 0; i < n; i++) yield this.#parse(key, lines[i] as string, i) as Message;
+  }
+
+  /** Drops every stored state. */
+  close(): void {
+    this.#sessions.clear();
+  }
+
+  #parse(key: string, text: string, index?: number): unknown {
+    try {
+      return JSON.parse(text);
+    } catch (cause) {
+      const where = index === undefined ? "header" : `history[${index}]`;
+      throw new FormatError(`stored ${where} of key ${JSON.stringify(key)} is not JSON`, { file: "memory", cause });
+    }
+  }
+
+  #read(key: string): ReadResult | undefined {
+    validateKey(key);
+    const stored = this.#sessions.get(key);
+    if (!stored) return undefined;
+    const head = this.#parse(key, stored.header) as Omit<AgentState, "history">;
+    const history = stored.history.map((line, i) => this.#parse(key, line, i) as Message);
+    return { state: { meta: head.meta, config: head.config, state: head.state, history }, revision: stored.revision };
+  }
+
+  #write(key: string, state: AgentState, options: WriteOptions): WriteResult {
+    validateKey(key);
+    const header = headerJson(state);
+    const stored = this.#sessions.get(key);
+    const actual = stored ? stored.revision : null;
+    const { expectedRevision, baseLength, force = false } = options;
+    if (!force && expectedRevision !== undefined && expectedRevision !== actual) {
+      throw new ConflictError(key, expectedRevision, actual, this.name);
+    }
+    const history = state.history;
+    const canAppend =
+      stored !== undefined &&
+      !force &&
+      typeof expectedRevision === "number" &&
+      Number.isInteger(baseLength) &&
+      (baseLength as number) >= 0 &&
+      (baseLength as number) <= stored.history.length &&
+      (baseLength as number) <= history.length;
+    if (canAppend && stored) {
+      const base = baseLength as number;
+      const added = messagesJson(history, base);
+      // Detect (not assume) a matching prefix at the boundary: the last message the writer
+      // says is stored must be byte-identical; otherwise rewrite everything.
+      const boundaryOk = base === 0 || stored.history[base - 1] === JSON.stringify(history[base - 1]);
+      if (boundaryOk) {
+        const kept = base === stored.history.length ? stored.history : stored.history.slice(0, base);
+        for (const line of added) kept.push(line);
+        const revision = stored.revision + 1;
+        this.#sessions.set(key, { header, history: kept, revision });
+        return { revision, written: added.length, rewritten: false };
+      }
+    }
+    const lines = messagesJson(history, 0);
+    const revision = stored ? stored.revision + 1 : this.#revisionFloor + 1;
+    this.#sessions.set(key, { header, history: lines, revision });
+    return { revision, written: lines.length, rewritten: true };
+  }
+}

@@ -1,0 +1,271 @@
+/**
+ * The journal contract of durable execution: the single source of truth of
+ * what a run did. A run has a row (status, input, output, lease and fencing
+ * token), an append-only list of step records indexed by sequence number, the
+ * signals sent to it, and an append-only audit log of events.
+ *
+ * Every operation that changes a run on behalf of its executor carries the
+ * run's fencing token; a store refuses a stale token with
+ * {@link StaleFencingTokenError} and writes nothing (Kleppmann, "How to do
+ * distributed locking", 2016: the storage checks the token, not the lock).
+ * Each operation is atomic (one SQL transaction or one Lua script).
+ *
+ * One implementation per file (`journal-sqlite.ts`, `journal-postgres.ts`,
+ * `journal-redis.ts`); all pass one conformance suite (`test/durable/journal-conformance.ts`).
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import { assertJson, type JsonValue } from "../core/json.js";
+
+/** Status of one step record. */
+export type StepStatus = "started" | "completed" | "failed" | "waiting";
+/** Status of a run. */
+export type RunStatus = "pending" | "running" | "waiting" | "completed" | "failed";
+
+/** An error as stored in the journal (JSON). */
+export interface RecordedError {
+  /** Error class name, e.g. `TypeError`. */
+  name: string;
+  /** Error message. */
+  message: string;
+  /** `code` of a {@link DumplingsError} (or of a Node error), when it has one. */
+  code?: string;
+}
+
+/** One step record. `(runId, seq)` is unique; seqs of a run have no gaps. */
+export interface StepRecord {
+  runId: string;
+  /** 0-based position of the step in the run. */
+  seq: number;
+  /** Step name, e.g. `llm`, `tool:search`, `signal:approval:call_1`, `sleep:cooldown`. */
+  name: string;
+  /** sha256 (hex) of the canonical JSON of the step input (see {@link hashInput}). */
+  inputHash: string;
+  status: StepStatus;
+  /** JSON output (`completed`), or wait details (`waiting`). */
+  output?: JsonValue;
+  /** Error of the last failed attempt (`failed`, or a `started` record being retried). */
+  error?: RecordedError;
+  /** 1-based attempt number of the latest attempt. */
+  attempt: number;
+  /** Epoch ms at which the latest attempt started. */
+  startedAt: number;
+  /** Epoch ms at which the record reached `completed`/`failed`/`waiting`. */
+  finishedAt?: number;
+  /** Fencing token of the executor that wrote the record. */
+  fencingToken: number;
+}
+
+/** A run's row. */
+export interface RunRecord {
+  runId: string;
+  /** Name of the workflow function that executes the run (for workers and the CLI). */
+  workflow: string;
+  status: RunStatus;
+  /** JSON input the run was created with. */
+  input: JsonValue;
+  /** Workflow result (`completed`). */
+  output?: JsonValue;
+  /** Workflow error (`failed`). */
+  error?: RecordedError;
+  /** Signal name the run waits for (`waiting` on a signal). */
+  waitingFor?: string;
+  /** Epoch ms the run sleeps until (`waiting` on a timer). */
+  wakeAt?: number;
+  /** Current fencing token: 0 before the first lease, +1 per lease taken. */
+  fencingToken: number;
+  /** Owner of the current lease (worker id), if any. */
+  leaseOwner?: string;
+  /** Epoch ms at which the current lease expires (absent: no lease). */
+  leaseExpiresAt?: number;
+  /** Epoch ms. */
+  createdAt: number;
+  /** Epoch ms of the last change. */
+  updatedAt: number;
+}
+
+/** A signal sent to a run (at most one per name). */
+export interface SignalRecord {
+  runId: string;
+  name: string;
+  value: JsonValue;
+  /** Epoch ms. */
+  sentAt: number;
+}
+
+/** Kinds of audit events. */
+export type JournalEventType =
+  | "run_created"
+  | "lease_acquired"
+  | "step_started"
+  | "step_completed"
+  | "step_failed"
+  | "step_waiting"
+  | "signal_received"
+  | "run_running"
+  | "run_waiting"
+  | "run_completed"
+  | "run_failed";
+
+/** One audit event (append-only, per run, 0-based `index`). */
+export interface JournalEvent {
+  runId: string;
+  index: number;
+  type: JournalEventType;
+  /** Epoch ms. */
+  at: number;
+  /** Step seq, for step events. */
+  seq?: number;
+  /** Step or signal name. */
+  name?: string;
+  /** Attempt number, for step events. */
+  attempt?: number;
+  /** Fencing token of the writer (lease and step events). */
+  fencingToken?: number;
+}
+
+/** Result of {@link Journal.acquireLease}. */
+export type LeaseResult =
+  | { acquired: true; fencingToken: number; expiresAt: number }
+  | { acquired: false; owner: string; expiresAt: number };
+
+/** Fields {@link Journal.updateRun} may change. */
+export interface RunPatch {
+  status: RunStatus;
+  output?: JsonValue;
+  error?: RecordedError;
+  /** With `status: "waiting"`: the signal waited for. */
+  waitingFor?: string;
+  /** With `status: "waiting"`: the timer's wake-up time (epoch ms). */
+  wakeAt?: number;
+}
+
+/** Result of {@link Journal.updateRun}. */
+export type UpdateRunResult =
+  | { ok: true }
+  /** The run was to wait for a signal that has already arrived: it was not suspended. */
+  | { ok: false; signal: SignalRecord };
+
+/**
+ * A durable-execution journal. All methods are atomic per call.
+ *
+ * @example
+ * const journal = new SqliteJournal({ path: "runs.db" });
+ * await journal.createRun({ runId: "r1", workflow: "agent", input: { q: "hi" } });
+ * const lease = await journal.acquireLease("r1", "worker-a", 30_000);
+ */
+export interface Journal {
+  /** Store name for messages, e.g. `sqlite`. */
+  readonly name: string;
+  /**
+   * Creates a run (status `pending`, token 0) unless it exists.
+   * @returns `created: false` and the stored run when the id was taken
+   */
+  createRun(init: { runId: string; workflow: string; input: JsonValue }): Promise<{ created: boolean; run: RunRecord }>;
+  /** The run, or undefined. */
+  getRun(runId: string): Promise<RunRecord | undefined>;
+  /** Runs, newest first, optionally of one status. */
+  listRuns(filter?: { status?: RunStatus; limit?: number }): Promise<RunRecord[]>;
+  /**
+   * Takes the run's lease for `owner` for `ttlMs` when it is free, expired, or
+   * already `owner`'s; taking it increments the fencing token.
+   * @throws {RunNotFoundError}
+   */
+  acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult>;
+  /**
+   * Extends the lease held with `token` to now + `ttlMs`.
+   * @returns the new expiry (epoch ms)
+   * @throws {StaleFencingTokenError} when `token` is not current
+   */
+  renewLease(runId: string, token: number, ttlMs: number): Promise<number>;
+  /**
+   * Drops the lease held with `token` (no-op when `token` is stale).
+   */
+  releaseLease(runId: string, token: number): Promise<void>;
+  /** The run's step records ordered by seq. */
+  readSteps(runId: string): Promise<StepRecord[]>;
+  /**
+   * Inserts the record at `record.seq` (which must be the next seq) or updates
+   * a not-completed record at that seq with the same name.
+   * @throws {StaleFencingTokenError} when `token` is not the run's current token
+   * @throws {JournalIntegrityError} on a gap, a name change, or a rewrite of a completed record
+   */
+  writeStep(token: number, record: StepRecord): Promise<void>;
+  /**
+   * Changes the run's status. With `status: "waiting"` and `waitingFor`, the
+   * run is suspended only if that signal has not arrived (checked atomically
+   * with {@link sendSignal}, so a wake-up is never lost).
+   * @throws {StaleFencingTokenError}
+   */
+  updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult>;
+  /**
+   * Records a signal (from any process, no token).
+   * @returns the run as it was when the signal was recorded (its `status`/`waitingFor` say whether to wake it)
+   * @throws {SignalConflictError} when a signal of that name was already sent
+   * @throws {RunNotFoundError}
+   */
+  sendSignal(runId: string, name: string, value: JsonValue): Promise<RunRecord>;
+  /** The signal, or undefined. */
+  getSignal(runId: string, name: string): Promise<SignalRecord | undefined>;
+  /** All signals of the run, oldest first. */
+  listSignals(runId: string): Promise<SignalRecord[]>;
+  /** The run's audit log, oldest first. */
+  readEvents(runId: string): Promise<JournalEvent[]>;
+  /** Removes the run and everything recorded for it. */
+  deleteRun(runId: string): Promise<void>;
+  /** Releases connections the journal created (never injected clients). */
+  close(): Promise<void>;
+}
+
+/**
+ * Canonical JSON: object keys sorted (by UTF-16 code units), no whitespace.
+ *
+ * @param value - a JSON value
+ * @returns canonical text
+ * @throws {NonJsonValueError} when `value` is not JSON
+ */
+export function canonicalJson(value: unknown, path = "input"): string {
+  assertJson(value, path);
+  const walk = (v: JsonValue): string => {
+    if (v === null || typeof v !== "object") return JSON.stringify(v);
+    if (Array.isArray(v)) return `[${v.map(walk).join(",")}]`;
+    const keys = Object.keys(v)
+      .filter((k) => v[k] !== undefined)
+      .sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${walk(v[k] as JsonValue)}`).join(",")}}`;
+  };
+  return walk(value);
+}
+
+/**
+ * The input hash of a step: sha256 (hex) of {@link canonicalJson} of the input.
+ *
+ * @param input - step input (JSON)
+ * @returns 64 hex characters
+ * @throws {NonJsonValueError}
+ * @example
+ * hashInput({ b: 1, a: 2 }) === hashInput({ a: 2, b: 1 }) // true
+ */
+export function hashInput(input: unknown, path = "input"): string {
+  return createHash("sha256").update(canonicalJson(input, path)).digest("hex");
+}
+
+/**
+ * Converts a thrown value to its stored form.
+ *
+ * @param error - anything thrown
+ * @returns `{ name, message, code? }`
+ */
+export function recordError(error: unknown): RecordedError {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return { name: error.name, message: error.message, ...(typeof code === "string" ? { code } : {}) };
+  }
+  return { name: "Error", message: String(error) };
+}
+
+/** Parses a stored JSON text (internal helper of the stores). */
+export function parseStored<T>(text: string | null | undefined): T | undefined {
+  return text === null || text === undefined ? undefined : (JSON.parse(text) as T);
+}

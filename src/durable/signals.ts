@@ -1,0 +1,109 @@
+/**
+ * Sending signals to runs from any process: the general {@link signal} and
+ * the approval helpers {@link approve} / {@link reject} used by the durable
+ * agent's `needsApproval` tools and by `dumplings approve`.
+ *
+ * A signal is recorded in the journal (at most one per name: a second one is a
+ * {@link SignalConflictError}); when the run is suspended waiting for exactly
+ * that signal, the optional `wake` callback (e.g. a worker queue) resumes it.
+ * A signal for a run that is busy or waits for something else is only
+ * recorded, and consumed when the workflow reaches its `waitForSignal` — an
+ * unrelated signal never re-dispatches a running step (case PB-21).
+ *
+ * @module
+ */
+import type { JsonValue } from "../core/json.js";
+import type { Journal, RunRecord } from "./journal.js";
+
+/** Options of {@link signal}. */
+export interface SignalOptions {
+  journal: Journal;
+  /** Called when the run waits for this signal (resume it: enqueue it, or call runDurable). */
+  wake?: (runId: string) => Promise<void>;
+}
+
+/** Result of {@link signal}. */
+export interface SignalResult {
+  /** The run as it was when the signal was recorded. */
+  run: RunRecord;
+  /** True when the run was waiting for this signal (and `wake` was called, if given). */
+  wakes: boolean;
+}
+
+/**
+ * Sends the signal `name` with a JSON `value` to a run.
+ *
+ * @param runId - the run
+ * @param name - signal name, e.g. `approval:call_1`
+ * @param value - JSON value returned by the run's `waitForSignal(name)`
+ * @param options - `journal`, optional `wake(runId)`
+ * @returns `{ run, wakes }`
+ * @throws {SignalConflictError} when this signal was already sent (exactly one is taken)
+ * @throws {RunNotFoundError} @throws {NonJsonValueError}
+ * @example
+ * await signal("order-42", "approval", { approved: true }, { journal, wake: (id) => worker.wake(id) });
+ */
+export async function signal(
+  runId: string,
+  name: string,
+  value: JsonValue,
+  options: SignalOptions,
+): Promise<SignalResult> {
+  const run = await options.journal.sendSignal(runId, name, value);
+  const wakes = run.status === "waiting" && run.waitingFor === name;
+  if (wakes && options.wake) await options.wake(runId);
+  return { run, wakes };
+}
+
+/** Signal name of the approval of a tool call: `approval:<toolCallId>`. */
+export function approvalSignalName(toolCallId: string): string {
+  return `approval:${toolCallId}`;
+}
+
+/** Value of an approval signal. */
+export interface ApprovalDecision {
+  approved: boolean;
+  /** Why (sent to the model on a rejection). */
+  reason?: string;
+}
+
+/**
+ * Approves a tool call a durable agent waits on.
+ *
+ * @param runId - the run
+ * @param toolCallId - the waiting tool call's id (`dumplings runs` lists them)
+ * @param options - `journal`, `wake`, optional `reason`
+ * @throws {SignalConflictError} when the call was already approved or rejected
+ * @example
+ * await approve("agent-1", "call_abc", { journal });
+ */
+export function approve(
+  runId: string,
+  toolCallId: string,
+  options: SignalOptions & { reason?: string },
+): Promise<SignalResult> {
+  const decision: ApprovalDecision = { approved: true, ...(options.reason ? { reason: options.reason } : {}) };
+  return signal(runId, approvalSignalName(toolCallId), { ...decision }, options);
+}
+
+/**
+ * Rejects a tool call a durable agent waits on: the tool does not run and the
+ * model receives a refusal (`execution-denied` with the reason).
+ *
+ * @param runId - the run
+ * @param toolCallId - the waiting tool call's id
+ * @param options - `journal`, `wake`, optional `reason`
+ * @throws {SignalConflictError} when the call was already approved or rejected
+ */
+export function reject(
+  runId: string,
+  toolCallId: string,
+  options: SignalOptions & { reason?: string },
+): Promise<SignalResult> {
+  return signal(
+    runId,
+    approvalSignalName(toolCallId),
+    { approved: false, reason: options.reason ?? "rejected by a human reviewer" },
+    options,
+  );
+}

@@ -10,6 +10,9 @@
  * layer uses them when present and falls back to whole-state `save` when not):
  * - `write`/`read`: revisions with compare-and-set and O(new messages) appends;
  * - `iterHistory`: streaming read of a history with bounded memory;
+ * - `readHeader`: the header (meta, config, state) without the history, so
+ *   that with `iterHistory` a reader (`dumplings show`/`export`) never holds
+ *   a big history in memory;
  * - `close`: release connections/handles.
  *
  * Idea after unjs/unstorage's small required driver interface with optional
@@ -60,6 +63,14 @@ export interface ReadResult {
   revision: number;
 }
 
+/** A stored state's header (everything but the history), read by the optional {@link StateBackend.readHeader}. */
+export interface HeaderResult {
+  /** `meta` (its `messageCount` is the stored history's length), `config` and `state`. */
+  header: Omit<AgentState, "history">;
+  /** Stored revision (≥ 1), for backends with revisions. */
+  revision?: number;
+}
+
 /**
  * The storage contract. Only the four seed methods are required.
  *
@@ -90,6 +101,8 @@ export interface StateBackend {
   read?(key: string): Promise<ReadResult | undefined>;
   /** Optional: stream the history of `key` in order with bounded memory; throws `StateNotFoundError` when missing. */
   iterHistory?(key: string): AsyncIterable<Message>;
+  /** Optional: the header of `key` without its history; `undefined` when missing. */
+  readHeader?(key: string): Promise<HeaderResult | undefined>;
   /** Optional: release connections and file handles. */
   close?(): MaybePromise<void>;
 }

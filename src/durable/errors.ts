@@ -120,7 +120,10 @@ export class StepFailedError extends DumplingsError {
 /** `step`, `sleep` or `waitForSignal` was called outside {@link runDurable}. */
 export class NoRunContextError extends DumplingsError {
   constructor(what: string) {
-    super("NO_RUN_CONTEXT", `[dumplings:durable] ${what} was called outside a durable run (wrap the code in runDurable)`);
+    super(
+      "NO_RUN_CONTEXT",
+      `[dumplings:durable] ${what} was called outside a durable run (wrap the code in runDurable)`,
+    );
   }
 }
 

@@ -8,12 +8,7 @@
 import Database from "better-sqlite3";
 import { DumplingsError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
-import {
-  JournalIntegrityError,
-  RunNotFoundError,
-  SignalConflictError,
-  StaleFencingTokenError,
-} from "./errors.js";
+import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
   type Journal,
   type JournalEvent,
@@ -198,9 +193,13 @@ export class SqliteJournal implements Journal {
           PRIMARY KEY (run_id, idx)) WITHOUT ROWID;
       `);
     } catch (cause) {
-      throw new DumplingsError("BACKEND_ERROR", `[dumplings:sqlite] cannot open the durable journal: ${String(cause)}`, {
-        cause,
-      });
+      throw new DumplingsError(
+        "BACKEND_ERROR",
+        `[dumplings:sqlite] cannot open the durable journal: ${String(cause)}`,
+        {
+          cause,
+        },
+      );
     }
   }
 
@@ -218,7 +217,16 @@ export class SqliteJournal implements Journal {
       .prepare(
         `INSERT INTO ${this.t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
       )
-      .run(runId, Number(row.n), type, Date.now(), e.seq ?? null, e.name ?? null, e.attempt ?? null, e.fencingToken ?? null);
+      .run(
+        runId,
+        Number(row.n),
+        type,
+        Date.now(),
+        e.seq ?? null,
+        e.name ?? null,
+        e.attempt ?? null,
+        e.fencingToken ?? null,
+      );
   }
 
   private runRow(runId: string): Row | undefined {

@@ -66,7 +66,10 @@ export class MemoryRunStream implements RunEventStream {
   async append(runId: string, data: JsonValue): Promise<number> {
     assertJson(data, "stream event");
     let list = this.runs.get(runId);
-    if (!list) this.runs.set(runId, (list = []));
+    if (!list) {
+      list = [];
+      this.runs.set(runId, list);
+    }
     list.push(JSON.parse(JSON.stringify(data)) as JsonValue);
     this.emitter.emit(runId);
     return list.length;
@@ -76,7 +79,8 @@ export class MemoryRunStream implements RunEventStream {
   async read(runId: string, after = 0, limit = Number.POSITIVE_INFINITY): Promise<RunStreamEvent[]> {
     const list = this.runs.get(runId) ?? [];
     const out: RunStreamEvent[] = [];
-    for (let i = after; i < list.length && out.length < limit; i++) out.push({ index: i + 1, data: list[i] as JsonValue });
+    for (let i = after; i < list.length && out.length < limit; i++)
+      out.push({ index: i + 1, data: list[i] as JsonValue });
     return out;
   }
 

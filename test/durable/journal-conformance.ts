@@ -130,9 +130,7 @@ export function journalConformance(label: string, factory: JournalFactory, skipR
           JournalIntegrityError,
         );
         await j.writeStep(t, rec(id, 1, t));
-        await expect(j.writeStep(t, rec(id, 1, t, { name: "renamed" }))).rejects.toBeInstanceOf(
-          JournalIntegrityError,
-        );
+        await expect(j.writeStep(t, rec(id, 1, t, { name: "renamed" }))).rejects.toBeInstanceOf(JournalIntegrityError);
         await expect(
           j.writeStep(t, rec(id, 1, t, { status: "completed", output: { d: new Date() } as never })),
         ).rejects.toBeInstanceOf(NonJsonValueError);

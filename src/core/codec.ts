@@ -1,0 +1,756 @@
+/**
+ * The `.duas` codec (format `duagent-state/1.0`): an agent's whole state as a
+ * human-readable, line-oriented UTF-8 text, and back.
+ *
+ * ## Layout
+ *
+ * ```text
+ * # dumplingsAI Agent State File
+ * # format: duagent-state/1.0
+ * # Written by dumplings-ai: do not edit by hand (values are escaped; [HISTORY] is one JSON message per line).
+ *
+ * [META]
+ * format_version = 1.0
+ * schema_version = 0.1.0            ← the package's own version (package.json)
+ * agent_uuid = 5b0c…
+ * agent_name = weather
+ * protocol = openai                 ← openai | anthropic
+ * class = dumplings-ai:BaseAgent
+ * saved_at = 2026-01-02T03:04:05.678Z
+ * message_count = 3                 ← checked on load: a cut file is caught
+ * revision = 7                      ← only in files written by FileBackend
+ *
+ * [CONFIG]
+ * prompt = "You are terse.\nAnswer in French."
+ * api_provider = https://api.openai.com/v1
+ * api_key_env = OPENAI_API_KEY      ← the NAME of the env var, never the key
+ * model_name = gpt-4o
+ * max_tokens = 4096
+ * stream = false
+ * fc_model = true
+ * tool_timeout = 60
+ * tool_max_workers = 4
+ *
+ * [STATE]
+ * current_task_id = "task-12"       ← [STATE] values are JSON
+ * hooks = ["./hooks.js:audit"]
+ * field.counter = 3                 ← one line per subclass field: field.<name> = <JSON>
+ *
+ * [HISTORY]
+ * {"role":"system","content":"You are terse."}
+ * {"role":"user","content":"hi"}
+ * ```
+ *
+ * Every line ends with `\n` (the last one too). Sections appear exactly once,
+ * in this order. Before `[HISTORY]`, blank lines and lines starting with `#`
+ * or `;` are comments; a comment never follows a value on the same line.
+ * Every key is required except `revision` and the `field.*` keys; unknown
+ * and duplicate keys are errors (nothing is ever silently dropped).
+ *
+ * ## Escaping rule (string values of `[META]` and `[CONFIG]`)
+ *
+ * A string is written **plain** (verbatim) when it is non-empty, does not
+ * start with `"`, has no leading or trailing whitespace, and contains none of
+ * `=` `#` `;` `[` `]`, no control character (U+0000–U+001F, U+007F–U+009F),
+ * no U+2028/U+2029 and no lone UTF-16 surrogate. Any other string is written
+ * as a **JSON string literal** (`"…"` with JSON's backslash escapes; U+007F–
+ * U+009F, U+2028, U+2029 and lone surrogates always as `\uXXXX`), so
+ * multi-line prompts, tabs, `\r\n`, NUL and half emoji all fit on one line and
+ * come back byte for byte. Reading: the text after the first `=` with the
+ * surrounding whitespace removed; if it starts with `"` it must be exactly
+ * one JSON string literal, otherwise it is the value as is.
+ * Numbers are JSON numbers (`4096`, `0.5`), booleans `true`/`false`.
+ * `[STATE]` values and `[HISTORY]` lines are compact JSON (`JSON.stringify`):
+ * lone surrogates become `\udXXX` escapes, line breaks inside strings are
+ * escaped, other non-ASCII text stays raw UTF-8. A `field.<name>` key writes
+ * the name plain when it is an identifier (`[A-Za-z_$][A-Za-z0-9_$]*`), else as
+ * a JSON string literal: `field."my field" = 1`.
+ *
+ * ## Tolerated on read (unambiguous because the writer never produces them)
+ *
+ * A `\r` right before a line's `\n` (a file converted to CRLF) and a leading
+ * UTF-8 byte-order mark are ignored; whitespace around `=` is optional;
+ * blank lines inside `[HISTORY]` are ignored. Bytes that are not valid UTF-8
+ * are a {@link FormatError}.
+ *
+ * `message_count` is always written as `history.length`. `.duas.gz` is the same
+ * text gzip-compressed; {@link decodeStateBytes} detects it by its magic bytes.
+ *
+ * @module
+ */
+import { gunzipSync, gzipSync } from "node:zlib";
+import { FormatError, InvalidStateError } from "./errors.js";
+import { assertJson } from "./json.js";
+import { type Message, messageSchemaFor, type Protocol } from "./messages.js";
+import { type AgentConfig, type AgentState, parseAgentState, type StateMeta } from "./state.js";
+import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
+
+/** File extension of a plain `.duas` file. */
+export const DUAS_EXTENSION = ".duas";
+/** File extension of a gzip-compressed `.duas` file. */
+export const DUAS_GZ_EXTENSION = ".duas.gz";
+
+/** First line of every `.duas` file. */
+export const DUAS_MAGIC_LINE = "# dumplingsAI Agent State File";
+const FORMAT_LINE_PREFIX = "# format: duagent-state/";
+/** Third line: the do-not-edit warning. */
+export const DUAS_WARNING_LINE =
+  "# Written by dumplings-ai: do not edit by hand (values are escaped; [HISTORY] is one JSON message per line).";
+
+const NEEDS_QUOTE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029=#;[\]]/;
+const EXTRA_ESCAPES = /[\u007f-\u009f\u2028\u2029]/g;
+const IDENT = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
+
+// ---------------------------------------------------------------------------
+// Escaping
+
+/**
+ * Encodes a string value of `[META]`/`[CONFIG]` by the module's escaping rule.
+ *
+ * @param value - any string (lone surrogates and control characters included)
+ * @returns the text written after `key = ` (plain, or a JSON string literal)
+ * @example
+ * encodeIniString("gpt-4o")   // 'gpt-4o'
+ * encodeIniString("a\nb")     // '"a\\nb"'
+ * encodeIniString(" x")       // '" x"'
+ */
+export function encodeIniString(value: string): string {
+  if (
+    value === "" ||
+    value.charCodeAt(0) === 0x22 ||
+    value !== value.trim() ||
+    NEEDS_QUOTE.test(value) ||
+    !value.isWellFormed()
+  ) {
+    return quoteString(value);
+  }
+  return value;
+}
+
+/** JSON string literal with C1 controls, U+2028/9 escaped too (JSON.stringify already escapes lone surrogates). */
+function quoteString(value: string): string {
+  return JSON.stringify(value).replace(EXTRA_ESCAPES, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/**
+ * Decodes a value written by {@link encodeIniString} (the raw text after `=`).
+ *
+ * @param raw - text after the `=`, surrounding whitespace allowed
+ * @returns the string value
+ * @throws {SyntaxError} only internally; callers wrap it into a {@link FormatError}
+ */
+function decodeIniString(raw: string): string {
+  const text = raw.trim();
+  if (text.charCodeAt(0) !== 0x22) return text;
+  const v: unknown = JSON.parse(text);
+  if (typeof v !== "string") throw new SyntaxError("not a single JSON string literal");
+  return v;
+}
+
+// ---------------------------------------------------------------------------
+// JSON checks
+
+/**
+ * Checks that every part of a state is JSON (see `core/json.ts` for the rule).
+ * Used by {@link encodeState}; exported for backends that do not use the codec.
+ *
+ * @param state - the state to check
+ * @throws {NonJsonValueError} naming the path (`history[3].content[0].text`,
+ *   `state.fields.cache`) and, for a message, its `messageIndex`
+ * @example
+ * assertStateJson(state) // throws for a BigInt in history[2].content
+ */
+export function assertStateJson(state: AgentState): void {
+  assertJson(state.meta, "meta");
+  assertJson(state.config, "config");
+  assertJson(state.state, "state");
+  const history = state.history as unknown;
+  if (!Array.isArray(history)) throw new InvalidStateError("history", "history must be an array");
+  for (let i = 0; i < history.length; i++) {
+    if (!(i in history)) assertJson(history, "history"); // reports the hole
+    assertJson(history[i], `history[${i}]`, i);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Encoding
+
+/** Options of {@link encodeHeader}. @internal used by FileBackend */
+export interface HeaderLayout {
+  /** Write `[META] revision = n`. */
+  revision?: number;
+  /**
+   * Pad the in-place-updatable META values (`saved_at`, `message_count`,
+   * `revision`) with trailing spaces to fixed widths so a later update can
+   * overwrite them without moving bytes. @default false
+   */
+  fixedWidth?: boolean;
+  /** Total byte length to pad the header to with a final `#   …` comment line (must be large enough). */
+  padTo?: number;
+}
+
+/** Widths of the fixed-width META values written when {@link HeaderLayout.fixedWidth} is set. */
+export const FIXED_WIDTHS = { savedAt: 40, messageCount: 16, revision: 16 } as const;
+
+function line(key: string, value: string): string {
+  return `${key} = ${value}\n`;
+}
+
+function fixed(value: string, width: number | undefined): string {
+  return width === undefined || value.length >= width ? value : value + " ".repeat(width - value.length);
+}
+
+function fieldKey(name: string): string {
+  return IDENT.test(name) ? `field.${name}` : `field.${quoteString(name)}`;
+}
+
+/**
+ * Validates the header parts of a state (meta/config/state) against the schemas
+ * and returns the validated copies (config defaults filled in).
+ */
+function checkHeader(state: AgentState): { meta: StateMeta; config: AgentConfig; st: AgentState["state"] } {
+  const parsed = parseAgentState({ meta: state.meta, config: state.config, state: state.state, history: [] });
+  return { meta: parsed.meta, config: parsed.config, st: parsed.state };
+}
+
+/**
+ * Encodes everything up to and including the `[HISTORY]` line.
+ * `message_count` is `messageCount`. @internal used by FileBackend
+ *
+ * @param state - the state (its meta/config/state are validated)
+ * @param messageCount - number of history messages the file will hold
+ * @param layout - revision / fixed-width / padding options
+ * @returns the header text
+ * @throws {InvalidStateError} when meta/config/state do not match the schema
+ * @throws {NonJsonValueError} when a `[STATE]` value is not JSON
+ */
+export function encodeHeader(state: AgentState, messageCount: number, layout: HeaderLayout = {}): string {
+  assertJson(state.meta, "meta");
+  assertJson(state.config, "config");
+  assertJson(state.state, "state");
+  const { meta, config, st: checked } = checkHeader(state);
+  // zod's record copy would drop (or misuse) a field named "__proto__": keep the caller's own, already checked, object.
+  const st = { ...checked, fields: state.state.fields };
+  const fw = layout.fixedWidth === true;
+  let out =
+    `${DUAS_MAGIC_LINE}\n${FORMAT_LINE_PREFIX}${meta.formatVersion}\n${DUAS_WARNING_LINE}\n\n[META]\n` +
+    line("format_version", encodeIniString(meta.formatVersion)) +
+    line("schema_version", encodeIniString(meta.schemaVersion)) +
+    line("agent_uuid", encodeIniString(meta.agentUuid)) +
+    line("agent_name", encodeIniString(meta.agentName)) +
+    line("protocol", encodeIniString(meta.protocol)) +
+    line("class", encodeIniString(meta.class)) +
+    line("saved_at", fixed(encodeIniString(meta.savedAt), fw ? FIXED_WIDTHS.savedAt : undefined)) +
+    line("message_count", fixed(String(messageCount), fw ? FIXED_WIDTHS.messageCount : undefined));
+  if (layout.revision !== undefined) {
+    out += line("revision", fixed(String(layout.revision), fw ? FIXED_WIDTHS.revision : undefined));
+  }
+  out +=
+    "\n[CONFIG]\n" +
+    line("prompt", encodeIniString(config.prompt)) +
+    line("api_provider", encodeIniString(config.apiProvider)) +
+    line("api_key_env", encodeIniString(config.apiKeyEnv)) +
+    line("model_name", encodeIniString(config.modelName)) +
+    line("max_tokens", String(config.maxTokens)) +
+    line("stream", String(config.stream)) +
+    line("fc_model", String(config.fcModel)) +
+    line("tool_timeout", String(config.toolTimeout)) +
+    line("tool_max_workers", String(config.toolMaxWorkers)) +
+    "\n[STATE]\n" +
+    line("current_task_id", JSON.stringify(st.currentTaskId)) +
+    line("hooks", JSON.stringify(st.hooks));
+  for (const name of Object.keys(st.fields)) {
+    out += line(fieldKey(name), JSON.stringify(st.fields[name]));
+  }
+  out += "\n";
+  if (layout.padTo !== undefined) {
+    const used = Buffer.byteLength(out) + "[HISTORY]\n".length;
+    const pad = layout.padTo - used;
+    if (pad < 2) throw new RangeError(`header needs ${used + 2} bytes, more than padTo=${layout.padTo}`);
+    out += `#${" ".repeat(pad - 2)}\n`;
+  }
+  return `${out}[HISTORY]\n`;
+}
+
+/**
+ * Encodes history messages as `[HISTORY]` lines (each compact JSON + `\n`),
+ * checking each is JSON and matches the protocol's message schema. @internal
+ *
+ * @param messages - the messages to encode
+ * @param protocol - the history's protocol
+ * @param firstIndex - history index of `messages[0]` (for error paths)
+ * @returns the lines, concatenated
+ * @throws {NonJsonValueError} with `messageIndex` and a path like `history[3].content[0].text`
+ * @throws {InvalidStateError} when a message does not match the protocol's schema
+ */
+export function encodeHistoryLines(messages: readonly Message[], protocol: Protocol, firstIndex = 0): string {
+  const schema = messageSchemaFor(protocol);
+  const parts: string[] = [];
+  for (let i = 0; i < messages.length; i++) {
+    const index = firstIndex + i;
+    if (!(i in messages)) assertJson(messages, "history");
+    const m = messages[i];
+    assertJson(m, `history[${index}]`, index);
+    const r = schema.safeParse(m);
+    if (!r.success) {
+      const issue = r.error.issues[0];
+      const path = (issue?.path ?? []).map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("");
+      throw new InvalidStateError(`history[${index}]${path}`, issue?.message ?? "not a valid message", {
+        cause: r.error,
+      });
+    }
+    parts.push(JSON.stringify(m), "\n");
+  }
+  return parts.join("");
+}
+
+/**
+ * Encodes a whole state as `.duas` text.
+ *
+ * Everything is checked before any text is produced: non-JSON values anywhere
+ * (history messages, `[STATE]` fields) and schema violations are refused.
+ * `message_count` is written as `history.length`.
+ *
+ * @param state - the state to encode
+ * @returns the complete `.duas` text (UTF-8 when written; every line ends with `\n`)
+ * @throws {NonJsonValueError} with `messageIndex` and `path` (e.g. `history[3].content[0].text`)
+ * @throws {InvalidStateError} when meta/config/state/a message does not match its schema
+ * @example
+ * const text = encodeState(makeState([{ role: "user", content: "hi" }]));
+ * decodeState(text).history[0].content // "hi"
+ */
+export function encodeState(state: AgentState): string {
+  assertStateJson(state);
+  const header = encodeHeader(state, state.history.length);
+  return header + encodeHistoryLines(state.history, state.meta.protocol);
+}
+
+/**
+ * Encodes a state as bytes: UTF-8 `.duas` text, gzip-compressed when asked.
+ *
+ * @param state - the state to encode
+ * @param options - `gzip`: compress (the `.duas.gz` form). @default false
+ * @returns the bytes
+ * @throws {NonJsonValueError} / {InvalidStateError} as {@link encodeState}
+ * @example
+ * writeFileSync("a.duas.gz", encodeStateBytes(state, { gzip: true }));
+ */
+export function encodeStateBytes(state: AgentState, options: { gzip?: boolean } = {}): Buffer {
+  const bytes = Buffer.from(encodeState(state), "utf8");
+  return options.gzip ? gzipSync(bytes) : bytes;
+}
+
+// ---------------------------------------------------------------------------
+// Decoding
+
+/** Result of parsing a header. @internal */
+export interface ParsedHeader {
+  meta: StateMeta;
+  config: AgentConfig;
+  state: AgentState["state"];
+  /** `[META] revision`, when present. */
+  revision: number | undefined;
+  /** 1-based line number of the `[HISTORY]` line. */
+  historyLine: number;
+}
+
+type Section = "" | "META" | "CONFIG" | "STATE" | "HISTORY";
+const SECTION_ORDER: Section[] = ["META", "CONFIG", "STATE", "HISTORY"];
+
+type Kind = "string" | "int" | "number" | "bool" | "json";
+const META_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
+  ["format_version", ["formatVersion", "string"]],
+  ["schema_version", ["schemaVersion", "string"]],
+  ["agent_uuid", ["agentUuid", "string"]],
+  ["agent_name", ["agentName", "string"]],
+  ["protocol", ["protocol", "string"]],
+  ["class", ["class", "string"]],
+  ["saved_at", ["savedAt", "string"]],
+  ["message_count", ["messageCount", "int"]],
+  ["revision", ["revision", "int"]],
+]);
+const CONFIG_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
+  ["prompt", ["prompt", "string"]],
+  ["api_provider", ["apiProvider", "string"]],
+  ["api_key_env", ["apiKeyEnv", "string"]],
+  ["model_name", ["modelName", "string"]],
+  ["max_tokens", ["maxTokens", "number"]],
+  ["stream", ["stream", "bool"]],
+  ["fc_model", ["fcModel", "bool"]],
+  ["tool_timeout", ["toolTimeout", "number"]],
+  ["tool_max_workers", ["toolMaxWorkers", "number"]],
+]);
+const STATE_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
+  ["current_task_id", ["currentTaskId", "json"]],
+  ["hooks", ["hooks", "json"]],
+]);
+const KEYS: Record<"META" | "CONFIG" | "STATE", ReadonlyMap<string, [string, Kind]>> = {
+  META: META_KEYS,
+  CONFIG: CONFIG_KEYS,
+  STATE: STATE_KEYS,
+};
+
+function setOwn(obj: Record<string, unknown>, key: string, value: unknown): void {
+  Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
+/** Finds the end (index after the closing quote) of a JSON string literal starting at `start`. */
+function jsonStringEnd(text: string, start: number): number {
+  for (let i = start + 1; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x5c) i++;
+    else if (c === 0x22) return i + 1;
+  }
+  return -1;
+}
+
+/**
+ * Incremental `.duas` parser: feed it lines (without `\n`) in order.
+ * Used by {@link decodeState} and, line by line over a stream, by FileBackend. @internal
+ */
+export class DuasLineParser {
+  private lineNo = 0;
+  private section: Section = "";
+  private readonly seen = new Map<string, number>(); // "META.protocol" → line
+  private readonly meta: Record<string, unknown> = {};
+  private readonly config: Record<string, unknown> = {};
+  private readonly st: Record<string, unknown> = {};
+  private readonly fields: Record<string, unknown> = {};
+  private formatLineVersion = "";
+  private parsedHeader: ParsedHeader | undefined;
+  private schema: ReturnType<typeof messageSchemaFor> | undefined;
+  /** Number of history messages parsed so far. */
+  messages = 0;
+
+  /** @param source - file name (or label) used in errors */
+  constructor(readonly source?: string) {}
+
+  /** The header, available once the `[HISTORY]` line has been read. */
+  get header(): ParsedHeader | undefined {
+    return this.parsedHeader;
+  }
+
+  /** Current 1-based line number (of the last line fed). */
+  get line(): number {
+    return this.lineNo;
+  }
+
+  /** Throws a FormatError for the current line. */
+  fail(message: string, extra: { cause?: unknown; version?: string; line?: number } = {}): never {
+    throw new FormatError(message, {
+      file: this.source,
+      line: extra.line ?? this.lineNo,
+      version: extra.version,
+      cause: extra.cause,
+    });
+  }
+
+  /**
+   * Feeds the next line.
+   *
+   * @param raw - the line without its `\n` (a trailing `\r` is ignored)
+   * @returns the decoded message for a `[HISTORY]` line, else `undefined`
+   * @throws {FormatError} with the line number
+   */
+  feed(raw: string): Message | undefined {
+    this.lineNo++;
+    let text = raw.charCodeAt(raw.length - 1) === 0x0d ? raw.slice(0, -1) : raw;
+    const n = this.lineNo;
+    if (n === 1 && text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+    if (this.section === "HISTORY") return this.historyLine(text);
+    if (n === 1) {
+      if (text !== DUAS_MAGIC_LINE) this.fail(`not a .duas file: the first line must be "${DUAS_MAGIC_LINE}"`);
+      return undefined;
+    }
+    if (n === 2) {
+      if (!text.startsWith(FORMAT_LINE_PREFIX)) this.fail(`the second line must be "${FORMAT_LINE_PREFIX}<version>"`);
+      const v = text.slice(FORMAT_LINE_PREFIX.length);
+      if (!SUPPORTED_FORMAT_VERSIONS.includes(v)) {
+        this.fail(
+          `unknown format version ${JSON.stringify(v)} (this build reads ${SUPPORTED_FORMAT_VERSIONS.join(", ")})`,
+          { version: v },
+        );
+      }
+      this.formatLineVersion = v;
+      return undefined;
+    }
+    if (n === 3) {
+      if (!text.startsWith("#")) this.fail("the third line must be a comment");
+      return undefined;
+    }
+    const trimmed = text.trim();
+    if (trimmed === "" || trimmed.startsWith("#") || trimmed.startsWith(";")) return undefined;
+    if (trimmed.startsWith("[")) {
+      const m = /^\[([A-Z]+)\]$/.exec(trimmed);
+      const name = m?.[1] as Section | undefined;
+      const expected = SECTION_ORDER[SECTION_ORDER.indexOf(this.section) + 1];
+      if (name === undefined || !SECTION_ORDER.includes(name)) this.fail(`unknown section ${trimmed}`);
+      if (name !== expected) this.fail(`section [${name}] out of order: expected [${expected}]`);
+      this.section = name;
+      if (name === "HISTORY") this.finishHeader();
+      return undefined;
+    }
+    if (this.section === "") this.fail("a key = value line before the first section");
+    this.keyValue(text);
+    return undefined;
+  }
+
+  private keyValue(text: string): void {
+    const section = this.section as "META" | "CONFIG" | "STATE";
+    let key: string;
+    let rest: string;
+    const t = text.trimStart();
+    if (section === "STATE" && t.startsWith('field."')) {
+      const end = jsonStringEnd(t, 6);
+      if (end < 0) this.fail("unterminated quoted field name");
+      key = t.slice(0, end);
+      rest = t.slice(end).trimStart();
+      if (!rest.startsWith("=")) this.fail(`expected "=" after ${key}`);
+      rest = rest.slice(1);
+    } else {
+      const eq = t.indexOf("=");
+      if (eq < 0) this.fail(`expected "key = value" in [${section}]`);
+      key = t.slice(0, eq).trim();
+      rest = t.slice(eq + 1);
+    }
+    const seenKey = `${section}.${key}`;
+    const previous = this.seen.get(seenKey);
+    if (previous !== undefined) this.fail(`duplicate key ${key} in [${section}] (first on line ${previous})`);
+    this.seen.set(seenKey, this.lineNo);
+
+    if (section === "STATE" && key.startsWith("field.")) {
+      let name = key.slice(6);
+      if (name.startsWith('"')) {
+        try {
+          name = JSON.parse(name) as string;
+        } catch (e) {
+          this.fail(`bad quoted field name ${name}`, { cause: e });
+        }
+      } else if (!IDENT.test(name)) {
+        this.fail(`bad field name ${JSON.stringify(name)}`);
+      }
+      setOwn(this.fields, name, this.value(rest, "json", key));
+      return;
+    }
+    const spec = KEYS[section].get(key);
+    if (spec === undefined) this.fail(`unknown key ${JSON.stringify(key)} in [${section}]`);
+    const target = section === "META" ? this.meta : section === "CONFIG" ? this.config : this.st;
+    target[spec[0]] = this.value(rest, spec[1], key);
+  }
+
+  private value(rest: string, kind: Kind, key: string): unknown {
+    const text = rest.trim();
+    switch (kind) {
+      case "string":
+        try {
+          return decodeIniString(text);
+        } catch (e) {
+          return this.fail(`bad quoted value of ${key}: ${(e as Error).message}`, { cause: e });
+        }
+      case "int":
+        if (!/^(?:0|[1-9]\d*)$/.test(text) || !Number.isSafeInteger(Number(text))) {
+          this.fail(`${key} must be a non-negative integer, got ${JSON.stringify(text)}`);
+        }
+        return Number(text);
+      case "number":
+        if (!JSON_NUMBER.test(text) || !Number.isFinite(Number(text))) {
+          this.fail(`${key} must be a number, got ${JSON.stringify(text)}`);
+        }
+        return Number(text);
+      case "bool":
+        if (text !== "true" && text !== "false") this.fail(`${key} must be true or false, got ${JSON.stringify(text)}`);
+        return text === "true";
+      case "json":
+        try {
+          return JSON.parse(text);
+        } catch (e) {
+          return this.fail(`value of ${key} is not JSON: ${(e as Error).message}`, { cause: e });
+        }
+    }
+  }
+
+  private finishHeader(): void {
+    const lineOf = (path: string): number | undefined => {
+      const [part, field] = path.split(".");
+      const section = part === "meta" ? "META" : part === "config" ? "CONFIG" : part === "state" ? "STATE" : "";
+      if (!field) return undefined;
+      const keys = KEYS[section as "META"] as ReadonlyMap<string, [string, Kind]> | undefined;
+      if (!keys) return undefined;
+      for (const [k, [camel]] of keys) if (camel === field) return this.seen.get(`${section}.${k}`);
+      if (section === "STATE" && field === "fields") {
+        const name = path.split(".")[2];
+        for (const [k, l] of this.seen) if (k === `STATE.field.${name}`) return l;
+      }
+      return undefined;
+    };
+    const missing = (section: "META" | "CONFIG" | "STATE") => {
+      for (const key of KEYS[section].keys()) {
+        if (key === "revision") continue;
+        if (!this.seen.has(`${section}.${key}`)) this.fail(`missing key ${key} in [${section}]`);
+      }
+    };
+    missing("META");
+    missing("CONFIG");
+    missing("STATE");
+    const formatVersion = this.meta.formatVersion as string;
+    if (formatVersion !== this.formatLineVersion) {
+      this.fail(
+        `format_version ${JSON.stringify(formatVersion)} does not match the format line (${this.formatLineVersion})`,
+        { version: formatVersion, line: this.seen.get("META.format_version") },
+      );
+    }
+    const revision = this.meta.revision as number | undefined;
+    delete this.meta.revision;
+    this.st.fields = this.fields;
+    let header: ParsedHeader;
+    try {
+      const p = parseAgentState({ meta: this.meta, config: this.config, state: this.st, history: [] });
+      // keep our own fields object (own properties only, "__proto__" included), validated by the schema above
+      const st = { ...p.state, fields: this.fields as AgentState["state"]["fields"] };
+      header = { meta: p.meta, config: p.config, state: st, revision, historyLine: this.lineNo };
+    } catch (e) {
+      if (e instanceof InvalidStateError) this.fail(e.message, { cause: e, line: lineOf(e.path) });
+      throw e;
+    }
+    this.parsedHeader = header;
+    this.schema = messageSchemaFor(header.meta.protocol);
+  }
+
+  private historyLine(text: string): Message | undefined {
+    if (text.trim() === "") return undefined;
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (e) {
+      this.fail(`history line is not JSON: ${(e as Error).message}`, { cause: e });
+    }
+    const index = this.messages;
+    const r = (this.schema as NonNullable<typeof this.schema>).safeParse(value);
+    if (!r.success) {
+      const issue = r.error.issues[0];
+      const path = (issue?.path ?? []).map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("");
+      this.fail(`history[${index}]${path}: ${issue?.message ?? "not a valid message"}`, { cause: r.error });
+    }
+    this.messages++;
+    return value as Message;
+  }
+
+  /**
+   * Checks the end of input: the header is complete and the number of
+   * messages equals `message_count`.
+   *
+   * @throws {FormatError} when truncated or when the count differs
+   */
+  end(): ParsedHeader {
+    const h = this.parsedHeader;
+    if (h === undefined) {
+      this.fail(`truncated: no [HISTORY] section (the file ends in [${this.section || "no section"}])`);
+    }
+    if (this.messages !== h.meta.messageCount) {
+      this.fail(
+        `message_count is ${h.meta.messageCount} but [HISTORY] holds ${this.messages} messages (truncated or edited file)`,
+      );
+    }
+    return h;
+  }
+}
+
+/**
+ * Decodes `.duas` text into a validated state. Never returns a partly filled
+ * state and never throws a bare `SyntaxError`.
+ *
+ * @param text - the whole `.duas` text
+ * @param options - `source`: file name (or label) used in error messages
+ * @returns the state (`meta.messageCount === history.length`)
+ * @throws {FormatError} with `file`, 1-based `line`, and `version` for an unknown
+ *   `format_version`: malformed/duplicate/missing/unknown keys, bad numbers, bad
+ *   JSON, invalid messages, a missing final newline, or a `message_count` that
+ *   does not match the history (a truncated file)
+ * @example
+ * const state = decodeState(readFileSync("a.duas", "utf8"), { source: "a.duas" });
+ */
+export function decodeState(text: string, options: { source?: string } = {}): AgentState {
+  try {
+    return decodeText(text, options);
+  } catch (e) {
+    if (e instanceof FormatError) throw e;
+    // Defensive: e.g. a RangeError from absurdly deep nesting in a hand-made file.
+    throw new FormatError(`cannot decode: ${(e as Error)?.message ?? String(e)}`, { file: options.source, cause: e });
+  }
+}
+
+function decodeText(text: string, options: { source?: string }): AgentState {
+  const parser = new DuasLineParser(options.source);
+  if (text === "") parser.fail("empty input: not a .duas file", { line: 1 });
+  const lines = text.split("\n");
+  const last = lines.pop();
+  const history: Message[] = [];
+  for (const l of lines) {
+    const m = parser.feed(l);
+    if (m !== undefined) history.push(m);
+  }
+  if (last !== "") {
+    parser.feed(last ?? "");
+    parser.fail("truncated: the last line does not end with a newline");
+  }
+  const h = parser.end();
+  return { meta: h.meta, config: h.config, state: h.state, history };
+}
+
+/**
+ * Decodes `.duas` bytes: gzip is detected by its magic bytes (`1f 8b`), then
+ * the text must be valid UTF-8.
+ *
+ * @param bytes - file contents (`.duas` or `.duas.gz`)
+ * @param options - `source`: file name used in error messages
+ * @returns the state
+ * @throws {FormatError} for corrupt gzip, invalid UTF-8 (with its line), or any
+ *   error of {@link decodeState}
+ * @example
+ * const state = decodeStateBytes(readFileSync("a.duas.gz"), { source: "a.duas.gz" });
+ */
+export function decodeStateBytes(bytes: Uint8Array, options: { source?: string } = {}): AgentState {
+  let data = bytes;
+  if (isGzip(bytes)) {
+    try {
+      data = gunzipSync(bytes);
+    } catch (e) {
+      throw new FormatError(`corrupt gzip data: ${(e as Error).message}`, { file: options.source, cause: e });
+    }
+  }
+  return decodeState(decodeUtf8(data, options.source), options);
+}
+
+/** True when `bytes` start with the gzip magic `1f 8b`. */
+export function isGzip(bytes: Uint8Array): boolean {
+  return bytes.length >= 2 && bytes[0] === 0x1f && bytes[1] === 0x8b;
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * Decodes strict UTF-8 (a leading BOM is removed).
+ *
+ * @throws {FormatError} naming the line holding the first invalid byte
+ */
+export function decodeUtf8(bytes: Uint8Array, source?: string): string {
+  try {
+    return utf8.decode(bytes);
+  } catch (e) {
+    let lineNo = 1;
+    let start = 0;
+    for (let i = 0; i <= bytes.length; i++) {
+      if (i === bytes.length || bytes[i] === 0x0a) {
+        try {
+          utf8.decode(bytes.subarray(start, i));
+        } catch {
+          break;
+        }
+        lineNo++;
+        start = i + 1;
+      }
+    }
+    throw new FormatError("invalid UTF-8", { file: source, line: lineNo, cause: e });
+  }
+}

@@ -1,0 +1,696 @@
+/**
+ * `SQLiteBackend`: agent states in one SQLite database file (better-sqlite3),
+ * safe for many processes at once, with saves that cost O(new messages).
+ *
+ * ## Schema (`PRAGMA user_version = 1`)
+ *
+ * ```sql
+ * CREATE TABLE sessions (
+ *   key TEXT PRIMARY KEY,
+ *   meta TEXT NOT NULL,       -- JSON of state.meta
+ *   config TEXT NOT NULL,     -- JSON of state.config
+ *   state TEXT NOT NULL,      -- JSON of state.state
+ *   history TEXT,             -- NULL; only legacy (seed) rows hold their whole history here as JSONL
+ *   saved_at TEXT NOT NULL,   -- UTC ISO-8601 time of the last write (retention/gc uses it)
+ *   revision INTEGER NOT NULL DEFAULT 1,  -- +1 per write, for compare-and-set
+ *   message_count INTEGER     -- rows in `messages`; NULL marks a legacy row
+ * );
+ * CREATE TABLE messages (      -- one row per history message
+ *   session_key TEXT NOT NULL, seq INTEGER NOT NULL,  -- seq = 0-based index in the history
+ *   body,                      -- TEXT: the message's JSON; BLOB: the same JSON gzip-compressed
+ *   PRIMARY KEY (session_key, seq)
+ * ) WITHOUT ROWID;
+ * CREATE TABLE dumplings_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+ *   -- 'revision_floor': highest revision ever deleted (re-created keys start above it)
+ * ```
+ *
+ * The seed's database (one `sessions` table, `user_version` 0, whole history
+ * as JSONL in `history`) is migrated when first opened, in one transaction:
+ * columns are added and every history moves into `messages` line by line.
+ *
+ * ## Concurrency and durability
+ *
+ * One connection per backend instance, reused; `journal_mode = WAL` (readers
+ * never block the writer), `busy_timeout` (default 5000 ms), and every write
+ * in a `BEGIN IMMEDIATE` transaction, which takes the write lock up front so
+ * the busy timeout applies instead of a deferred transaction failing with
+ * `SQLITE_BUSY` on lock upgrade (the fault of LangGraph issue #8136). A write
+ * still blocked after the timeout is a {@link SQLiteBusyError} (`retryable`),
+ * with nothing written. Reads run in a (deferred) transaction so a header and
+ * its messages come from one snapshot.
+ *
+ * Durability: `synchronous = NORMAL` in WAL (the usual choice): a committed
+ * save survives a crash or `kill -9` of the process; after a power loss or OS
+ * crash the last few commits may be rolled back, never torn. Pass
+ * `{ synchronous: "FULL" }` to fsync the WAL at every commit.
+ *
+ * ## Saves
+ *
+ * `write(key, state, { expectedRevision, baseLength })` inserts only
+ * `history.slice(baseLength)` and updates the header row, in one transaction,
+ * after checking the revision in the same transaction (compare-and-set). It
+ * falls back to a full rewrite when the stored history does not match the
+ * claim (`baseLength` beyond the stored count, or the boundary message
+ * `baseLength - 1` differs from the stored one). A plain `save` rewrites the
+ * whole history.
+ *
+ * `compressHistory: true` stores message bodies of at least
+ * `compressMinBytes` (default 256) bytes gzip-compressed as BLOBs (cold
+ * sessions, large tool outputs); reading handles both forms in any mix.
+ *
+ * @module
+ */
+import { mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { gunzipSync, gzipSync } from "node:zlib";
+import type BetterSqlite3 from "better-sqlite3";
+import {
+  BackendError,
+  ConflictError,
+  DumplingsError,
+  FormatError,
+  InvalidStateError,
+  StateNotFoundError,
+} from "../core/errors.js";
+import { assertJson } from "../core/json.js";
+import type { Message } from "../core/messages.js";
+import type { AgentState } from "../core/state.js";
+import { validateKey } from "./keys.js";
+import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+
+/** `PRAGMA user_version` of the schema this build writes. */
+export const SQLITE_SCHEMA_VERSION = 1;
+
+/** Options of {@link SQLiteBackend}. */
+export interface SQLiteBackendOptions {
+  /** Path of the database file (created with its directory when missing), or `":memory:"`. */
+  dbPath: string;
+  /** How long a write waits for another connection's write lock, in ms. @default 5000 */
+  busyTimeoutMs?: number;
+  /** Store message bodies of at least `compressMinBytes` gzip-compressed. @default false */
+  compressHistory?: boolean;
+  /** Smallest body (UTF-8 bytes of its JSON) that `compressHistory` compresses. @default 256 */
+  compressMinBytes?: number;
+  /** `PRAGMA synchronous`: `NORMAL` (durable against process crashes) or `FULL` (also power loss). @default "NORMAL" */
+  synchronous?: "NORMAL" | "FULL";
+}
+
+/**
+ * A write could not take the database's write lock within `busyTimeoutMs`
+ * (another connection held it). Nothing was written; retrying is safe.
+ */
+export class SQLiteBusyError extends BackendError {
+  /** Always true: the operation may be retried as is. */
+  readonly retryable = true;
+}
+
+interface HeadRow {
+  revision: number;
+  message_count: number | null;
+}
+interface SessionRow extends HeadRow {
+  meta: string;
+  config: string;
+  state: string;
+  history: string | null;
+}
+type Body = string | Buffer;
+
+interface Statements {
+  head: BetterSqlite3.Statement<[string], HeadRow>;
+  row: BetterSqlite3.Statement<[string], SessionRow>;
+  bodies: BetterSqlite3.Statement<[string], [number, Body]>;
+  page: BetterSqlite3.Statement<[string, number, number], [number, Body]>;
+  bodyAt: BetterSqlite3.Statement<[string, number], Body>;
+  insert: BetterSqlite3.Statement<[string, number, Body]>;
+  deleteFrom: BetterSqlite3.Statement<[string, number]>;
+  deleteMessages: BetterSqlite3.Statement<[string]>;
+  deleteSession: BetterSqlite3.Statement<[string]>;
+  upsert: BetterSqlite3.Statement<[string, string, string, string, string, number, number]>;
+  keys: BetterSqlite3.Statement<[], string>;
+  floor: BetterSqlite3.Statement<[], number>;
+  raiseFloor: BetterSqlite3.Statement<[number]>;
+  older: BetterSqlite3.Statement<[string], { key: string; revision: number }>;
+}
+
+const requireCjs = createRequire(import.meta.url);
+let driver: typeof BetterSqlite3 | undefined;
+/** Loads better-sqlite3 on first use, so importing this module never loads the native addon. */
+function loadDriver(): typeof BetterSqlite3 {
+  driver ??= requireCjs("better-sqlite3") as typeof BetterSqlite3;
+  return driver;
+}
+
+const PAGE_SIZE = 512;
+
+function isBusy(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"));
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Checks and serialises the header parts of a state. */
+function encodeHeaderParts(state: AgentState): [meta: string, config: string, runtime: string] {
+  if (!isObject(state)) throw new InvalidStateError("", "a state must be an object");
+  if (!Array.isArray(state.history)) throw new InvalidStateError("history", "history must be an array");
+  const parts = [
+    ["meta", state.meta],
+    ["config", state.config],
+    ["state", state.state],
+  ] as const;
+  return parts.map(([name, value]) => {
+    if (!isObject(value)) throw new InvalidStateError(name, `${name} must be an object`);
+    assertJson(value, name);
+    return JSON.stringify(value);
+  }) as [string, string, string];
+}
+
+/**
+ * Stores agent states in an SQLite database (better-sqlite3), WAL mode, one
+ * connection per instance. See the module documentation for the schema, the
+ * concurrency rules and the durability chosen.
+ *
+ * @example
+ * import { SQLiteBackend } from "dumplings-ai/sqlite";
+ * const backend = new SQLiteBackend({ dbPath: "./sessions.db" });
+ * const { revision } = await backend.write("demo", state, { expectedRevision: null });
+ * state.history.push({ role: "user", content: "next" });
+ * await backend.write("demo", state, { expectedRevision: revision, baseLength: state.history.length - 1 });
+ * backend.gc({ olderThanMs: 30 * 24 * 3600_000 }); // drop sessions untouched for 30 days
+ * backend.close();
+ */
+export class SQLiteBackend implements StateBackend {
+  /** Registry and error-message name. */
+  readonly name = "sqlite";
+  /** The database path given to the constructor. */
+  readonly dbPath: string;
+  readonly #db: BetterSqlite3.Database;
+  readonly #s: Statements;
+  readonly #compress: boolean;
+  readonly #compressMinBytes: number;
+  readonly #writeTx: BetterSqlite3.Transaction<(args: WriteArgs) => WriteResult>;
+  readonly #readTx: BetterSqlite3.Transaction<
+    (key: string) => { row: SessionRow; bodies: [number, Body][] } | undefined
+  >;
+  readonly #pageTx: BetterSqlite3.Transaction<
+    (key: string, from: number, to: number) => { head: HeadRow | undefined; rows: [number, Body][] }
+  >;
+  readonly #deleteTx: BetterSqlite3.Transaction<(key: string) => boolean>;
+  readonly #gcTx: BetterSqlite3.Transaction<(cutoff: string) => number>;
+
+  /**
+   * Opens (creating or migrating when needed) the database.
+   *
+   * @param options - `dbPath`; `busyTimeoutMs` (@default 5000); `compressHistory` (@default false);
+   *   `compressMinBytes` (@default 256); `synchronous` (@default "NORMAL")
+   * @throws {BackendError} when the file cannot be opened, WAL cannot be enabled, or the schema is newer than this build
+   */
+  constructor(options: SQLiteBackendOptions) {
+    this.dbPath = options.dbPath;
+    this.#compress = options.compressHistory ?? false;
+    this.#compressMinBytes = options.compressMinBytes ?? 256;
+    const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
+    const synchronous = options.synchronous ?? "NORMAL";
+    if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
+      throw new BackendError("sqlite", `busyTimeoutMs must be a non-negative integer (got ${busyTimeoutMs})`);
+    }
+    if (synchronous !== "NORMAL" && synchronous !== "FULL") {
+      throw new BackendError("sqlite", `synchronous must be "NORMAL" or "FULL" (got ${String(synchronous)})`);
+    }
+    const inMemory = this.dbPath === ":memory:";
+    let db: BetterSqlite3.Database | undefined;
+    try {
+      if (!inMemory) mkdirSync(path.dirname(path.resolve(this.dbPath)), { recursive: true });
+      const Database = loadDriver();
+      db = new Database(this.dbPath, { timeout: busyTimeoutMs });
+      db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+      // Only effective on a brand-new (empty) database: lets gc() return freed pages to the OS.
+      db.pragma("auto_vacuum = INCREMENTAL");
+      const mode = db.pragma("journal_mode = WAL", { simple: true });
+      if (!inMemory && String(mode).toLowerCase() !== "wal") {
+        throw new Error(`journal_mode is ${String(mode)}, WAL could not be enabled`);
+      }
+      db.pragma(`synchronous = ${synchronous}`);
+      migrate(db, this.dbPath);
+    } catch (cause) {
+      db?.close();
+      if (cause instanceof DumplingsError) throw cause;
+      throw new BackendError("sqlite", `cannot open database ${JSON.stringify(this.dbPath)}`, {
+        cause,
+      });
+    }
+    this.#db = db;
+    this.#s = prepare(db);
+    this.#writeTx = db.transaction((args: WriteArgs) => this.#writeInTx(args));
+    this.#readTx = db.transaction((key: string) => {
+      const row = this.#s.row.get(key);
+      if (!row) return undefined;
+      return { row, bodies: row.message_count === null ? [] : this.#s.bodies.all(key) };
+    });
+    this.#pageTx = db.transaction((key: string, from: number, to: number) => ({
+      head: this.#s.head.get(key),
+      rows: this.#s.page.all(key, from, to),
+    }));
+    this.#deleteTx = db.transaction((key: string) => {
+      const head = this.#s.head.get(key);
+      if (!head) return false;
+      this.#s.deleteMessages.run(key);
+      this.#s.deleteSession.run(key);
+      this.#s.raiseFloor.run(head.revision);
+      return true;
+    });
+    this.#gcTx = db.transaction((cutoff: string) => {
+      const old = this.#s.older.all(cutoff);
+      let floor = 0;
+      for (const { key, revision } of old) {
+        this.#s.deleteMessages.run(key);
+        this.#s.deleteSession.run(key);
+        floor = Math.max(floor, revision);
+      }
+      if (floor > 0) this.#s.raiseFloor.run(floor);
+      return old.length;
+    });
+  }
+
+  /**
+   * Stores the whole state under `key` (upsert; the revision is incremented; the history is rewritten).
+   *
+   * @param key - state key (validated)
+   * @param state - the agent state; only JSON values are accepted
+   * @throws {InvalidKeyError} / {NonJsonValueError} / {InvalidStateError} for bad input (nothing written)
+   * @throws {SQLiteBusyError} when the write lock was not obtained within `busyTimeoutMs`
+   * @throws {BackendError} when the driver fails (`cause` holds its error)
+   */
+  save(key: string, state: AgentState): void {
+    this.#write(key, state, {});
+  }
+
+  /**
+   * Loads the state under `key`.
+   *
+   * @param key - state key
+   * @returns the state (a fresh object)
+   * @throws {StateNotFoundError} when nothing is stored under `key`
+   * @throws {FormatError} naming the key when the stored row is corrupt
+   * @throws {BackendError} when the driver fails
+   */
+  load(key: string): AgentState {
+    const found = this.#read(key);
+    if (!found) throw new StateNotFoundError(key, this.name);
+    return found.state;
+  }
+
+  /**
+   * Deletes `key` (its header and every message row, in one transaction).
+   *
+   * @param key - state key
+   * @returns true when a state was deleted, false when none was stored
+   * @throws {BackendError} when the driver fails
+   */
+  delete(key: string): boolean {
+    validateKey(key);
+    return this.#run(`cannot delete ${JSON.stringify(key)}`, key, () => this.#deleteTx.immediate(key));
+  }
+
+  /**
+   * Lists stored keys.
+   *
+   * @returns every key (unordered)
+   * @throws {BackendError} when the driver fails
+   */
+  listKeys(): string[] {
+    return this.#run("cannot list keys", undefined, () => this.#s.keys.all());
+  }
+
+  /**
+   * Revision-aware write with compare-and-set and O(new messages) appends (see {@link WriteOptions}).
+   *
+   * @param key - state key (validated)
+   * @param state - the whole new state
+   * @param options - `expectedRevision` (`null`: must not exist), `baseLength` (messages already stored), `force`
+   * @returns `{ revision, written, rewritten }`
+   * @throws {ConflictError} when the stored revision is not `expectedRevision` — a deleted key included (nothing written)
+   * @throws {SQLiteBusyError} / {BackendError} as {@link SQLiteBackend.save}
+   */
+  async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    return this.#write(key, state, options);
+  }
+
+  /**
+   * Loads the state under `key` with its revision.
+   *
+   * @param key - state key
+   * @returns `{ state, revision }`, or `undefined` when nothing is stored
+   * @throws {FormatError} / {BackendError} as {@link SQLiteBackend.load}
+   */
+  async read(key: string): Promise<ReadResult | undefined> {
+    return this.#read(key);
+  }
+
+  /**
+   * Streams the history of `key` in pages of 512 messages: memory stays bounded
+   * whatever the history's size.
+   *
+   * @param key - state key
+   * @throws {StateNotFoundError} when nothing is stored under `key`
+   * @throws {ConflictError} when the session is written or deleted while being iterated (no mixed histories)
+   * @throws {FormatError} when a stored message is corrupt
+   */
+  async *iterHistory(key: string): AsyncGenerator<Message> {
+    validateKey(key);
+    const what = `cannot read history of ${JSON.stringify(key)}`;
+    const head = this.#run(what, key, () => this.#s.head.get(key));
+    if (!head) throw new StateNotFoundError(key, this.name);
+    if (head.message_count === null) {
+      const found = this.#read(key);
+      if (!found) throw new StateNotFoundError(key, this.name);
+      yield* found.state.history;
+      return;
+    }
+    const total = head.message_count;
+    for (let from = 0; from < total; from += PAGE_SIZE) {
+      const to = Math.min(total, from + PAGE_SIZE);
+      const page = this.#run(what, key, () => this.#pageTx(key, from, to));
+      if (page.head?.revision !== head.revision) {
+        throw new ConflictError(key, head.revision, page.head?.revision ?? null, this.name);
+      }
+      if (page.rows.length !== to - from) {
+        throw new FormatError(`stored history of key ${JSON.stringify(key)} is missing messages ${from}..${to - 1}`, {
+          file: this.dbPath,
+        });
+      }
+      for (let i = 0; i < page.rows.length; i++) {
+        const [seq, body] = page.rows[i] as [number, Body];
+        if (seq !== from + i) throw this.#corrupt(key, `message ${from + i} is missing`);
+        yield this.#decodeMessage(key, seq, body);
+      }
+    }
+  }
+
+  /**
+   * Retention: deletes every session whose last write (`saved_at`) is older than
+   * `olderThanMs`, then returns the freed pages to the file system (incremental
+   * vacuum, or a full `VACUUM` when asked).
+   *
+   * @param options - `olderThanMs`: age limit in ms (e.g. 30 days = `2_592_000_000`);
+   *   `vacuum`: run a full `VACUUM` (rewrites the file; needs no other connection writing) @default false
+   * @returns `{ deleted }`: the number of sessions deleted
+   * @throws {BackendError} for a bad `olderThanMs` or when the driver fails
+   * @example
+   * const { deleted } = backend.gc({ olderThanMs: 30 * 86_400_000 });
+   */
+  gc(options: { olderThanMs: number; vacuum?: boolean }): { deleted: number } {
+    const { olderThanMs, vacuum = false } = options;
+    if (typeof olderThanMs !== "number" || !Number.isFinite(olderThanMs) || olderThanMs < 0) {
+      throw new BackendError(
+        "sqlite",
+        `gc: olderThanMs must be a finite number of ms >= 0 (got ${String(olderThanMs)})`,
+      );
+    }
+    const cutoff = new Date(Date.now() - olderThanMs).toISOString();
+    return this.#run("cannot collect old sessions", undefined, () => {
+      const deleted = this.#gcTx.immediate(cutoff);
+      if (vacuum) this.#db.exec("VACUUM");
+      else this.#db.pragma("incremental_vacuum");
+      return { deleted };
+    });
+  }
+
+  /** Closes the connection (idempotent). Later calls fail with {@link BackendError}. */
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+
+  // -------------------------------------------------------------------------
+
+  #run<T>(what: string, key: string | undefined, fn: () => T): T {
+    try {
+      return fn();
+    } catch (cause) {
+      if (cause instanceof DumplingsError) throw cause;
+      if (isBusy(cause))
+        throw new SQLiteBusyError("sqlite", `${what} (database busy, nothing written)`, { key, cause });
+      throw new BackendError("sqlite", what, { key, cause });
+    }
+  }
+
+  #corrupt(key: string, what: string, cause?: unknown): FormatError {
+    return new FormatError(`stored state of key ${JSON.stringify(key)} is corrupt: ${what}`, {
+      file: this.dbPath,
+      cause,
+    });
+  }
+
+  #encodeBody(json: string): Body {
+    if (
+      this.#compress &&
+      json.length * 3 >= this.#compressMinBytes &&
+      Buffer.byteLength(json) >= this.#compressMinBytes
+    ) {
+      return gzipSync(json);
+    }
+    return json;
+  }
+
+  #bodyText(key: string, seq: number, body: Body): string {
+    if (typeof body === "string") return body;
+    try {
+      return gunzipSync(body).toString("utf8");
+    } catch (cause) {
+      throw this.#corrupt(key, `message ${seq} cannot be decompressed`, cause);
+    }
+  }
+
+  #decodeMessage(key: string, seq: number, body: Body): Message {
+    let value: unknown;
+    try {
+      value = JSON.parse(this.#bodyText(key, seq, body));
+    } catch (cause) {
+      if (cause instanceof FormatError) throw cause;
+      throw this.#corrupt(key, `message ${seq} is not JSON`, cause);
+    }
+    if (!isObject(value)) throw this.#corrupt(key, `message ${seq} is not a JSON object`);
+    return value as Message;
+  }
+
+  #read(key: string): ReadResult | undefined {
+    validateKey(key);
+    const found = this.#run(`cannot load ${JSON.stringify(key)}`, key, () => this.#readTx(key));
+    if (!found) return undefined;
+    const { row, bodies } = found;
+    const part = (name: "meta" | "config" | "state"): Record<string, unknown> => {
+      let value: unknown;
+      try {
+        value = JSON.parse(row[name]);
+      } catch (cause) {
+        throw this.#corrupt(key, `${name} is not JSON`, cause);
+      }
+      if (!isObject(value)) throw this.#corrupt(key, `${name} is not a JSON object`);
+      return value;
+    };
+    const meta = part("meta");
+    const config = part("config");
+    const runtime = part("state");
+    let history: Message[];
+    if (row.message_count === null) {
+      history = this.#parseLegacyHistory(key, row.history);
+    } else {
+      if (bodies.length !== row.message_count) {
+        throw this.#corrupt(key, `${bodies.length} message rows stored, the header says ${row.message_count}`);
+      }
+      history = new Array(bodies.length);
+      for (let i = 0; i < bodies.length; i++) {
+        const [seq, body] = bodies[i] as [number, Body];
+        if (seq !== i) throw this.#corrupt(key, `message ${i} is missing`);
+        history[i] = this.#decodeMessage(key, seq, body);
+      }
+    }
+    return {
+      state: { meta, config, state: runtime, history } as unknown as AgentState,
+      revision: row.revision,
+    };
+  }
+
+  /** A row written by the seed's single-table layout (or a seed process after migration): JSONL in `history`. */
+  #parseLegacyHistory(key: string, text: string | null): Message[] {
+    if (text === null || text === "") return [];
+    return splitLegacyHistory(text).map((line, i) => this.#decodeMessage(key, i, line));
+  }
+
+  #write(key: string, state: AgentState, options: WriteOptions): WriteResult {
+    validateKey(key);
+    const [meta, config, runtime] = encodeHeaderParts(state);
+    const { expectedRevision, baseLength, force = false } = options;
+    if (expectedRevision !== undefined && expectedRevision !== null && !Number.isInteger(expectedRevision)) {
+      throw new InvalidStateError(
+        "expectedRevision",
+        `expectedRevision must be an integer or null (got ${String(expectedRevision)})`,
+      );
+    }
+    const history = state.history;
+    const appendable =
+      !force &&
+      typeof expectedRevision === "number" &&
+      typeof baseLength === "number" &&
+      Number.isInteger(baseLength) &&
+      baseLength >= 0 &&
+      baseLength <= history.length;
+    const from = appendable ? (baseLength as number) : 0;
+    const bodies = this.#encodeRange(history, from, history.length);
+    return this.#run(`cannot save ${JSON.stringify(key)}`, key, () =>
+      this.#writeTx.immediate({ key, meta, config, runtime, history, from, bodies, expectedRevision, force }),
+    );
+  }
+
+  #encodeRange(history: readonly Message[], from: number, to: number): Body[] {
+    const out = new Array<Body>(to - from);
+    for (let i = from; i < to; i++) {
+      const m = history[i];
+      assertJson(m, `history[${i}]`, i);
+      if (!isObject(m)) throw new InvalidStateError(`history[${i}]`, "a message must be a JSON object");
+      out[i - from] = this.#encodeBody(JSON.stringify(m));
+    }
+    return out;
+  }
+
+  /** Runs inside `BEGIN IMMEDIATE`: CAS check, then append or rewrite, then the header. */
+  #writeInTx(a: WriteArgs): WriteResult {
+    const s = this.#s;
+    const head = s.head.get(a.key);
+    const actual = head ? head.revision : null;
+    if (!a.force && a.expectedRevision !== undefined && a.expectedRevision !== actual) {
+      throw new ConflictError(a.key, a.expectedRevision, actual, this.name);
+    }
+    let append = a.from > 0 && head !== undefined && head.message_count !== null && a.from <= head.message_count;
+    if (append) {
+      // Detect, not assume, that the stored prefix is the writer's: the boundary message must match.
+      const stored = s.bodyAt.get(a.key, a.from - 1);
+      const mine = JSON.stringify(a.history[a.from - 1]);
+      append = stored !== undefined && this.#bodyText(a.key, a.from - 1, stored) === mine;
+    }
+    let written: number;
+    if (append && head) {
+      if ((head.message_count as number) > a.from) s.deleteFrom.run(a.key, a.from);
+      for (let i = 0; i < a.bodies.length; i++) s.insert.run(a.key, a.from + i, a.bodies[i] as Body);
+      written = a.bodies.length;
+    } else {
+      if (head) s.deleteMessages.run(a.key);
+      const all = a.from === 0 ? a.bodies : [...this.#encodeRange(a.history, 0, a.from), ...a.bodies];
+      for (let i = 0; i < all.length; i++) s.insert.run(a.key, i, all[i] as Body);
+      written = all.length;
+    }
+    const revision = head ? head.revision + 1 : (s.floor.get() ?? 0) + 1;
+    s.upsert.run(a.key, a.meta, a.config, a.runtime, new Date().toISOString(), revision, a.history.length);
+    return { revision, written, rewritten: !append };
+  }
+}
+
+interface WriteArgs {
+  key: string;
+  meta: string;
+  config: string;
+  runtime: string;
+  history: readonly Message[];
+  /** Index of the first message in `bodies`. */
+  from: number;
+  bodies: Body[];
+  expectedRevision: number | null | undefined;
+  force: boolean;
+}
+
+/** Splits a legacy `history` column: JSONL (the seed's layout), or a JSON array. */
+function splitLegacyHistory(text: string): string[] {
+  const trimmed = text.trimStart();
+  if (trimmed.startsWith("[")) {
+    try {
+      const arr = JSON.parse(trimmed) as unknown;
+      if (Array.isArray(arr)) return arr.map((m) => JSON.stringify(m));
+    } catch {
+      // not a JSON array: fall through to JSONL, whose line parser reports the bad line
+    }
+  }
+  return text.split("\n").filter((line) => line.trim() !== "");
+}
+
+function prepare(db: BetterSqlite3.Database): Statements {
+  return {
+    head: db.prepare("SELECT revision, message_count FROM sessions WHERE key = ?"),
+    row: db.prepare("SELECT meta, config, state, history, revision, message_count FROM sessions WHERE key = ?"),
+    bodies: db
+      .prepare<[string], [number, Body]>("SELECT seq, body FROM messages WHERE session_key = ? ORDER BY seq")
+      .raw(),
+    page: db
+      .prepare<[string, number, number], [number, Body]>(
+        "SELECT seq, body FROM messages WHERE session_key = ? AND seq >= ? AND seq < ? ORDER BY seq",
+      )
+      .raw(),
+    bodyAt: db.prepare<[string, number], Body>("SELECT body FROM messages WHERE session_key = ? AND seq = ?").pluck(),
+    insert: db.prepare("INSERT INTO messages (session_key, seq, body) VALUES (?, ?, ?)"),
+    deleteFrom: db.prepare("DELETE FROM messages WHERE session_key = ? AND seq >= ?"),
+    deleteMessages: db.prepare("DELETE FROM messages WHERE session_key = ?"),
+    deleteSession: db.prepare("DELETE FROM sessions WHERE key = ?"),
+    upsert: db.prepare(
+      `INSERT INTO sessions (key, meta, config, state, history, saved_at, revision, message_count)
+       VALUES (?, ?, ?, ?, NULL, ?, ?, ?)
+       ON CONFLICT (key) DO UPDATE SET meta = excluded.meta, config = excluded.config, state = excluded.state,
+         history = NULL, saved_at = excluded.saved_at, revision = excluded.revision, message_count = excluded.message_count`,
+    ),
+    keys: db.prepare<[], string>("SELECT key FROM sessions").pluck(),
+    floor: db.prepare<[], number>("SELECT value FROM dumplings_meta WHERE name = 'revision_floor'").pluck(),
+    raiseFloor: db.prepare(
+      `INSERT INTO dumplings_meta (name, value) VALUES ('revision_floor', ?)
+       ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)`,
+    ),
+    older: db.prepare("SELECT key, revision FROM sessions WHERE saved_at < ?"),
+  };
+}
+
+/**
+ * Creates the schema, or migrates the seed's single-table layout (user_version 0),
+ * in one IMMEDIATE transaction (safe when several processes open the file at once).
+ */
+function migrate(db: BetterSqlite3.Database, dbPath: string): void {
+  const current = () => Number(db.pragma("user_version", { simple: true }));
+  if (current() === SQLITE_SCHEMA_VERSION) return;
+  db.transaction(() => {
+    const version = current();
+    if (version === SQLITE_SCHEMA_VERSION) return;
+    if (version > SQLITE_SCHEMA_VERSION) {
+      throw new BackendError(
+        "sqlite",
+        `database ${JSON.stringify(dbPath)} has schema version ${version}, newer than this build supports (${SQLITE_SCHEMA_VERSION}); upgrade dumplings-ai`,
+      );
+    }
+    db.exec(`CREATE TABLE IF NOT EXISTS sessions (
+      key TEXT PRIMARY KEY, meta TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL, history TEXT,
+      saved_at TEXT NOT NULL, revision INTEGER NOT NULL DEFAULT 1, message_count INTEGER)`);
+    const columns = new Set((db.pragma("table_info(sessions)") as { name: string }[]).map((c) => c.name));
+    if (!columns.has("revision")) db.exec("ALTER TABLE sessions ADD COLUMN revision INTEGER NOT NULL DEFAULT 1");
+    if (!columns.has("message_count")) db.exec("ALTER TABLE sessions ADD COLUMN message_count INTEGER");
+    db.exec(`CREATE TABLE IF NOT EXISTS messages (
+      session_key TEXT NOT NULL, seq INTEGER NOT NULL, body, PRIMARY KEY (session_key, seq)) WITHOUT ROWID`);
+    db.exec("CREATE TABLE IF NOT EXISTS dumplings_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID");
+    db.exec("CREATE INDEX IF NOT EXISTS sessions_saved_at ON sessions (saved_at)");
+    // Move legacy JSONL histories into `messages`, verbatim (a corrupt line is reported when that key is loaded).
+    const legacy = db
+      .prepare<[], { key: string; history: string | null; saved_at: string | null }>(
+        "SELECT key, history, saved_at FROM sessions WHERE message_count IS NULL",
+      )
+      .all();
+    const insert = db.prepare("INSERT OR REPLACE INTO messages (session_key, seq, body) VALUES (?, ?, ?)");
+    const update = db.prepare("UPDATE sessions SET history = NULL, message_count = ?, saved_at = ? WHERE key = ?");
+    for (const row of legacy) {
+      const lines = row.history ? splitLegacyHistory(row.history) : [];
+      lines.forEach((line, i) => {
+        insert.run(row.key, i, line);
+      });
+      const t = row.saved_at ? new Date(row.saved_at) : new Date();
+      update.run(lines.length, Number.isNaN(t.getTime()) ? new Date().toISOString() : t.toISOString(), row.key);
+    }
+    db.pragma(`user_version = ${SQLITE_SCHEMA_VERSION}`);
+  }).immediate();
+}

@@ -1,0 +1,706 @@
+/**
+ * Redis backend (`dumplings-ai/redis`): agent states in Redis through ioredis
+ * or any injected client of the small {@link RedisLikeClient} shape.
+ *
+ * Layout, per session key `k` under the key prefix `p` (default `duas:`):
+ * - `p` + `k` — a HASH, the header: `fmt` (storage format, `"1"`), `meta`,
+ *   `config`, `state` (JSON text), `rev` (revision), `count` (history length),
+ *   `gen` (bumped by every full history rewrite);
+ * - `p` + `k` + `/history` — a LIST, one history message per element.
+ *   `/` is refused in state keys, so a history list can never collide with the
+ *   header of another key (a `:history` suffix could: key `a:history`).
+ *
+ * Every write is ONE Lua script (EVALSHA, EVAL on `NOSCRIPT`), so it is atomic
+ * and costs one round trip: it checks the revision (compare-and-set), the
+ * stored history length and the digest of the stored last message against the
+ * writer's message at `baseLength - 1` (an edit at the boundary is detected,
+ * not assumed, and falls back to a full rewrite), appends only the new messages (`RPUSH` of
+ * `history.slice(baseLength)`) or rewrites the list, updates the header,
+ * increments the revision and applies the TTL to both keys with the same
+ * `PEXPIRE` (a history never expires while its header lives). Reads are Lua
+ * scripts too, so a load sees one consistent revision.
+ *
+ * A dead or paused Redis never hangs a caller: the client is created with
+ * bounded `connectTimeout`/`commandTimeout`, `maxRetriesPerRequest: 0`, no
+ * offline queue and no re-sending of unanswered commands after a reconnect
+ * (the fault reported in ioredis#285), and every call is additionally bounded
+ * by `commandTimeoutMs`. A write also carries a deadline in the server's clock
+ * (offset measured at connect time): if a paused server runs it only after the
+ * caller was told it failed, the script refuses it, so a save reported as
+ * failed does not land later (best effort, to within the measured clock offset
+ * and a 250 ms margin).
+ *
+ * Values: meta/config/state and each message are stored as `JSON.stringify`
+ * text, so every string (NUL, control characters, lone surrogates) round-trips
+ * exactly. With `compressHistory`, a message whose JSON is at least 1 KiB is
+ * stored as `~` + base64(gzip(JSON)); plain messages always start with `{`,
+ * and a reader decodes both, whatever its own option.
+ *
+ * Not supported: Redis Cluster (the two keys of a session are not hash-tagged,
+ * and SCAN would see one node only).
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import { gunzipSync, gzipSync } from "node:zlib";
+import { Redis } from "ioredis";
+import {
+  BackendError,
+  ConflictError,
+  DumplingsError,
+  FormatError,
+  InvalidStateError,
+  StateNotFoundError,
+} from "../core/errors.js";
+import { assertJson } from "../core/json.js";
+import type { Message } from "../core/messages.js";
+import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
+import { validateKey } from "./keys.js";
+import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+
+/**
+ * The minimal structural shape of a Redis client this backend calls. An
+ * ioredis `Redis` instance fits as is; so does any client offering these
+ * methods with ioredis' argument conventions (idea after kysely's structural
+ * dialect clients).
+ *
+ * @example
+ * import { Redis } from "ioredis";
+ * const backend = new RedisBackend({ client: new Redis(process.env.REDIS_URL!) });
+ */
+export interface RedisLikeClient {
+  /** `EVALSHA sha numKeys ...keysAndArgs`; rejects with an error whose message starts with `NOSCRIPT` when unknown. */
+  evalsha(sha: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  /** `EVAL script numKeys ...keysAndArgs`. */
+  eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  /** `SCAN cursor MATCH pattern COUNT n TYPE hash`; resolves to `[nextCursor, keys]`. */
+  scan(cursor: string, ...args: (string | number)[]): Promise<[string, string[]]>;
+  /** Optional: graceful close. Called by `close()` only for a client the backend created itself. */
+  quit?(): Promise<unknown>;
+}
+
+/** Options of {@link RedisBackend}. */
+export interface RedisBackendOptions {
+  /** A client to use (not closed by `close()`). When absent, an ioredis client is created from `url`. */
+  client?: RedisLikeClient;
+  /** Redis URL for the client created when `client` is absent. @default process.env.REDIS_URL ?? "redis://127.0.0.1:6379" */
+  url?: string;
+  /** Prefix of every Redis key the backend touches. @default "duas:" */
+  keyPrefix?: string;
+  /** Time to live of a session in ms, applied to all of its keys at every write; absent = no expiry. */
+  ttlMs?: number;
+  /** Bound on connecting, in ms (own client only). @default 2000 */
+  connectTimeoutMs?: number;
+  /** Bound on each command, in ms; a call that takes longer fails with `BackendError`. @default 2000 */
+  commandTimeoutMs?: number;
+  /** Store messages of at least `compressMinBytes` of JSON gzip-compressed (base64). Reading handles both. @default false */
+  compressHistory?: boolean;
+  /** Smallest message JSON, in UTF-16 code units, that `compressHistory` compresses. @default 1024 */
+  compressMinBytes?: number;
+}
+
+/** Storage format of the header hash (`fmt` field). */
+const STORAGE_FORMAT = "1";
+/** Marker of a compressed history element (plain messages are JSON objects, starting with `{`). */
+const COMPRESSED_MARK = "~";
+/** Messages per page of `iterHistory`. */
+const PAGE_SIZE = 500;
+/** Margin, ms, between a write's server-side deadline and the caller's timeout. */
+const DEADLINE_MARGIN_MS = 250;
+
+/*
+ * KEYS[1] header hash, KEYS[2] history list.
+ * ARGV[1] expected revision ("" none, "n" must not exist, else an integer)
+ * ARGV[2] force ("1"/"0")
+ * ARGV[3] base length (-1: full rewrite; else append after this many stored messages)
+ * ARGV[4..6] meta, config, state JSON; ARGV[7] new message count; ARGV[8] TTL ms ("0": none)
+ * ARGV[9] deadline in server ms ("0": none)
+ * ARGV[10] digest of the message at base - 1 as the writer has it ("" when base <= 0)
+ * ARGV[11] digest of the new last message ("" for an empty history); ARGV[12..] messages
+ * Returns {"ok", revision} | {"conflict", revision or -1} | {"full"} | {"late"}.
+ */
+const WRITE_SCRIPT = `
+local h = redis.call('HMGET', KEYS[1], 'rev', 'count', 'gen', 'tail')
+local rev = h[1] and tonumber(h[1]) or nil
+if ARGV[9] ~= '0' then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[9]) then return {'late'} end
+end
+local exp = ARGV[1]
+if ARGV[2] ~= '1' and exp ~= '' then
+  if exp == 'n' then
+    if rev then return {'conflict', rev} end
+  elseif rev == nil or rev ~= tonumber(exp) then
+    return {'conflict', rev or -1}
+  end
+end
+local base = tonumber(ARGV[3])
+local gen = h[3] and tonumber(h[3]) or 0
+if base >= 0 then
+  local count = h[2] and tonumber(h[2]) or -1
+  if rev == nil or count ~= base then return {'full'} end
+  if base > 0 and h[4] ~= ARGV[10] then return {'full'} end
+else
+  redis.call('DEL', KEYS[2])
+  gen = gen + 1
+end
+for i = 12, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+local newrev = (rev or 0) + 1
+redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4], 'config', ARGV[5], 'state', ARGV[6],
+  'rev', newrev, 'count', ARGV[7], 'gen', gen, 'tail', ARGV[11])
+local ttl = tonumber(ARGV[8])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+else
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+end
+return {'ok', newrev}
+`;
+
+/*
+ * KEYS[1] header, KEYS[2] history. ARGV[1] start, ARGV[2] stop (LRANGE indexes; start > stop: header only).
+ * Returns false when missing, else {{fmt, rev, count, gen, meta, config, state}, items}.
+ */
+const READ_SCRIPT = `
+local h = redis.call('HMGET', KEYS[1], 'fmt', 'rev', 'count', 'gen', 'meta', 'config', 'state')
+if not h[2] then return false end
+local start = tonumber(ARGV[1])
+local stop = tonumber(ARGV[2])
+local items = {}
+if stop < 0 or start <= stop then items = redis.call('LRANGE', KEYS[2], start, stop) end
+return {h, items}
+`;
+
+/* KEYS[1] header, KEYS[2] history. Returns 1 when the header existed. */
+const DELETE_SCRIPT = `
+local n = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2])
+return n
+`;
+
+/* Server time in ms. */
+const TIME_SCRIPT = `local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)`;
+
+interface Script {
+  source: string;
+  sha: string;
+}
+const script = (source: string): Script => ({ source, sha: createHash("sha1").update(source).digest("hex") });
+const SCRIPTS = {
+  write: script(WRITE_SCRIPT),
+  read: script(READ_SCRIPT),
+  delete: script(DELETE_SCRIPT),
+  time: script(TIME_SCRIPT),
+};
+
+/** Escapes Redis glob characters so a prefix matches literally in `SCAN MATCH`. */
+function globEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+}
+
+interface Header {
+  rev: number;
+  count: number;
+  gen: number;
+  meta: string;
+  config: string;
+  state: string;
+}
+
+/**
+ * Redis implementation of {@link StateBackend} with revisions, O(new messages)
+ * appends, streaming reads and an optional TTL.
+ *
+ * @example
+ * import { RedisBackend } from "dumplings-ai/redis";
+ * const backend = new RedisBackend({ url: "redis://127.0.0.1:6379", ttlMs: 7 * 24 * 3600_000 });
+ * const { revision } = await backend.write("weather-1", state, { expectedRevision: null });
+ * await backend.write("weather-1", next, { expectedRevision: revision, baseLength: state.history.length });
+ * await backend.close();
+ */
+export class RedisBackend implements StateBackend {
+  /** Backend name used in errors and the registry. */
+  readonly name = "redis";
+  /** Key prefix in use. */
+  readonly keyPrefix: string;
+  private readonly client: RedisLikeClient;
+  private readonly own: Redis | undefined;
+  private readonly ttlMs: number;
+  private readonly connectTimeoutMs: number;
+  private readonly commandTimeoutMs: number;
+  private readonly compress: boolean;
+  private readonly compressMinBytes: number;
+  private clockOffsetMs: number | undefined;
+  private lastError: unknown;
+  private connecting: Promise<void> | undefined;
+  private closed = false;
+
+  /**
+   * @param options - see {@link RedisBackendOptions}
+   * @throws {TypeError} when `ttlMs` or a timeout is not a positive finite number
+   */
+  constructor(options: RedisBackendOptions = {}) {
+    this.keyPrefix = options.keyPrefix ?? "duas:";
+    this.ttlMs = positive(options.ttlMs, "ttlMs", 0);
+    this.connectTimeoutMs = positive(options.connectTimeoutMs, "connectTimeoutMs", 2000);
+    this.commandTimeoutMs = positive(options.commandTimeoutMs, "commandTimeoutMs", 2000);
+    this.compress = options.compressHistory ?? false;
+    this.compressMinBytes =
+      options.compressMinBytes === undefined ? 1024 : Math.max(0, Math.floor(options.compressMinBytes));
+    if (options.client) {
+      this.client = options.client;
+      this.own = undefined;
+    } else {
+      const url = options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+      const redis = new Redis(url, {
+        lazyConnect: true,
+        connectTimeout: this.connectTimeoutMs,
+        commandTimeout: this.commandTimeoutMs,
+        maxRetriesPerRequest: 0,
+        enableOfflineQueue: false,
+        autoResendUnfulfilledCommands: false,
+        retryStrategy: (times) => Math.min(100 * times, 1000),
+      });
+      redis.on("error", (e) => {
+        this.lastError = e;
+      });
+      redis.on("ready", () => {
+        this.clockOffsetMs = undefined; // maybe another server now: measure again
+      });
+      this.client = redis as unknown as RedisLikeClient;
+      this.own = redis;
+    }
+  }
+
+  private headerKey(key: string): string {
+    return this.keyPrefix + key;
+  }
+
+  private historyKey(key: string): string {
+    return `${this.keyPrefix}${key}/history`;
+  }
+
+  /** Stores the whole state (upsert, full history rewrite). @throws {BackendError} @throws {NonJsonValueError} */
+  async save(key: string, state: AgentState): Promise<void> {
+    await this.write(key, state);
+  }
+
+  /**
+   * Loads the state stored under `key`.
+   *
+   * @throws {StateNotFoundError} when nothing is stored
+   * @throws {FormatError} when the stored data is corrupt
+   * @throws {BackendError} when Redis fails or does not answer in time
+   */
+  async load(key: string): Promise<AgentState> {
+    const r = await this.read(key);
+    if (!r) throw new StateNotFoundError(key, this.name);
+    return r.state;
+  }
+
+  /** Deletes both keys of the session atomically; true when it existed. @throws {BackendError} */
+  async delete(key: string): Promise<boolean> {
+    validateKey(key);
+    const n = await this.call(`cannot delete ${JSON.stringify(key)}`, key, () =>
+      this.run(SCRIPTS.delete, [this.headerKey(key), this.historyKey(key)], []),
+    );
+    return Number(n) > 0;
+  }
+
+  /** Every stored key (de-prefixed), found with SCAN (never KEYS). @throws {BackendError} */
+  async listKeys(): Promise<string[]> {
+    const keys = new Set<string>();
+    const match = `${globEscape(this.keyPrefix)}*`;
+    let cursor = "0";
+    do {
+      const [next, batch] = await this.call("cannot list keys", undefined, () =>
+        this.client.scan(cursor, "MATCH", match, "COUNT", 1000, "TYPE", "hash"),
+      );
+      cursor = String(next);
+      for (const k of batch) {
+        const rest = String(k).slice(this.keyPrefix.length);
+        if (String(k).startsWith(this.keyPrefix) && rest.length > 0 && !rest.includes("/")) keys.add(rest);
+      }
+    } while (cursor !== "0");
+    return [...keys];
+  }
+
+  /**
+   * Revision-aware write in one atomic round trip (see the module comment).
+   *
+   * @param key - state key
+   * @param state - the whole state; only `history.slice(baseLength)` is sent when appending
+   * @param options - `expectedRevision` (number, `null` = must not exist), `baseLength`, `force`
+   * @returns `{ revision, written, rewritten }`
+   * @throws {ConflictError} when the stored revision differs from `expectedRevision` (nothing written)
+   * @throws {NonJsonValueError} when a value is not JSON (path like `history[3].content`)
+   * @throws {BackendError} when Redis fails or does not answer in time
+   */
+  async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    validateKey(key);
+    checkStateShape(state);
+    const meta = jsonText(state.meta, "meta");
+    const config = jsonText(state.config, "config");
+    const runtime = jsonText(state.state, "state");
+    const history = state.history;
+    const force = options.force === true;
+    const expected = options.expectedRevision;
+    const base = options.baseLength;
+    const canAppend =
+      !force &&
+      typeof expected === "number" &&
+      typeof base === "number" &&
+      Number.isInteger(base) &&
+      base >= 0 &&
+      base <= history.length;
+    const what = `cannot save ${JSON.stringify(key)}`;
+    const attempt = async (from: number): Promise<WriteResult | "full"> => {
+      const items: string[] = [];
+      for (let i = Math.max(from, 0); i < history.length; i++) items.push(this.encodeMessage(history[i], i));
+      const args: (string | number)[] = [
+        expected === undefined ? "" : expected === null ? "n" : String(expected),
+        force ? "1" : "0",
+        from === -1 ? -1 : from,
+        meta,
+        config,
+        runtime,
+        history.length,
+        this.ttlMs,
+        await this.deadline(key, what),
+        from > 0 ? digest(history, from - 1) : "",
+        history.length > 0 ? digest(history, history.length - 1) : "",
+        ...items,
+      ];
+      const reply = (await this.call(what, key, () =>
+        this.run(SCRIPTS.write, [this.headerKey(key), this.historyKey(key)], args),
+      )) as [string, number?];
+      switch (reply[0]) {
+        case "ok":
+          return { revision: Number(reply[1]), written: items.length, rewritten: from === -1 };
+        case "conflict": {
+          const actual = Number(reply[1]);
+          throw new ConflictError(key, expected ?? null, actual < 0 ? null : actual, this.name);
+        }
+        case "full":
+          return "full";
+        case "late":
+          throw new BackendError(this.name, `${what}: Redis ran the write after its deadline; it was not applied`, {
+            key,
+          });
+        default:
+          throw new BackendError(this.name, `${what}: unexpected script reply ${JSON.stringify(reply)}`, { key });
+      }
+    };
+    // Encode every message of a full write up front, so a bad value fails before anything is sent.
+    const first = await attempt(canAppend ? (base as number) : -1);
+    if (first !== "full") return first;
+    // The stored history is not the `baseLength` prefix we were told: rewrite it all (still under CAS).
+    const second = await attempt(-1);
+    if (second === "full") throw new BackendError(this.name, `${what}: full rewrite refused`, { key });
+    return second;
+  }
+
+  /**
+   * Loads `key` with its revision, atomically (one Lua script).
+   *
+   * @returns `{ state, revision }`, or `undefined` when nothing is stored
+   * @throws {FormatError} naming the key when the stored data is corrupt
+   * @throws {BackendError} when Redis fails or does not answer in time
+   */
+  async read(key: string): Promise<ReadResult | undefined> {
+    validateKey(key);
+    const reply = await this.call(`cannot load ${JSON.stringify(key)}`, key, () =>
+      this.run(SCRIPTS.read, [this.headerKey(key), this.historyKey(key)], [0, -1]),
+    );
+    if (reply === null || reply === undefined || reply === false) return undefined;
+    const [rawHeader, items] = reply as [unknown[], unknown[]];
+    const header = this.decodeHeader(key, rawHeader);
+    if (!Array.isArray(items) || items.length !== header.count) {
+      throw new FormatError(
+        `stored history of ${JSON.stringify(key)} has ${Array.isArray(items) ? items.length : "no"} messages, header says ${header.count}`,
+        { file: `redis:${this.headerKey(key)}` },
+      );
+    }
+    const history = items.map((item, i) => this.decodeMessage(key, item, i));
+    return { state: this.assemble(key, header, history), revision: header.rev };
+  }
+
+  /**
+   * Streams the history of `key` in pages of 500 messages, memory bounded by
+   * one page. The stream is the history as stored when iteration began;
+   * appends made meanwhile are not included.
+   *
+   * @throws {StateNotFoundError} when nothing is stored
+   * @throws {ConflictError} when the history is rewritten (or deleted) while being read
+   * @throws {FormatError} / {BackendError} as `read`
+   */
+  async *iterHistory(key: string): AsyncIterable<Message> {
+    validateKey(key);
+    const keys = [this.headerKey(key), this.historyKey(key)];
+    const what = `cannot read the history of ${JSON.stringify(key)}`;
+    let header: Header | undefined;
+    for (let start = 0; header === undefined || start < header.count; start += PAGE_SIZE) {
+      const stop = header === undefined ? PAGE_SIZE - 1 : Math.min(start + PAGE_SIZE, header.count) - 1;
+      const reply = await this.call(what, key, () => this.run(SCRIPTS.read, keys, [start, stop]));
+      if (reply === null || reply === undefined || reply === false) {
+        if (header === undefined) throw new StateNotFoundError(key, this.name);
+        throw new ConflictError(key, header.rev, null, this.name);
+      }
+      const [rawHeader, items] = reply as [unknown[], unknown[]];
+      const now = this.decodeHeader(key, rawHeader);
+      if (header === undefined) header = now;
+      else if (now.gen !== header.gen) throw new ConflictError(key, header.rev, now.rev, this.name);
+      const expectedItems = Math.max(0, Math.min(stop + 1, header.count) - start);
+      if (!Array.isArray(items) || items.length < expectedItems) {
+        throw new FormatError(`stored history of ${JSON.stringify(key)} is shorter than its header says`, {
+          file: `redis:${keys[0]}`,
+        });
+      }
+      for (let i = 0; i < expectedItems; i++) yield this.decodeMessage(key, items[i], start + i);
+    }
+  }
+
+  /** Closes the client the backend created (an injected client is left open). Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (!this.own) return;
+    const redis = this.own;
+    if (redis.status === "ready") {
+      await withTimeout(redis.quit(), this.commandTimeoutMs).catch(() => redis.disconnect());
+    } else {
+      redis.disconnect();
+    }
+  }
+
+  // ---- internals ----
+
+  private encodeMessage(message: unknown, index: number): string {
+    assertJson(message, `history[${index}]`, index);
+    if (typeof message !== "object" || message === null || Array.isArray(message)) {
+      throw new InvalidStateError(`history[${index}]`, "a history message must be a JSON object");
+    }
+    const json = JSON.stringify(message);
+    if (this.compress && json.length >= this.compressMinBytes) {
+      return COMPRESSED_MARK + gzipSync(Buffer.from(json, "utf8")).toString("base64");
+    }
+    return json;
+  }
+
+  private decodeMessage(key: string, item: unknown, index: number): Message {
+    const where = { file: `redis:${this.historyKey(key)}` };
+    if (typeof item !== "string") throw new FormatError(`history[${index}] is not a string`, where);
+    let json = item;
+    if (item.startsWith(COMPRESSED_MARK)) {
+      try {
+        json = gunzipSync(Buffer.from(item.slice(1), "base64")).toString("utf8");
+      } catch (cause) {
+        throw new FormatError(`history[${index}] of ${JSON.stringify(key)} is not valid compressed data`, {
+          ...where,
+          cause,
+        });
+      }
+    }
+    let value: unknown;
+    try {
+      value = JSON.parse(json);
+    } catch (cause) {
+      throw new FormatError(`history[${index}] of ${JSON.stringify(key)} is not valid JSON`, { ...where, cause });
+    }
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new FormatError(`history[${index}] of ${JSON.stringify(key)} is not a JSON object`, where);
+    }
+    return value as Message;
+  }
+
+  private decodeHeader(key: string, raw: unknown[]): Header {
+    const file = `redis:${this.headerKey(key)}`;
+    const [fmt, rev, count, gen, meta, config, state] = raw.map((v) => (v === null || v === false ? undefined : v));
+    if (fmt !== STORAGE_FORMAT) {
+      throw new FormatError(`unknown storage format ${JSON.stringify(fmt ?? null)} for ${JSON.stringify(key)}`, {
+        file,
+        version: fmt === undefined ? undefined : String(fmt),
+      });
+    }
+    const n = (v: unknown, field: string): number => {
+      const x = Number(v);
+      if (v === undefined || !Number.isSafeInteger(x) || x < 0) {
+        throw new FormatError(`header field ${field} of ${JSON.stringify(key)} is not a count: ${String(v)}`, {
+          file,
+        });
+      }
+      return x;
+    };
+    const s = (v: unknown, field: string): string => {
+      if (typeof v !== "string")
+        throw new FormatError(`header field ${field} of ${JSON.stringify(key)} is missing`, { file });
+      return v;
+    };
+    return {
+      rev: n(rev, "rev"),
+      count: n(count, "count"),
+      gen: n(gen ?? 0, "gen"),
+      meta: s(meta, "meta"),
+      config: s(config, "config"),
+      state: s(state, "state"),
+    };
+  }
+
+  private assemble(key: string, header: Header, history: Message[]): AgentState {
+    const file = `redis:${this.headerKey(key)}`;
+    return {
+      meta: parseHeaderField(key, file, "meta", header.meta, StateMetaSchema),
+      config: parseHeaderField(key, file, "config", header.config, AgentConfigSchema),
+      state: parseHeaderField(key, file, "state", header.state, AgentRuntimeStateSchema),
+      history,
+    };
+  }
+
+  /** The server-clock deadline for a write sent now ("0" when unknown and not measurable). */
+  private async deadline(key: string, what: string): Promise<string> {
+    if (this.clockOffsetMs === undefined) {
+      const server = Number(await this.call(what, key, () => this.run(SCRIPTS.time, [], [])));
+      const t1 = Date.now();
+      // The server read its clock before the local instant t1, so server - t1 never exceeds the true
+      // offset: the deadline errs early (a slow write may be refused), never late (a refused one never lands).
+      if (!Number.isFinite(server)) throw new BackendError(this.name, `${what}: bad TIME reply`, { key });
+      this.clockOffsetMs = server - t1;
+    }
+    return String(Math.floor(Date.now() + this.clockOffsetMs + this.commandTimeoutMs - DEADLINE_MARGIN_MS));
+  }
+
+  /** Runs a script by SHA, loading it with EVAL when the server does not know it. */
+  private async run(s: Script, keys: string[], args: (string | number)[]): Promise<unknown> {
+    try {
+      return await this.client.evalsha(s.sha, keys.length, ...keys, ...args);
+    } catch (e) {
+      if (e instanceof Error && e.message.startsWith("NOSCRIPT")) {
+        return await this.client.eval(s.source, keys.length, ...keys, ...args);
+      }
+      throw e;
+    }
+  }
+
+  /** Connects when needed and runs `fn` within the command timeout; driver errors become BackendError. */
+  private async call<T>(what: string, key: string | undefined, fn: () => Promise<T>): Promise<T> {
+    if (this.closed) throw new BackendError(this.name, `${what}: the backend is closed`, { key });
+    try {
+      await this.ready();
+      return await withTimeout(fn(), this.commandTimeoutMs + (this.own ? 100 : 0));
+    } catch (e) {
+      if (e instanceof DumplingsError) throw e;
+      throw new BackendError(this.name, what, { key, cause: e });
+    }
+  }
+
+  /**
+   * Waits (at most `connectTimeoutMs`) for the own client to be connected.
+   * Concurrent callers share one wait, so an outage adds no listener per call.
+   */
+  private ready(): Promise<void> {
+    const redis = this.own;
+    if (!redis || redis.status === "ready") return Promise.resolve();
+    if (!this.connecting) {
+      if (redis.status === "wait" || redis.status === "end") {
+        redis.connect().catch((e) => {
+          this.lastError = e;
+        });
+      }
+      const wait = new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          cleanup();
+          const last = this.lastError instanceof Error ? `: ${this.lastError.message}` : "";
+          reject(
+            new Error(`not connected to Redis within ${this.connectTimeoutMs} ms (status ${redis.status})${last}`, {
+              cause: this.lastError,
+            }),
+          );
+        }, this.connectTimeoutMs);
+        const onReady = () => {
+          cleanup();
+          resolve();
+        };
+        const cleanup = () => {
+          clearTimeout(timer);
+          redis.off("ready", onReady);
+        };
+        redis.on("ready", onReady);
+        if (redis.status === "ready") onReady();
+      });
+      this.connecting = wait;
+      const clear = () => {
+        if (this.connecting === wait) this.connecting = undefined;
+      };
+      wait.then(clear, clear);
+    }
+    return this.connecting;
+  }
+}
+
+function positive(value: number | undefined, name: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+    throw new TypeError(`RedisBackend option ${name} must be a positive number of ms, got ${String(value)}`);
+  }
+  return Math.ceil(value);
+}
+
+/**
+ * Digest of a message's JSON text, stored for the last message so an append
+ * can check (not assume) that the writer's history ends where the stored one
+ * does: a message edited at the boundary forces a full rewrite.
+ */
+function digest(history: readonly unknown[], index: number): string {
+  const message = history[index];
+  assertJson(message, `history[${index}]`, index);
+  return createHash("sha1").update(JSON.stringify(message)).digest("base64");
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer from Redis within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function checkStateShape(state: AgentState): void {
+  if (typeof state !== "object" || state === null || !Array.isArray(state.history)) {
+    throw new InvalidStateError("history", "a state must be an object with meta, config, state and a history array");
+  }
+}
+
+function jsonText(value: unknown, path: string): string {
+  assertJson(value, path);
+  if (typeof value !== "object" || value === null) {
+    throw new InvalidStateError(path, "must be a JSON object");
+  }
+  return JSON.stringify(value);
+}
+
+function parseHeaderField<T>(
+  key: string,
+  file: string,
+  field: string,
+  text: string,
+  schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: unknown } },
+): T {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (cause) {
+    throw new FormatError(`header field ${field} of ${JSON.stringify(key)} is not valid JSON`, { file, cause });
+  }
+  const r = schema.safeParse(value);
+  if (!r.success) {
+    throw new FormatError(`header field ${field} of ${JSON.stringify(key)} does not match its schema`, {
+      file,
+      cause: r.error,
+    });
+  }
+  return r.data;
+}

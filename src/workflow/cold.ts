@@ -1,0 +1,161 @@
+/**
+ * The contract of a cold (source-of-truth) checkpoint store, implemented once
+ * per database: `cold-sqlite.ts` (embedded default) and `cold-postgres.ts`.
+ *
+ * Tables (snake_case on disk):
+ * - `workflow_snapshots(id, workflow_id, step_index, node_name, state_json, created_at,
+ *   UNIQUE(workflow_id, step_index))` — one row per checkpoint;
+ * - `workflows` — one summary row per workflow (status, latest step, updated time),
+ *   indexed on `(status, updated_at, workflow_id)` for keyset pagination; its
+ *   `latest_step` is the compare-and-set token of the workflow;
+ * - `workflow_step_errors` — node failures recorded with the step they started from;
+ * - `workflow_idempotency` — side-effect records (`started` / `finished` + result);
+ * - `workflow_blob_refs` — which snapshot references which blob (for garbage collection).
+ *
+ * @module
+ */
+import type { JsonObject } from "../core/json.js";
+
+/** Status of a workflow in the summary table: the state's status, or `failed` after a node threw. */
+export type WorkflowRowStatus = "running" | "waiting" | "finished" | "failed";
+
+/** One snapshot row as stored. */
+export interface StoredSnapshot {
+  workflowId: string;
+  stepIndex: number;
+  /** The node (or pseudo-step such as `__resume__`) that produced this checkpoint. */
+  nodeName: string;
+  /** The state, JSON text (large values replaced by blob references). */
+  stateJson: string;
+  /** ms since the epoch. */
+  createdAt: number;
+}
+
+/** A snapshot row to write, with its summary and blob references. */
+export interface SnapshotWrite extends StoredSnapshot {
+  sessionId: string;
+  status: WorkflowRowStatus;
+  currentNode: string;
+  parentWorkflowId: string | null;
+  /**
+   * Oldest step whose side-effect records may still be replayed: the start step of an
+   * interrupted node run, else this step. Records of earlier steps are pruned.
+   */
+  activeStep: number;
+  /** Blob references held by the state. */
+  blobRefs: string[];
+}
+
+/** A workflow's summary row. */
+export interface WorkflowSummary {
+  workflowId: string;
+  sessionId: string;
+  status: WorkflowRowStatus;
+  /** Step index of the newest checkpoint. */
+  latestStep: number;
+  /** Node that will run next (`__end__` when finished). */
+  currentNode: string;
+  /** Workflow this one was forked from, else null. */
+  parentWorkflowId: string | null;
+  /** ms since the epoch. */
+  createdAt: number;
+  /** ms since the epoch of the newest checkpoint or recorded error. */
+  updatedAt: number;
+}
+
+/** A node failure recorded with its step. */
+export interface StepErrorRecord {
+  workflowId: string;
+  /** Step of the checkpoint the failing node started from (the last good one). */
+  stepIndex: number;
+  nodeName: string;
+  /** `{ name, message, code?, stack? }`. */
+  error: JsonObject;
+  createdAt: number;
+}
+
+/** The record of a guarded side effect. */
+export interface IdempotencyRecord {
+  key: string;
+  workflowId: string;
+  stepIndex: number;
+  name: string;
+  status: "started" | "finished";
+  /** JSON text of the result when finished. */
+  resultJson: string | null;
+  startedAt: number;
+  finishedAt: number | null;
+}
+
+/** Keyset position for {@link ColdStore.list}. */
+export interface ListCursor {
+  updatedAt: number;
+  workflowId: string;
+}
+
+/** Implemented by every cold store. All methods are async; SQLite's run synchronously inside. */
+export interface ColdStore {
+  /** `sqlite` or `postgres`, used in error messages. */
+  readonly name: string;
+  /** Creates tables and indexes if missing. Idempotent. */
+  init(): Promise<void>;
+  /**
+   * Writes one snapshot and updates the summary, atomically.
+   * `expectedLatest`: `undefined` = upsert without check; `null` = the workflow must not exist;
+   * a number = the summary's `latest_step` must equal it (compare-and-set).
+   * @throws {ConflictError} when the compare-and-set fails (nothing written)
+   */
+  write(row: SnapshotWrite, expectedLatest: number | null | undefined): Promise<void>;
+  read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined>;
+  latest(workflowId: string): Promise<StoredSnapshot | undefined>;
+  summary(workflowId: string): Promise<WorkflowSummary | undefined>;
+  history(workflowId: string): Promise<StoredSnapshot[]>;
+  list(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): Promise<WorkflowSummary[]>;
+  /** The database's plan for the `list` query, as text (for tests and diagnostics). */
+  explainList(status?: WorkflowRowStatus): Promise<string>;
+  /** Deletes every row of a workflow; returns whether it existed and the blob refs no longer referenced. */
+  deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }>;
+  /**
+   * Deletes snapshots created before `cutoff` (ms) except each workflow's newest `keepLast` steps.
+   * @returns number of snapshot rows deleted and blob refs no longer referenced
+   */
+  prune(cutoff: number, keepLast: number): Promise<{ deletedSnapshots: number; orphanRefs: string[] }>;
+  /** Records a node failure and marks the workflow `failed` (its checkpoints are untouched). */
+  recordError(record: StepErrorRecord): Promise<void>;
+  errors(workflowId: string): Promise<StepErrorRecord[]>;
+  /**
+   * Atomically records the start of a side effect unless a record exists.
+   * @returns the existing record, or `undefined` when this call recorded the start
+   */
+  idempotencyBegin(
+    key: string,
+    info: { workflowId: string; stepIndex: number; name: string; now: number },
+  ): Promise<IdempotencyRecord | undefined>;
+  /** Records the result of a started side effect. */
+  idempotencyFinish(key: string, resultJson: string, now: number): Promise<void>;
+  /** Removes a started record (the side effect threw: it may be retried). */
+  idempotencyAbandon(key: string): Promise<void>;
+  /** Closes connections this store created (injected clients are left open). */
+  close(): Promise<void>;
+}
+
+/** Encodes a keyset cursor as an opaque string. */
+export function encodeCursor(c: ListCursor): string {
+  return Buffer.from(JSON.stringify([c.updatedAt, c.workflowId]), "utf8").toString("base64url");
+}
+
+/**
+ * Decodes a cursor produced by {@link encodeCursor}.
+ * @throws {RangeError} on a malformed cursor
+ */
+export function decodeCursor(text: string): ListCursor {
+  try {
+    const v = JSON.parse(Buffer.from(text, "base64url").toString("utf8")) as unknown;
+    if (Array.isArray(v) && typeof v[0] === "number" && typeof v[1] === "string") {
+      return { updatedAt: v[0], workflowId: v[1] };
+    }
+  } catch {
+    // fall through
+  }
+  throw new RangeError(`malformed listWorkflows cursor ${JSON.stringify(text)}`);
+}

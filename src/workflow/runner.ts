@@ -1,0 +1,575 @@
+/**
+ * `ResumableGraphRunner`: runs a graph of async nodes over a
+ * {@link CheckpointStore}, checkpointing after every node, so a crashed run
+ * continues from the last finished node.
+ *
+ * - A node is `(state, ctx) => { next, updates }`; `next` is a node name or
+ *   `END`; `updates` are merged shallowly into `sharedMemory` (an `undefined`
+ *   value removes the key).
+ * - Every checkpoint is a compare-and-set on the step index: two processes
+ *   driving one workflow cannot both advance it (the loser gets `ConflictError`).
+ * - `ctx.interrupt({ reason, payload })` pauses the workflow (checkpointed as
+ *   `waiting`); `resume(workflowId, value)` continues it. The node is re-run
+ *   from its start on resume — as in LangGraph — but each `interrupt()` call
+ *   has a stable id (workflow, start step, node, call index) and its answer is
+ *   durable, so a re-run gets earlier answers back instead of asking again,
+ *   and side effects made through `ctx.sideEffect` / `ctx.tool` replay from
+ *   the idempotency journal instead of running again (the fix for the
+ *   "interrupt in a loop replays side effects" report, LangGraph #7780).
+ * - Time travel: `resumeFrom(workflowId, step)` forks a new workflow id from
+ *   any stored step; `updateState` writes a new step. History is never edited.
+ *
+ * @module
+ */
+import { randomUUID } from "node:crypto";
+import { EventEmitter } from "node:events";
+import { assertJson, type JsonObject, type JsonValue } from "../core/json.js";
+import {
+  NodeFailedError,
+  NondeterminismError,
+  UnknownNodeError,
+  WorkflowNotFoundError,
+  WorkflowNotWaitingError,
+  WorkflowStateError,
+} from "./errors.js";
+import { IdempotencyGuard, type Reconcile } from "./idempotency.js";
+import {
+  createWorkflowState,
+  END,
+  type HistoryRecord,
+  type NodeRun,
+  type PendingInterrupt,
+  START,
+  type WorkflowState,
+} from "./state.js";
+import type { CheckpointStore } from "./store.js";
+
+/** What a node returns. */
+export interface NodeResult {
+  /** Next node name, or `END`. */
+  next: string;
+  /** Shallow updates of `sharedMemory` (JSON; `undefined` removes a key). */
+  updates?: Record<string, JsonValue | undefined>;
+}
+
+/** The helpers a node gets besides the state. */
+export interface NodeContext {
+  workflowId: string;
+  /** Node name. */
+  node: string;
+  /** Step of the checkpoint this node run started from (stable across interrupts and re-runs). */
+  startStep: number;
+  /**
+   * Pauses the workflow until `resume(workflowId, value)`; returns `value`. On a re-run after
+   * resume, returns the recorded answer of this call (by call index) without pausing.
+   */
+  interrupt<T extends JsonValue = JsonValue>(request: { reason: string; payload?: JsonValue }): Promise<T>;
+  /**
+   * Runs a side effect at most once for this node run (key: workflow, start step, call index).
+   * @param name - stable name of the effect (checked on replay)
+   * @param fn - the effect; result must be JSON or undefined
+   * @param options - `reconcile` for an effect whose outcome is unknown after a crash
+   */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a side effect may return nothing (void)
+  sideEffect<T extends JsonValue | undefined | void>(
+    name: string,
+    fn: () => T | Promise<T>,
+    options?: { reconcile?: Reconcile<T> },
+  ): Promise<T>;
+  /**
+   * A guarded tool call that is also recorded in `historyRecords` (toolName, arguments, result,
+   * latencyMs, timestamp) when the node finishes.
+   */
+  tool<T extends JsonValue>(
+    toolName: string,
+    args: JsonValue,
+    fn: () => T | Promise<T>,
+    options?: { reconcile?: Reconcile<T> },
+  ): Promise<T>;
+}
+
+/** A graph node. */
+export type GraphNode<T extends WorkflowState = WorkflowState> = (
+  state: Readonly<T>,
+  ctx: NodeContext,
+) => NodeResult | Promise<NodeResult>;
+
+/** Result of driving a workflow until it finishes or waits. */
+export interface RunResult<T extends WorkflowState = WorkflowState> {
+  /** `running` only for a fork created with `run: false`. */
+  status: "finished" | "waiting" | "running";
+  state: T;
+  /** The question, when waiting. */
+  interrupt: PendingInterrupt | undefined;
+}
+
+/** Step events emitted by the runner (`runner.on("step", …)`). */
+export type StepEvent =
+  | { type: "start"; workflowId: string; stepIndex: number; node: string; at: number }
+  | {
+      type: "finish";
+      workflowId: string;
+      stepIndex: number;
+      node: string;
+      next: string;
+      durationMs: number;
+      at: number;
+    }
+  | {
+      type: "interrupt";
+      workflowId: string;
+      stepIndex: number;
+      node: string;
+      interrupt: PendingInterrupt;
+      durationMs: number;
+      at: number;
+    }
+  | {
+      type: "error";
+      workflowId: string;
+      stepIndex: number;
+      node: string;
+      error: unknown;
+      durationMs: number;
+      at: number;
+    };
+
+/** Options of {@link ResumableGraphRunner}. */
+export interface RunnerOptions<T extends WorkflowState = WorkflowState> {
+  /** The checkpoint store. */
+  store: CheckpointStore;
+  /** Nodes by name (a `Map` or a plain object). */
+  nodes: Map<string, GraphNode<T>> | Record<string, GraphNode<T>>;
+  /** Node run after `START`. @default the first node */
+  entry?: string;
+  /** Default decision for side effects of unknown outcome (see `IdempotencyGuard`). */
+  reconcile?: Reconcile<unknown>;
+  /** Safety limit on nodes run by one call. @default 10000 */
+  maxSteps?: number;
+  /** Called for every step event (same as listening to `"step"`). */
+  onStep?: (event: StepEvent) => void;
+}
+
+const RESUME = "__resume__";
+const UPDATE = "__update__";
+const FORK = "__fork__";
+
+/** Thrown inside a node by `ctx.interrupt` to unwind it; caught by the runner. Not an error for users. */
+class InterruptSignal {
+  constructor(readonly interrupt: PendingInterrupt) {}
+}
+
+function errorJson(e: unknown): JsonObject {
+  if (e instanceof Error) {
+    const out: JsonObject = { name: e.name, message: e.message };
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string") out.code = code;
+    if (e.stack) out.stack = e.stack;
+    return out;
+  }
+  return { name: "NonError", message: String(e) };
+}
+
+/**
+ * Runs a graph of nodes with a checkpoint after every node.
+ *
+ * @example
+ * const runner = new ResumableGraphRunner({
+ *   store,
+ *   nodes: {
+ *     plan: async (s) => ({ next: "act", updates: { plan: ["a", "b"] } }),
+ *     act: async (s, ctx) => ({ next: END, updates: { done: await ctx.sideEffect("send", () => send(s.sharedMemory)) } }),
+ *   },
+ * });
+ * runner.on("step", (e) => console.log(e.type, e.node, e.stepIndex));
+ * const { status, state } = await runner.runOrResume("order-42", { sharedMemory: { orderId: 42 } });
+ */
+export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> extends EventEmitter {
+  /** The store. */
+  readonly store: CheckpointStore;
+  /** The idempotency guard used by `ctx.sideEffect` / `ctx.tool`. */
+  readonly guard: IdempotencyGuard;
+  private readonly nodes: Map<string, GraphNode<T>>;
+  private readonly entry: string;
+  private readonly reconcile: Reconcile<unknown> | undefined;
+  private readonly maxSteps: number;
+
+  /**
+   * @param options - `store`, `nodes`, `entry`, `reconcile`, `maxSteps`, `onStep`
+   * @throws {RangeError} when there are no nodes or `entry` is unknown
+   */
+  constructor(options: RunnerOptions<T>) {
+    super();
+    this.store = options.store;
+    this.nodes = options.nodes instanceof Map ? new Map(options.nodes) : new Map(Object.entries(options.nodes));
+    const first = this.nodes.keys().next();
+    if (first.done) throw new RangeError("ResumableGraphRunner needs at least one node");
+    this.entry = options.entry ?? first.value;
+    if (!this.nodes.has(this.entry)) throw new RangeError(`entry node ${JSON.stringify(this.entry)} is not a node`);
+    for (const reserved of [START, END]) {
+      if (this.nodes.has(reserved)) throw new RangeError(`${reserved} is reserved and cannot be a node name`);
+    }
+    this.reconcile = options.reconcile;
+    this.guard = new IdempotencyGuard({ store: this.store, reconcile: options.reconcile });
+    this.maxSteps = options.maxSteps ?? 10_000;
+    if (options.onStep) this.on("step", options.onStep);
+  }
+
+  private emitStep(event: StepEvent): void {
+    this.emit("step", event);
+  }
+
+  /**
+   * Resumes a workflow from its latest checkpoint, or starts it (step 0) when it has none,
+   * and runs it until it finishes or waits for input.
+   *
+   * @param workflowId - the workflow id
+   * @param initial - for a new workflow: `sessionId`, `sharedMemory` (ignored when resuming)
+   * @returns `{ status, state, interrupt }`
+   * @throws {UnknownNodeError} when a node name is unknown (recorded with the step)
+   * @throws {NodeFailedError} when a node throws (recorded; the last good checkpoint stays)
+   * @throws {ConflictError} when another process advanced the workflow concurrently
+   * @throws {BackendError} when the cold store fails (the run stops without advancing)
+   */
+  async runOrResume(
+    workflowId: string,
+    initial: { sessionId?: string; sharedMemory?: JsonObject } = {},
+  ): Promise<RunResult<T>> {
+    let state = (await this.store.loadLatest(workflowId)) as T | undefined;
+    if (!state) {
+      const fresh = createWorkflowState({
+        workflowId,
+        sessionId: initial.sessionId,
+        sharedMemory: initial.sharedMemory,
+        schemaVersion: this.store.schemaVersion,
+      });
+      state = (await this.store.save(fresh, { expectedStep: null, nodeName: START })) as T;
+    }
+    return this.drive(state);
+  }
+
+  /**
+   * Continues a workflow that waits on `interrupt()`, delivering `value` exactly once.
+   *
+   * @param workflowId - the waiting workflow
+   * @param value - the answer (JSON), returned by the pending `interrupt()` call
+   * @param options - `interruptId`: deliver only if this is the pending question's id
+   * @returns the run result after continuing
+   * @throws {WorkflowNotFoundError} when the workflow does not exist
+   * @throws {WorkflowNotWaitingError} (a `ConflictError`) when it is not waiting, or waits on another question
+   * @throws {ConflictError} when another resume won the race (nothing delivered)
+   */
+  async resume(workflowId: string, value: JsonValue, options: { interruptId?: string } = {}): Promise<RunResult<T>> {
+    assertJson(value, "resume value");
+    const state = (await this.store.loadLatest(workflowId)) as T | undefined;
+    if (!state) throw new WorkflowNotFoundError(workflowId);
+    const pending = state.pendingInterrupt;
+    if (state.status !== "waiting" || !pending || !state.nodeRun) {
+      throw new WorkflowNotWaitingError(workflowId, state.stepIndex, state.isFinished ? "finished" : state.status);
+    }
+    if (options.interruptId !== undefined && options.interruptId !== pending.id) {
+      throw new WorkflowNotWaitingError(
+        workflowId,
+        state.stepIndex,
+        `waiting on ${pending.id}, not ${options.interruptId}`,
+      );
+    }
+    const next = {
+      ...state,
+      stepIndex: state.stepIndex + 1,
+      status: "running",
+      pendingInterrupt: null,
+      nodeRun: { ...state.nodeRun, answers: [...state.nodeRun.answers, { id: pending.id, value }] },
+      updatedAt: Date.now(),
+    } as T;
+    const saved = (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: RESUME })) as T;
+    return this.drive(saved);
+  }
+
+  /**
+   * Time travel: forks a new workflow from a stored step of another one and runs it. The
+   * original history is untouched; side effects in the fork run again (new idempotency keys).
+   *
+   * @param workflowId - source workflow
+   * @param stepIndex - source step
+   * @param options - `newWorkflowId` (default `{workflowId}~fork-{8 hex}`), `updates` merged into
+   *   `sharedMemory` of the fork, `run` (default true; false only writes the fork's first checkpoint)
+   * @returns the run result of the fork (its `state.workflowId` is the new id)
+   * @throws {WorkflowNotFoundError} when the step does not exist
+   * @throws {ConflictError} when `newWorkflowId` already exists
+   */
+  async resumeFrom(
+    workflowId: string,
+    stepIndex: number,
+    options: { newWorkflowId?: string; updates?: Record<string, JsonValue | undefined>; run?: boolean } = {},
+  ): Promise<RunResult<T>> {
+    const source = (await this.store.get(workflowId, stepIndex)) as T;
+    const forkId = options.newWorkflowId ?? `${workflowId}~fork-${randomUUID().slice(0, 8)}`;
+    const fork = {
+      ...source,
+      workflowId: forkId,
+      sharedMemory: merge(source.sharedMemory, options.updates),
+      parent: { workflowId, stepIndex },
+      updatedAt: Date.now(),
+    } as T;
+    const saved = (await this.store.save(fork, { expectedStep: null, nodeName: FORK })) as T;
+    if (options.run === false) return result(saved);
+    return this.drive(saved);
+  }
+
+  /**
+   * Writes a new step with `sharedMemory` updated (and optionally the next node changed);
+   * earlier steps are never edited. Does not run anything.
+   *
+   * @param workflowId - the workflow
+   * @param patch - `updates` merged into `sharedMemory`; `currentNode` to jump to
+   * @returns the new state
+   * @throws {WorkflowNotFoundError} / {UnknownNodeError} / {ConflictError}
+   */
+  async updateState(
+    workflowId: string,
+    patch: { updates?: Record<string, JsonValue | undefined>; currentNode?: string },
+  ): Promise<T> {
+    const state = (await this.store.loadLatest(workflowId)) as T | undefined;
+    if (!state) throw new WorkflowNotFoundError(workflowId);
+    if (patch.currentNode !== undefined && patch.currentNode !== END && !this.nodes.has(patch.currentNode)) {
+      throw new UnknownNodeError(workflowId, state.stepIndex, patch.currentNode, [...this.nodes.keys()]);
+    }
+    const jump = patch.currentNode !== undefined && patch.currentNode !== state.currentNode;
+    const next = {
+      ...state,
+      stepIndex: state.stepIndex + 1,
+      sharedMemory: merge(state.sharedMemory, patch.updates),
+      ...(jump
+        ? {
+            currentNode: patch.currentNode,
+            isFinished: patch.currentNode === END,
+            status: patch.currentNode === END ? "finished" : "running",
+            pendingInterrupt: null,
+            nodeRun: null,
+          }
+        : {}),
+      updatedAt: Date.now(),
+    } as T;
+    return (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: UPDATE })) as T;
+  }
+
+  private async fail(state: T, node: string, error: unknown): Promise<never> {
+    await this.store.recordError({
+      workflowId: state.workflowId,
+      stepIndex: state.stepIndex,
+      nodeName: node,
+      error: errorJson(error),
+      createdAt: Date.now(),
+    });
+    throw error;
+  }
+
+  private async drive(state: T): Promise<RunResult<T>> {
+    for (let steps = 0; ; steps++) {
+      if (state.isFinished || state.status === "waiting") return result(state);
+      const node = state.currentNode === START ? this.entry : state.currentNode;
+      const fn = this.nodes.get(node);
+      if (!fn) {
+        await this.fail(
+          state,
+          node,
+          new UnknownNodeError(state.workflowId, state.stepIndex, node, [...this.nodes.keys()]),
+        );
+      }
+      if (steps >= this.maxSteps) {
+        throw new NodeFailedError(
+          state.workflowId,
+          state.stepIndex,
+          node,
+          new Error(`maxSteps (${this.maxSteps}) reached`),
+        );
+      }
+      state = await this.runNode(state, node, fn!);
+    }
+  }
+
+  private async runNode(state: T, node: string, fn: GraphNode<T>): Promise<T> {
+    const run: NodeRun =
+      state.nodeRun && state.nodeRun.node === node ? state.nodeRun : { node, startStep: state.stepIndex, answers: [] };
+    const records: HistoryRecord[] = [];
+    let interruptIndex = 0;
+    let callIndex = 0;
+    let signal: InterruptSignal | undefined;
+    const wf = state.workflowId;
+    // biome-ignore lint/suspicious/noConfusingVoidType: a side effect may return nothing (void)
+    const sideEffect = <R extends JsonValue | undefined | void>(
+      name: string,
+      effect: () => R | Promise<R>,
+      options: { reconcile?: Reconcile<R> } = {},
+    ): Promise<R> => {
+      if (signal) throw signal; // the node swallowed an interrupt and went on: unwind again
+      const key = IdempotencyGuard.key(wf, run.startStep, callIndex++);
+      return this.guard.run(key, effect, {
+        name,
+        workflowId: wf,
+        stepIndex: run.startStep,
+        reconcile: options.reconcile ?? (this.reconcile as Reconcile<R> | undefined),
+      });
+    };
+    const ctx: NodeContext = {
+      workflowId: wf,
+      node,
+      startStep: run.startStep,
+      interrupt: async <V extends JsonValue>(request: { reason: string; payload?: JsonValue }): Promise<V> => {
+        if (signal) throw signal;
+        const index = interruptIndex++;
+        const id = `${wf}:${run.startStep}:${node}:${index}`;
+        const answer = run.answers[index];
+        if (answer) {
+          if (answer.id !== id) throw new NondeterminismError(id, answer.id, id);
+          return answer.value as V;
+        }
+        const payload = request.payload ?? null;
+        assertJson(payload, "interrupt payload");
+        signal = new InterruptSignal({ id, node, index, reason: request.reason, payload });
+        throw signal;
+      },
+      sideEffect,
+      tool: async <R extends JsonValue>(
+        toolName: string,
+        args: JsonValue,
+        effect: () => R | Promise<R>,
+        options: { reconcile?: Reconcile<R> } = {},
+      ): Promise<R> => {
+        assertJson(args, `arguments of tool ${toolName}`);
+        const recorded = await sideEffect<{ result: R; latencyMs: number; timestamp: number }>(
+          `tool:${toolName}`,
+          async () => {
+            const t0 = performance.now();
+            const value = await effect();
+            return {
+              result: value,
+              latencyMs: Math.round((performance.now() - t0) * 1000) / 1000,
+              timestamp: Date.now(),
+            };
+          },
+          options.reconcile
+            ? {
+                reconcile: async (e) => {
+                  const d = await options.reconcile!(e);
+                  return d.outcome === "happened"
+                    ? { outcome: "happened", result: { result: d.result, latencyMs: 0, timestamp: Date.now() } }
+                    : d;
+                },
+              }
+            : {},
+        );
+        records.push({
+          toolName,
+          arguments: args,
+          result: recorded.result,
+          latencyMs: recorded.latencyMs,
+          timestamp: recorded.timestamp,
+        });
+        return recorded.result;
+      },
+    };
+
+    const t0 = performance.now();
+    this.emitStep({ type: "start", workflowId: wf, stepIndex: state.stepIndex, node, at: Date.now() });
+    let out: NodeResult | undefined;
+    let thrown: unknown;
+    try {
+      out = await fn(structuredClone(state), ctx);
+    } catch (e) {
+      thrown = e;
+    }
+    const durationMs = performance.now() - t0;
+    if (signal) {
+      const waiting = {
+        ...state,
+        stepIndex: state.stepIndex + 1,
+        currentNode: node,
+        status: "waiting",
+        pendingInterrupt: signal.interrupt,
+        nodeRun: run,
+        updatedAt: Date.now(),
+      } as T;
+      const saved = (await this.store.save(waiting, { expectedStep: state.stepIndex, nodeName: node })) as T;
+      this.emitStep({
+        type: "interrupt",
+        workflowId: wf,
+        stepIndex: saved.stepIndex,
+        node,
+        interrupt: signal.interrupt,
+        durationMs,
+        at: Date.now(),
+      });
+      return saved;
+    }
+    const failWith = async (error: unknown): Promise<never> => {
+      this.emitStep({
+        type: "error",
+        workflowId: wf,
+        stepIndex: state.stepIndex,
+        node,
+        error,
+        durationMs,
+        at: Date.now(),
+      });
+      return this.fail(state, node, error);
+    };
+    if (thrown !== undefined || !out) {
+      const cause = thrown ?? new TypeError("the node returned nothing (expected { next, updates })");
+      return failWith(new NodeFailedError(wf, state.stepIndex, node, cause));
+    }
+    if (typeof out.next !== "string" || (out.next !== END && !this.nodes.has(out.next))) {
+      return failWith(new UnknownNodeError(wf, state.stepIndex, String(out.next), [...this.nodes.keys()]));
+    }
+    let next: T;
+    try {
+      if (out.updates !== undefined) assertJson(out.updates, `updates of node ${node}`);
+      const finished = out.next === END;
+      next = this.store.validate({
+        ...state,
+        stepIndex: state.stepIndex + 1,
+        currentNode: out.next,
+        sharedMemory: merge(state.sharedMemory, out.updates),
+        historyRecords: [...state.historyRecords, ...records],
+        isFinished: finished,
+        status: finished ? "finished" : "running",
+        pendingInterrupt: null,
+        nodeRun: null,
+        updatedAt: Date.now(),
+      }) as T;
+    } catch (e) {
+      return failWith(e instanceof WorkflowStateError ? e : new NodeFailedError(wf, state.stepIndex, node, e));
+    }
+    const saved = (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: node })) as T;
+    this.emitStep({
+      type: "finish",
+      workflowId: wf,
+      stepIndex: saved.stepIndex,
+      node,
+      next: out.next,
+      durationMs,
+      at: Date.now(),
+    });
+    return saved;
+  }
+}
+
+function merge(memory: JsonObject, updates: Record<string, JsonValue | undefined> | undefined): JsonObject {
+  if (!updates) return memory;
+  const out: JsonObject = { ...memory };
+  for (const [k, v] of Object.entries(updates)) {
+    if (v === undefined) delete out[k];
+    // defineProperty: a key named "__proto__" is data, never a prototype change
+    else Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
+
+function result<T extends WorkflowState>(state: T): RunResult<T> {
+  return {
+    status: state.isFinished ? "finished" : state.status === "waiting" ? "waiting" : "running",
+    state,
+    interrupt: state.pendingInterrupt ?? undefined,
+  };
+}

@@ -1,0 +1,471 @@
+/**
+ * `CheckpointStore`: workflow snapshots in two tiers — a cold store that is
+ * the source of truth (SQLite or PostgreSQL, one row per step) and an
+ * optional Redis hot tier holding each workflow's latest snapshot with a TTL.
+ *
+ * `save` writes cold first (a failure throws: the runner stops without
+ * advancing), then hot (a failure is logged and counted in
+ * {@link CheckpointStore.stats}, never thrown). `loadLatest` reads the hot
+ * entry and the cold summary's latest step together; the hot entry is used
+ * only when it is the newest step, else (missing, expired, stale, Redis down)
+ * the cold row is read and the hot tier refilled. Large `sharedMemory`
+ * values go to a content-addressed blob store. Snapshots carry a
+ * `schemaVersion`; registered migrations upgrade old ones on load, and every
+ * load validates strictly.
+ *
+ * The two-tier layout follows the "hot cache + durable archive" split common
+ * to LangGraph's Redis/Postgres checkpointers; the compare-and-set on the
+ * step index is ours.
+ *
+ * @module
+ */
+import path from "node:path";
+import type { z } from "zod";
+import { assertJson, isJsonObject } from "../core/json.js";
+import { type BlobStore, DEFAULT_BLOB_THRESHOLD, externalizeBlobs, FsBlobStore, internalizeBlobs } from "./blobs.js";
+import {
+  type ColdStore,
+  decodeCursor,
+  encodeCursor,
+  type StepErrorRecord,
+  type StoredSnapshot,
+  type WorkflowRowStatus,
+  type WorkflowSummary,
+} from "./cold.js";
+import { WorkflowNotFoundError, WorkflowStateError } from "./errors.js";
+import type { HotEntry, RedisHotTier } from "./hot-redis.js";
+import {
+  type AnyWorkflowStateSchema,
+  END,
+  MigrationRegistry,
+  parseWorkflowState,
+  type StateMigration,
+  type WorkflowState,
+  WorkflowStateSchema,
+} from "./state.js";
+
+/** Options of {@link CheckpointStore.open}. */
+export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema> {
+  /** The source of truth: a `SqliteColdStore` or `PostgresColdStore` (or your own {@link ColdStore}). */
+  cold: ColdStore;
+  /** Optional Redis cache of the latest snapshot per workflow. */
+  hot?: RedisHotTier;
+  /** State schema (from `defineWorkflowState`). @default WorkflowStateSchema (free-form sharedMemory) */
+  schema?: S;
+  /** Version of the application's state schema written into new snapshots. @default 1 */
+  schemaVersion?: number;
+  /** Where large values go. @default new FsBlobStore(blobDir) */
+  blobs?: BlobStore;
+  /** Directory of the default blob store. @default "./.dumplingsAI_workflows/blobs" */
+  blobDir?: string;
+  /** Size (bytes of JSON) above which a top-level `sharedMemory` value goes to the blob store. @default 262144 (256 KB) */
+  blobThreshold?: number;
+  /** Receives hot-tier failures (they are never thrown). @default a console.warn on the first failure after a success */
+  onHotError?: (error: unknown, operation: "get" | "put" | "delete", workflowId: string) => void;
+}
+
+/** Counters of a store's activity since it was opened. */
+export interface CheckpointStoreStats {
+  /** Hot-tier operations that failed (Redis down, timeout…). */
+  hotErrors: number;
+  /** Loads served from the hot tier. */
+  hotHits: number;
+  /** Loads that found no hot entry (missing or expired). */
+  hotMisses: number;
+  /** Loads whose hot entry was older than the cold row. */
+  hotStale: number;
+  /** Snapshots written to the cold store. */
+  coldWrites: number;
+  /** Snapshots read from the cold store. */
+  coldReads: number;
+}
+
+/** One step of a workflow's history. */
+export interface HistoryEntry<T = WorkflowState> {
+  stepIndex: number;
+  /** Node (or `__start__`, `__resume__`, `__update__`, `__fork__`) that produced the checkpoint. */
+  nodeName: string;
+  /** ms since the epoch. */
+  createdAt: number;
+  state: T;
+}
+
+/** Options of {@link CheckpointStore.save}. */
+export interface SaveOptions {
+  /**
+   * Compare-and-set: the workflow's latest stored step must equal this (`null`: the workflow
+   * must not exist yet). Omitted: plain upsert of the row at `state.stepIndex`.
+   */
+  expectedStep?: number | null;
+  /** Node that produced the checkpoint, stored in `node_name`. @default state.currentNode */
+  nodeName?: string;
+}
+
+/**
+ * Two-tier checkpoint store. Create with {@link CheckpointStore.open}.
+ *
+ * @example
+ * const store = await CheckpointStore.open({
+ *   cold: new SqliteColdStore({ path: "./.dumplingsAI_workflows/checkpoints.db" }),
+ *   hot: process.env.REDIS_URL ? new RedisHotTier({ url: process.env.REDIS_URL }) : undefined,
+ * });
+ * await store.save(createWorkflowState({ workflowId: "w1" }), { expectedStep: null });
+ * const latest = await store.loadLatest("w1");
+ */
+export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema> {
+  /** Activity counters (hot-tier failures included). */
+  readonly stats: CheckpointStoreStats = {
+    hotErrors: 0,
+    hotHits: 0,
+    hotMisses: 0,
+    hotStale: 0,
+    coldWrites: 0,
+    coldReads: 0,
+  };
+  /** The cold store. */
+  readonly cold: ColdStore;
+  /** The hot tier, when configured. */
+  readonly hot: RedisHotTier | undefined;
+  /** The state schema. */
+  readonly schema: S;
+  /** The blob store. */
+  readonly blobs: BlobStore;
+  private readonly migrations: MigrationRegistry;
+  private readonly threshold: number;
+  private readonly onHotError: NonNullable<CheckpointStoreOptions<S>["onHotError"]>;
+  private hotHealthy = true;
+
+  private constructor(options: CheckpointStoreOptions<S>) {
+    this.cold = options.cold;
+    this.hot = options.hot;
+    this.schema = (options.schema ?? WorkflowStateSchema) as S;
+    this.migrations = new MigrationRegistry(options.schemaVersion ?? 1);
+    this.blobs = options.blobs ?? new FsBlobStore(path.resolve(options.blobDir ?? ".dumplingsAI_workflows/blobs"));
+    this.threshold = options.blobThreshold ?? DEFAULT_BLOB_THRESHOLD;
+    this.onHotError =
+      options.onHotError ??
+      ((error, op, id) => {
+        if (!this.hotHealthy) return;
+        this.hotHealthy = false;
+        const text = error instanceof Error ? error.message : String(error);
+        console.warn(
+          `[dumplings:workflow] hot tier (redis) ${op} failed for workflow ${JSON.stringify(id)}: ${text}; continuing on the cold store (further failures are counted in store.stats.hotErrors)`,
+        );
+      });
+  }
+
+  /**
+   * Opens a store: creates the cold tables if missing.
+   *
+   * @param options - `cold` (required), `hot`, `schema`, `schemaVersion`, blob settings
+   * @returns a ready store
+   * @throws {BackendError} when the cold store cannot be initialised
+   */
+  static async open<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema>(
+    options: CheckpointStoreOptions<S>,
+  ): Promise<CheckpointStore<S>> {
+    await options.cold.init();
+    return new CheckpointStore<S>(options);
+  }
+
+  /** The schema version new snapshots are written with. */
+  get schemaVersion(): number {
+    return this.migrations.currentVersion;
+  }
+
+  /**
+   * Registers a migration applied on load to snapshots of schema version `from`.
+   *
+   * @param from - version the migration reads
+   * @param to - version it produces (`<= schemaVersion`)
+   * @param fn - pure function of the raw snapshot object (JSON) returning the upgraded one
+   * @throws {RangeError} on invalid versions or a duplicate
+   * @example
+   * store.registerMigration(1, 2, (s) => ({ ...s, sharedMemory: { ...(s.sharedMemory as object), tags: [] } }));
+   */
+  registerMigration(from: number, to: number, fn: StateMigration): void {
+    this.migrations.register(from, to, fn);
+  }
+
+  private hotFailed(error: unknown, op: "get" | "put" | "delete", workflowId: string): void {
+    this.stats.hotErrors++;
+    try {
+      this.onHotError(error, op, workflowId);
+    } catch {
+      // a failing logger must not turn a cache failure into a fatal one
+    }
+  }
+
+  private hotOk(): void {
+    this.hotHealthy = true;
+  }
+
+  /**
+   * Validates a state against the schema (strict) and the JSON rules.
+   *
+   * @returns the parsed state (defaults filled)
+   * @throws {WorkflowStateError} naming workflow, step and field path
+   * @throws {NonJsonValueError} for a value JSON cannot carry, with its path
+   */
+  validate(state: unknown): z.infer<S> {
+    const where = isJsonObject(state)
+      ? {
+          workflowId: typeof state.workflowId === "string" ? state.workflowId : undefined,
+          stepIndex: typeof state.stepIndex === "number" ? state.stepIndex : undefined,
+        }
+      : {};
+    if (isJsonObject(state)) {
+      assertJson(state.sharedMemory, "sharedMemory");
+      assertJson(state.historyRecords ?? [], "historyRecords");
+    }
+    return parseWorkflowState(this.schema, state, where);
+  }
+
+  /**
+   * Saves a checkpoint: cold first (durable when this returns), then hot (best effort).
+   *
+   * @param state - the state to save (validated strictly; its `schemaVersion` is set to the store's)
+   * @param options - `expectedStep` for compare-and-set, `nodeName` for the row
+   * @returns the stored state
+   * @throws {WorkflowStateError} / {NonJsonValueError} on an invalid state (nothing written)
+   * @throws {ConflictError} when `expectedStep` does not match the latest stored step (nothing written)
+   * @throws {BackendError} when the cold store fails
+   */
+  async save(state: z.infer<S>, options: SaveOptions = {}): Promise<z.infer<S>> {
+    const valid = this.validate({ ...(state as object), schemaVersion: this.schemaVersion }) as WorkflowState;
+    const { stored, refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold);
+    const stateJson = JSON.stringify({ ...valid, sharedMemory: stored });
+    const status: WorkflowRowStatus = valid.isFinished ? "finished" : valid.status;
+    await this.cold.write(
+      {
+        workflowId: valid.workflowId,
+        stepIndex: valid.stepIndex,
+        nodeName: options.nodeName ?? valid.currentNode,
+        stateJson,
+        createdAt: valid.updatedAt,
+        sessionId: valid.sessionId,
+        status,
+        currentNode: valid.isFinished ? END : valid.currentNode,
+        parentWorkflowId: valid.parent?.workflowId ?? null,
+        activeStep: valid.nodeRun?.startStep ?? valid.stepIndex,
+        blobRefs: refs,
+      },
+      options.expectedStep,
+    );
+    this.stats.coldWrites++;
+    await this.putHot(valid.workflowId, valid.stepIndex, stateJson);
+    return valid as z.infer<S>;
+  }
+
+  private async putHot(workflowId: string, stepIndex: number, stateJson: string): Promise<void> {
+    if (!this.hot) return;
+    try {
+      await this.hot.put(workflowId, { stepIndex, stateJson });
+      this.hotOk();
+    } catch (e) {
+      this.hotFailed(e, "put", workflowId);
+    }
+  }
+
+  private async decode(row: { workflowId: string; stepIndex: number; stateJson: string }): Promise<z.infer<S>> {
+    const where = { workflowId: row.workflowId, stepIndex: row.stepIndex };
+    let raw: unknown;
+    try {
+      raw = JSON.parse(row.stateJson);
+    } catch (e) {
+      throw new WorkflowStateError({ ...where, path: "", problem: "stored snapshot is not JSON", cause: e });
+    }
+    if (!isJsonObject(raw))
+      throw new WorkflowStateError({ ...where, path: "", problem: "stored snapshot is not an object" });
+    let upgraded = this.migrations.upgrade(raw, where);
+    if (isJsonObject(upgraded.sharedMemory)) {
+      upgraded = { ...upgraded, sharedMemory: await internalizeBlobs(upgraded.sharedMemory, this.blobs) };
+    }
+    const state = parseWorkflowState(this.schema, upgraded, where) as WorkflowState;
+    if (state.workflowId !== row.workflowId || state.stepIndex !== row.stepIndex) {
+      throw new WorkflowStateError({
+        ...where,
+        path: state.workflowId !== row.workflowId ? "workflowId" : "stepIndex",
+        problem: `snapshot holds ${JSON.stringify(state.workflowId)} step ${state.stepIndex}, but is stored as ${JSON.stringify(row.workflowId)} step ${row.stepIndex}`,
+      });
+    }
+    return state as z.infer<S>;
+  }
+
+  /**
+   * Loads a workflow's newest checkpoint (hot tier when it is current, else cold, refilling hot).
+   *
+   * @param workflowId - the workflow
+   * @returns the state, or `undefined` when the workflow has no checkpoint
+   * @throws {WorkflowStateError} / {WorkflowMigrationError} when the snapshot is invalid
+   * @throws {BackendError} when the cold store fails
+   */
+  async loadLatest(workflowId: string): Promise<z.infer<S> | undefined> {
+    const FAILED = "failed" as const;
+    const hotRead: Promise<HotEntry | undefined | typeof FAILED> = this.hot
+      ? this.hot.get(workflowId).then(
+          (entry) => {
+            this.hotOk();
+            return entry;
+          },
+          (e: unknown) => {
+            this.hotFailed(e, "get", workflowId);
+            return FAILED;
+          },
+        )
+      : Promise.resolve(FAILED);
+    const [entry, summary] = await Promise.all([hotRead, this.cold.summary(workflowId)]);
+    if (!summary) {
+      if (entry !== FAILED && entry !== undefined && this.hot) {
+        // A hot entry without cold rows is an orphan (e.g. a delete whose hot half failed): remove it.
+        await this.hot.delete(workflowId).catch((e: unknown) => this.hotFailed(e, "delete", workflowId));
+      }
+      return undefined;
+    }
+    if (entry !== FAILED) {
+      if (entry && entry.stepIndex === summary.latestStep) {
+        try {
+          const state = await this.decode({ workflowId, stepIndex: entry.stepIndex, stateJson: entry.stateJson });
+          this.stats.hotHits++;
+          return state;
+        } catch (e) {
+          // A corrupted cache entry is a cache failure: count it and read the truth.
+          this.hotFailed(e, "get", workflowId);
+        }
+      } else if (entry) this.stats.hotStale++;
+      else this.stats.hotMisses++;
+    }
+    const row = await this.cold.latest(workflowId);
+    if (!row) return undefined;
+    this.stats.coldReads++;
+    const state = await this.decode(row);
+    await this.putHot(workflowId, row.stepIndex, row.stateJson);
+    return state;
+  }
+
+  /**
+   * Loads one stored step (from the cold store).
+   *
+   * @throws {WorkflowNotFoundError} when there is no such step
+   * @throws {WorkflowStateError} when the snapshot is invalid
+   */
+  async get(workflowId: string, stepIndex: number): Promise<z.infer<S>> {
+    const row = await this.cold.read(workflowId, stepIndex);
+    if (!row) throw new WorkflowNotFoundError(workflowId, stepIndex);
+    this.stats.coldReads++;
+    return this.decode(row);
+  }
+
+  /**
+   * Every stored step of a workflow, oldest first.
+   *
+   * @returns entries `{ stepIndex, nodeName, createdAt, state }` (empty when the workflow does not exist)
+   */
+  async history(workflowId: string): Promise<HistoryEntry<z.infer<S>>[]> {
+    const rows: StoredSnapshot[] = await this.cold.history(workflowId);
+    const out: HistoryEntry<z.infer<S>>[] = [];
+    for (const row of rows) {
+      out.push({
+        stepIndex: row.stepIndex,
+        nodeName: row.nodeName,
+        createdAt: row.createdAt,
+        state: await this.decode(row),
+      });
+    }
+    return out;
+  }
+
+  /** The summary row of a workflow (status, latest step, updated time), or `undefined`. */
+  summary(workflowId: string): Promise<WorkflowSummary | undefined> {
+    return this.cold.summary(workflowId);
+  }
+
+  /**
+   * Lists workflows, newest update first, with keyset pagination (index-backed, so a page costs
+   * the same at 100,000 workflows as at 10).
+   *
+   * @param query - `status` filter, `limit` (default 50, max 1000), `cursor` from the previous page
+   * @returns `{ items, nextCursor }` (`nextCursor` undefined on the last page)
+   * @throws {RangeError} on a malformed cursor or limit
+   * @example
+   * let page = await store.listWorkflows({ status: "waiting", limit: 100 });
+   * while (page.nextCursor) page = await store.listWorkflows({ status: "waiting", limit: 100, cursor: page.nextCursor });
+   */
+  async listWorkflows(
+    query: { status?: WorkflowRowStatus; limit?: number; cursor?: string } = {},
+  ): Promise<{ items: WorkflowSummary[]; nextCursor: string | undefined }> {
+    const limit = query.limit ?? 50;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+      throw new RangeError(`limit must be 1..1000, got ${limit}`);
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const rows = await this.cold.list({ status: query.status, limit: limit + 1, after });
+    const items = rows.slice(0, limit);
+    const last = items[items.length - 1];
+    return {
+      items,
+      nextCursor:
+        rows.length > limit && last
+          ? encodeCursor({ updatedAt: last.updatedAt, workflowId: last.workflowId })
+          : undefined,
+    };
+  }
+
+  /**
+   * Deletes a workflow from both tiers: every snapshot, its summary, errors, side-effect
+   * records, and blobs no other snapshot references.
+   *
+   * @returns whether the workflow existed
+   * @throws {BackendError} when the cold store fails (the hot entry is then left too)
+   */
+  async delete(workflowId: string): Promise<boolean> {
+    const { existed, orphanRefs } = await this.cold.deleteWorkflow(workflowId);
+    if (this.hot) await this.hot.delete(workflowId).catch((e: unknown) => this.hotFailed(e, "delete", workflowId));
+    await this.deleteBlobs(orphanRefs);
+    return existed;
+  }
+
+  private async deleteBlobs(refs: string[]): Promise<number> {
+    if (!this.blobs.delete) return 0;
+    for (const ref of refs) await this.blobs.delete(ref);
+    return refs.length;
+  }
+
+  /**
+   * Retention: deletes snapshots older than `olderThan`, always keeping each workflow's newest
+   * `keepLast` steps (so every workflow stays resumable), plus unreferenced blobs and the
+   * side-effect records of finished node runs. SQLite then runs an incremental vacuum;
+   * PostgreSQL deletes in batches.
+   *
+   * @param options - `olderThan`: an age in ms or a `Date` cutoff; `keepLast` (default 1, min 1)
+   * @returns `{ deletedSnapshots, deletedBlobs }`
+   * @example
+   * await store.prune({ olderThan: 7 * 24 * 3600_000, keepLast: 5 });
+   */
+  async prune(options: {
+    olderThan: number | Date;
+    keepLast?: number;
+  }): Promise<{ deletedSnapshots: number; deletedBlobs: number }> {
+    const keepLast = options.keepLast ?? 1;
+    if (!Number.isInteger(keepLast) || keepLast < 1)
+      throw new RangeError(`keepLast must be an integer >= 1, got ${keepLast}`);
+    const cutoff = options.olderThan instanceof Date ? options.olderThan.getTime() : Date.now() - options.olderThan;
+    const { deletedSnapshots, orphanRefs } = await this.cold.prune(cutoff, keepLast);
+    return { deletedSnapshots, deletedBlobs: await this.deleteBlobs(orphanRefs) };
+  }
+
+  /** Records a node failure with the step it started from; the workflow's status becomes `failed`. */
+  recordError(record: StepErrorRecord): Promise<void> {
+    return this.cold.recordError(record);
+  }
+
+  /** The node failures recorded for a workflow, oldest first. */
+  errors(workflowId: string): Promise<StepErrorRecord[]> {
+    return this.cold.errors(workflowId);
+  }
+
+  /** Closes both tiers (clients the tiers created; injected clients stay open). */
+  async close(): Promise<void> {
+    await this.hot?.close();
+    await this.cold.close();
+  }
+}

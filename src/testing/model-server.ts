@@ -293,6 +293,9 @@ function sseWriter(res: ServerResponse, turn: ScriptedTurn) {
   let written = 0;
   return async (data: string, event?: string): Promise<boolean> => {
     if (turn.dropAfterEvents !== undefined && written >= turn.dropAfterEvents) {
+      // let the client receive what was written, then cut the connection mid-stream
+      await new Promise<void>((resolve) => res.write("", () => resolve()));
+      await sleep(50);
       res.destroy();
       return false;
     }

@@ -19,7 +19,7 @@
  *   session_key TEXT NOT NULL, seq INTEGER NOT NULL,  -- seq = 0-based index in the history
  *   body,                      -- TEXT: the message's JSON; BLOB: the same JSON gzip-compressed
  *   PRIMARY KEY (session_key, seq)
- * ) WITHOUT ROWID;
+ * );                         -- a rowid table: rows up to ~4 KB stay in their leaf page (WITHOUT ROWID would spill rows over ~1 KB to overflow pages)
  * CREATE TABLE dumplings_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
  *   -- 'revision_floor': highest revision ever deleted (re-created keys start above it)
  * ```
@@ -672,7 +672,7 @@ function migrate(db: BetterSqlite3.Database, dbPath: string): void {
     if (!columns.has("revision")) db.exec("ALTER TABLE sessions ADD COLUMN revision INTEGER NOT NULL DEFAULT 1");
     if (!columns.has("message_count")) db.exec("ALTER TABLE sessions ADD COLUMN message_count INTEGER");
     db.exec(`CREATE TABLE IF NOT EXISTS messages (
-      session_key TEXT NOT NULL, seq INTEGER NOT NULL, body, PRIMARY KEY (session_key, seq)) WITHOUT ROWID`);
+      session_key TEXT NOT NULL, seq INTEGER NOT NULL, body, PRIMARY KEY (session_key, seq))`);
     db.exec("CREATE TABLE IF NOT EXISTS dumplings_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID");
     db.exec("CREATE INDEX IF NOT EXISTS sessions_saved_at ON sessions (saved_at)");
     // Move legacy JSONL histories into `messages`, verbatim (a corrupt line is reported when that key is loaded).

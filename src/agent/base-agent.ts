@@ -1,0 +1,474 @@
+/**
+ * `BaseAgent`: an agent speaking the OpenAI chat-completions protocol, with
+ * its complete, typed, persistable state — identity (`uuid`, `name`),
+ * configuration (`config`, the `.duas` `[CONFIG]` fields in camelCase),
+ * conversation (`history`, protocol messages with unknown extra fields
+ * kept), progress (`currentTaskId`) and tool-call hooks (`hooks`).
+ *
+ * Subclasses add persistent fields, saved in `[STATE]` and restored on load,
+ * by declaring their names (`static persistentFields = ["notes"]`, values
+ * must be JSON) or a zod object schema (`static persistentSchema`, whose
+ * codecs may turn e.g. a `Date` into an ISO string and back). A subclass is
+ * made loadable with `registerAgentClass(MyAgent, import.meta.url)`; its
+ * constructor must accept the {@link AgentOptions} object as first argument.
+ *
+ * The agent is an `EventEmitter`. Events emitted by the persistence layer:
+ * - `persistError` `(error: DumplingsError)`: an auto-save failed (the turn goes on);
+ * - `persistWarning` `(warning: PersistenceWarning)`: e.g. a hook that cannot be saved by name.
+ *
+ * The conversation loop (`conversationWithTool`, tools) is layered on top
+ * of this class by the agent runtime modules.
+ *
+ * @module
+ */
+import { randomUUID } from "node:crypto";
+import { EventEmitter } from "node:events";
+import type { z } from "zod";
+import { AgentNotFoundError, InvalidStateError } from "../core/errors.js";
+import { assertJson, type JsonValue } from "../core/json.js";
+import { type Message, messageSchemaFor, type Protocol } from "../core/messages.js";
+import { type AgentConfig, type AgentConfigInput, AgentConfigSchema, type AgentState } from "../core/state.js";
+import { FORMAT_VERSION, packageVersion } from "../core/version.js";
+import {
+  exportStateString,
+  type LoadOptions,
+  loadState,
+  loadStateString,
+  type SaveOptions,
+  type SaveResult,
+  saveState,
+} from "../persistence/api.js";
+import {
+  agentClassName,
+  defaultWarn,
+  hookFunctionName,
+  type PersistenceWarning,
+  type RestoreOptions,
+  registerAgentClass,
+  resolveHooksSync,
+  unregisteredHookWarning,
+} from "../persistence/classes.js";
+
+/**
+ * A tool-call hook event (the same shape the agent runtime's tool runner
+ * emits; see `tools.ts`).
+ */
+export interface ToolHookEvent {
+  /** `before` the call, `after` a successful call, `error` after a failed one (throw, timeout, bad arguments). */
+  type: "before" | "after" | "error";
+  /** Tool name. */
+  toolName: string;
+  /** Tool call id. */
+  toolCallId: string;
+  /** Parsed arguments (the raw text when they were not JSON). */
+  args: unknown;
+  /** The tool's return value (`after` only). */
+  result?: unknown;
+  /** The error (`error` only). */
+  error?: Error;
+  /** Task id of the turn. */
+  taskId: string;
+  /** Time the call took, in ms (`after`/`error`; 0 for `before`). */
+  durationMs: number;
+}
+
+/**
+ * A tool-call hook. It may be async; a hook that throws is reported and does
+ * not break the turn. Register it with `registerHookFunction(fn, import.meta.url)`
+ * so that it is saved with the agent (by `module:export` name) and re-bound on load.
+ */
+export type ToolHook = (event: ToolHookEvent) => unknown;
+
+/** Options of the agent constructors: the `[CONFIG]` fields plus identity and initial state. */
+export interface AgentOptions extends AgentConfigInput {
+  /** Agent name (`[META] agent_name`; the key under the `name` key strategy). @default "agent" */
+  name?: string;
+  /** Agent identity. @default a random v4 UUID */
+  uuid?: string;
+  /** Initial history, in the protocol's message shape (validated). @default [] */
+  history?: Message[];
+  /** Initial task id. @default null */
+  currentTaskId?: string | null;
+  /** Initial tool-call hooks. @default [] */
+  hooks?: ToolHook[];
+}
+
+/** The static side of an agent class, as `fromState` / `loadState` use it. */
+export interface AgentConstructor<T extends BaseAgent = BaseAgent> {
+  new (options?: AgentOptions): T;
+  readonly name: string;
+  readonly protocol: Protocol;
+  readonly persistentFields?: readonly string[];
+  readonly persistentSchema?: z.ZodObject | undefined;
+}
+
+/** Properties of `BaseAgent` that a subclass may not declare as persistent fields (they are saved already). */
+const RESERVED_FIELDS = new Set([
+  "uuid",
+  "name",
+  "config",
+  "history",
+  "currentTaskId",
+  "hooks",
+  "protocol",
+  "constructor",
+  "__proto__",
+  "prototype",
+]);
+
+function configError(error: z.ZodError, prefix: string): InvalidStateError {
+  const issue = error.issues[0];
+  const where = [prefix, ...(issue?.path ?? []).map(String)].filter((x) => x !== "").join(".");
+  return new InvalidStateError(where, issue?.message ?? "invalid value", { cause: error });
+}
+
+/** Every persistent field name declared on a class and its ancestors. */
+function declaredFieldNames(ctor: AgentConstructor): string[] {
+  const names = new Set<string>();
+  const chain: AgentConstructor[] = [];
+  for (let c: unknown = ctor; typeof c === "function" && c !== Function.prototype; c = Object.getPrototypeOf(c)) {
+    chain.unshift(c as AgentConstructor);
+  }
+  for (const c of chain) {
+    if (!Object.hasOwn(c, "persistentFields")) continue;
+    for (const n of c.persistentFields ?? []) {
+      if (typeof n !== "string" || n === "" || RESERVED_FIELDS.has(n)) {
+        throw new InvalidStateError(
+          `state.fields.${String(n)}`,
+          `${c.name}.persistentFields lists ${JSON.stringify(n)}, which is not a name a subclass may persist`,
+        );
+      }
+      names.add(n);
+    }
+  }
+  return [...names];
+}
+
+/**
+ * An agent speaking the OpenAI chat-completions protocol (`protocol: "openai"`),
+ * saved as class `dumplings-ai:BaseAgent`.
+ *
+ * @example
+ * const agent = new BaseAgent({ name: "weather", prompt: "You are terse.", apiProvider: "https://api.openai.com/v1",
+ *   apiKeyEnv: "OPENAI_API_KEY", modelName: "gpt-4o-mini" });
+ * agent.history.push({ role: "user", content: "hi" });
+ * await agent.saveState("weather-1");
+ * const again = await BaseAgent.loadState("weather-1");
+ *
+ * @example
+ * // A subclass with persistent fields
+ * export class NotesAgent extends BaseAgent {
+ *   static override persistentFields = ["notes"];
+ *   notes: string[] = [];
+ * }
+ * registerAgentClass(NotesAgent, import.meta.url);
+ */
+export class BaseAgent extends EventEmitter {
+  /** The message protocol of this class's history. */
+  static readonly protocol: Protocol = "openai";
+  /** Names of instance properties saved in `[STATE]` (JSON values), in addition to the ancestors'. @default [] */
+  static readonly persistentFields: readonly string[] = [];
+  /** A zod object schema of persistent fields, encoded to JSON on save and decoded on load. @default undefined */
+  static readonly persistentSchema: z.ZodObject | undefined = undefined;
+
+  /** Stable identity (a v4 UUID unless given). */
+  readonly uuid: string;
+  /** Agent name. */
+  name: string;
+  /** Configuration (the `.duas` `[CONFIG]` section). The API key itself is never here: only `apiKeyEnv`. */
+  config: AgentConfig;
+  /** The conversation in the protocol's own message shape. Treat stored messages as immutable: replace one to edit it. */
+  history: Message[];
+  /** Id of the current (or last) turn, or null. */
+  currentTaskId: string | null;
+  /** Tool-call hooks, called around every tool call. */
+  hooks: ToolHook[];
+  /** Saved hook names that could not be resolved on load: kept and saved again. */
+  protected unresolvedHookNames: string[] = [];
+  /** Saved `[STATE]` fields this class does not declare: kept and saved again, never dropped. */
+  protected undeclaredFields: Record<string, JsonValue> = {};
+
+  /**
+   * @param options - config fields (`prompt`, `apiProvider`, `apiKeyEnv`, `modelName`, `maxTokens`, `stream`,
+   *   `fcModel`, `toolTimeout` in seconds, `toolMaxWorkers`) plus `name`, `uuid`, `history`, `currentTaskId`, `hooks`
+   * @throws {InvalidStateError} naming the field (`config.maxTokens`, `history[2]`, …) for an invalid option
+   */
+  constructor(options: AgentOptions = {}) {
+    super();
+    const { name, uuid, history, currentTaskId, hooks, ...config } = options;
+    const parsed = AgentConfigSchema.safeParse(config);
+    if (!parsed.success) throw configError(parsed.error, "config");
+    this.config = parsed.data;
+    if (name !== undefined && typeof name !== "string") throw new InvalidStateError("name", "must be a string");
+    this.name = name ?? "agent";
+    if (uuid !== undefined && (typeof uuid !== "string" || uuid === "")) {
+      throw new InvalidStateError("uuid", "must be a non-empty string");
+    }
+    this.uuid = uuid ?? randomUUID();
+    this.currentTaskId = currentTaskId ?? null;
+    this.hooks = [...(hooks ?? [])];
+    this.history = [];
+    if (history !== undefined) {
+      const schema = messageSchemaFor(this.protocol);
+      history.forEach((m, i) => {
+        const r = schema.safeParse(m);
+        if (!r.success) throw configError(r.error, `history[${i}]`);
+      });
+      this.history = [...history];
+    }
+  }
+
+  /** The message protocol of this agent's history (`openai` or `anthropic`). */
+  get protocol(): Protocol {
+    return (this.constructor as AgentConstructor).protocol;
+  }
+
+  /**
+   * Adds a tool-call hook.
+   *
+   * @param hook - called with a {@link ToolHookEvent} before/after/on error of every tool call
+   * @returns a function that removes the hook
+   * @example
+   * const off = agent.registerToolHook((e) => console.log(e.type, e.toolName, e.durationMs));
+   */
+  registerToolHook(hook: ToolHook): () => void {
+    if (typeof hook !== "function") throw new TypeError("a tool hook must be a function");
+    this.hooks.push(hook);
+    return () => {
+      const i = this.hooks.indexOf(hook);
+      if (i >= 0) this.hooks.splice(i, 1);
+    };
+  }
+
+  /** Saved names of the hooks (registered ones), plus unresolved names kept from a load. */
+  protected hookNames(): string[] {
+    const names: string[] = [];
+    for (const fn of this.hooks) {
+      const name = hookFunctionName(fn);
+      if (name !== undefined) {
+        if (!names.includes(name)) names.push(name);
+        continue;
+      }
+      const warning = unregisteredHookWarning(fn);
+      if (warning !== undefined) this.warn(warning);
+    }
+    for (const name of this.unresolvedHookNames) if (!names.includes(name)) names.push(name);
+    return names;
+  }
+
+  /** Emits `persistWarning` and writes it to the console. */
+  protected warn(warning: PersistenceWarning): void {
+    this.emit("persistWarning", warning);
+    defaultWarn(warning);
+  }
+
+  /**
+   * The values of the persistent fields, as JSON.
+   *
+   * @returns field name → JSON value (undeclared fields from a load included)
+   * @throws {NonJsonValueError} naming `state.fields.<name>…` for a value JSON cannot carry
+   * @throws {InvalidStateError} when a `persistentSchema` rejects a value
+   */
+  protected persistentFieldValues(): Record<string, JsonValue> {
+    const ctor = this.constructor as AgentConstructor;
+    const fields: Record<string, JsonValue> = { ...this.undeclaredFields };
+    const self = this as unknown as Record<string, unknown>;
+    const schema = ctor.persistentSchema;
+    if (schema !== undefined) {
+      const input: Record<string, unknown> = {};
+      for (const k of Object.keys(schema.shape)) input[k] = self[k];
+      const r = schema.safeEncode(input);
+      if (!r.success) throw configError(r.error, "state.fields");
+      for (const [k, v] of Object.entries(r.data as Record<string, unknown>)) {
+        if (v === undefined) continue;
+        assertJson(v, `state.fields.${k}`);
+        fields[k] = structuredClone(v);
+      }
+    }
+    for (const f of declaredFieldNames(ctor)) {
+      const v = self[f];
+      if (v === undefined) {
+        delete fields[f];
+        continue;
+      }
+      assertJson(v, `state.fields.${f}`);
+      fields[f] = structuredClone(v);
+    }
+    return fields;
+  }
+
+  /**
+   * The complete state of the agent, as stored by every backend.
+   *
+   * @returns `{ meta, config, state: { currentTaskId, hooks, fields }, history }`; `history` is a shallow copy
+   * @throws {RegistrationError} when the agent's class is not registered (see `registerAgentClass`)
+   * @throws {NonJsonValueError} for a persistent field JSON cannot carry
+   * @throws {InvalidStateError} for an invalid config value
+   * @example
+   * const state = agent.toState(); state.meta.class // "dumplings-ai:BaseAgent"
+   */
+  toState(): AgentState {
+    const ctor = this.constructor as AgentConstructor;
+    const className = agentClassName(ctor);
+    const config = AgentConfigSchema.safeParse(this.config);
+    if (!config.success) throw configError(config.error, "config");
+    return {
+      meta: {
+        formatVersion: FORMAT_VERSION,
+        schemaVersion: packageVersion(),
+        agentUuid: this.uuid,
+        agentName: this.name,
+        protocol: ctor.protocol,
+        class: className,
+        savedAt: new Date().toISOString(),
+        messageCount: this.history.length,
+      },
+      config: config.data,
+      state: {
+        currentTaskId: this.currentTaskId,
+        hooks: this.hookNames(),
+        fields: this.persistentFieldValues(),
+      },
+      history: [...this.history],
+    };
+  }
+
+  /**
+   * Rebuilds an agent of this class from a stored state (no storage involved).
+   *
+   * @param state - a validated state (e.g. from a backend or `decodeState`)
+   * @param options - pre-resolved `hooks`, `unresolvedHooks`, `onWarning`; without `hooks`, saved hook
+   *   names are resolved from the hook registry (a missing one is skipped with a warning)
+   * @returns the agent, with the saved uuid, name, config, history, task id, hooks and persistent fields
+   * @throws {InvalidStateError} when the state's protocol is not this class's, or a persistent field fails its schema
+   * @example
+   * const copy = BaseAgent.fromState(agent.toState());
+   */
+  static fromState<T extends BaseAgent>(this: AgentConstructor<T>, state: AgentState, options: RestoreOptions = {}): T {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
+    const cls = this;
+    if (state.meta.protocol !== cls.protocol) {
+      throw new InvalidStateError(
+        "meta.protocol",
+        `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${cls.name} speaks ${cls.protocol}`,
+      );
+    }
+    const agent = new cls({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    agent.restoreState(state, options);
+    return agent;
+  }
+
+  /**
+   * Fills this freshly constructed agent from a state (history, task id, hooks, persistent fields).
+   * Subclasses may override it to restore more, calling `super.restoreState` first.
+   *
+   * @param state - the stored state
+   * @param options - see {@link BaseAgent.fromState}
+   */
+  protected restoreState(state: AgentState, options: RestoreOptions = {}): void {
+    this.history = [...state.history];
+    this.currentTaskId = state.state.currentTaskId;
+    if (options.hooks !== undefined) {
+      this.hooks = [...(options.hooks as ToolHook[])];
+      this.unresolvedHookNames = [...(options.unresolvedHooks ?? [])];
+    } else {
+      const r = resolveHooksSync(state.state.hooks, options.onWarning ?? defaultWarn);
+      this.hooks = r.hooks as ToolHook[];
+      this.unresolvedHookNames = r.unresolved;
+    }
+    const ctor = this.constructor as AgentConstructor;
+    const saved = state.state.fields;
+    const declared = new Set(declaredFieldNames(ctor));
+    const schema = ctor.persistentSchema;
+    const schemaKeys = new Set(schema ? Object.keys(schema.shape) : []);
+    const self = this as unknown as Record<string, unknown>;
+    if (schema !== undefined) {
+      const input: Record<string, unknown> = {};
+      for (const k of schemaKeys) if (Object.hasOwn(saved, k)) input[k] = saved[k];
+      const r = schema.partial().safeDecode(input);
+      if (!r.success) throw configError(r.error, "state.fields");
+      for (const [k, v] of Object.entries(r.data as Record<string, unknown>)) if (v !== undefined) self[k] = v;
+    }
+    this.undeclaredFields = {};
+    for (const [k, v] of Object.entries(saved)) {
+      if (schemaKeys.has(k)) continue;
+      if (declared.has(k)) self[k] = v;
+      else this.undeclaredFields[k] = v;
+    }
+  }
+
+  /**
+   * Saves this agent (see `saveState` of the persistence API).
+   *
+   * @param key - the key @default its last key, else its uuid/name per the key strategy
+   * @param options - `backend`, `ifRevision`, `force`
+   * @returns `{ key, revision?, written, rewritten }`
+   * @throws {ConflictError} / {CredentialError} / {NonJsonValueError} / {InvalidKeyError} / {BackendError}
+   * @example
+   * await agent.saveState("support-42");
+   */
+  saveState(key?: string, options?: SaveOptions): Promise<SaveResult> {
+    return saveState(this, key, options);
+  }
+
+  /**
+   * The `.duas` text of this agent's state.
+   *
+   * @returns the text
+   * @throws {CredentialError} / {NonJsonValueError} / {RegistrationError}
+   */
+  exportStateString(): string {
+    return exportStateString(this);
+  }
+
+  /**
+   * Loads an agent saved under `key` and checks that it is an instance of this class.
+   *
+   * @param key - the key
+   * @param options - `backend`, `onWarning`, `register`, `onNameTaken`, `requireSecrets`
+   * @returns the agent
+   * @throws {StateNotFoundError} / {FormatError} / {AgentNotFoundError} (also when the stored agent is of another class)
+   * @example
+   * const agent = await AnthropicAgent.loadState("claude-session");
+   */
+  static async loadState<T extends BaseAgent>(
+    this: AgentConstructor<T>,
+    key: string,
+    options?: LoadOptions,
+  ): Promise<T> {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
+    const cls = this;
+    const agent = await loadState(key, options);
+    return checkClass(cls, agent, `key ${JSON.stringify(key)}`);
+  }
+
+  /**
+   * Rebuilds an agent from `.duas` text and checks that it is an instance of this class.
+   *
+   * @param text - the `.duas` text
+   * @param options - `onWarning`, `register`, `onNameTaken`, `requireSecrets`, `source`
+   * @returns the agent
+   * @throws {FormatError} / {AgentNotFoundError}
+   */
+  static async loadStateString<T extends BaseAgent>(
+    this: AgentConstructor<T>,
+    text: string,
+    options?: Omit<LoadOptions, "backend"> & { source?: string },
+  ): Promise<T> {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
+    const cls = this;
+    const agent = await loadStateString(text, options);
+    return checkClass(cls, agent, options?.source ?? "the .duas string");
+  }
+}
+
+function checkClass<T extends BaseAgent>(cls: AgentConstructor<T>, agent: unknown, label: string): T {
+  if (agent instanceof cls) return agent as T;
+  const actual = (agent as { constructor?: { name?: string } })?.constructor?.name ?? typeof agent;
+  throw new AgentNotFoundError(
+    cls.name,
+    `${label} holds an agent of class ${actual}, not a ${cls.name}; load it with loadState(key) or ${actual}.loadState(key)`,
+  );
+}
+
+registerAgentClass(BaseAgent, "dumplings-ai", "BaseAgent");

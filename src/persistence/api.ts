@@ -1,0 +1,494 @@
+/**
+ * The persistence API: save, load, delete and list agent states through any
+ * backend, export to and load from `.duas` text, and auto-save.
+ *
+ * Saving (`saveState`, `autoSave`):
+ * 1. the key is the one given, else the key the agent was last loaded from
+ *    or saved to, else its `uuid` or `name` (key strategy); it is checked
+ *    with `validateKey` before any backend call;
+ * 2. the state is built (`agent.toState()`), its config checked for
+ *    credentials ({@link assertNoCredentials}) and its values for JSON
+ *    (a non-JSON value → `NonJsonValueError` naming the message index and
+ *    path); nothing is written when a check fails;
+ * 3. a backend with `write` gets a compare-and-set write:
+ *    `expectedRevision` = the revision this agent instance last loaded or
+ *    saved under that key (`undefined`, i.e. no check, for an agent that
+ *    never did; `ifRevision` overrides), and `baseLength` = the number of
+ *    leading messages known to be stored unchanged (see `tracker.ts`: only
+ *    those after it are sent — and JSON-checked — so a turn's save costs
+ *    O(new messages)); a lost race is a `ConflictError` naming both
+ *    revisions, `{ force: true }` overwrites on purpose;
+ * 4. a backend with only the four seed methods gets a whole-state `save`.
+ *
+ * Saves of one agent instance are serialised (a save waits for the previous
+ * one), so an auto-save and a manual save never race each other.
+ *
+ * Loading (`loadState`) resolves the saved class (`classes.ts`), re-binds
+ * hooks, validates states coming from custom backends (schema, format
+ * version; a missing `[STATE]` entry of an older record takes its default)
+ * and never returns a partial agent.
+ *
+ * @module
+ */
+import { validateKey } from "../backends/keys.js";
+import type { StateBackend } from "../backends/types.js";
+import { decodeState, encodeState } from "../core/codec.js";
+import { BackendError, DumplingsError, FormatError, StateNotFoundError } from "../core/errors.js";
+import { assertJson } from "../core/json.js";
+import type { Message } from "../core/messages.js";
+import { type AgentState, parseAgentState } from "../core/state.js";
+import { SUPPORTED_FORMAT_VERSIONS } from "../core/version.js";
+import {
+  defaultWarn,
+  type PersistableAgent,
+  type PersistenceWarning,
+  resolveAgentClass,
+  resolveHooks,
+} from "./classes.js";
+import { backendLabel, persistenceSettings, resolveBackend } from "./config.js";
+import { assertNoCredentials, resolveApiKey } from "./credentials.js";
+import { UnsupportedOperationError } from "./errors.js";
+import { agentHome, computeBaseLength, forgetTrack, getTrack, recordLoaded, recordSaved } from "./tracker.js";
+
+/** Options of {@link saveState}. */
+export interface SaveOptions {
+  /** Backend name or instance. @default the agent's last backend, else the configured default */
+  backend?: string | StateBackend;
+  /**
+   * Compare-and-set: save only if the stored revision is this one (`null`:
+   * only if nothing is stored). @default the revision this agent last loaded or saved
+   */
+  ifRevision?: number | null;
+  /** Overwrite whatever is stored, ignoring revisions. @default false */
+  force?: boolean;
+}
+
+/** Result of {@link saveState}. */
+export interface SaveResult {
+  /** The key the state was saved under. */
+  key: string;
+  /** The new stored revision (backends with revisions only). */
+  revision?: number;
+  /** Number of history messages physically written by this save. */
+  written: number;
+  /** True when the whole history was (re)written rather than appended. */
+  rewritten: boolean;
+}
+
+/** What to do when a loaded agent's name is already taken in `agentList` (see `checkPermission`). */
+export type NameTakenPolicy = "refuse" | "replace" | "rename";
+
+/** Options of {@link loadState} and {@link loadStateString}. */
+export interface LoadOptions {
+  /** Backend name or instance (not used by `loadStateString`). @default the configured default */
+  backend?: string | StateBackend;
+  /** Receives non-fatal warnings (a hook that cannot be found). @default console.warn */
+  onWarning?: (warning: PersistenceWarning) => void;
+  /** Also add the loaded agent to `agentList` (by name). @default false */
+  register?: boolean;
+  /** With `register`: what to do when its name is taken. @default "refuse" */
+  onNameTaken?: NameTakenPolicy;
+  /** Fail with `MissingSecretError` when the env var named by `apiKeyEnv` is not set. @default false */
+  requireSecrets?: boolean;
+}
+
+/** Options of {@link deleteState}, {@link listStates} and {@link iterHistory}. */
+export interface BackendOptions {
+  /** Backend name or instance. @default the configured default */
+  backend?: string | StateBackend;
+}
+
+type Registrar = (agent: PersistableAgent, policy: NameTakenPolicy) => PersistableAgent;
+let registrar: Registrar | undefined;
+
+/**
+ * Installs the function that adds loaded agents to `agentList` (the agent layer does, at import).
+ * @internal
+ */
+export function setLoadedAgentRegistrar(fn: Registrar | undefined): void {
+  registrar = fn;
+}
+
+const saving = new WeakMap<object, Promise<unknown>>();
+
+function serialize<T>(agent: object, task: () => Promise<T>): Promise<T> {
+  const previous = saving.get(agent) ?? Promise.resolve();
+  const run = previous.then(task, task);
+  saving.set(
+    agent,
+    run.catch(() => undefined),
+  );
+  return run;
+}
+
+function wrap(backend: StateBackend, what: string, key: string | undefined, e: unknown): never {
+  if (e instanceof DumplingsError) throw e;
+  throw new BackendError(backendLabel(backend), what, { key, cause: e });
+}
+
+function defaultKey(agent: PersistableAgent): string {
+  const strategy = persistenceSettings().keyStrategy;
+  return strategy === "name" ? agent.name : agent.uuid;
+}
+
+function checkHeader(state: AgentState): void {
+  assertNoCredentials(state.config);
+  assertJson(state.meta, "meta");
+  assertJson(state.config, "config");
+  assertJson(state.state, "state");
+}
+
+function checkHistory(history: readonly Message[], from: number): void {
+  if (!Array.isArray(history)) throw new TypeError("state.history must be an array");
+  for (let i = from; i < history.length; i++) {
+    if (!(i in history)) assertJson(history, "history");
+    assertJson(history[i], `history[${i}]`, i);
+  }
+}
+
+/**
+ * Saves an agent's whole state.
+ *
+ * @param agent - the agent (a `BaseAgent` or subclass)
+ * @param key - the key @default the agent's last key, else its uuid/name per the key strategy
+ * @param options - `backend`, `ifRevision` (compare-and-set), `force`
+ * @returns `{ key, revision?, written, rewritten }`: the key used, the new revision (backends with
+ *   revisions), how many messages were physically written and whether the history was rewritten
+ * @throws {InvalidKeyError} for a bad key (nothing written)
+ * @throws {CredentialError} when `apiKeyEnv`/`apiProvider`/`modelName` looks like a secret (nothing written)
+ * @throws {NonJsonValueError} naming the message index and path of a value JSON cannot carry (nothing written)
+ * @throws {RegistrationError} when the agent's class is not registered
+ * @throws {ConflictError} when another writer saved the key since this agent loaded/saved it
+ * @throws {UnsupportedOperationError} for `ifRevision` on a backend without revisions
+ * @throws {BackendError} wrapping a driver failure
+ * @example
+ * const { key, revision } = await saveState(agent, "support-42", { backend: "sqlite" });
+ */
+export function saveState(agent: PersistableAgent, key?: string, options: SaveOptions = {}): Promise<SaveResult> {
+  return serialize(agent, () => doSave(agent, key, options));
+}
+
+async function doSave(agent: PersistableAgent, key: string | undefined, options: SaveOptions): Promise<SaveResult> {
+  const home = agentHome(agent);
+  const useHome = home !== undefined && options.backend === undefined && (key === undefined || key === home.key);
+  const backend = useHome ? home.backend : resolveBackend(options.backend);
+  const k = validateKey(key ?? home?.key ?? defaultKey(agent));
+  const state = agent.toState();
+  checkHeader(state);
+  const history = state.history;
+
+  if (typeof backend.write === "function") {
+    const track = getTrack(agent, backend, k);
+    let expectedRevision: number | null | undefined = track?.revision;
+    let baseLength = track !== undefined && !options.force ? computeBaseLength(track, history) : undefined;
+    if (options.ifRevision !== undefined) {
+      expectedRevision = options.ifRevision;
+      if (track?.revision !== options.ifRevision) baseLength = undefined;
+    }
+    if (expectedRevision === undefined || expectedRevision === null || options.force) baseLength = undefined;
+    checkHistory(history, baseLength ?? 0);
+    let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
+    try {
+      result = await backend.write(k, state, { expectedRevision, baseLength, force: options.force ?? false });
+    } catch (e) {
+      wrap(backend, `cannot save ${JSON.stringify(k)}`, k, e);
+    }
+    recordSaved(agent, backend, k, history, result.rewritten ? undefined : baseLength, result.revision);
+    return { key: k, revision: result.revision, written: result.written, rewritten: result.rewritten };
+  }
+
+  if (options.ifRevision !== undefined) {
+    throw new UnsupportedOperationError(
+      `backend ${backendLabel(backend, options.backend)} has no revisions (no write method), so saveState cannot honour ifRevision for key ${JSON.stringify(k)}; nothing was written`,
+    );
+  }
+  checkHistory(history, 0);
+  try {
+    await backend.save(k, state);
+  } catch (e) {
+    wrap(backend, `cannot save ${JSON.stringify(k)}`, k, e);
+  }
+  recordSaved(agent, backend, k, history, undefined, undefined);
+  return { key: k, written: history.length, rewritten: true };
+}
+
+/**
+ * Brings a state read from a custom backend up to the current shape: a
+ * record written before a `[STATE]` entry existed gets its documented
+ * default (`currentTaskId: null`, `hooks: []`, `fields: {}`); config fields
+ * missing take their schema defaults. Then validates it.
+ */
+function normalizeForeignState(raw: unknown, label: string): AgentState {
+  if (raw !== null && typeof raw === "object") {
+    const r = raw as { state?: Record<string, unknown>; meta?: { formatVersion?: unknown } };
+    checkFormatVersion(r.meta?.formatVersion, label);
+    if (r.state === undefined) r.state = {};
+    if (r.state !== null && typeof r.state === "object") {
+      r.state.currentTaskId ??= null;
+      r.state.hooks ??= [];
+      r.state.fields ??= {};
+    }
+  }
+  return parseAgentState(raw, label);
+}
+
+function checkFormatVersion(version: unknown, label: string): void {
+  if (version === undefined) return; // reported by the schema check
+  if (typeof version !== "string" || !SUPPORTED_FORMAT_VERSIONS.includes(version)) {
+    throw new FormatError(
+      `unsupported format_version ${JSON.stringify(version)} (this build reads ${SUPPORTED_FORMAT_VERSIONS.join(", ")}); upgrade dumplings-ai to read it`,
+      { file: label, version: String(version) },
+    );
+  }
+}
+
+async function readState(
+  backend: StateBackend,
+  key: string,
+): Promise<{ state: AgentState; revision: number | undefined }> {
+  const label = `key ${JSON.stringify(key)}`;
+  try {
+    if (typeof backend.read === "function") {
+      const r = await backend.read(key);
+      if (r === undefined || r === null) throw new StateNotFoundError(key, backendLabel(backend));
+      checkFormatVersion(r.state?.meta?.formatVersion, label);
+      return { state: r.state, revision: r.revision };
+    }
+    const s = await backend.load(key);
+    if (s === undefined || s === null) throw new StateNotFoundError(key, backendLabel(backend));
+    return { state: normalizeForeignState(s, label), revision: undefined };
+  } catch (e) {
+    wrap(backend, `cannot load ${JSON.stringify(key)}`, key, e);
+  }
+}
+
+async function restore(state: AgentState, label: string, options: LoadOptions): Promise<PersistableAgent> {
+  const onWarning = options.onWarning ?? defaultWarn;
+  const cls = await resolveAgentClass(state.meta, label);
+  const { hooks, unresolved } = await resolveHooks(state.state.hooks, onWarning);
+  const agent = cls.fromState(state, { hooks, unresolvedHooks: unresolved, onWarning });
+  if (options.requireSecrets) resolveApiKey({ apiKeyEnv: state.config.apiKeyEnv, name: state.meta.agentName });
+  return agent;
+}
+
+function register(agent: PersistableAgent, options: LoadOptions): PersistableAgent {
+  if (!options.register) return agent;
+  if (registrar === undefined) {
+    throw new UnsupportedOperationError(
+      "loadState({ register: true }) needs the agent layer: import from dumplings-ai",
+    );
+  }
+  return registrar(agent, options.onNameTaken ?? "refuse");
+}
+
+/**
+ * Loads an agent from a backend.
+ *
+ * @param key - the key
+ * @param options - `backend`, `onWarning`, `register`/`onNameTaken` (add to `agentList`), `requireSecrets`
+ * @returns the agent, an instance of its saved class (`BaseAgent`, `AnthropicAgent` or a registered subclass)
+ * @throws {InvalidKeyError} for a bad key
+ * @throws {StateNotFoundError} when nothing is stored under the key (custom backends returning `undefined` included)
+ * @throws {FormatError} for a malformed record or an unknown `format_version` (naming it)
+ * @throws {AgentNotFoundError} when the saved class cannot be resolved (never a partial agent)
+ * @throws {MissingSecretError} with `requireSecrets` when the API-key env var is unset
+ * @throws {BackendError} wrapping a driver failure
+ * @example
+ * const agent = await loadState("support-42", { backend: "sqlite" });
+ * agent.history.push({ role: "user", content: "still there?" });
+ * await agent.saveState(); // saves back to "support-42" on sqlite, appending one message
+ */
+export async function loadState<A extends PersistableAgent = PersistableAgent>(
+  key: string,
+  options: LoadOptions = {},
+): Promise<A> {
+  const k = validateKey(key);
+  const backend = resolveBackend(options.backend);
+  const { state, revision } = await readState(backend, k);
+  const agent = await restore(state, `key ${JSON.stringify(k)}`, options);
+  recordLoaded(agent, backend, k, agent.history, revision);
+  return register(agent, options) as A;
+}
+
+/**
+ * Deletes a stored state.
+ *
+ * @param key - the key
+ * @param options - `backend`
+ * @returns true when something was deleted, false when nothing was stored
+ * @throws {InvalidKeyError} for a bad key
+ * @throws {BackendError} wrapping a driver failure
+ * @example
+ * await deleteState("support-42"); // true
+ */
+export async function deleteState(key: string, options: BackendOptions = {}): Promise<boolean> {
+  const k = validateKey(key);
+  const backend = resolveBackend(options.backend);
+  try {
+    return Boolean(await backend.delete(k));
+  } catch (e) {
+    wrap(backend, `cannot delete ${JSON.stringify(k)}`, k, e);
+  }
+}
+
+/**
+ * Lists stored keys.
+ *
+ * @param options - `backend`
+ * @returns every key, sorted
+ * @throws {BackendError} wrapping a driver failure
+ * @example
+ * for (const key of await listStates({ backend: "sqlite" })) console.log(key);
+ */
+export async function listStates(options: BackendOptions = {}): Promise<string[]> {
+  const backend = resolveBackend(options.backend);
+  try {
+    return [...(await backend.listKeys())].sort();
+  } catch (e) {
+    wrap(backend, "cannot list keys", undefined, e);
+  }
+}
+
+/**
+ * Streams the history stored under a key, in order. Uses the backend's
+ * `iterHistory` (bounded memory) when it has one, else loads the state.
+ *
+ * @param key - the key
+ * @param options - `backend`
+ * @returns an async iterable of messages
+ * @throws {StateNotFoundError} / {InvalidKeyError} / {BackendError} (when iterated)
+ * @example
+ * for await (const message of iterHistory("support-42")) console.log(message.role);
+ */
+export async function* iterHistory(key: string, options: BackendOptions = {}): AsyncGenerator<Message> {
+  const k = validateKey(key);
+  const backend = resolveBackend(options.backend);
+  if (typeof backend.iterHistory === "function") {
+    try {
+      yield* backend.iterHistory(k);
+    } catch (e) {
+      wrap(backend, `cannot read the history of ${JSON.stringify(k)}`, k, e);
+    }
+    return;
+  }
+  const { state } = await readState(backend, k);
+  yield* state.history;
+}
+
+/**
+ * The `.duas` text of an agent's state (synchronous; nothing is stored).
+ *
+ * @param agent - the agent
+ * @returns the `.duas` text
+ * @throws {CredentialError} / {NonJsonValueError} / {RegistrationError} as {@link saveState}
+ * @example
+ * writeFileSync("session.duas", exportStateString(agent));
+ */
+export function exportStateString(agent: PersistableAgent): string {
+  const state = agent.toState();
+  checkHeader(state);
+  return encodeState(state);
+}
+
+/**
+ * Rebuilds an agent from `.duas` text (as written by {@link exportStateString}).
+ * Asynchronous because resolving the saved class may need an (allowed) `import()`.
+ *
+ * @param text - the `.duas` text
+ * @param options - `onWarning`, `register`/`onNameTaken`, `requireSecrets`; `source`: a label for errors
+ * @returns the agent
+ * @throws {FormatError} with the line number for malformed text, naming an unknown `format_version`
+ * @throws {AgentNotFoundError} when the saved class cannot be resolved
+ * @example
+ * const agent = await loadStateString(readFileSync("session.duas", "utf8"));
+ */
+export async function loadStateString<A extends PersistableAgent = PersistableAgent>(
+  text: string,
+  options: Omit<LoadOptions, "backend"> & { source?: string } = {},
+): Promise<A> {
+  if (typeof text !== "string") throw new FormatError("expected .duas text (a string)", { file: options.source });
+  const state = decodeState(text, { source: options.source ?? "string" });
+  const agent = await restore(state, options.source ?? "the .duas string", options);
+  return register(agent, options) as A;
+}
+
+const logged = new WeakMap<object, Set<string>>();
+
+function report(agent: PersistableAgent, error: unknown): void {
+  try {
+    agent.emit("persistError", error);
+  } catch (listenerError) {
+    console.error(`[dumplings] a persistError listener threw: ${String(listenerError)}`);
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  let seen = logged.get(agent);
+  if (!seen) {
+    seen = new Set();
+    logged.set(agent, seen);
+  }
+  if (!seen.has(message)) {
+    seen.add(message);
+    console.error(`[dumplings] auto-save of agent ${JSON.stringify(agent.name)} failed: ${message}`);
+  }
+}
+
+/**
+ * Saves the agent as auto-save does after a turn: to its last key and
+ * backend (else the default backend and the key strategy's key), with
+ * compare-and-set against the revision it last loaded or saved. Runs
+ * whether or not auto-save is enabled. Never throws: a failure is emitted
+ * as `agent.on("persistError", (error) => …)` and logged once (per distinct
+ * message per agent) on stderr.
+ *
+ * @param agent - the agent
+ * @returns true when saved, false when the save failed (reported, not thrown)
+ * @example
+ * agent.on("persistError", (e) => metrics.count("persist_error", e.code));
+ * const ok = await autoSave(agent);
+ */
+export async function autoSave(agent: PersistableAgent): Promise<boolean> {
+  try {
+    await saveState(agent);
+    return true;
+  } catch (error) {
+    report(agent, error);
+    return false;
+  }
+}
+
+/**
+ * The revision an agent instance last loaded or saved under a key (what its next save expects).
+ *
+ * @param agent - the agent
+ * @param key - the key @default the agent's last key
+ * @param options - `backend` @default the agent's last backend
+ * @returns the revision, or undefined when unknown (never loaded/saved there, or no revisions)
+ * @example
+ * const rev = trackedRevision(agent); await saveState(agent, undefined, { ifRevision: rev });
+ */
+export function trackedRevision(
+  agent: PersistableAgent,
+  key?: string,
+  options: BackendOptions = {},
+): number | undefined {
+  const home = agentHome(agent);
+  const backend = options.backend !== undefined ? resolveBackend(options.backend) : (home?.backend ?? resolveBackend());
+  const k = key ?? home?.key;
+  if (k === undefined) return undefined;
+  return getTrack(agent, backend, k)?.revision;
+}
+
+/**
+ * Makes an agent forget what it knows about a stored key (its revision and
+ * stored messages), so its next save there is an unconditional full write.
+ *
+ * @param agent - the agent
+ * @param key - the key @default the agent's last key
+ * @param options - `backend` @default the agent's last backend
+ */
+export function forgetStoredState(agent: PersistableAgent, key?: string, options: BackendOptions = {}): void {
+  const home = agentHome(agent);
+  const backend = options.backend !== undefined ? resolveBackend(options.backend) : (home?.backend ?? resolveBackend());
+  const k = key ?? home?.key;
+  if (k !== undefined) forgetTrack(agent, backend, k);
+}

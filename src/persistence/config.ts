@@ -1,0 +1,265 @@
+/**
+ * Persistence settings: whether auto-save is on, the backend, where the
+ * built-in backends store data, the key strategy and the import allow-list.
+ *
+ * The environment variables of DESIGN.md are read once, when this module is
+ * first imported (i.e. when the package is):
+ *
+ * | variable | values | default |
+ * | --- | --- | --- |
+ * | `DUMPLINGS_PERSISTENCE` | `on` / `off` | `off` |
+ * | `DUMPLINGS_PERSISTENCE_BACKEND` | `file` / `sqlite` / any registered name | `file` |
+ * | `DUMPLINGS_PERSISTENCE_DIR` | path | `./.dumplingsAI_sessions` |
+ * | `DUMPLINGS_PERSISTENCE_DB` | path | `./.dumplingsAI_sessions.db` |
+ * | `DUMPLINGS_PERSISTENCE_KEY` | `uuid` / `name` | `uuid` |
+ *
+ * `configure()` overrides them. A malformed variable does not throw at
+ * import time (that would break every `import` of the package with a stack
+ * trace); it is remembered and thrown as an {@link InvalidConfigError}
+ * naming the variable by the first call that depends on it, unless
+ * `configure()` sets that setting explicitly first.
+ *
+ * @module
+ */
+
+import { configureBuiltinBackends, getBackend, listBackendNames, setDefaultBackend } from "../backends/registry.js";
+import type { StateBackend } from "../backends/types.js";
+import { UnknownBackendError } from "../core/errors.js";
+import { InvalidConfigError } from "./errors.js";
+
+/** How the default key of an agent is chosen: its `uuid` or its `name`. */
+export type KeyStrategy = "uuid" | "name";
+
+/** The effective persistence settings. */
+export interface PersistenceSettings {
+  /** Auto-save after every outermost conversation turn. */
+  enabled: boolean;
+  /** Backend name or instance used when a call names none; `undefined`: the registry's default. */
+  backend: string | StateBackend | undefined;
+  /** Default key of an agent never loaded or saved before. */
+  keyStrategy: KeyStrategy;
+  /** Extra modules (paths or package names) that class/hook resolution may import. */
+  allowImports: readonly string[];
+}
+
+/** Options of {@link configure}; omitted options keep their current value. */
+export interface ConfigureOptions {
+  /** Turn auto-save on or off. @default false (env `DUMPLINGS_PERSISTENCE`) */
+  enabled?: boolean;
+  /** A registered backend name (`file`, `sqlite`, `memory`, …) or a backend instance. @default "file" (env `DUMPLINGS_PERSISTENCE_BACKEND`) */
+  backend?: string | StateBackend;
+  /** Directory of the `file` backend. @default "./.dumplingsAI_sessions" (env `DUMPLINGS_PERSISTENCE_DIR`) */
+  baseDir?: string;
+  /** Database file of the `sqlite` backend. @default "./.dumplingsAI_sessions.db" (env `DUMPLINGS_PERSISTENCE_DB`) */
+  dbPath?: string;
+  /** Default key of an agent: its `uuid` or its `name`. @default "uuid" (env `DUMPLINGS_PERSISTENCE_KEY`) */
+  keyStrategy?: KeyStrategy;
+  /**
+   * Modules, besides files under the working directory, that loading may
+   * `import()` to find a saved class or hook: file or directory paths
+   * (absolute or starting with `.`) and package names (a name also allows
+   * its subpaths). Replaces the previous list. @default []
+   */
+  allowImports?: string[];
+}
+
+const ENV = {
+  enabled: "DUMPLINGS_PERSISTENCE",
+  backend: "DUMPLINGS_PERSISTENCE_BACKEND",
+  baseDir: "DUMPLINGS_PERSISTENCE_DIR",
+  dbPath: "DUMPLINGS_PERSISTENCE_DB",
+  keyStrategy: "DUMPLINGS_PERSISTENCE_KEY",
+} as const;
+
+let settings: PersistenceSettings = { enabled: false, backend: undefined, keyStrategy: "uuid", allowImports: [] };
+/** Errors of malformed env vars, by setting, thrown on first dependent use. */
+const envErrors = new Map<keyof typeof ENV, InvalidConfigError>();
+
+function parseOnOff(value: string, setting: string): boolean {
+  const v = value.trim().toLowerCase();
+  if (["on", "1", "true", "yes"].includes(v)) return true;
+  if (["off", "0", "false", "no", ""].includes(v)) return false;
+  throw new InvalidConfigError(setting, `expected "on" or "off", got ${JSON.stringify(value)}`);
+}
+
+function parseKeyStrategy(value: unknown, setting: string): KeyStrategy {
+  if (value === "uuid" || value === "name") return value;
+  throw new InvalidConfigError(setting, `expected "uuid" or "name", got ${JSON.stringify(value)}`);
+}
+
+function checkPath(value: unknown, setting: string): string {
+  if (typeof value !== "string" || value.trim() === "" || value.includes("\0")) {
+    throw new InvalidConfigError(setting, `expected a non-empty path, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+/**
+ * Re-reads the `DUMPLINGS_PERSISTENCE*` environment variables, resetting
+ * every setting first (what happens once at import). Exposed for tests and
+ * long-running tools that change their environment.
+ *
+ * @param env - the environment to read @default process.env
+ */
+export function loadEnvironmentConfig(env: NodeJS.ProcessEnv = process.env): void {
+  envErrors.clear();
+  settings = { enabled: false, backend: undefined, keyStrategy: "uuid", allowImports: [] };
+  const attempt = (setting: keyof typeof ENV, apply: (raw: string) => void) => {
+    const raw = env[ENV[setting]];
+    if (raw === undefined) return;
+    try {
+      apply(raw);
+    } catch (e) {
+      if (e instanceof InvalidConfigError) envErrors.set(setting, e);
+      else throw e;
+    }
+  };
+  attempt("enabled", (raw) => {
+    settings.enabled = parseOnOff(raw, ENV.enabled);
+  });
+  attempt("keyStrategy", (raw) => {
+    settings.keyStrategy = parseKeyStrategy(raw.trim(), ENV.keyStrategy);
+  });
+  attempt("backend", (raw) => {
+    const name = raw.trim();
+    if (name === "") throw new InvalidConfigError(ENV.backend, "expected a backend name, got an empty string");
+    // Checked against the registry on first use: a custom backend may be registered after import.
+    settings.backend = name;
+  });
+  const dirs: { baseDir?: string; dbPath?: string } = {};
+  attempt("baseDir", (raw) => {
+    dirs.baseDir = checkPath(raw, ENV.baseDir);
+  });
+  attempt("dbPath", (raw) => {
+    dirs.dbPath = checkPath(raw, ENV.dbPath);
+  });
+  if (dirs.baseDir !== undefined || dirs.dbPath !== undefined) configureBuiltinBackends(dirs);
+}
+
+/**
+ * Changes persistence settings. Omitted options keep their value; an
+ * explicit option also clears a malformed env var of the same setting.
+ *
+ * @param options - see {@link ConfigureOptions}
+ * @throws {InvalidConfigError} for a malformed option (nothing is changed)
+ * @throws {UnknownBackendError} for a backend name that is not registered, listing the known names
+ * @example
+ * configure({ enabled: true, backend: "sqlite", dbPath: "./agents.db", keyStrategy: "name" });
+ */
+export function configure(options: ConfigureOptions): void {
+  if (options === null || typeof options !== "object") {
+    throw new InvalidConfigError("configure", "expected an options object");
+  }
+  const next: PersistenceSettings = { ...settings };
+  const cleared: (keyof typeof ENV)[] = [];
+  if (options.enabled !== undefined) {
+    if (typeof options.enabled !== "boolean") {
+      throw new InvalidConfigError("enabled", `expected a boolean, got ${JSON.stringify(options.enabled)}`);
+    }
+    next.enabled = options.enabled;
+    cleared.push("enabled");
+  }
+  if (options.keyStrategy !== undefined) {
+    next.keyStrategy = parseKeyStrategy(options.keyStrategy, "keyStrategy");
+    cleared.push("keyStrategy");
+  }
+  if (options.allowImports !== undefined) {
+    if (!Array.isArray(options.allowImports) || options.allowImports.some((x) => typeof x !== "string" || x === "")) {
+      throw new InvalidConfigError("allowImports", "expected an array of non-empty module paths or package names");
+    }
+    next.allowImports = Object.freeze([...options.allowImports]);
+  }
+  const dirs: { baseDir?: string; dbPath?: string } = {};
+  if (options.baseDir !== undefined) dirs.baseDir = checkPath(options.baseDir, "baseDir");
+  if (options.dbPath !== undefined) dirs.dbPath = checkPath(options.dbPath, "dbPath");
+  if (options.backend !== undefined) {
+    if (typeof options.backend === "string") {
+      getBackendChecked(options.backend); // throws UnknownBackendError listing the known names
+    } else {
+      getBackend(options.backend); // checks the contract
+    }
+    next.backend = options.backend;
+    cleared.push("backend");
+  }
+  // Everything validated: apply.
+  if (dirs.baseDir !== undefined) cleared.push("baseDir");
+  if (dirs.dbPath !== undefined) cleared.push("dbPath");
+  if (dirs.baseDir !== undefined || dirs.dbPath !== undefined) configureBuiltinBackends(dirs);
+  if (typeof next.backend === "string" && options.backend !== undefined) setDefaultBackend(next.backend);
+  settings = next;
+  for (const c of cleared) envErrors.delete(c);
+}
+
+/** Checks a backend name without opening it (opening a built-in would create its files). */
+function getBackendChecked(name: string): void {
+  const known = listBackendNames();
+  if (!known.includes(name)) throw new UnknownBackendError(name, known);
+}
+
+function throwEnvError(...which: (keyof typeof ENV)[]): void {
+  for (const w of which) {
+    const e = envErrors.get(w);
+    if (e) throw e;
+  }
+}
+
+/**
+ * The effective settings.
+ *
+ * @returns a snapshot of {@link PersistenceSettings}
+ * @throws {InvalidConfigError} when a `DUMPLINGS_PERSISTENCE*` env var was malformed and not overridden
+ */
+export function persistenceSettings(): Readonly<PersistenceSettings> {
+  throwEnvError("enabled", "backend", "keyStrategy", "baseDir", "dbPath");
+  return settings;
+}
+
+/**
+ * Whether auto-save is on (env `DUMPLINGS_PERSISTENCE=on` or `configure({ enabled: true })`).
+ *
+ * @returns true when the conversation loop should save after every outermost turn
+ * @throws {InvalidConfigError} when `DUMPLINGS_PERSISTENCE` holds something other than on/off
+ * @example
+ * if (isEnabled()) await autoSave(agent);
+ */
+export function isEnabled(): boolean {
+  throwEnvError("enabled");
+  return settings.enabled;
+}
+
+/**
+ * Turns auto-save off (same as `configure({ enabled: false })`). Explicit
+ * `saveState` / `autoSave` calls keep working.
+ *
+ * @example
+ * disable();
+ */
+export function disable(): void {
+  configure({ enabled: false });
+}
+
+/**
+ * The backend a call uses: the one given, else the configured one, else the registry's default.
+ *
+ * @param backend - a name, an instance, or undefined
+ * @returns the backend instance
+ * @throws {UnknownBackendError} for an unknown name, listing the known names
+ * @throws {InvalidConfigError} when a backend/dir env var was malformed and not overridden
+ * @example
+ * const backend = resolveBackend("sqlite");
+ */
+export function resolveBackend(backend?: string | StateBackend): StateBackend {
+  if (backend !== undefined) return getBackend(backend);
+  throwEnvError("backend", "baseDir", "dbPath");
+  return getBackend(settings.backend);
+}
+
+/**
+ * A display name for a backend, for messages: its `name`, else the name it was given by.
+ * @internal
+ */
+export function backendLabel(backend: StateBackend, given?: string | StateBackend): string {
+  return backend.name ?? (typeof given === "string" ? given : "custom");
+}
+
+loadEnvironmentConfig();

@@ -1,0 +1,175 @@
+/**
+ * "No secrets at rest" (DESIGN.md): an agent stores the NAME of the
+ * environment variable holding its API key (`apiKeyEnv`), never the key.
+ * Before anything is written, the config fields that could carry a secret
+ * by mistake — `apiKeyEnv`, `apiProvider`, `modelName` — are checked, and a
+ * credential-looking value is refused with a {@link CredentialError} naming
+ * the field (the error never repeats the secret). Nothing is written then.
+ *
+ * What counts as credential-looking:
+ * - a provider key prefix: `sk-…` (OpenAI, Anthropic `sk-ant-…`), `ghp_`,
+ *   `github_pat_`, `xox[abpr]-` (Slack), `AKIA…` (AWS), `AIza…` (Google),
+ *   `hf_…`, `gsk_…`, `glpat-…`, `pk_/sk_/rk_(live|test)_…` (Stripe), a JWT
+ *   (`eyJ….eyJ….…`);
+ * - `Bearer …` / `Basic …` authorization values;
+ * - in a URL: a password in the user-info part (`https://user:pw@host`), or
+ *   a non-empty query parameter named like a secret (`api_key`, `apikey`,
+ *   `key`, `token`, `access_token`, `secret`, `password`, `sig`, `auth`, …);
+ * - a long high-entropy token: a run of ≥ 32 letters/digits (with `-`/`_`
+ *   inside) mixing upper case, lower case and digits with ≥ 4 bits of
+ *   Shannon entropy per character. Hex ids and UUIDs (one letter case) and
+ *   dashed model names (`Meta-Llama-3.1-405B-Instruct-Turbo`: short
+ *   segments) are not flagged.
+ *
+ * `apiKeyEnv` must, in addition, look like an environment-variable name
+ * (`[A-Za-z_][A-Za-z0-9_]*`) or be empty.
+ *
+ * The history is not scanned: it must round-trip exactly (a tool call's
+ * arguments are the model's own words), so redacting it silently would be
+ * data loss; see README "Secrets" for the rule.
+ *
+ * @module
+ */
+import { CredentialError } from "../core/errors.js";
+import type { AgentConfig } from "../core/state.js";
+import { MissingSecretError } from "./errors.js";
+
+const PREFIXES: readonly [RegExp, string][] = [
+  [/(?:^|[^A-Za-z0-9])sk-[A-Za-z0-9_-]{8,}/, "an API secret key (sk-…)"],
+  [/(?:^|[^A-Za-z0-9])(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}/, "a GitHub token"],
+  [/github_pat_[A-Za-z0-9_]{20,}/, "a GitHub token"],
+  [/(?:^|[^A-Za-z0-9])xox[abpr]-[A-Za-z0-9-]{10,}/, "a Slack token"],
+  [/(?:^|[^A-Za-z0-9])AKIA[0-9A-Z]{16}(?![0-9A-Z])/, "an AWS access key id"],
+  [/(?:^|[^A-Za-z0-9])AIza[0-9A-Za-z_-]{30,}/, "a Google API key"],
+  [/(?:^|[^A-Za-z0-9])hf_[A-Za-z0-9]{20,}/, "a Hugging Face token"],
+  [/(?:^|[^A-Za-z0-9])gsk_[A-Za-z0-9]{20,}/, "a Groq API key"],
+  [/(?:^|[^A-Za-z0-9])glpat-[A-Za-z0-9_-]{16,}/, "a GitLab token"],
+  [/(?:^|[^A-Za-z0-9])[spr]k_(?:live|test)_[A-Za-z0-9]{10,}/, "a Stripe key"],
+  [/eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/, "a JSON Web Token"],
+  [/(?:^|[^A-Za-z0-9])[Bb]earer\s+\S{6,}/, "an Authorization header value (Bearer …)"],
+  [/(?:^|[^A-Za-z0-9])Basic\s+[A-Za-z0-9+/]{8,}={0,2}/, "an Authorization header value (Basic …)"],
+];
+
+const SECRET_PARAM =
+  /^(?:api[-_]?key|apikey|x[-_]api[-_]key|key|token|access[-_]?token|refresh[-_]?token|id[-_]?token|auth|authorization|secret|client[-_]?secret|password|passwd|pwd|sig|signature|code|session|sessionid|private[-_]?key)$/i;
+
+/** Shannon entropy of a string, in bits per character. */
+export function shannonEntropy(s: string): number {
+  const counts = new Map<string, number>();
+  for (const ch of s) counts.set(ch, (counts.get(ch) ?? 0) + 1);
+  let h = 0;
+  const n = [...s].length;
+  for (const c of counts.values()) {
+    const p = c / n;
+    h -= p * Math.log2(p);
+  }
+  return h;
+}
+
+function highEntropyToken(value: string): boolean {
+  for (const run of value.match(/[A-Za-z0-9_-]{32,}/g) ?? []) {
+    // Word-like runs (model names, slugs) are made of short dash/underscore-separated segments.
+    const longest = Math.max(...run.split(/[-_]/).map((x) => x.length));
+    if (longest < 20) continue;
+    if (!/[a-z]/.test(run) || !/[A-Z]/.test(run) || !/[0-9]/.test(run)) continue;
+    if (shannonEntropy(run) >= 4) return true;
+  }
+  return false;
+}
+
+function urlProblem(value: string): string | undefined {
+  for (const candidate of value.match(/[a-z][a-z0-9+.-]*:\/\/[^\s"'<>]+/gi) ?? []) {
+    let url: URL;
+    try {
+      url = new URL(candidate);
+    } catch {
+      continue;
+    }
+    if (url.password !== "") return "a URL with a password in it (user:password@host)";
+    if (url.username !== "" && highEntropyToken(url.username)) return "a URL with a token as its user name";
+    for (const [name, v] of url.searchParams) {
+      if (v !== "" && SECRET_PARAM.test(name)) return `a URL whose query string carries a secret (${name}=…)`;
+    }
+    if (url.hash.length > 1) {
+      const frag = new URLSearchParams(url.hash.slice(1));
+      for (const [name, v] of frag) {
+        if (v !== "" && SECRET_PARAM.test(name)) return `a URL whose fragment carries a secret (${name}=…)`;
+      }
+    }
+  }
+  // A bare query string without a scheme, e.g. "host/v1?api_key=…".
+  const q = value.match(/[?&]([A-Za-z0-9_-]+)=([^&#\s]+)/g) ?? [];
+  for (const pair of q) {
+    const [name] = pair.slice(1).split("=");
+    if (name !== undefined && SECRET_PARAM.test(name)) return `a query string that carries a secret (${name}=…)`;
+  }
+  return undefined;
+}
+
+/**
+ * Why a string looks like a credential, or undefined when it does not.
+ *
+ * @param value - the string to check
+ * @returns a short reason that does not repeat the secret, or undefined
+ * @example
+ * credentialReason("sk-proj-abc123def456ghi789") // "it looks like an API secret key (sk-…)"
+ * credentialReason("gpt-4o-mini") // undefined
+ */
+export function credentialReason(value: string): string | undefined {
+  for (const [re, what] of PREFIXES) if (re.test(value)) return `it looks like ${what}`;
+  const u = urlProblem(value);
+  if (u !== undefined) return `it contains ${u}`;
+  if (highEntropyToken(value)) return "it contains a long high-entropy token (an API key?)";
+  return undefined;
+}
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * Refuses a config that carries a credential-looking value in `apiKeyEnv`,
+ * `apiProvider` or `modelName`, or an `apiKeyEnv` that is not an env-var name.
+ *
+ * @param config - the agent config about to be stored
+ * @throws {CredentialError} naming the field (`config.apiKeyEnv`, …); the secret itself is never in the message
+ * @example
+ * assertNoCredentials({ ...config, apiKeyEnv: "sk-live-…" }) // throws CredentialError (field "config.apiKeyEnv")
+ */
+export function assertNoCredentials(config: Pick<AgentConfig, "apiKeyEnv" | "apiProvider" | "modelName">): void {
+  const fields = [
+    ["apiKeyEnv", config.apiKeyEnv],
+    ["apiProvider", config.apiProvider],
+    ["modelName", config.modelName],
+  ] as const;
+  for (const [field, value] of fields) {
+    if (typeof value !== "string") continue;
+    const reason = credentialReason(value);
+    if (reason !== undefined) throw new CredentialError(`config.${field}`, reason);
+  }
+  if (config.apiKeyEnv !== "" && !ENV_NAME.test(config.apiKeyEnv)) {
+    throw new CredentialError(
+      "config.apiKeyEnv",
+      "it is not the name of an environment variable (letters, digits and _, not starting with a digit)",
+    );
+  }
+}
+
+/**
+ * Reads an agent's API key from the environment variable its `apiKeyEnv`
+ * names, at call time (the key is never stored).
+ *
+ * @param config - `apiKeyEnv` (and optionally the agent `name`, for the message)
+ * @param env - environment to read @default process.env
+ * @returns the key
+ * @throws {MissingSecretError} naming the variable when `apiKeyEnv` is empty or the variable is unset/empty
+ * @example
+ * const key = resolveApiKey(agent.config); // reads process.env.OPENAI_API_KEY when apiKeyEnv = "OPENAI_API_KEY"
+ */
+export function resolveApiKey(
+  config: { apiKeyEnv: string; name?: string },
+  env: NodeJS.ProcessEnv = process.env,
+): string {
+  const name = config.apiKeyEnv;
+  const value = name === "" ? undefined : env[name];
+  if (value === undefined || value === "") throw new MissingSecretError(name, config.name);
+  return value;
+}

@@ -1,0 +1,172 @@
+/**
+ * Per-agent revision tracking: what the persistence layer remembers about
+ * each agent instance so that a save is a compare-and-set against the
+ * revision it last loaded or saved, and costs O(new messages).
+ *
+ * For every (agent, backend, key) it keeps, in a `WeakMap` (nothing is
+ * retained once the agent is garbage):
+ * - the stored revision (from `read`/`write` of a revision-aware backend);
+ * - the history message OBJECTS known to be stored, in order (references,
+ *   not copies), and a fingerprint (the JSON text) of the last one.
+ *
+ * Append detection — "detected, not assumed": a save sends
+ * `baseLength = stored.length` only when the history still starts with
+ * exactly the stored objects (`history[i] === stored[i]` for every stored
+ * position, O(n) pointer comparisons, no serialisation) and the last stored
+ * message still serialises to its fingerprint (catches the common in-place
+ * edit of the latest message, e.g. a streamed answer completed in place).
+ * Anything else — a shorter history, a replaced, removed or inserted
+ * message — sends no `baseLength`, so the backend rewrites the whole
+ * history. Rule for users: treat stored messages as immutable and replace a
+ * message object to edit it (`history[i] = { ...history[i], content }`);
+ * an in-place mutation of an older message (not the last stored one) is not
+ * detected and would not reach an append-only store.
+ *
+ * It also remembers each agent's "home" (the backend and key it was last
+ * loaded from or saved to): `saveState(agent)` and `autoSave(agent)` without
+ * a key save there, so a session loaded under a key keeps saving under it.
+ *
+ * @module
+ */
+import type { StateBackend } from "../backends/types.js";
+import type { Message } from "../core/messages.js";
+
+/** What is known to be stored for one (agent, backend, key). */
+export interface Track {
+  /** Stored revision last seen, or undefined for a backend without revisions. */
+  revision: number | undefined;
+  /** The message objects stored, in order (references). */
+  stored: Message[];
+  /** JSON text of `stored[stored.length - 1]` when it was stored. */
+  lastFingerprint: string | undefined;
+}
+
+/** Where an agent was last loaded from or saved to. */
+export interface Home {
+  backend: StateBackend;
+  key: string;
+}
+
+const tracks = new WeakMap<object, WeakMap<StateBackend, Map<string, Track>>>();
+const homes = new WeakMap<object, Home>();
+
+function fingerprint(message: Message | undefined): string | undefined {
+  return message === undefined ? undefined : JSON.stringify(message);
+}
+
+/**
+ * The tracked record of (agent, backend, key), if any.
+ *
+ * @param agent - the agent instance
+ * @param backend - the backend instance
+ * @param key - the state key
+ */
+export function getTrack(agent: object, backend: StateBackend, key: string): Track | undefined {
+  return tracks.get(agent)?.get(backend)?.get(key);
+}
+
+function setTrack(agent: object, backend: StateBackend, key: string, track: Track): void {
+  let byBackend = tracks.get(agent);
+  if (!byBackend) {
+    byBackend = new WeakMap();
+    tracks.set(agent, byBackend);
+  }
+  let byKey = byBackend.get(backend);
+  if (!byKey) {
+    byKey = new Map();
+    byBackend.set(backend, byKey);
+  }
+  byKey.set(key, track);
+}
+
+/**
+ * How many leading messages of `history` are stored unchanged, or undefined
+ * when the stored prefix cannot be proven intact (then the whole history is rewritten).
+ *
+ * @param track - the tracked record
+ * @param history - the history about to be saved
+ * @returns `baseLength` for `write`, or undefined
+ */
+export function computeBaseLength(track: Track, history: readonly Message[]): number | undefined {
+  const stored = track.stored;
+  const n = stored.length;
+  if (history.length < n) return undefined;
+  for (let i = 0; i < n; i++) if (history[i] !== stored[i]) return undefined;
+  if (n > 0 && fingerprint(history[n - 1]) !== track.lastFingerprint) return undefined;
+  return n;
+}
+
+/**
+ * Records a successful load.
+ *
+ * @param agent - the new agent instance
+ * @param backend - where it was loaded from
+ * @param key - the key
+ * @param history - the agent's history right after the load (its message objects are the stored ones)
+ * @param revision - the stored revision, when the backend has revisions
+ */
+export function recordLoaded(
+  agent: object,
+  backend: StateBackend,
+  key: string,
+  history: readonly Message[],
+  revision: number | undefined,
+): void {
+  setTrack(agent, backend, key, {
+    revision,
+    stored: history.slice(),
+    lastFingerprint: fingerprint(history[history.length - 1]),
+  });
+  homes.set(agent, { backend, key });
+}
+
+/**
+ * Records a successful save.
+ *
+ * @param agent - the agent
+ * @param backend - where it was saved
+ * @param key - the key
+ * @param history - the history that was saved
+ * @param baseLength - the `baseLength` sent (the stored prefix reused), or undefined for a full write
+ * @param revision - the new revision, when the backend has revisions
+ */
+export function recordSaved(
+  agent: object,
+  backend: StateBackend,
+  key: string,
+  history: readonly Message[],
+  baseLength: number | undefined,
+  revision: number | undefined,
+): void {
+  const previous = getTrack(agent, backend, key);
+  let stored: Message[];
+  if (previous !== undefined && baseLength !== undefined && baseLength === previous.stored.length) {
+    stored = previous.stored;
+    for (let i = baseLength; i < history.length; i++) stored.push(history[i] as Message);
+  } else {
+    stored = history.slice();
+  }
+  setTrack(agent, backend, key, { revision, stored, lastFingerprint: fingerprint(history[history.length - 1]) });
+  homes.set(agent, { backend, key });
+}
+
+/**
+ * Forgets what is tracked for (agent, backend, key), e.g. after the key was deleted through this agent.
+ *
+ * @param agent - the agent
+ * @param backend - the backend
+ * @param key - the key
+ */
+export function forgetTrack(agent: object, backend: StateBackend, key: string): void {
+  tracks.get(agent)?.get(backend)?.delete(key);
+}
+
+/**
+ * The backend and key an agent was last loaded from or saved to.
+ *
+ * @param agent - the agent
+ * @returns its home, or undefined for an agent never loaded or saved
+ */
+export function agentHome(agent: object): Home | undefined {
+  return homes.get(agent);
+}

@@ -6,5 +6,6 @@
  * @module
  */
 export * from "./conformance.js";
+export * from "./model-server.js";
 export * from "./samples.js";
 export * from "./states.js";

@@ -30,6 +30,7 @@ import { type Message, messageSchemaFor, type Protocol } from "../core/messages.
 import { type AgentConfig, type AgentConfigInput, AgentConfigSchema, type AgentState } from "../core/state.js";
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 import {
+  autoSave,
   exportStateString,
   type LoadOptions,
   loadState,
@@ -48,6 +49,16 @@ import {
   resolveHooksSync,
   unregisteredHookWarning,
 } from "../persistence/classes.js";
+import { isEnabled } from "../persistence/config.js";
+import { conversationWithTool, streamTurn, type TurnOptions, type TurnResult } from "./conversation.js";
+import {
+  findPendingToolCalls,
+  type PendingToolCall,
+  type RepairAction,
+  type RepairPolicy,
+  repairHistory,
+} from "./repair.js";
+import { assertTool, effectiveTools, type ToolDefinition, ToolRegistrationError } from "./tools.js";
 
 /**
  * A tool-call hook event (the same shape the agent runtime's tool runner
@@ -183,6 +194,8 @@ export class BaseAgent extends EventEmitter {
   currentTaskId: string | null;
   /** Tool-call hooks, called around every tool call. */
   hooks: ToolHook[];
+  /** This agent's own tools by name (process-wide tools from `registerGlobalTool` are added at call time). */
+  readonly tools: Map<string, ToolDefinition> = new Map();
   /** Saved hook names that could not be resolved on load: kept and saved again. */
   protected unresolvedHookNames: string[] = [];
   /** Saved `[STATE]` fields this class does not declare: kept and saved again, never dropped. */
@@ -237,6 +250,110 @@ export class BaseAgent extends EventEmitter {
     return () => {
       const i = this.hooks.indexOf(hook);
       if (i >= 0) this.hooks.splice(i, 1);
+    };
+  }
+
+  /**
+   * Adds a tool this agent's model may call (it overrides a process-wide tool of the same name).
+   *
+   * @param tool - `{ name, description, parameters (zod or JSON Schema), execute(args, { toolCallId, taskId, signal }) }`
+   * @param options - `replace`: overwrite this agent's tool of the same name @default false
+   * @returns the agent (chainable)
+   * @throws {ToolRegistrationError} for an invalid definition or a name this agent already has
+   * @example
+   * agent.registerTool({ name: "add", parameters: z.object({ a: z.number(), b: z.number() }), execute: ({ a, b }) => a + b });
+   */
+  registerTool(tool: ToolDefinition, options: { replace?: boolean } = {}): this {
+    assertTool(tool);
+    if (this.tools.has(tool.name) && !options.replace) {
+      throw new ToolRegistrationError(
+        tool.name,
+        "already registered on this agent; pass { replace: true } to replace it",
+      );
+    }
+    this.tools.set(tool.name, tool);
+    return this;
+  }
+
+  /**
+   * Runs one conversation turn: appends the user message, calls the model, runs the tools it asks for
+   * (function-calling mode) and calls it again until it answers. The outermost call saves the agent
+   * once (auto-save, when persistence is enabled) when it returns or throws; a failed save is emitted
+   * as `persistError` and never fails the turn. See `conversation.ts` for the crash-safety rules.
+   *
+   * @param input - the user's text or a user message in the protocol's shape
+   * @param options - `stream`, `onToken`, `maxRounds` (default 16), `signal`, `repair` (`"interrupted"`|`"rerun"`),
+   *   `checkpoint` (`"turn"`|`"message"`), `maxRetries`
+   * @returns `{ message, text, taskId, rounds, toolCalls, usage }`
+   * @throws {MaxRoundsError} / {ModelCallError} / {StreamInterruptedError} / {ModelConfigError} (after the auto-save)
+   * @example
+   * const { text } = await agent.conversationWithTool("What's the weather in Paris?");
+   */
+  conversationWithTool(input: string | Message, options: TurnOptions = {}): Promise<TurnResult> {
+    return conversationWithTool(this, input, options, this.turnRuntime());
+  }
+
+  /**
+   * Continues the conversation without a new user message — after a crash, a resumed session calls
+   * this to finish the interrupted turn (with `repair: "rerun"` the missing tool results are
+   * produced by running the tools again). Saves like {@link BaseAgent.conversationWithTool}.
+   *
+   * @param options - as for `conversationWithTool`
+   * @returns the turn result
+   * @example
+   * const agent = await loadState("s1"); if (agent.pendingToolCalls().length) await agent.resumeTurn({ repair: "rerun" });
+   */
+  resumeTurn(options: TurnOptions = {}): Promise<TurnResult> {
+    return conversationWithTool(this, null, options, this.turnRuntime());
+  }
+
+  /**
+   * Runs a streamed turn and exposes the tokens as an async iterator.
+   *
+   * @param input - the user's text or message
+   * @param options - as for `conversationWithTool` (`stream` is forced on)
+   * @returns `{ tokens: AsyncIterable<string>, result: Promise<TurnResult> }`
+   * @example
+   * const { tokens, result } = agent.conversationStream("Tell me a story");
+   * for await (const t of tokens) process.stdout.write(t);
+   */
+  conversationStream(
+    input: string | Message,
+    options: Omit<TurnOptions, "stream" | "onToken"> = {},
+  ): { tokens: AsyncIterable<string>; result: Promise<TurnResult> } {
+    return streamTurn((onToken) => this.conversationWithTool(input, { ...options, stream: true, onToken }));
+  }
+
+  /**
+   * Tool calls in the history that have no result (left by a crash). A turn repairs them by policy.
+   *
+   * @returns the unanswered calls (`index` of their assistant message, `id`, `name`, `arguments`)
+   */
+  pendingToolCalls(): PendingToolCall[] {
+    return findPendingToolCalls(this.protocol, this.history);
+  }
+
+  /**
+   * Repairs the history now (as the next turn would) and emits `repair` when something changed.
+   *
+   * @param policy - `"interrupted"` (default) answers unanswered calls as interrupted
+   * @returns the actions taken (empty when the history was valid)
+   */
+  repairHistory(policy: RepairPolicy = "interrupted"): RepairAction[] {
+    const r = repairHistory(this.protocol, this.history, policy);
+    if (r.actions.length > 0) {
+      this.history = r.history;
+      this.emit("repair", r.actions);
+    }
+    return r.actions;
+  }
+
+  /** Tools, hooks and the auto-save callback the conversation loop uses for this agent. */
+  protected turnRuntime() {
+    return {
+      tools: effectiveTools(this.tools),
+      hooks: this.hooks,
+      persist: async (): Promise<boolean> => (isEnabled() ? autoSave(this) : true),
     };
   }
 
@@ -345,15 +462,13 @@ export class BaseAgent extends EventEmitter {
    * const copy = BaseAgent.fromState(agent.toState());
    */
   static fromState<T extends BaseAgent>(this: AgentConstructor<T>, state: AgentState, options: RestoreOptions = {}): T {
-    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
-    const cls = this;
-    if (state.meta.protocol !== cls.protocol) {
+    if (state.meta.protocol !== this.protocol) {
       throw new InvalidStateError(
         "meta.protocol",
-        `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${cls.name} speaks ${cls.protocol}`,
+        `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${this.name} speaks ${this.protocol}`,
       );
     }
-    const agent = new cls({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    const agent = new this({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
     agent.restoreState(state, options);
     return agent;
   }
@@ -436,10 +551,8 @@ export class BaseAgent extends EventEmitter {
     key: string,
     options?: LoadOptions,
   ): Promise<T> {
-    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
-    const cls = this;
     const agent = await loadState(key, options);
-    return checkClass(cls, agent, `key ${JSON.stringify(key)}`);
+    return checkClass(this, agent, `key ${JSON.stringify(key)}`);
   }
 
   /**
@@ -455,10 +568,8 @@ export class BaseAgent extends EventEmitter {
     text: string,
     options?: Omit<LoadOptions, "backend"> & { source?: string },
   ): Promise<T> {
-    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
-    const cls = this;
     const agent = await loadStateString(text, options);
-    return checkClass(cls, agent, options?.source ?? "the .duas string");
+    return checkClass(this, agent, options?.source ?? "the .duas string");
   }
 }
 

@@ -132,8 +132,8 @@ export class IdempotencyGuard {
         status: "unknown",
         key,
         name,
-        workflowId,
-        stepIndex,
+        workflowId: existing.workflowId,
+        stepIndex: existing.stepIndex,
         startedAt: existing.startedAt,
       });
       if (decision.outcome === "happened") {

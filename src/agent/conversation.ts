@@ -189,7 +189,10 @@ export function messageText(message: Message | undefined): string {
 
 function toolResultMessages(protocol: Protocol, outcomes: readonly ToolCallOutcome[]): Message[] {
   if (protocol === "openai") {
-    return outcomes.map((o) => ({ role: "tool", tool_call_id: o.id, content: o.content }) as OpenAIMessage);
+    // `name` (the tool's name) is kept in the stored message, as recorded OpenAI traces do; it is not sent
+    return outcomes.map(
+      (o) => ({ role: "tool", tool_call_id: o.id, name: o.name, content: o.content }) as OpenAIMessage,
+    );
   }
   return [
     {

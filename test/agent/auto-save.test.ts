@@ -187,7 +187,7 @@ describe("auto-save rules", () => {
         content: null,
         tool_calls: [{ id: "call_C1", type: "function", function: { name: "charge", arguments: '{"amount":5}' } }],
       },
-      { role: "tool", tool_call_id: "call_C1", content: "receipt-5" },
+      { role: "tool", tool_call_id: "call_C1", name: "charge", content: "receipt-5" },
       { role: "assistant", content: "Charged 5 EUR." },
     ]);
     expect(charges).toBe(1);

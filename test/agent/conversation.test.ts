@@ -71,7 +71,7 @@ describe("conversation loop over the OpenAI wire protocol", () => {
     const result = await conversationWithTool(host, "add things", { maxRetries: 0 }, runtime());
     expect(result).toMatchObject({ text: "3 and 6", rounds: 3, toolCalls: 2 });
     expect(host.history.map((m) => m.role)).toEqual(["user", "assistant", "tool", "assistant", "tool", "assistant"]);
-    expect(host.history[2]).toEqual({ role: "tool", tool_call_id: "c1", content: "3" });
+    expect(host.history[2]).toEqual({ role: "tool", tool_call_id: "c1", name: "add", content: "3" });
     const third = server.requests[2]?.body as { messages: Message[] };
     expect(third.messages.at(-1)).toEqual({ role: "tool", tool_call_id: "c2", content: "6" });
     expect(server.count).toBe(3);
@@ -197,7 +197,7 @@ describe("conversation loop over the OpenAI wire protocol", () => {
     expect(seen.length).toBeGreaterThan(3);
     expect(seen.join("")).toBe("The answer is 42.");
     expect((await result).text).toBe("The answer is 42.");
-    expect(host.history[2]).toEqual({ role: "tool", tool_call_id: "x1", content: "42" });
+    expect(host.history[2]).toEqual({ role: "tool", tool_call_id: "x1", name: "add", content: "42" });
   });
 
   it("ends a runaway tool loop with MaxRoundsError after saving once", async () => {
@@ -261,7 +261,7 @@ describe("conversation loop over the OpenAI wire protocol", () => {
         content: null,
         tool_calls: [{ id: "n1", type: "function", function: { name: "ask_self", arguments: "{}" } }],
       },
-      { role: "tool", tool_call_id: "n1", content: "inner answer" },
+      { role: "tool", tool_call_id: "n1", name: "ask_self", content: "inner answer" },
       { role: "assistant", content: "outer answer" },
     ]);
   });
@@ -348,7 +348,7 @@ describe("crash-safe histories", () => {
     ];
     const result = await conversationWithTool(host, null, { repair: "rerun", maxRetries: 0 }, runtime());
     expect(result.text).toBe("3, as computed.");
-    expect(host.history[2]).toEqual({ role: "tool", tool_call_id: "p1", content: "3" });
+    expect(host.history[2]).toEqual({ role: "tool", tool_call_id: "p1", name: "add", content: "3" });
     expect(server.requests[0]?.status).toBe(200);
   });
 

@@ -195,7 +195,7 @@ export class PostgresBackend implements StateBackend {
       });
       // An idle connection that dies (server restart) must not crash the process; the next query reports it.
       pool.on("error", () => {});
-      this.pool = pool as unknown as PgLikePool;
+      this.pool = pool;
       this.ownPool = pool;
     }
   }

@@ -74,7 +74,15 @@ export interface RedisLikeClient {
   /** `EVAL script numKeys ...keysAndArgs`. */
   eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   /** `SCAN cursor MATCH pattern COUNT n TYPE hash`; resolves to `[nextCursor, keys]`. */
-  scan(cursor: string, ...args: (string | number)[]): Promise<[string, string[]]>;
+  scan(
+    cursor: string,
+    patternToken: "MATCH",
+    pattern: string,
+    countToken: "COUNT",
+    count: number,
+    typeToken: "TYPE",
+    type: string,
+  ): Promise<[string, string[]]>;
   /** Optional: graceful close. Called by `close()` only for a client the backend created itself. */
   quit?(): Promise<unknown>;
 }
@@ -271,7 +279,7 @@ export class RedisBackend implements StateBackend {
       redis.on("ready", () => {
         this.clockOffsetMs = undefined; // maybe another server now: measure again
       });
-      this.client = redis as unknown as RedisLikeClient;
+      this.client = redis;
       this.own = redis;
     }
   }

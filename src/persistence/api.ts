@@ -45,7 +45,7 @@ import {
   resolveAgentClass,
   resolveHooks,
 } from "./classes.js";
-import { backendLabel, persistenceSettings, resolveBackend } from "./config.js";
+import { backendLabel, currentSettings, resolveBackend } from "./config.js";
 import { assertNoCredentials, resolveApiKey } from "./credentials.js";
 import { UnsupportedOperationError } from "./errors.js";
 import { agentHome, computeBaseLength, forgetTrack, getTrack, recordLoaded, recordSaved } from "./tracker.js";
@@ -127,7 +127,7 @@ function wrap(backend: StateBackend, what: string, key: string | undefined, e: u
 }
 
 function defaultKey(agent: PersistableAgent): string {
-  const strategy = persistenceSettings().keyStrategy;
+  const strategy = currentSettings("keyStrategy").keyStrategy;
   return strategy === "name" ? agent.name : agent.uuid;
 }
 

@@ -34,7 +34,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { AgentNotFoundError } from "../core/errors.js";
 import type { Message, Protocol } from "../core/messages.js";
 import type { AgentState, StateMeta } from "../core/state.js";
-import { persistenceSettings } from "./config.js";
+import { currentSettings } from "./config.js";
 import { RegistrationError } from "./errors.js";
 
 /** What the persistence layer needs from an agent instance. `BaseAgent` implements it. */
@@ -335,7 +335,7 @@ type ImportDecision = { allowed: true; specifier: string } | { allowed: false; r
  */
 export function importDecision(module: string): ImportDecision {
   const cwd = real(process.cwd());
-  const allow = persistenceSettings().allowImports;
+  const allow = currentSettings().allowImports;
   if (isFileModule(module)) {
     const abs = path.resolve(process.cwd(), module);
     if (!existsSync(abs)) return { allowed: false, reason: `module file ${abs} does not exist` };

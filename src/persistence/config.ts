@@ -196,6 +196,18 @@ function getBackendChecked(name: string): void {
   if (!known.includes(name)) throw new UnknownBackendError(name, known);
 }
 
+/** An env-backed setting, for {@link currentSettings}. */
+export type EnvSetting = keyof typeof ENV;
+
+/**
+ * The settings, throwing only the env-var errors of the settings a caller depends on.
+ * @internal
+ */
+export function currentSettings(...depends: EnvSetting[]): Readonly<PersistenceSettings> {
+  throwEnvError(...depends);
+  return settings;
+}
+
 function throwEnvError(...which: (keyof typeof ENV)[]): void {
   for (const w of which) {
     const e = envErrors.get(w);

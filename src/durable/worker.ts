@@ -1,0 +1,262 @@
+/**
+ * Distributed execution of durable runs on BullMQ (Redis): a
+ * {@link DurableQueue} puts runs on a queue; any number of
+ * {@link DurableWorker}s on any machines take them and call `runDurable`.
+ *
+ * Liveness comes from BullMQ: a worker that dies loses its job lock, and
+ * BullMQ's stalled-job check hands the job to another worker, which replays
+ * the journal and continues. Safety comes from the journal: each executor
+ * holds the run through a lease whose fencing token every journal write
+ * carries, so a paused "zombie" worker that wakes up after a takeover has its
+ * writes refused (`StaleFencingTokenError`). Duplicate jobs for one run are
+ * harmless: the second finds the run finished or leased.
+ *
+ * Runs waiting for a signal hold no worker: the job completes with status
+ * `waiting`, and `signal` (through {@link DurableQueue.signal}) enqueues the
+ * run again. Durable timers re-enqueue the run with a BullMQ delay.
+ *
+ * @module
+ */
+import { randomUUID } from "node:crypto";
+import { hostname } from "node:os";
+import { DelayedError, type Job, Queue, UnrecoverableError, Worker } from "bullmq";
+import { Redis } from "ioredis";
+import type { JsonValue } from "../core/json.js";
+import { LeaseHeldError, ReplayMismatchError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
+import type { Journal } from "./journal.js";
+import { type RunResult, runDurable, type WorkflowFn } from "./run.js";
+import { type SignalResult, signal } from "./signals.js";
+import type { RunEventStream } from "./stream.js";
+
+/** Data of a queued job. */
+export interface DurableJobData {
+  runId: string;
+}
+
+/** Options shared by {@link DurableQueue} and {@link DurableWorker}. */
+export interface DurableQueueOptions {
+  /** The journal (shared by every worker: PostgreSQL, Redis, or a SQLite file on one machine). */
+  journal: Journal;
+  /** BullMQ queue name. @default "dumplings-durable" */
+  queueName?: string;
+  /** Redis URL of the queue. @default process.env.REDIS_URL ?? "redis://127.0.0.1:6379" */
+  redisUrl?: string;
+  /** BullMQ key prefix. @default "bull" */
+  prefix?: string;
+}
+
+/** Attempts of a job that fails for an infrastructure reason (store down…); workflow errors are recorded in the run instead. */
+const JOB_ATTEMPTS = 5;
+
+function connection(url: string): Redis {
+  return new Redis(url, { maxRetriesPerRequest: null });
+}
+
+/**
+ * The producing side: creates runs and puts them (back) on the queue.
+ *
+ * @example
+ * const queue = new DurableQueue({ journal, queueName: "agents" });
+ * await queue.enqueue({ runId: "chat-1", workflow: "support-agent", input: { messages } });
+ * await queue.signal("chat-1", "approval:call_1", { approved: true });
+ */
+export class DurableQueue {
+  readonly journal: Journal;
+  readonly queueName: string;
+  protected readonly redisUrl: string;
+  protected readonly prefix: string;
+  private readonly queue: Queue<DurableJobData>;
+  private readonly conn: Redis;
+
+  /** @param options - `journal`, `queueName` (default `dumplings-durable`), `redisUrl`, `prefix` */
+  constructor(options: DurableQueueOptions) {
+    this.journal = options.journal;
+    this.queueName = options.queueName ?? "dumplings-durable";
+    this.redisUrl = options.redisUrl ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+    this.prefix = options.prefix ?? "bull";
+    this.conn = connection(this.redisUrl);
+    this.queue = new Queue<DurableJobData>(this.queueName, { connection: this.conn, prefix: this.prefix });
+  }
+
+  /**
+   * Creates the run in the journal (unless it exists) and queues it.
+   *
+   * @param run - `{ runId, workflow, input }` (`workflow` names a function registered on the workers)
+   * @param options - `delayMs` before it may start
+   * @returns `created: false` when the run already existed (it is queued again anyway; duplicates are harmless)
+   * @throws {NonJsonValueError} when `input` is not JSON
+   */
+  async enqueue(
+    run: { runId: string; workflow: string; input?: JsonValue },
+    options: { delayMs?: number } = {},
+  ): Promise<{ created: boolean }> {
+    const { created } = await this.journal.createRun({
+      runId: run.runId,
+      workflow: run.workflow,
+      input: run.input ?? null,
+    });
+    await this.wake(run.runId, options.delayMs);
+    return { created };
+  }
+
+  /**
+   * Queues an existing run again (after a signal, at a timer's wake-up time, or by an operator).
+   *
+   * @param runId - the run
+   * @param delayMs - delay before it may start (ms) @default 0
+   */
+  async wake(runId: string, delayMs = 0): Promise<void> {
+    await this.queue.add(
+      "run",
+      { runId },
+      {
+        delay: Math.max(0, Math.ceil(delayMs)),
+        attempts: JOB_ATTEMPTS,
+        backoff: { type: "exponential", delay: 500 },
+        removeOnComplete: { count: 1000 },
+        removeOnFail: { count: 5000 },
+      },
+    );
+  }
+
+  /**
+   * Sends a signal and, when the run waits for it, queues the run.
+   *
+   * @throws {SignalConflictError} when that signal was already sent
+   */
+  signal(runId: string, name: string, value: JsonValue): Promise<SignalResult> {
+    return signal(runId, name, value, { journal: this.journal, wake: (id) => this.wake(id) });
+  }
+
+  /** Counts of jobs by state (waiting, active, delayed, completed, failed). */
+  jobCounts(): Promise<Record<string, number>> {
+    return this.queue.getJobCounts("waiting", "active", "delayed", "completed", "failed");
+  }
+
+  /** Removes the queue's keys (tests, teardown). */
+  async obliterate(): Promise<void> {
+    await this.queue.obliterate({ force: true });
+  }
+
+  /** Closes the queue's connection. */
+  async close(): Promise<void> {
+    await this.queue.close();
+    this.conn.disconnect();
+  }
+}
+
+/** Options of {@link DurableWorker}. */
+export interface DurableWorkerOptions extends DurableQueueOptions {
+  /** Workflow functions by name (the `workflow` of each run). */
+  workflows: Record<string, WorkflowFn> | Map<string, WorkflowFn>;
+  /** Runs executed at once by this worker. @default 1 */
+  concurrency?: number;
+  /** Lease owner id. @default `<hostname>:<pid>:<random>` */
+  owner?: string;
+  /** Journal lease duration (ms), renewed every third of it. @default 30000 */
+  leaseTtlMs?: number;
+  /** BullMQ job lock duration (ms): a dead worker's job is recovered after about this long. @default 30000 */
+  lockDurationMs?: number;
+  /** BullMQ stalled-job check interval (ms). @default 30000 */
+  stalledIntervalMs?: number;
+  /** How many times a job may stall (its worker died) before BullMQ fails it. @default 10 */
+  maxStalledCount?: number;
+  /** Side channel passed to each run. */
+  stream?: RunEventStream;
+  /** See `RunDurableOptions.inlineSleepMaxMs`. @default 1000 */
+  inlineSleepMaxMs?: number;
+  /** Called after each job with the run's outcome (logging, metrics). */
+  onResult?: (result: RunResult | { runId: string; status: "skipped"; reason: string }) => void;
+}
+
+/**
+ * A worker process's consumer of the durable queue.
+ *
+ * @example
+ * const worker = new DurableWorker({ journal, queueName: "agents", workflows: { "support-agent": agent.workflow() } });
+ * await worker.start();
+ * // … on shutdown
+ * await worker.close();
+ */
+export class DurableWorker extends DurableQueue {
+  readonly owner: string;
+  private readonly workflows: Map<string, WorkflowFn>;
+  private readonly options: DurableWorkerOptions;
+  private worker: Worker<DurableJobData> | undefined;
+  private workerConn: Redis | undefined;
+
+  /** @param options - see {@link DurableWorkerOptions} */
+  constructor(options: DurableWorkerOptions) {
+    super(options);
+    this.options = options;
+    this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    this.workflows =
+      options.workflows instanceof Map ? new Map(options.workflows) : new Map(Object.entries(options.workflows));
+  }
+
+  /** Starts taking jobs. Resolves once the worker is connected. */
+  async start(): Promise<void> {
+    if (this.worker) return;
+    this.workerConn = connection(this.redisUrl);
+    this.worker = new Worker<DurableJobData>(this.queueName, (job, token) => this.process(job, token), {
+      connection: this.workerConn,
+      prefix: this.prefix,
+      concurrency: this.options.concurrency ?? 1,
+      lockDuration: this.options.lockDurationMs ?? 30_000,
+      stalledInterval: this.options.stalledIntervalMs ?? 30_000,
+      maxStalledCount: this.options.maxStalledCount ?? 10,
+      autorun: true,
+    });
+    this.worker.on("error", () => undefined); // connection hiccups are retried by ioredis; job errors go to the job
+    await this.worker.waitUntilReady();
+  }
+
+  private async process(
+    job: Job<DurableJobData>,
+    token: string | undefined,
+  ): Promise<{ runId: string; status: string }> {
+    const { runId } = job.data;
+    const run = await this.journal.getRun(runId);
+    if (!run) {
+      this.options.onResult?.({ runId, status: "skipped", reason: "unknown run" });
+      return { runId, status: "missing" };
+    }
+    if (run.status === "completed" || run.status === "failed") return { runId, status: run.status };
+    const fn = this.workflows.get(run.workflow);
+    if (!fn) throw new UnrecoverableError(new UnknownWorkflowError(run.workflow, [...this.workflows.keys()]).message);
+    try {
+      const result = await runDurable(runId, fn, {
+        journal: this.journal,
+        owner: this.owner,
+        leaseTtlMs: this.options.leaseTtlMs ?? 30_000,
+        leaseWaitMs: 0,
+        ...(this.options.stream ? { stream: this.options.stream } : {}),
+        inlineSleepMaxMs: this.options.inlineSleepMaxMs ?? 1000,
+      });
+      if (result.status === "waiting" && result.waitingFor.kind === "timer") {
+        await this.wake(runId, result.waitingFor.wakeAt - Date.now());
+      }
+      this.options.onResult?.(result);
+      return { runId, status: result.status };
+    } catch (error) {
+      if (error instanceof LeaseHeldError) {
+        // another live executor holds the run (e.g. a wake-up raced a running step): look again shortly
+        await job.moveToDelayed(Math.min(error.expiresAt + 20, Date.now() + 250), token);
+        throw new DelayedError();
+      }
+      if (error instanceof StaleFencingTokenError) {
+        this.options.onResult?.({ runId, status: "skipped", reason: "taken over by another worker" });
+        return { runId, status: "taken-over" };
+      }
+      if (error instanceof ReplayMismatchError) throw new UnrecoverableError(error.message);
+      throw error;
+    }
+  }
+
+  /** Stops taking jobs, waits for running ones, closes connections. */
+  override async close(): Promise<void> {
+    await this.worker?.close();
+    this.workerConn?.disconnect();
+    await super.close();
+  }
+}

@@ -344,11 +344,19 @@ async function runTurn(
   for (let round = 1; round <= maxRounds; round++) {
     const model = runtime.model ? runtime.model() : createLanguageModel(config, protocol);
     const messages = toModelMessages(protocol, host.history);
-    const hasSystem = protocol === "openai" && (messages[0]?.role === "system" || false);
+    // A leading system message of the history goes in the AI SDK's `system` option (the same first
+    // message on the wire); otherwise the configured prompt does.
+    const first = messages[0];
+    const leadingSystem =
+      first?.role === "system" && !(first.providerOptions?.dumplings as { role?: string } | undefined)?.role
+        ? first.content
+        : undefined;
+    if (leadingSystem !== undefined) messages.shift();
+    const system = leadingSystem ?? (config.prompt || undefined);
     const request = {
       model,
       messages,
-      ...(config.prompt && !hasSystem ? { system: config.prompt } : {}),
+      ...(system !== undefined ? { system } : {}),
       ...(tools ? { tools } : {}),
       maxOutputTokens: config.maxTokens,
       maxRetries: options.maxRetries ?? 2,

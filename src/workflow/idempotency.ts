@@ -101,7 +101,8 @@ export class IdempotencyGuard {
    * Runs `fn` once for `key`; returns the recorded result on every later call.
    *
    * @param key - idempotency key (see {@link IdempotencyGuard.key})
-   * @param fn - the side effect; its result must be JSON (or `undefined`)
+   * @param fn - the side effect, given the key (pass it on to APIs that accept idempotency keys);
+   *   its result must be JSON (or `undefined`)
    * @param options - name, workflow/step, per-call `reconcile`
    * @returns the result of `fn` (now or as recorded)
    * @throws whatever `fn` throws (the start record is removed: a failed effect may be retried)
@@ -113,7 +114,7 @@ export class IdempotencyGuard {
   // biome-ignore lint/suspicious/noConfusingVoidType: a side effect may return nothing (void)
   async run<T extends JsonValue | undefined | void>(
     key: string,
-    fn: () => T | Promise<T>,
+    fn: (key: string) => T | Promise<T>,
     options: GuardRunOptions<T> = {},
   ): Promise<T> {
     const name = options.name ?? key;
@@ -145,7 +146,7 @@ export class IdempotencyGuard {
     }
     let result: T;
     try {
-      result = await fn();
+      result = await fn(key);
     } catch (e) {
       await this.cold.idempotencyAbandon(key);
       throw e;

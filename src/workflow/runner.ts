@@ -67,13 +67,13 @@ export interface NodeContext {
   /**
    * Runs a side effect at most once for this node run (key: workflow, start step, call index).
    * @param name - stable name of the effect (checked on replay)
-   * @param fn - the effect; result must be JSON or undefined
+   * @param fn - the effect, given its idempotency key; result must be JSON or undefined
    * @param options - `reconcile` for an effect whose outcome is unknown after a crash
    */
   // biome-ignore lint/suspicious/noConfusingVoidType: a side effect may return nothing (void)
   sideEffect<T extends JsonValue | undefined | void>(
     name: string,
-    fn: () => T | Promise<T>,
+    fn: (key: string) => T | Promise<T>,
     options?: { reconcile?: Reconcile<T> },
   ): Promise<T>;
   /**
@@ -400,7 +400,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     // biome-ignore lint/suspicious/noConfusingVoidType: a side effect may return nothing (void)
     const sideEffect = <R extends JsonValue | undefined | void>(
       name: string,
-      effect: () => R | Promise<R>,
+      effect: (key: string) => R | Promise<R>,
       options: { reconcile?: Reconcile<R> } = {},
     ): Promise<R> => {
       if (signal) throw signal; // the node swallowed an interrupt and went on: unwind again

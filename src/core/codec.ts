@@ -671,6 +671,21 @@ export class DuasLineParser {
  * const state = decodeState(readFileSync("a.duas", "utf8"), { source: "a.duas" });
  */
 export function decodeState(text: string, options: { source?: string } = {}): AgentState {
+  return decodeStateDetailed(text, options).state;
+}
+
+/**
+ * {@link decodeState}, also returning `[META] revision` (written by FileBackend). @internal
+ *
+ * @param text - the whole `.duas` text
+ * @param options - `source`: file name used in errors
+ * @returns the state and the revision (`undefined` when the file has none)
+ * @throws {FormatError} as {@link decodeState}
+ */
+export function decodeStateDetailed(
+  text: string,
+  options: { source?: string } = {},
+): { state: AgentState; revision: number | undefined } {
   try {
     return decodeText(text, options);
   } catch (e) {
@@ -680,7 +695,7 @@ export function decodeState(text: string, options: { source?: string } = {}): Ag
   }
 }
 
-function decodeText(text: string, options: { source?: string }): AgentState {
+function decodeText(text: string, options: { source?: string }): { state: AgentState; revision: number | undefined } {
   const parser = new DuasLineParser(options.source);
   if (text === "") parser.fail("empty input: not a .duas file", { line: 1 });
   const lines = text.split("\n");
@@ -695,7 +710,7 @@ function decodeText(text: string, options: { source?: string }): AgentState {
     parser.fail("truncated: the last line does not end with a newline");
   }
   const h = parser.end();
-  return { meta: h.meta, config: h.config, state: h.state, history };
+  return { state: { meta: h.meta, config: h.config, state: h.state, history }, revision: h.revision };
 }
 
 /**
@@ -730,15 +745,18 @@ export function isGzip(bytes: Uint8Array): boolean {
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
- * Decodes strict UTF-8 (a leading BOM is removed).
+ * Decodes strict UTF-8 (a leading BOM is removed). @internal
  *
+ * @param bytes - the bytes
+ * @param source - file name for errors
+ * @param firstLine - line number of the first byte's line, for errors
  * @throws {FormatError} naming the line holding the first invalid byte
  */
-export function decodeUtf8(bytes: Uint8Array, source?: string): string {
+export function decodeUtf8(bytes: Uint8Array, source?: string, firstLine = 1): string {
   try {
     return utf8.decode(bytes);
   } catch (e) {
-    let lineNo = 1;
+    let lineNo = firstLine;
     let start = 0;
     for (let i = 0; i <= bytes.length; i++) {
       if (i === bytes.length || bytes[i] === 0x0a) {

@@ -1,0 +1,912 @@
+/**
+ * `FileBackend`: one `.duas` file per session in a directory, with atomic
+ * whole-file writes, revisions with compare-and-set, and saves that cost
+ * O(new messages).
+ *
+ * ## Files
+ *
+ * `<baseDir>/<key>.duas` (or `<key>.duas.gz` with `{ gzip: true }`); the
+ * directory is created on the first write. Keys go through `validateKey`
+ * and the resolved path must stay directly inside `baseDir`; files are opened
+ * with `O_NOFOLLOW`, so a symlink planted in `baseDir` is never followed.
+ * Nothing touches the file system for a bad key. `listKeys()` returns the
+ * stems of `*.duas` / `*.duas.gz` and ignores everything else (temp and lock
+ * files start with `.` or end in `.lock`). When both `<key>.duas` and
+ * `<key>.duas.gz` exist (a crash between writing one and removing the other
+ * after a `gzip` option change), the one of the backend's own `gzip` option wins.
+ *
+ * ## Whole-file writes (first write, `save`, `force`, edits in the middle, `.duas.gz`)
+ *
+ * The text goes to a temp file in the same directory (`.<key>.duas.<pid>.<rand>.tmp`),
+ * which is fsync'ed, renamed over `<key>.duas`, and the directory is fsync'ed:
+ * a crash leaves the old file or the new one, never a mix. `.duas.gz` files are
+ * always written whole this way (a gzip stream cannot be patched in place).
+ *
+ * ## Appends: O(new messages) (`write(key, state, { expectedRevision, baseLength })`)
+ *
+ * Files written by this backend carry `[META] revision` and pad `saved_at`,
+ * `message_count` and `revision` with trailing spaces to fixed widths, and
+ * end the header with a padding comment line (`#` + spaces) before
+ * `[HISTORY]`, so the header can be rewritten in place without moving a byte
+ * of history. When `baseLength` equals the stored `message_count` and
+ * `expectedRevision` the stored revision, a save:
+ *
+ * 1. appends `history.slice(baseLength)` as new lines at the end of the
+ *    committed history, then `fdatasync`;
+ * 2. overwrites, in place, only the header bytes that changed (the new
+ *    header padded to the old header's exact length), then `fdatasync`.
+ *
+ * **Crash-safety argument.** `message_count` (with `revision`) is the commit
+ * record: readers take exactly the first `message_count` history lines and
+ * ignore anything after them. A crash during or after step 1 but before
+ * step 2 leaves the old header, so the file reads as the old state; the extra
+ * (complete or torn) lines are an uncommitted tail that the next writer
+ * truncates (under the lock) before appending — a torn last line is
+ * repaired, never returned as data. Step 2 is a single `pwrite` that is only
+ * done when all changed header bytes lie inside one 4096-byte page (else the
+ * save falls back to a whole-file write): Linux applies a buffered write of
+ * one page completely or not at all when the process is killed (the kernel
+ * checks for fatal signals only between pages), so after `kill -9` the header
+ * is old or new, never a mix. The `fdatasync` after step 1 orders the data
+ * before the header on power loss; like SQLite's default we assume a sector
+ * write is not torn by a power cut (without that assumption a torn header is
+ * detected on load as a `FormatError`, never read as a mixed state). Step 2
+ * only ever happens after step 1's data is durable, so a header never counts
+ * a line that is not on disk.
+ *
+ * Consequence: a header change besides the META counters that moves bytes
+ * (say a new `current_task_id`) stays O(new messages) while the header is
+ * small; with a long prompt (the changed range crosses a page) or when the
+ * new header outgrows its padding, that save is a whole-file write, which
+ * re-pads the header.
+ *
+ * ## Revisions, compare-and-set and processes
+ *
+ * The revision lives in the file (`[META] revision`, +1 per write; a file
+ * without one, e.g. copied in by hand, counts as revision 1). A write's
+ * read-check-write cycle runs under an exclusive lock file `<key>.duas.lock`
+ * created with `O_EXCL` and holding `pid` and host name, so writers in several
+ * processes never interleave. A lock whose process is dead (same host), or
+ * an empty/unreadable lock older than one second, or any lock older than
+ * `staleLockMs`, is broken by renaming it away and re-checking it was the
+ * same lock. `expectedRevision` ≠ stored → `ConflictError` and nothing
+ * written; `expectedRevision` given and the file deleted → `ConflictError`
+ * (a stale writer never resurrects a deleted session); `null` = must not
+ * exist; `force` skips the check. Readers take no lock: they read the file,
+ * then re-read the header and retry if it changed meanwhile (a seqlock).
+ *
+ * Per key, the backend caches the header bytes, committed end offset, count
+ * and revision of the file it last wrote; each write validates the cache by
+ * inode, size and the header bytes (one small read), so a save never
+ * re-reads the history.
+ *
+ * @module
+ */
+import {
+  closeSync,
+  constants,
+  createReadStream,
+  fdatasyncSync,
+  fstatSync,
+  fsyncSync,
+  ftruncateSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
+import { hostname } from "node:os";
+import path from "node:path";
+import { createInterface } from "node:readline";
+import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
+import {
+  DUAS_EXTENSION,
+  DUAS_GZ_EXTENSION,
+  DuasLineParser,
+  decodeStateDetailed,
+  decodeUtf8,
+  encodeHeader,
+  encodeHistoryLines,
+  isGzip,
+  type ParsedHeader,
+} from "../core/codec.js";
+import {
+  BackendError,
+  ConflictError,
+  DumplingsError,
+  FormatError,
+  InvalidKeyError,
+  StateNotFoundError,
+} from "../core/errors.js";
+import type { Message } from "../core/messages.js";
+import type { AgentState } from "../core/state.js";
+import { validateKey } from "./keys.js";
+import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+
+/** Options of {@link FileBackend}. */
+export interface FileBackendOptions {
+  /** Directory holding the `.duas` files (created on the first write). */
+  baseDir: string;
+  /** Write `<key>.duas.gz` (always whole-file writes). @default false */
+  gzip?: boolean;
+  /** How long a write waits for another process's lock before a `BackendError`, in ms. @default 10000 */
+  lockTimeoutMs?: number;
+  /** A lock older than this is considered abandoned whatever its owner, in ms. @default 60000 */
+  staleLockMs?: number;
+  /** Extra bytes of header padding written on whole-file writes, for in-place header updates. @default 256 */
+  headerSlack?: number;
+}
+
+const PAGE = 4096;
+const NOFOLLOW = constants.O_NOFOLLOW ?? 0;
+
+/** What the backend knows about a plain `.duas` file it has scanned or written. */
+interface FileInfo {
+  ino: number;
+  /** Committed end offset (= file size once any uncommitted tail is truncated). */
+  end: number;
+  /** The header bytes, `[HISTORY]\n` included. */
+  header: Buffer;
+  count: number;
+  revision: number;
+  protocol: AgentState["meta"]["protocol"];
+  /** Compact JSON of the first and the last stored message (checked against `baseLength` before appending). */
+  firstLine: string | undefined;
+  lastLine: string | undefined;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function isCode(e: unknown, code: string): boolean {
+  return (e as NodeJS.ErrnoException | undefined)?.code === code;
+}
+
+function lineHasContent(buf: Buffer, start: number, end: number): boolean {
+  for (let i = start; i < end; i++) {
+    const c = buf[i];
+    if (c !== 0x20 && c !== 0x09 && c !== 0x0d) return true;
+  }
+  return false;
+}
+
+/**
+ * Scans a plain `.duas` file's bytes: parses the header and finds the end of
+ * the `message_count`-th history line (the committed end).
+ *
+ * @throws {FormatError} for a bad header, or fewer complete history lines than `message_count`
+ */
+function scanPlain(
+  buf: Buffer,
+  source: string,
+): { header: ParsedHeader; headerEnd: number; end: number; first: [number, number]; last: [number, number] } {
+  const parser = new DuasLineParser(source);
+  let pos = 0;
+  let header: ParsedHeader | undefined;
+  while (header === undefined) {
+    const nl = buf.indexOf(0x0a, pos);
+    if (nl < 0) {
+      if (pos === 0 && buf.length === 0) parser.fail("empty file: not a .duas file", { line: 1 });
+      parser.feed(decodeUtf8(buf.subarray(pos), source, parser.line + 1));
+      parser.fail("truncated: the header has no [HISTORY] line");
+    }
+    parser.feed(decodeUtf8(buf.subarray(pos, nl), source, parser.line + 1));
+    pos = nl + 1;
+    header = parser.header;
+  }
+  const headerEnd = pos;
+  let n = 0;
+  let first: [number, number] = [pos, pos];
+  let last: [number, number] = [pos, pos];
+  while (n < header.meta.messageCount) {
+    const nl = buf.indexOf(0x0a, pos);
+    if (nl < 0) {
+      throw new FormatError(
+        `message_count is ${header.meta.messageCount} but [HISTORY] holds only ${n} complete lines (truncated file)`,
+        { file: source },
+      );
+    }
+    if (lineHasContent(buf, pos, nl)) {
+      if (n === 0) first = [pos, nl];
+      last = [pos, nl];
+      n++;
+    }
+    pos = nl + 1;
+  }
+  return { header, headerEnd, end: pos, first, last };
+}
+
+/**
+ * Stores each session as a `.duas` file (see the module doc for the layout,
+ * the O(new messages) append path and its crash-safety argument).
+ *
+ * @example
+ * const backend = new FileBackend({ baseDir: "./.dumplingsAI_sessions" });
+ * const { revision } = await backend.write("weather-1", state, { expectedRevision: null });
+ * state.history.push({ role: "user", content: "and tomorrow?" });
+ * await backend.write("weather-1", state, { expectedRevision: revision, baseLength: state.history.length - 1 });
+ */
+export class FileBackend implements StateBackend {
+  /** Backend name used in errors and the registry. */
+  readonly name = "file";
+  /** Absolute directory of the files. */
+  readonly baseDir: string;
+  private readonly gzip: boolean;
+  private readonly lockTimeoutMs: number;
+  private readonly staleLockMs: number;
+  private readonly headerSlack: number;
+  private readonly cache = new Map<string, FileInfo>();
+
+  /**
+   * @param options - `baseDir` (required), `gzip` (@default false), `lockTimeoutMs`
+   *   (@default 10000), `staleLockMs` (@default 60000), `headerSlack` bytes (@default 256)
+   */
+  constructor(options: FileBackendOptions) {
+    if (!options || typeof options.baseDir !== "string" || options.baseDir === "") {
+      throw new TypeError("FileBackend needs { baseDir: string }");
+    }
+    this.baseDir = path.resolve(options.baseDir);
+    this.gzip = options.gzip === true;
+    this.lockTimeoutMs = options.lockTimeoutMs ?? 10_000;
+    this.staleLockMs = options.staleLockMs ?? 60_000;
+    this.headerSlack = options.headerSlack ?? 256;
+  }
+
+  // -------------------------------------------------------------------------
+  // paths
+
+  /**
+   * The absolute path of `key`'s file with `ext`, checked to lie directly inside `baseDir`.
+   *
+   * @throws {InvalidKeyError} for a bad key or a path outside `baseDir`
+   */
+  pathOf(key: string, ext: string = this.gzip ? DUAS_GZ_EXTENSION : DUAS_EXTENSION): string {
+    validateKey(key);
+    const p = path.resolve(this.baseDir, key + ext);
+    if (path.dirname(p) !== this.baseDir || path.basename(p) !== key + ext) {
+      throw new InvalidKeyError(key, `the file would lie outside ${this.baseDir}`);
+    }
+    return p;
+  }
+
+  /** The existing file of `key` (own extension first), or undefined. */
+  private existing(key: string): { file: string; gz: boolean } | undefined {
+    const order = this.gzip ? [true, false] : [false, true];
+    for (const gz of order) {
+      const file = this.pathOf(key, gz ? DUAS_GZ_EXTENSION : DUAS_EXTENSION);
+      try {
+        const st = lstatSync(file);
+        if (st.isSymbolicLink()) {
+          throw new BackendError("file", `refusing to follow the symlink ${file}`, { key });
+        }
+        return { file, gz };
+      } catch (e) {
+        if (isCode(e, "ENOENT")) continue;
+        throw e;
+      }
+    }
+    return undefined;
+  }
+
+  private wrap(e: unknown, what: string, key?: string): unknown {
+    if (e instanceof DumplingsError) return e;
+    return new BackendError("file", what, { key, cause: e });
+  }
+
+  // -------------------------------------------------------------------------
+  // the seed contract
+
+  /**
+   * Stores the whole state under `key` (a whole-file atomic write; no revision check).
+   *
+   * @param key - session key (see `validateKey`)
+   * @param state - the state
+   * @throws {InvalidKeyError} / {NonJsonValueError} / {InvalidStateError} before anything is written
+   * @throws {BackendError} on an I/O failure
+   */
+  async save(key: string, state: AgentState): Promise<void> {
+    await this.write(key, state);
+  }
+
+  /**
+   * Loads the state under `key`.
+   *
+   * @param key - session key
+   * @returns the state
+   * @throws {StateNotFoundError} when nothing is stored
+   * @throws {FormatError} when the file is malformed (file and line in the message)
+   * @throws {BackendError} on an I/O failure
+   */
+  async load(key: string): Promise<AgentState> {
+    const r = await this.read(key);
+    if (r === undefined) throw new StateNotFoundError(key, "file");
+    return r.state;
+  }
+
+  /**
+   * Deletes `key`'s file(s), under the key's lock.
+   *
+   * @param key - session key
+   * @returns true when a file was deleted
+   * @throws {InvalidKeyError} / {BackendError}
+   */
+  async delete(key: string): Promise<boolean> {
+    this.pathOf(key);
+    let lock: string | undefined;
+    try {
+      if (!this.dirExists()) return false;
+      lock = await this.lock(key);
+      let deleted = false;
+      for (const ext of [DUAS_EXTENSION, DUAS_GZ_EXTENSION]) {
+        try {
+          unlinkSync(this.pathOf(key, ext));
+          deleted = true;
+        } catch (e) {
+          if (!isCode(e, "ENOENT")) throw e;
+        }
+      }
+      this.cache.delete(key);
+      if (deleted) this.syncDir();
+      return deleted;
+    } catch (e) {
+      throw this.wrap(e, `cannot delete ${JSON.stringify(key)}`, key);
+    } finally {
+      if (lock) this.unlock(lock);
+    }
+  }
+
+  /**
+   * Lists the stored keys (stems of `*.duas` and `*.duas.gz`; other files are ignored).
+   *
+   * @returns the keys, sorted
+   * @throws {BackendError} when the directory cannot be read
+   */
+  async listKeys(): Promise<string[]> {
+    let names: string[];
+    try {
+      names = readdirSync(this.baseDir);
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return [];
+      throw this.wrap(e, `cannot list ${this.baseDir}`);
+    }
+    const keys = new Set<string>();
+    for (const name of names) {
+      const stem = name.endsWith(DUAS_GZ_EXTENSION)
+        ? name.slice(0, -DUAS_GZ_EXTENSION.length)
+        : name.endsWith(DUAS_EXTENSION)
+          ? name.slice(0, -DUAS_EXTENSION.length)
+          : undefined;
+      if (stem === undefined) continue;
+      try {
+        validateKey(stem);
+        keys.add(stem);
+      } catch {
+        // not one of ours (e.g. a hidden temp file)
+      }
+    }
+    return [...keys].sort();
+  }
+
+  // -------------------------------------------------------------------------
+  // revisions, appends
+
+  /**
+   * Writes `state` under `key` with an optional compare-and-set, appending only
+   * the new messages when possible (see the module doc).
+   *
+   * @param key - session key
+   * @param state - the whole state
+   * @param options - `expectedRevision` (number, or `null` = must not exist), `baseLength`
+   *   (messages already stored unchanged), `force` (@default false)
+   * @returns `{ revision, written, rewritten }`
+   * @throws {ConflictError} when the stored revision is not `expectedRevision` (nothing written)
+   * @throws {InvalidKeyError} / {NonJsonValueError} / {InvalidStateError} before anything is written
+   * @throws {FormatError} when the stored file is malformed and `force` is not set
+   * @throws {BackendError} on an I/O failure or a lock timeout
+   */
+  async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    const target = this.pathOf(key);
+    // Encode-time checks run before any file system access (nothing written for bad input).
+    const protocol = state.meta.protocol;
+    let lock: string | undefined;
+    try {
+      mkdirSync(this.baseDir, { recursive: true });
+      lock = await this.lock(key);
+      return this.writeLocked(key, target, state, protocol, options);
+    } catch (e) {
+      this.cache.delete(key);
+      throw this.wrap(e, `cannot save ${JSON.stringify(key)}`, key);
+    } finally {
+      if (lock) this.unlock(lock);
+    }
+  }
+
+  private writeLocked(
+    key: string,
+    target: string,
+    state: AgentState,
+    protocol: AgentState["meta"]["protocol"],
+    options: WriteOptions,
+  ): WriteResult {
+    const current = this.existing(key);
+    let info: FileInfo | undefined;
+    let fd: number | undefined;
+    let actual: number | null = null;
+    try {
+      if (current && !current.gz) {
+        fd = openSync(current.file, constants.O_RDWR | NOFOLLOW);
+        try {
+          info = this.validInfo(key, fd, current.file);
+        } catch (e) {
+          if (!(options.force && e instanceof FormatError)) throw e;
+        }
+        actual = info?.revision ?? null;
+      } else if (current?.gz) {
+        actual = this.readFile(current.file, true).revision;
+      }
+      if (options.force !== true && options.expectedRevision !== undefined) {
+        const exists = current !== undefined;
+        if (options.expectedRevision === null ? exists : !exists || actual !== options.expectedRevision) {
+          throw new ConflictError(key, options.expectedRevision, exists ? actual : null, "file");
+        }
+      }
+      const revision = nextRevision(actual);
+      const base = options.baseLength;
+      if (
+        fd !== undefined &&
+        info !== undefined &&
+        !this.gzip &&
+        options.force !== true &&
+        typeof options.expectedRevision === "number" &&
+        base !== undefined &&
+        base === info.count &&
+        base <= state.history.length &&
+        protocol === info.protocol
+      ) {
+        const appended = this.tryAppend(key, fd, info, state, revision, base);
+        if (appended) return appended;
+      }
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+    }
+    return this.rewrite(key, target, state, nextRevision(actual), current);
+  }
+
+  /** Validates the cached info of `key` against the open file, or rescans it (repairing an uncommitted tail). */
+  private validInfo(key: string, fd: number, file: string): FileInfo {
+    const st = fstatSync(fd);
+    const cached = this.cache.get(key);
+    if (cached && cached.ino === st.ino && cached.end === st.size) {
+      const head = Buffer.allocUnsafe(cached.header.length);
+      const n = readSync(fd, head, 0, head.length, 0);
+      if (n === head.length && head.equals(cached.header)) return cached;
+    }
+    const buf = Buffer.allocUnsafe(st.size);
+    let got = 0;
+    while (got < st.size) {
+      const n = readSync(fd, buf, got, st.size - got, got);
+      if (n === 0) break;
+      got += n;
+    }
+    const scan = scanPlain(buf.subarray(0, got), file);
+    if (got > scan.end) {
+      // An interrupted append left lines beyond message_count: drop them (we hold the lock).
+      ftruncateSync(fd, scan.end);
+      fdatasyncSync(fd);
+    }
+    const info: FileInfo = {
+      ino: st.ino,
+      end: scan.end,
+      header: Buffer.from(buf.subarray(0, scan.headerEnd)),
+      count: scan.header.meta.messageCount,
+      revision: scan.header.revision ?? 1,
+      protocol: scan.header.meta.protocol,
+      firstLine: scan.header.meta.messageCount > 0 ? buf.toString("utf8", ...scan.first) : undefined,
+      lastLine: scan.header.meta.messageCount > 0 ? buf.toString("utf8", ...scan.last) : undefined,
+    };
+    this.cache.set(key, info);
+    return info;
+  }
+
+  /** The append path; returns undefined when the header change cannot be done in place. */
+  private tryAppend(
+    key: string,
+    fd: number,
+    info: FileInfo,
+    state: AgentState,
+    revision: number,
+    base: number,
+  ): WriteResult | undefined {
+    const count = state.history.length;
+    // "Stored unchanged" is checked, not assumed: the first and the boundary message must match what is on disk.
+    if (base > 0) {
+      try {
+        if (JSON.stringify(state.history[0]) !== info.firstLine) return undefined;
+        if (JSON.stringify(state.history[base - 1]) !== info.lastLine) return undefined;
+      } catch {
+        return undefined; // not JSON: the whole-file path reports it with its path
+      }
+    }
+    let header: Buffer;
+    try {
+      header = Buffer.from(
+        encodeHeader(state, count, { revision, fixedWidth: true, padTo: info.header.length }),
+        "utf8",
+      );
+    } catch (e) {
+      if (e instanceof RangeError) return undefined; // outgrew the padding
+      throw e;
+    }
+    if (header.length !== info.header.length) return undefined;
+    let first = 0;
+    while (first < header.length && header[first] === info.header[first]) first++;
+    let last = header.length;
+    while (last > first && header[last - 1] === info.header[last - 1]) last--;
+    if (last > first && Math.floor(first / PAGE) !== Math.floor((last - 1) / PAGE)) return undefined;
+    const lines = Buffer.from(encodeHistoryLines(state.history.slice(base), state.meta.protocol, base), "utf8");
+    if (lines.length > 0) {
+      writeAll(fd, lines, info.end);
+      fdatasyncSync(fd);
+    }
+    if (last > first) {
+      writeAll(fd, header.subarray(first, last), first);
+      fdatasyncSync(fd);
+    }
+    this.cache.set(key, {
+      ino: info.ino,
+      end: info.end + lines.length,
+      header,
+      count,
+      revision,
+      protocol: info.protocol,
+      firstLine: base === 0 ? jsonOf(state.history[0]) : info.firstLine,
+      lastLine: count > base ? jsonOf(state.history[count - 1]) : info.lastLine,
+    });
+    return { revision, written: count - base, rewritten: false };
+  }
+
+  /** Whole-file atomic write: temp file, fsync, rename, fsync of the directory. */
+  private rewrite(
+    key: string,
+    target: string,
+    state: AgentState,
+    revision: number,
+    current: { file: string; gz: boolean } | undefined,
+  ): WriteResult {
+    const count = state.history.length;
+    const lines = encodeHistoryLines(state.history, state.meta.protocol);
+    let header: string;
+    if (this.gzip) {
+      header = encodeHeader(state, count, { revision });
+    } else {
+      const natural = Buffer.byteLength(encodeHeader(state, count, { revision, fixedWidth: true }));
+      header = encodeHeader(state, count, { revision, fixedWidth: true, padTo: natural + this.headerSlack + 2 });
+    }
+    const text = Buffer.from(header + lines, "utf8");
+    const bytes = this.gzip ? gzipSync(text) : text;
+    const tmp = path.join(
+      this.baseDir,
+      `.${key}${this.gzip ? DUAS_GZ_EXTENSION : DUAS_EXTENSION}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`,
+    );
+    const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | NOFOLLOW, 0o644);
+    let ino: number;
+    try {
+      writeAll(fd, bytes, 0);
+      fsyncSync(fd);
+      ino = fstatSync(fd).ino;
+    } catch (e) {
+      closeSync(fd);
+      safeUnlink(tmp);
+      throw e;
+    }
+    closeSync(fd);
+    try {
+      renameSync(tmp, target);
+    } catch (e) {
+      safeUnlink(tmp);
+      throw e;
+    }
+    if (current && current.file !== target) safeUnlink(current.file);
+    this.syncDir();
+    if (this.gzip) {
+      this.cache.delete(key);
+    } else {
+      const headerLen = Buffer.byteLength(header);
+      this.cache.set(key, {
+        ino,
+        end: text.length,
+        header: Buffer.from(text.subarray(0, headerLen)),
+        count,
+        revision,
+        protocol: state.meta.protocol,
+        firstLine: jsonOf(state.history[0]),
+        lastLine: jsonOf(state.history[count - 1]),
+      });
+    }
+    return { revision, written: count, rewritten: true };
+  }
+
+  /**
+   * Loads `key` with its revision.
+   *
+   * @param key - session key
+   * @returns `{ state, revision }`, or undefined when nothing is stored
+   * @throws {FormatError} / {InvalidKeyError} / {BackendError}
+   */
+  async read(key: string): Promise<ReadResult | undefined> {
+    try {
+      const current = this.existing(key);
+      if (!current) return undefined;
+      const r = this.readFile(current.file, current.gz);
+      return { state: r.state, revision: r.revision };
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return undefined; // deleted between the check and the open
+      throw this.wrap(e, `cannot load ${JSON.stringify(key)}`, key);
+    }
+  }
+
+  /** Reads and decodes one file: the committed part of a plain file (seqlock-checked), or a whole gzip file. */
+  private readFile(file: string, gz: boolean): { state: AgentState; revision: number } {
+    if (gz) {
+      const gfd = openSync(file, constants.O_RDONLY | NOFOLLOW);
+      let raw: Buffer;
+      try {
+        raw = readFileSync(gfd);
+      } finally {
+        closeSync(gfd);
+      }
+      let bytes: Buffer = raw;
+      if (isGzip(raw)) {
+        try {
+          bytes = gunzipSync(raw);
+        } catch (e) {
+          throw new FormatError(`corrupt gzip data: ${(e as Error).message}`, { file, cause: e });
+        }
+      }
+      const r = decodeStateDetailed(decodeUtf8(bytes, file), { source: file });
+      return { state: r.state, revision: r.revision ?? 1 };
+    }
+    for (let attempt = 0; ; attempt++) {
+      const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
+      try {
+        const buf = readFileSync(fd);
+        const scan = scanPlain(buf, file);
+        // seqlock: the header must not have changed while we read (a writer updates it last)
+        const again = Buffer.allocUnsafe(scan.headerEnd);
+        const n = readSync(fd, again, 0, again.length, 0);
+        if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
+        const r = decodeStateDetailed(decodeUtf8(buf.subarray(0, scan.end), file), { source: file });
+        return { state: r.state, revision: r.revision ?? 1 };
+      } finally {
+        closeSync(fd);
+      }
+    }
+  }
+
+  /**
+   * The header of `key` (meta, config, state) without reading its history.
+   *
+   * @param key - session key
+   * @returns `{ header, revision }`, or undefined when nothing is stored
+   * @throws {FormatError} / {InvalidKeyError} / {BackendError}
+   */
+  async readHeader(key: string): Promise<HeaderResult | undefined> {
+    const current = this.existing(key);
+    if (!current) return undefined;
+    const parser = new DuasLineParser(current.file);
+    try {
+      for await (const _ of this.lines(current.file, current.gz, parser, true)) {
+        // header only
+      }
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return undefined;
+      throw this.wrap(e, `cannot load ${JSON.stringify(key)}`, key);
+    }
+    const h = parser.header;
+    if (!h) return undefined;
+    return { header: { meta: h.meta, config: h.config, state: h.state }, revision: h.revision ?? 1 };
+  }
+
+  /**
+   * Streams the history of `key` line by line with bounded memory (also for `.duas.gz`).
+   * Only committed messages are returned (see the module doc).
+   *
+   * @param key - session key
+   * @returns the messages in order
+   * @throws {StateNotFoundError} when nothing is stored
+   * @throws {FormatError} for a malformed line (file and line in the message)
+   */
+  async *iterHistory(key: string): AsyncGenerator<Message> {
+    const current = this.existing(key);
+    if (!current) throw new StateNotFoundError(key, "file");
+    const parser = new DuasLineParser(current.file);
+    try {
+      yield* this.lines(current.file, current.gz, parser, false);
+    } catch (e) {
+      if (isCode(e, "ENOENT")) throw new StateNotFoundError(key, "file");
+      throw this.wrap(e, `cannot read the history of ${JSON.stringify(key)}`, key);
+    }
+  }
+
+  private async *lines(
+    file: string,
+    gz: boolean,
+    parser: DuasLineParser,
+    headerOnly: boolean,
+  ): AsyncGenerator<Message> {
+    const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
+    const stream = createReadStream("", { fd, highWaterMark: 64 * 1024 });
+    const input = gz ? stream.pipe(createGunzip()) : stream;
+    if (gz) stream.on("error", (e) => input.destroy(e));
+    const rl = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
+    let sawNewline = false;
+    try {
+      for await (const text of rl) {
+        sawNewline = true;
+        const header = parser.header;
+        if (header !== undefined && parser.messages >= header.meta.messageCount && !gz) {
+          return; // the rest is an uncommitted tail
+        }
+        const m = parser.feed(text);
+        if (parser.header !== undefined && headerOnly) return;
+        if (m !== undefined) yield m;
+      }
+      if (!sawNewline) parser.fail("empty file: not a .duas file", { line: 1 });
+      parser.end();
+    } catch (e) {
+      if ((e as { code?: string }).code?.startsWith("Z_")) {
+        throw new FormatError(`corrupt gzip data: ${(e as Error).message}`, { file, cause: e });
+      }
+      throw e;
+    } finally {
+      rl.close();
+      input.destroy();
+      stream.destroy();
+    }
+  }
+
+  /** Nothing to release (no handles are kept open between calls). */
+  close(): void {
+    this.cache.clear();
+  }
+
+  // -------------------------------------------------------------------------
+  // locking
+
+  private dirExists(): boolean {
+    try {
+      return statSync(this.baseDir).isDirectory();
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return false;
+      throw e;
+    }
+  }
+
+  private syncDir(): void {
+    const fd = openSync(this.baseDir, constants.O_RDONLY);
+    try {
+      fsyncSync(fd);
+    } catch (e) {
+      // some file systems refuse fsync on a directory; the rename itself is still atomic
+      if (!isCode(e, "EINVAL") && !isCode(e, "EISDIR")) throw e;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** Takes `<key>.duas.lock` (O_EXCL), breaking a stale one; returns its path. */
+  private async lock(key: string): Promise<string> {
+    const lockPath = `${this.pathOf(key, DUAS_EXTENSION)}.lock`;
+    const me = `${process.pid}\n${hostname()}\n`;
+    const deadline = Date.now() + this.lockTimeoutMs;
+    let wait = 1;
+    for (;;) {
+      try {
+        const fd = openSync(lockPath, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | NOFOLLOW, 0o644);
+        try {
+          writeSync(fd, me);
+        } finally {
+          closeSync(fd);
+        }
+        return lockPath;
+      } catch (e) {
+        if (!isCode(e, "EEXIST")) throw e;
+      }
+      if (this.breakIfStale(lockPath)) continue;
+      if (Date.now() > deadline) {
+        throw new BackendError("file", `timed out after ${this.lockTimeoutMs} ms waiting for the lock ${lockPath}`, {
+          key,
+        });
+      }
+      await sleep(wait);
+      wait = Math.min(wait * 2, 25);
+    }
+  }
+
+  /** True when the lock was stale and has been removed (or vanished). */
+  private breakIfStale(lockPath: string): boolean {
+    let content: string;
+    let age: number;
+    try {
+      content = readFileSync(lockPath, "utf8");
+      age = Date.now() - statSync(lockPath).mtimeMs;
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return true;
+      throw e;
+    }
+    if (!this.isStale(content, age)) return false;
+    const aside = `${lockPath}.${process.pid}.${Math.random().toString(36).slice(2)}.stale`;
+    try {
+      renameSync(lockPath, aside);
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return true; // someone else broke it
+      throw e;
+    }
+    let moved = "";
+    try {
+      moved = readFileSync(aside, "utf8");
+    } catch {
+      // gone: nothing to restore
+    }
+    if (moved !== content) {
+      // We moved a fresh lock taken after our check: put it back.
+      try {
+        linkSync(aside, lockPath);
+      } catch {
+        // a third process holds a new lock; ours is the lost one
+      }
+    }
+    safeUnlink(aside);
+    return true;
+  }
+
+  private isStale(content: string, ageMs: number): boolean {
+    if (ageMs > this.staleLockMs) return true;
+    const [pidText, host] = content.split("\n");
+    const pid = Number(pidText);
+    if (!content.endsWith("\n") || !Number.isInteger(pid) || pid <= 0) return ageMs > 1000;
+    if (host !== hostname()) return false;
+    if (pid === process.pid) return false;
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch (e) {
+      return isCode(e, "ESRCH");
+    }
+  }
+
+  private unlock(lockPath: string): void {
+    safeUnlink(lockPath);
+  }
+}
+
+function nextRevision(actual: number | null): number {
+  return (actual ?? 0) + 1;
+}
+
+function jsonOf(message: Message | undefined): string | undefined {
+  return message === undefined ? undefined : JSON.stringify(message);
+}
+
+function writeAll(fd: number, bytes: Buffer, position: number): void {
+  let off = 0;
+  while (off < bytes.length) {
+    off += writeSync(fd, bytes, off, bytes.length - off, position + off);
+  }
+}
+
+function safeUnlink(file: string): void {
+  try {
+    unlinkSync(file);
+  } catch {
+    // already gone
+  }
+}

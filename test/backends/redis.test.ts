@@ -221,6 +221,16 @@ describe.skipIf(!!skip)(`redis backend${skip ? ` (skipped: ${skip})` : ""}`, () 
     expect((await two.load("race")).history.at(-1)).toEqual({ role: "user", content: won === 0 ? "one" : "two" });
   });
 
+  it("concurrent whole-state saves of one key from several clients all succeed, and one whole state wins", async () => {
+    const first = make();
+    const writers = [first, ...Array.from({ length: 3 }, () => make({ keyPrefix: first.keyPrefix }))];
+    const states = writers.map((_, i) => makeState(msgs(20 + i, `w${i}`), { name: `w${i}` }));
+    await Promise.all(writers.map((b, i) => b.save("shared", states[i]!)));
+    const read = (await first.read("shared"))!;
+    expect(read.revision).toBe(4);
+    expect(states).toContainEqual(read.state);
+  });
+
   it("iterHistory streams the history as it was when iteration began and detects a rewrite", async () => {
     const b = make();
     const h = msgs(1200);

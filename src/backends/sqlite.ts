@@ -127,7 +127,8 @@ interface Statements {
   deleteFrom: BetterSqlite3.Statement<[string, number]>;
   deleteMessages: BetterSqlite3.Statement<[string]>;
   deleteSession: BetterSqlite3.Statement<[string]>;
-  upsert: BetterSqlite3.Statement<[string, string, string, string, string, number, number]>;
+  insertSession: BetterSqlite3.Statement<[string, string, string, string, string, number, number]>;
+  update: BetterSqlite3.Statement<[string, string, string, string, number, number, string]>;
   keys: BetterSqlite3.Statement<[], string>;
   floor: BetterSqlite3.Statement<[], number>;
   raiseFloor: BetterSqlite3.Statement<[number]>;
@@ -153,6 +154,47 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
+/**
+ * Fast path of `assertJson`: true when `v` is JSON by the same rules, without
+ * building paths. False means "not sure" (a rule broken, or nesting deeper
+ * than 512 levels — which also stops cycles): the caller then runs
+ * `assertJson`, which throws with the exact path or accepts.
+ */
+function isJsonFast(v: unknown, depth = 0): boolean {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return true;
+    case "number":
+      return Number.isFinite(v) && !Object.is(v, -0);
+    case "object": {
+      if (v === null) return true;
+      if (depth > 512) return false;
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          if (!(i in v) || !isJsonFast(v[i], depth + 1)) return false;
+        }
+        return true;
+      }
+      const proto = Object.getPrototypeOf(v);
+      if (proto !== Object.prototype && proto !== null) return false;
+      if (Object.getOwnPropertySymbols(v).length > 0) return false;
+      for (const key in v) {
+        const child = (v as Record<string, unknown>)[key];
+        if (child !== undefined && !isJsonFast(child, depth + 1)) return false;
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+/** `assertJson` with the fast path first. */
+function checkJson(value: unknown, label: string, messageIndex?: number): void {
+  if (!isJsonFast(value)) assertJson(value, label, messageIndex);
+}
+
 /** Checks and serialises the header parts of a state. */
 function encodeHeaderParts(state: AgentState): [meta: string, config: string, runtime: string] {
   if (!isObject(state)) throw new InvalidStateError("", "a state must be an object");
@@ -164,7 +206,7 @@ function encodeHeaderParts(state: AgentState): [meta: string, config: string, ru
   ] as const;
   return parts.map(([name, value]) => {
     if (!isObject(value)) throw new InvalidStateError(name, `${name} must be an object`);
-    assertJson(value, name);
+    checkJson(value, name);
     return JSON.stringify(value);
   }) as [string, string, string];
 }
@@ -201,6 +243,8 @@ export class SQLiteBackend implements StateBackend {
   >;
   readonly #deleteTx: BetterSqlite3.Transaction<(key: string) => boolean>;
   readonly #gcTx: BetterSqlite3.Transaction<(cutoff: string) => number>;
+  /** Per key: JSON text of the last message at a revision (spares a query per append). Bounded. */
+  readonly #tails = new Map<string, { revision: number; count: number; text: string }>();
 
   /**
    * Opens (creating or migrating when needed) the database.
@@ -313,6 +357,7 @@ export class SQLiteBackend implements StateBackend {
    */
   delete(key: string): boolean {
     validateKey(key);
+    this.#tails.delete(key);
     return this.#run(`cannot delete ${JSON.stringify(key)}`, key, () => this.#deleteTx.immediate(key));
   }
 
@@ -412,6 +457,7 @@ export class SQLiteBackend implements StateBackend {
       );
     }
     const cutoff = new Date(Date.now() - olderThanMs).toISOString();
+    this.#tails.clear();
     return this.#run("cannot collect old sessions", undefined, () => {
       const deleted = this.#gcTx.immediate(cutoff);
       if (vacuum) this.#db.exec("VACUUM");
@@ -541,16 +587,34 @@ export class SQLiteBackend implements StateBackend {
       baseLength <= history.length;
     const from = appendable ? (baseLength as number) : 0;
     const bodies = this.#encodeRange(history, from, history.length);
-    return this.#run(`cannot save ${JSON.stringify(key)}`, key, () =>
+    const result = this.#run(`cannot save ${JSON.stringify(key)}`, key, () =>
       this.#writeTx.immediate({ key, meta, config, runtime, history, from, bodies, expectedRevision, force }),
     );
+    const last = bodies.length > 0 ? bodies[bodies.length - 1] : undefined;
+    this.#remember(key, result.revision, history.length, typeof last === "string" ? last : undefined, history);
+    return result;
+  }
+
+  #remember(
+    key: string,
+    revision: number,
+    count: number,
+    text: string | undefined,
+    history?: readonly Message[],
+  ): void {
+    if (count === 0) {
+      this.#tails.delete(key);
+      return;
+    }
+    if (this.#tails.size >= 4096 && !this.#tails.has(key)) this.#tails.clear();
+    this.#tails.set(key, { revision, count, text: text ?? JSON.stringify(history?.[count - 1]) });
   }
 
   #encodeRange(history: readonly Message[], from: number, to: number): Body[] {
     const out = new Array<Body>(to - from);
     for (let i = from; i < to; i++) {
       const m = history[i];
-      assertJson(m, `history[${i}]`, i);
+      checkJson(m, `history[${i}]`, i);
       if (!isObject(m)) throw new InvalidStateError(`history[${i}]`, "a message must be a JSON object");
       out[i - from] = this.#encodeBody(JSON.stringify(m));
     }
@@ -566,11 +630,18 @@ export class SQLiteBackend implements StateBackend {
       throw new ConflictError(a.key, a.expectedRevision, actual, this.name);
     }
     let append = a.from > 0 && head !== undefined && head.message_count !== null && a.from <= head.message_count;
-    if (append) {
+    if (append && head) {
       // Detect, not assume, that the stored prefix is the writer's: the boundary message must match.
-      const stored = s.bodyAt.get(a.key, a.from - 1);
-      const mine = JSON.stringify(a.history[a.from - 1]);
-      append = stored !== undefined && this.#bodyText(a.key, a.from - 1, stored) === mine;
+      // The text of the last message this connection wrote or read is cached per key and used only
+      // when the revision read in this transaction is still the one it was cached at.
+      const cached = this.#tails.get(a.key);
+      let stored: string | undefined;
+      if (cached && cached.revision === head.revision && cached.count === a.from) stored = cached.text;
+      else {
+        const body = s.bodyAt.get(a.key, a.from - 1);
+        stored = body === undefined ? undefined : this.#bodyText(a.key, a.from - 1, body);
+      }
+      append = stored === JSON.stringify(a.history[a.from - 1]);
     }
     let written: number;
     if (append && head) {
@@ -583,8 +654,16 @@ export class SQLiteBackend implements StateBackend {
       for (let i = 0; i < all.length; i++) s.insert.run(a.key, i, all[i] as Body);
       written = all.length;
     }
-    const revision = head ? head.revision + 1 : (s.floor.get() ?? 0) + 1;
-    s.upsert.run(a.key, a.meta, a.config, a.runtime, new Date().toISOString(), revision, a.history.length);
+    const savedAt = new Date().toISOString();
+    const count = a.history.length;
+    let revision: number;
+    if (head) {
+      revision = head.revision + 1;
+      s.update.run(a.meta, a.config, a.runtime, savedAt, revision, count, a.key);
+    } else {
+      revision = (s.floor.get() ?? 0) + 1;
+      s.insertSession.run(a.key, a.meta, a.config, a.runtime, savedAt, revision, count);
+    }
     return { revision, written, rewritten: !append };
   }
 }
@@ -633,11 +712,13 @@ function prepare(db: BetterSqlite3.Database): Statements {
     deleteFrom: db.prepare("DELETE FROM messages WHERE session_key = ? AND seq >= ?"),
     deleteMessages: db.prepare("DELETE FROM messages WHERE session_key = ?"),
     deleteSession: db.prepare("DELETE FROM sessions WHERE key = ?"),
-    upsert: db.prepare(
+    insertSession: db.prepare(
       `INSERT INTO sessions (key, meta, config, state, history, saved_at, revision, message_count)
-       VALUES (?, ?, ?, ?, NULL, ?, ?, ?)
-       ON CONFLICT (key) DO UPDATE SET meta = excluded.meta, config = excluded.config, state = excluded.state,
-         history = NULL, saved_at = excluded.saved_at, revision = excluded.revision, message_count = excluded.message_count`,
+       VALUES (?, ?, ?, ?, NULL, ?, ?, ?)`,
+    ),
+    update: db.prepare(
+      `UPDATE sessions SET meta = ?, config = ?, state = ?, history = NULL, saved_at = ?, revision = ?, message_count = ?
+       WHERE key = ?`,
     ),
     keys: db.prepare<[], string>("SELECT key FROM sessions").pluck(),
     floor: db.prepare<[], number>("SELECT value FROM dumplings_meta WHERE name = 'revision_floor'").pluck(),

@@ -1,0 +1,188 @@
+/**
+ * Which backend a CLI command talks to: the shared `--backend`, `--dir` and
+ * `--db` options (falling back to the `DUMPLINGS_PERSISTENCE_BACKEND`,
+ * `_DIR` and `_DB` environment variables, then to the library defaults), the
+ * `SPEC` syntax of `convert` (`file:./dir`, `sqlite:./x.db`, `memory:`, or a
+ * registered backend name), and reads through the public storage contract
+ * only (`load`, `listKeys`, `delete`, and `iterHistory` when offered).
+ *
+ * @module
+ */
+import path from "node:path";
+import type { Command } from "commander";
+import { FileBackend } from "../backends/file.js";
+import { validateKey } from "../backends/keys.js";
+import { MemoryBackend } from "../backends/memory.js";
+import { configureBuiltinBackends, getBackend } from "../backends/registry.js";
+import { SQLiteBackend } from "../backends/sqlite.js";
+import type { StateBackend } from "../backends/types.js";
+import { StateNotFoundError } from "../core/errors.js";
+import type { Message } from "../core/messages.js";
+import type { AgentState } from "../core/state.js";
+import { UsageError } from "./errors.js";
+
+/** Default directory of the file backend (as in the persistence layer). */
+export const DEFAULT_DIR = "./.dumplingsAI_sessions";
+/** Default database path of the SQLite backend (as in the persistence layer). */
+export const DEFAULT_DB = "./.dumplingsAI_sessions.db";
+
+/** The backend options every storage command accepts. */
+export interface BackendOptions {
+  /** `--backend`: a registered backend name (`file`, `sqlite`, `memory`, …). */
+  backend?: string;
+  /** `--dir`: directory of the file backend. */
+  dir?: string;
+  /** `--db`: database file of the SQLite backend. */
+  db?: string;
+}
+
+/** A backend opened for a command, with the label used in messages. */
+export interface OpenedBackend {
+  /** The backend instance. */
+  backend: StateBackend;
+  /** Human label, e.g. `file:./.dumplingsAI_sessions` or `sqlite:./x.db`. */
+  label: string;
+}
+
+/**
+ * Adds `--backend`, `--dir` and `--db` to a command.
+ *
+ * @param command - the commander command
+ * @returns the same command, for chaining
+ */
+export function withBackendOptions(command: Command): Command {
+  return command
+    .option("--backend <name>", "backend name: file, sqlite or a registered name (env DUMPLINGS_PERSISTENCE_BACKEND)")
+    .option("--dir <path>", "directory of the file backend (env DUMPLINGS_PERSISTENCE_DIR)")
+    .option("--db <path>", "database file of the SQLite backend (env DUMPLINGS_PERSISTENCE_DB)");
+}
+
+/**
+ * Opens the backend selected by the options and environment.
+ *
+ * @param options - `--backend`, `--dir`, `--db` values
+ * @param env - environment to read @default process.env
+ * @returns the backend and its label
+ * @throws {UnknownBackendError} when the name is not registered (lists the known names)
+ */
+export function openBackend(options: BackendOptions, env: NodeJS.ProcessEnv = process.env): OpenedBackend {
+  const name = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND) ?? "file";
+  const baseDir = options.dir ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DIR) ?? DEFAULT_DIR;
+  const dbPath = options.db ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DB) ?? DEFAULT_DB;
+  configureBuiltinBackends({ baseDir, dbPath });
+  const backend = getBackend(name);
+  const label = name === "file" ? `file:${baseDir}` : name === "sqlite" ? `sqlite:${dbPath}` : name;
+  return { backend, label };
+}
+
+/**
+ * Opens a backend from a `convert` SPEC.
+ *
+ * @param spec - `file:<dir>`, `sqlite:<db path>`, `memory:` or a registered backend name
+ * @returns a new backend instance (or the registered one) and its label
+ * @throws {UsageError} for an empty path
+ * @throws {UnknownBackendError} for a bare name that is not registered
+ * @example
+ * openSpec("sqlite:./sessions.db")
+ */
+export function openSpec(spec: string): OpenedBackend {
+  const colon = spec.indexOf(":");
+  const kind = colon < 0 ? spec : spec.slice(0, colon);
+  const where = colon < 0 ? "" : spec.slice(colon + 1);
+  if (colon >= 0 && (kind === "file" || kind === "sqlite")) {
+    if (where === "")
+      throw new UsageError(`backend spec ${JSON.stringify(spec)} needs a path, e.g. ${kind}:./sessions`);
+    const resolved = path.resolve(where);
+    return kind === "file"
+      ? { backend: new FileBackend({ baseDir: resolved }), label: spec }
+      : { backend: new SQLiteBackend({ dbPath: resolved }), label: spec };
+  }
+  if (kind === "memory" && where === "") return { backend: new MemoryBackend(), label: "memory:" };
+  if (colon >= 0) {
+    throw new UsageError(
+      `unknown backend spec ${JSON.stringify(spec)}: write file:<dir>, sqlite:<db file>, memory: or a registered backend name`,
+    );
+  }
+  return { backend: getBackend(spec), label: spec };
+}
+
+/**
+ * Releases a backend's handles (SQLite connection, sockets) when it offers `close`.
+ *
+ * @param backend - the backend to close
+ */
+export async function closeBackend(backend: StateBackend): Promise<void> {
+  await backend.close?.();
+}
+
+/**
+ * Loads the raw stored state of a key through the storage contract (no
+ * class resolution: the CLI never imports a user's module to inspect data).
+ *
+ * @param backend - the backend
+ * @param key - the session key (validated first)
+ * @param label - backend label for the not-found message
+ * @returns the stored state
+ * @throws {InvalidKeyError} for a bad key
+ * @throws {StateNotFoundError} when nothing is stored under the key
+ */
+export async function loadRaw(backend: StateBackend, key: string, label?: string): Promise<AgentState> {
+  validateKey(key);
+  const state = await backend.load(key);
+  if (state === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+  return state;
+}
+
+/**
+ * Lists the keys of a backend, sorted.
+ *
+ * @param backend - the backend
+ * @returns every stored key in code-point order
+ */
+export async function listKeysSorted(backend: StateBackend): Promise<string[]> {
+  const keys = await backend.listKeys();
+  return [...keys].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value === "" ? undefined : value;
+}
+
+/** A stored session opened for reading: its header and its history as a stream. */
+export interface SessionView {
+  /** `meta`, `config` and `state` of the stored session. */
+  header: Omit<AgentState, "history">;
+  /** The history, in order; iterate it once. */
+  history: AsyncIterable<Message>;
+  /** True when the history is streamed from the backend (bounded memory), false when it was loaded whole. */
+  streamed: boolean;
+}
+
+/**
+ * Opens a stored session for reading through the storage contract. When the
+ * backend offers both `readHeader` and `iterHistory`, only the header is read
+ * now and the history is streamed (memory bounded regardless of its size);
+ * otherwise the whole state is loaded.
+ *
+ * @param backend - the backend
+ * @param key - the session key (validated first)
+ * @param label - backend label for the not-found message
+ * @returns the header and a one-shot history stream
+ * @throws {InvalidKeyError} for a bad key
+ * @throws {StateNotFoundError} when nothing is stored under the key
+ */
+export async function openSession(backend: StateBackend, key: string, label?: string): Promise<SessionView> {
+  validateKey(key);
+  if (typeof backend.readHeader === "function" && typeof backend.iterHistory === "function") {
+    const found = await backend.readHeader(key);
+    if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+    return { header: found.header, history: backend.iterHistory(key), streamed: true };
+  }
+  const state = await loadRaw(backend, key, label);
+  const { history, ...header } = state;
+  return { header, history: toAsync(history), streamed: false };
+}
+
+async function* toAsync<T>(items: Iterable<T>): AsyncGenerator<T> {
+  yield* items;
+}

@@ -1,0 +1,89 @@
+/**
+ * `dumplings ls`: list the stored sessions of a backend.
+ *
+ * @module
+ */
+import { Command } from "commander";
+import { closeBackend, listKeysSorted, loadRaw, openBackend, withBackendOptions } from "../backend.js";
+import { printJson, renderTable } from "../output.js";
+
+/** Options of `dumplings ls`. */
+interface LsOptions {
+  backend?: string;
+  dir?: string;
+  db?: string;
+  long?: boolean;
+  json?: boolean;
+}
+
+/**
+ * Builds the `ls` command.
+ *
+ * Output: one key per line; `--long` adds name, protocol, message count and
+ * saved_at (loading each session); `--json` prints
+ * `{ backend, count, sessions: [{ key, name?, protocol?, messages?, savedAt? }] }`.
+ *
+ * @returns the commander command
+ * @example
+ * dumplings ls --backend sqlite --db ./sessions.db --long
+ */
+export function lsCommand(): Command {
+  return withBackendOptions(new Command("ls"))
+    .description("list stored sessions")
+    .option("-l, --long", "also show name, protocol, message count and saved_at of each session")
+    .option("--json", "print JSON")
+    .action(async (options: LsOptions) => {
+      const { backend, label } = openBackend(options);
+      try {
+        const keys = await listKeysSorted(backend);
+        const sessions: Record<string, unknown>[] = [];
+        for (const key of keys) {
+          if (!options.long) {
+            sessions.push({ key });
+            continue;
+          }
+          const state = await loadRaw(backend, key, label);
+          sessions.push({
+            key,
+            name: state.meta.agentName,
+            protocol: state.meta.protocol,
+            messages: state.history.length,
+            savedAt: state.meta.savedAt,
+          });
+        }
+        if (options.json) {
+          printJson({ backend: label, count: keys.length, sessions });
+          return;
+        }
+        if (keys.length === 0) {
+          process.stderr.write(`no sessions in ${label}\n`);
+          return;
+        }
+        if (!options.long) {
+          process.stdout.write(`${keys.join("\n")}\n`);
+          return;
+        }
+        const rows = sessions.map((s) => [
+          String(s.key),
+          String(s.name),
+          String(s.protocol),
+          String(s.messages),
+          String(s.savedAt),
+        ]);
+        process.stdout.write(
+          `${renderTable(
+            [
+              { header: "key" },
+              { header: "name" },
+              { header: "protocol" },
+              { header: "messages", align: "right" },
+              { header: "saved_at" },
+            ],
+            rows,
+          )}\n`,
+        );
+      } finally {
+        await closeBackend(backend);
+      }
+    });
+}

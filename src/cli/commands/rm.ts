@@ -1,0 +1,52 @@
+/**
+ * `dumplings rm KEY…`: delete stored sessions.
+ *
+ * @module
+ */
+import { Command } from "commander";
+import { validateKey } from "../../backends/keys.js";
+import { StateNotFoundError } from "../../core/errors.js";
+import { closeBackend, openBackend, withBackendOptions } from "../backend.js";
+import { printJson } from "../output.js";
+
+/** Options of `dumplings rm`. */
+interface RmOptions {
+  backend?: string;
+  dir?: string;
+  db?: string;
+  force?: boolean;
+  json?: boolean;
+}
+
+/**
+ * Builds the `rm` command. Every key is validated before anything is
+ * deleted; a missing key is an error (exit 3) unless `--force`.
+ *
+ * @returns the commander command
+ * @example
+ * dumplings rm weather-1 --backend sqlite
+ */
+export function rmCommand(): Command {
+  return withBackendOptions(new Command("rm"))
+    .description("delete stored sessions")
+    .argument("<keys...>", "session keys")
+    .option("-f, --force", "do not fail when a key is not stored")
+    .option("--json", "print JSON")
+    .action(async (keys: string[], options: RmOptions) => {
+      for (const key of keys) validateKey(key);
+      const { backend, label } = openBackend(options);
+      try {
+        const deleted: string[] = [];
+        const missing: string[] = [];
+        for (const key of keys) {
+          if (await backend.delete(key)) deleted.push(key);
+          else missing.push(key);
+        }
+        if (options.json) printJson({ backend: label, deleted, missing });
+        else for (const key of deleted) process.stdout.write(`deleted ${key}\n`);
+        if (missing.length > 0 && !options.force) throw new StateNotFoundError(missing[0] ?? "", label);
+      } finally {
+        await closeBackend(backend);
+      }
+    });
+}

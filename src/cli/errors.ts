@@ -1,0 +1,143 @@
+/**
+ * Errors of the `dumplings` command and the mapping from every error to one
+ * printed line and an exit code.
+ *
+ * Exit codes (stable, documented in the README):
+ * - `0` success
+ * - `1` any other failure (backend I/O, conflict, …)
+ * - `2` usage error (bad option, bad argument, invalid key, unknown backend)
+ * - `3` not found (no session under the key, input file missing)
+ * - `4` format error (malformed `.duas`, JSONL or JSON input, invalid state)
+ * - `5` verification failed (`convert` copied a session that does not read back identical)
+ *
+ * @module
+ */
+import { DumplingsError } from "../core/errors.js";
+
+/** Exit codes of the `dumplings` command. */
+export const ExitCode = {
+  ok: 0,
+  failure: 1,
+  usage: 2,
+  notFound: 3,
+  format: 4,
+  verify: 5,
+} as const;
+/** One of the {@link ExitCode} values. */
+export type ExitCodeValue = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** The command line itself is wrong (missing argument, conflicting options, bad duration…). */
+export class UsageError extends DumplingsError {
+  /** @param message - what is wrong and how to write it instead */
+  constructor(message: string) {
+    super("USAGE", message);
+  }
+}
+
+/** An input file of `dumplings import` does not exist or cannot be read. */
+export class InputNotFoundError extends DumplingsError {
+  /** Path of the missing input file. */
+  readonly file: string;
+  /**
+   * @param file - the path as given on the command line
+   * @param options - `cause`: the file system error
+   */
+  constructor(file: string, options?: { cause?: unknown }) {
+    super("INPUT_NOT_FOUND", `cannot read input file ${JSON.stringify(file)}: no such file`, options);
+    this.file = file;
+  }
+}
+
+/** `dumplings import` would overwrite a stored session and `--overwrite` was not given. */
+export class KeyExistsError extends DumplingsError {
+  /** The key that is already stored. */
+  readonly key: string;
+  /**
+   * @param key - the stored key
+   * @param file - the input file that maps to it
+   */
+  constructor(key: string, file: string) {
+    super(
+      "KEY_EXISTS",
+      `session ${JSON.stringify(key)} already exists (from ${JSON.stringify(file)}); pass --overwrite to replace it or --key to choose another key`,
+    );
+    this.key = key;
+  }
+}
+
+/**
+ * `dumplings convert` copied sessions that did not read back identical from
+ * the target backend. The copies are left in place for inspection.
+ */
+export class VerifyError extends DumplingsError {
+  /** Keys whose copy differs, each with the first differing path. */
+  readonly mismatches: readonly { key: string; path: string }[];
+  /**
+   * @param mismatches - key and first differing path of each bad copy
+   * @param total - number of sessions copied
+   */
+  constructor(mismatches: readonly { key: string; path: string }[], total: number) {
+    const shown = mismatches
+      .slice(0, 5)
+      .map((m) => `${JSON.stringify(m.key)} at ${m.path}`)
+      .join(", ");
+    const more = mismatches.length > 5 ? ` and ${mismatches.length - 5} more` : "";
+    super(
+      "VERIFY_MISMATCH",
+      `${mismatches.length} of ${total} copied sessions differ after reading them back: ${shown}${more}`,
+    );
+    this.mismatches = mismatches;
+  }
+}
+
+const byCode = new Map<string, ExitCodeValue>([
+  ["USAGE", ExitCode.usage],
+  ["INVALID_KEY", ExitCode.usage],
+  ["UNKNOWN_BACKEND", ExitCode.usage],
+  ["CREDENTIAL_REFUSED", ExitCode.usage],
+  ["INVALID_CONFIG", ExitCode.usage],
+  ["STATE_NOT_FOUND", ExitCode.notFound],
+  ["INPUT_NOT_FOUND", ExitCode.notFound],
+  ["FORMAT_ERROR", ExitCode.format],
+  ["INVALID_STATE", ExitCode.format],
+  ["NON_JSON_VALUE", ExitCode.format],
+  ["VERIFY_MISMATCH", ExitCode.verify],
+]);
+
+/**
+ * The exit code for an error.
+ *
+ * @param error - anything thrown by a command
+ * @returns the {@link ExitCode} of its class (`1` for anything unknown)
+ */
+export function exitCodeFor(error: unknown): ExitCodeValue {
+  if (error instanceof DumplingsError) return byCode.get(error.code) ?? ExitCode.failure;
+  return ExitCode.failure;
+}
+
+/**
+ * The one line printed for an error: `dumplings: <message> (<CODE>)`.
+ * Newlines inside the message are folded so the output stays one line.
+ *
+ * @param error - anything thrown by a command
+ * @returns the line, without a trailing newline
+ * @example
+ * errorLine(new StateNotFoundError("k", "file"))
+ * // 'dumplings: [dumplings:file] no state stored under key "k" (STATE_NOT_FOUND)'
+ */
+export function errorLine(error: unknown): string {
+  let message: string;
+  let code: string | undefined;
+  if (error instanceof DumplingsError) {
+    message = error.message;
+    code = error.code;
+  } else if (error instanceof Error) {
+    message = error.message;
+    const sysCode = (error as NodeJS.ErrnoException).code;
+    code = typeof sysCode === "string" ? sysCode : error.name;
+  } else {
+    message = String(error);
+  }
+  const oneLine = message.replace(/\s*\r?\n\s*/g, " ").trim();
+  return `dumplings: ${oneLine}${code ? ` (${code})` : ""}`;
+}

@@ -1,0 +1,111 @@
+/**
+ * Output helpers of the `dumplings` command: aligned text tables, JSON
+ * output for scripts, human-readable sizes and one-line message previews.
+ * Everything meant for a script goes to stdout; progress and errors go to
+ * stderr.
+ *
+ * @module
+ */
+import type { Writable } from "node:stream";
+
+/** Column alignment of a {@link renderTable} column. */
+export type Align = "left" | "right";
+
+/** A column of a {@link renderTable} table. */
+export interface Column {
+  /** Header text. */
+  header: string;
+  /** Alignment of the cells. @default "left" */
+  align?: Align;
+}
+
+/**
+ * Renders rows as an aligned plain-text table with a header rule.
+ *
+ * @param columns - header and alignment of each column
+ * @param rows - cell texts, one array per row (same length as `columns`)
+ * @param options - `footer`: rows printed after a second rule (totals)
+ * @returns the table text, lines joined by `\n`, no trailing newline
+ * @example
+ * renderTable([{ header: "key" }, { header: "n", align: "right" }], [["a", "1"]])
+ */
+export function renderTable(
+  columns: readonly Column[],
+  rows: readonly string[][],
+  options: { footer?: string[][] } = {},
+): string {
+  const all = [columns.map((c) => c.header), ...rows, ...(options.footer ?? [])];
+  const widths = columns.map((_, i) => Math.max(...all.map((r) => displayWidth(r[i] ?? ""))));
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((cell, i) => {
+        const pad = " ".repeat(Math.max(0, (widths[i] ?? 0) - displayWidth(cell)));
+        return columns[i]?.align === "right" ? pad + cell : cell + pad;
+      })
+      .join("  ")
+      .trimEnd();
+  const rule = widths.map((w) => "-".repeat(w)).join("  ");
+  const out = [line(columns.map((c) => c.header)), rule, ...rows.map(line)];
+  if (options.footer && options.footer.length > 0) out.push(rule, ...options.footer.map(line));
+  return out.join("\n");
+}
+
+function displayWidth(text: string): number {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+}
+
+/**
+ * Writes a value as pretty JSON followed by a newline.
+ *
+ * @param value - a JSON-compatible value
+ * @param out - where to write @default process.stdout
+ */
+export function printJson(value: unknown, out: Writable = process.stdout): void {
+  out.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+/**
+ * Formats a byte count for people: `812 B`, `45.2 KB`, `1.8 MB` (powers of 1024).
+ *
+ * @param bytes - size in bytes
+ * @returns the formatted size
+ */
+export function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  const units = ["KB", "MB", "GB", "TB"];
+  let value = bytes / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value.toFixed(1)} ${units[unit]}`;
+}
+
+/**
+ * Formats a duration in milliseconds with a precision that suits its size.
+ *
+ * @param ms - duration in milliseconds
+ * @returns e.g. `0.42`, `12.3`, `1520`
+ */
+export function formatMs(ms: number): string {
+  if (ms < 10) return ms.toFixed(2);
+  if (ms < 100) return ms.toFixed(1);
+  return ms.toFixed(0);
+}
+
+/**
+ * Squeezes a text into one line of at most `max` characters: control
+ * characters and newlines are shown escaped (`\n`), the rest is cut with `…`.
+ *
+ * @param text - any text
+ * @param max - longest result, in characters @default 100
+ * @returns the one-line preview
+ */
+export function oneLine(text: string, max = 100): string {
+  const escaped = JSON.stringify(text).slice(1, -1).replace(/\\"/g, '"');
+  const chars = [...escaped];
+  return chars.length <= max ? escaped : `${chars.slice(0, Math.max(0, max - 1)).join("")}…`;
+}

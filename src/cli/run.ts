@@ -1,0 +1,76 @@
+/**
+ * Running the `dumplings` program: one error line and a class-specific exit
+ * code for every failure (usage 2, not found 3, format 4, verification 5,
+ * other 1; see `errors.ts`), no stack trace unless `DUMPLINGS_DEBUG=1`.
+ *
+ * Commander's own errors (unknown option, missing argument) are caught the
+ * same way, so every error a user sees has the form
+ * `dumplings: <message> (<CODE>)`.
+ *
+ * @module
+ */
+import { type Command, CommanderError } from "commander";
+import { ExitCode, errorLine, exitCodeFor } from "./errors.js";
+
+/**
+ * Makes commander throw instead of exiting, on a command and all its
+ * subcommands (commands added with `addCommand` do not inherit it).
+ *
+ * @param command - the root command
+ */
+function throwInsteadOfExit(command: Command): void {
+  command.exitOverride();
+  command.configureOutput({ outputError: () => {} });
+  for (const sub of command.commands) throwInsteadOfExit(sub);
+}
+
+/**
+ * Parses `argv` and runs the selected command, then sets `process.exitCode`.
+ *
+ * @param program - the root `dumplings` command with its subcommands added
+ * @param argv - the process arguments @default process.argv
+ * @returns the exit code (also stored in `process.exitCode`)
+ * @example
+ * const program = new Command("dumplings"); program.addCommand(lsCommand());
+ * await runProgram(program);
+ */
+export async function runProgram(program: Command, argv: readonly string[] = process.argv): Promise<number> {
+  throwInsteadOfExit(program);
+  let code: number = ExitCode.ok;
+  try {
+    await program.parseAsync([...argv]);
+  } catch (error) {
+    code = report(error);
+  }
+  process.exitCode = code;
+  return code;
+}
+
+/**
+ * Prints the one line for an error (and its stack under `DUMPLINGS_DEBUG=1`).
+ *
+ * @param error - anything thrown while running a command
+ * @returns the exit code for it
+ */
+export function report(error: unknown): number {
+  if (error instanceof CommanderError) {
+    if (error.exitCode === 0) return ExitCode.ok; // --help, --version
+    const message = error.message
+      .replace(/^error:\s*/i, "")
+      .replace(/\s*\r?\n\s*/g, " ")
+      .trim();
+    if (error.code === "commander.help" || error.code === "commander.helpDisplayed") return ExitCode.usage;
+    process.stderr.write(`dumplings: ${message} (USAGE)\n`);
+    return ExitCode.usage;
+  }
+  process.stderr.write(`${errorLine(error)}\n`);
+  if (process.env.DUMPLINGS_DEBUG === "1") {
+    let e: unknown = error;
+    while (e instanceof Error) {
+      process.stderr.write(`${e.stack ?? e.message}\n`);
+      e = e.cause;
+      if (e !== undefined) process.stderr.write("caused by: ");
+    }
+  }
+  return exitCodeFor(error);
+}

@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StaleFencingTokenError } from "../../src/durable/errors.js";
+import type { StepRecord } from "../../src/durable/journal.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { DurableQueue } from "../../src/durable/worker.js";
 import { type ChildResult, fixture, startChild } from "../fixtures/durable/spawn.js";
@@ -113,7 +114,7 @@ describe.skipIf(!!skip)(`DurableWorker on BullMQ${skip ? ` (skipped: ${skip})` :
     const before = await journal.readSteps(String(victim));
     await expect(
       journal.writeStep(Number(w1Token), {
-        ...(before[3] as never),
+        ...(before[3] as StepRecord),
         status: "failed",
         error: { name: "Zombie", message: "late" },
       }),

@@ -20,7 +20,7 @@
  *
  * @module
  */
-import { ConflictError, FormatError, StateNotFoundError } from "../core/errors.js";
+import { ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
@@ -40,8 +40,14 @@ interface StoredSession {
  * @internal
  */
 function headerJson(state: AgentState): string {
-  if (state === null || typeof state !== "object") throw new TypeError("a state must be an object");
-  if (!Array.isArray(state.history)) throw new TypeError("state.history must be an array");
+  if (state === null || typeof state !== "object") throw new InvalidStateError("", "a state must be an object");
+  if (!Array.isArray(state.history)) throw new InvalidStateError("history", "history must be an array");
+  for (const name of ["meta", "config", "state"] as const) {
+    const part = state[name] as unknown;
+    if (part === null || typeof part !== "object" || Array.isArray(part)) {
+      throw new InvalidStateError(name, `${name} must be an object`);
+    }
+  }
   assertJson(state.meta, "meta");
   assertJson(state.config, "config");
   assertJson(state.state, "state");
@@ -55,7 +61,7 @@ function messagesJson(history: readonly Message[], from: number): string[] {
     const m = history[i];
     assertJson(m, `history[${i}]`, i);
     if (m === null || typeof m !== "object" || Array.isArray(m)) {
-      throw new TypeError(`history[${i}] must be a JSON object (a message)`);
+      throw new InvalidStateError(`history[${i}]`, "a message must be a JSON object");
     }
     out[i - from] = JSON.stringify(m);
   }

@@ -32,7 +32,19 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 const CHILD = path.resolve("test/persistence/children/env-child.ts");
 
-async function child(env: Record<string, string>): Promise<Record<string, any>> {
+/** What env-child.ts prints. */
+interface ChildOut {
+  enabled?: boolean;
+  keyStrategy?: string;
+  backend?: string;
+  builtin?: { baseDir: string; dbPath: string };
+  saved: boolean;
+  persistError?: string;
+  uuid: string;
+  error?: { name: string; code?: string; message: string };
+}
+
+async function child(env: Record<string, string>): Promise<ChildOut> {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("DUMPLINGS_PERSISTENCE")));
   const { stdout } = await run(process.execPath, ["--import", "tsx", CHILD], {
     env: { ...clean, ...env },
@@ -65,7 +77,7 @@ describe("environment variables, read at import in a fresh process", () => {
     });
     expect(out.error).toBeUndefined();
     expect(out).toMatchObject({ enabled: true, keyStrategy: "name", backend: "sqlite", saved: true });
-    expect(out.builtin.dbPath).toBe(dbPath);
+    expect(out.builtin?.dbPath).toBe(dbPath);
     const sqlite = new SQLiteBackend({ dbPath });
     try {
       const agent = await loadState("env-agent", { backend: sqlite });
@@ -79,11 +91,11 @@ describe("environment variables, read at import in a fresh process", () => {
   it("a malformed variable is a clear InvalidConfigError naming it (and autoSave reports, never throws)", async () => {
     const out = await child({ DUMPLINGS_PERSISTENCE: "maybe", DUMPLINGS_PERSISTENCE_DIR: path.join(tmp, "maybe") });
     expect(out.error).toMatchObject({ code: "INVALID_CONFIG" });
-    expect(out.error.message).toContain("DUMPLINGS_PERSISTENCE");
-    expect(out.error.message).toContain('"maybe"');
+    expect(out.error?.message).toContain("DUMPLINGS_PERSISTENCE");
+    expect(out.error?.message).toContain('"maybe"');
     expect(out.saved).toBe(true); // an explicit save does not depend on DUMPLINGS_PERSISTENCE
     const key = await child({ DUMPLINGS_PERSISTENCE_KEY: "random", DUMPLINGS_PERSISTENCE_DIR: path.join(tmp, "k") });
-    expect(key.error.message).toContain("DUMPLINGS_PERSISTENCE_KEY");
+    expect(key.error?.message).toContain("DUMPLINGS_PERSISTENCE_KEY");
     expect(key.saved).toBe(false); // the default key depends on it: reported, not thrown
     expect(key.persistError).toBe("INVALID_CONFIG");
   });
@@ -91,7 +103,7 @@ describe("environment variables, read at import in a fresh process", () => {
   it("an unknown backend name fails on use, listing the known names", async () => {
     const out = await child({ DUMPLINGS_PERSISTENCE_BACKEND: "nosuch" });
     expect(out.error).toMatchObject({ code: "UNKNOWN_BACKEND" });
-    expect(out.error.message).toContain("file, memory, sqlite");
+    expect(out.error?.message).toContain("file, memory, sqlite");
   });
 });
 

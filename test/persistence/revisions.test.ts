@@ -20,7 +20,6 @@ import {
   type Message,
   type ReadResult,
   type StateBackend,
-  saveState,
   trackedRevision,
   type WriteOptions,
   type WriteResult,

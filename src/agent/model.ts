@@ -14,8 +14,9 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import type { LanguageModel } from "ai";
 import { DumplingsError } from "../core/errors.js";
 import type { Protocol } from "../core/messages.js";
+import { MissingSecretError } from "../persistence/errors.js";
 
-/** The model configuration is unusable (no provider URL, no model name, or the key's env var is unset). Code `MODEL_CONFIG`. */
+/** The model configuration is unusable (no provider URL or no model name). Code `MODEL_CONFIG`. */
 export class ModelConfigError extends DumplingsError {
   constructor(message: string) {
     super("MODEL_CONFIG", message);
@@ -55,8 +56,8 @@ export function baseUrlOf(url: string): string {
  * @param protocol - `openai` or `anthropic`
  * @param env - environment to read the key from @default process.env
  * @returns a `LanguageModel` for `generateText` / `streamText`
- * @throws {ModelConfigError} when `apiProvider` or `modelName` is empty, the URL is invalid,
- *   or `apiKeyEnv` names a variable that is not set
+ * @throws {ModelConfigError} when `apiProvider` or `modelName` is empty or the URL is invalid
+ * @throws {MissingSecretError} when `apiKeyEnv` names a variable that is not set (nothing is sent)
  * @example
  * const model = createLanguageModel({ apiProvider: "http://127.0.0.1:11434/v1", modelName: "llama3.2", apiKeyEnv: "" }, "openai");
  */
@@ -78,11 +79,7 @@ export function createLanguageModel(
   let apiKey: string | undefined;
   if (settings.apiKeyEnv) {
     apiKey = env[settings.apiKeyEnv];
-    if (!apiKey) {
-      throw new ModelConfigError(
-        `environment variable ${settings.apiKeyEnv} (config.apiKeyEnv) is not set; export it before calling the model`,
-      );
-    }
+    if (!apiKey) throw new MissingSecretError(settings.apiKeyEnv);
   }
   if (protocol === "anthropic") {
     // the Anthropic provider insists on a key; a local server ignores it

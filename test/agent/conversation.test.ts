@@ -11,6 +11,7 @@ import {
 import { INTERRUPTED_RESULT, isHistoryValid } from "../../src/agent/repair.js";
 import type { ToolDefinition, ToolHookEvent } from "../../src/agent/tools.js";
 import type { Message } from "../../src/core/messages.js";
+import { MissingSecretError } from "../../src/persistence/errors.js";
 import { type ModelServer, type ScriptedTurn, startModelServer } from "../../src/testing/model-server.js";
 import { TestHost } from "./host.js";
 
@@ -378,5 +379,27 @@ describe("crash-safe histories", () => {
     const sent = JSON.stringify(server.requests[1]?.body);
     expect(sent).not.toContain("partial");
     expect(sent).toContain("Checking both");
+  });
+});
+
+describe("model configuration", () => {
+  it("reads the key at call time: a missing env var fails before any request, a base URL works too", async () => {
+    const { host, server } = await setup("openai", [{ text: "with key" }], { apiKeyEnv: "DUMPLINGS_TEST_UNSET_KEY" });
+    delete process.env.DUMPLINGS_TEST_UNSET_KEY;
+    const err = await conversationWithTool(host, "x", { maxRetries: 0 }, runtime([])).catch((e) => e);
+    expect(err).toBeInstanceOf(MissingSecretError);
+    expect(server.count).toBe(0);
+    process.env.DUMPLINGS_TEST_UNSET_KEY = "rotated-key";
+    host.config.apiProvider = server.url; // a base URL, not …/chat/completions
+    expect((await conversationWithTool(host, "y", { maxRetries: 0 }, runtime([]))).text).toBe("with key");
+    expect(server.requests[0]?.headers.authorization).toBe("Bearer rotated-key");
+    delete process.env.DUMPLINGS_TEST_UNSET_KEY;
+  });
+
+  it("with fcModel off sends no tools and runs no tool round", async () => {
+    const { host, server } = await setup("openai", [{ text: "just text" }], { fcModel: false });
+    const r = await conversationWithTool(host, "x", { maxRetries: 0 }, runtime());
+    expect(r).toMatchObject({ text: "just text", rounds: 1, toolCalls: 0 });
+    expect(server.requests[0]?.body.tools).toBeUndefined();
   });
 });

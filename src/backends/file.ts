@@ -17,7 +17,8 @@
  *
  * ## Whole-file writes (first write, `save`, `force`, edits in the middle, `.duas.gz`)
  *
- * The text goes to a temp file in the same directory (`.<key>.duas.<pid>.<rand>.tmp`),
+ * The text goes to a temp file in the same directory (`.<key>.duas.tmp`, one per
+ * key: writers hold the key's lock, and a temp file left by a crash is overwritten),
  * which is fsync'ed, renamed over `<key>.duas`, and the directory is fsync'ed:
  * a crash leaves the old file or the new one, never a mix. `.duas.gz` files are
  * always written whole this way (a gzip stream cannot be patched in place).
@@ -66,10 +67,11 @@
  * without one, e.g. copied in by hand, counts as revision 1). A write's
  * read-check-write cycle runs under an exclusive lock file `<key>.duas.lock`
  * created with `O_EXCL` and holding `pid` and host name, so writers in several
- * processes never interleave. A lock whose process is dead (same host), or
- * an empty/unreadable lock older than one second, or any lock older than
- * `staleLockMs`, is broken by renaming it away and re-checking it was the
- * same lock. `expectedRevision` ≠ stored → `ConflictError` and nothing
+ * processes never interleave. A lock whose process is dead (same host), an
+ * empty/unreadable lock older than one second (its writer died between
+ * creating and filling it), or another host's lock older than `staleLockMs`,
+ * is broken by renaming it away and re-checking it was the same lock. A live
+ * holder on this host is waited for (up to `lockTimeoutMs`). `expectedRevision` ≠ stored → `ConflictError` and nothing
  * written; `expectedRevision` given and the file deleted → `ConflictError`
  * (a stale writer never resurrects a deleted session); `null` = must not
  * exist; `force` skips the check. Readers take no lock: they read the file,
@@ -277,6 +279,11 @@ export class FileBackend implements StateBackend {
     return p;
   }
 
+  /** The temp file of `key`'s whole-file writes (hidden: keys never start with "."). */
+  private tempOf(key: string): string {
+    return path.join(this.baseDir, `.${key}${DUAS_EXTENSION}.tmp`);
+  }
+
   /** The existing file of `key` (own extension first), or undefined. */
   private existing(key: string): { file: string; gz: boolean } | undefined {
     const order = this.gzip ? [true, false] : [false, true];
@@ -353,6 +360,7 @@ export class FileBackend implements StateBackend {
           if (!isCode(e, "ENOENT")) throw e;
         }
       }
+      safeUnlink(this.tempOf(key));
       this.cache.delete(key);
       if (deleted) this.syncDir();
       return deleted;
@@ -592,11 +600,9 @@ export class FileBackend implements StateBackend {
     }
     const text = Buffer.from(header + lines, "utf8");
     const bytes = this.gzip ? gzipSync(text) : text;
-    const tmp = path.join(
-      this.baseDir,
-      `.${key}${this.gzip ? DUAS_GZ_EXTENSION : DUAS_EXTENSION}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`,
-    );
-    const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | NOFOLLOW, 0o644);
+    // One temp name per key is safe: we hold the key's lock. A temp file left by a crash is simply overwritten.
+    const tmp = this.tempOf(key);
+    const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NOFOLLOW, 0o644);
     let ino: number;
     try {
       writeAll(fd, bytes, 0);
@@ -869,15 +875,14 @@ export class FileBackend implements StateBackend {
   }
 
   private isStale(content: string, ageMs: number): boolean {
-    if (ageMs > this.staleLockMs) return true;
     const [pidText, host] = content.split("\n");
     const pid = Number(pidText);
     if (!content.endsWith("\n") || !Number.isInteger(pid) || pid <= 0) return ageMs > 1000;
-    if (host !== hostname()) return false;
+    if (host !== hostname()) return ageMs > this.staleLockMs; // cannot check another host's process
     if (pid === process.pid) return false;
     try {
       process.kill(pid, 0);
-      return false;
+      return false; // a live holder on this host is waited for, however long it takes
     } catch (e) {
       return isCode(e, "ESRCH");
     }

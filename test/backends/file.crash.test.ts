@@ -88,3 +88,43 @@ describe("file backend: kill -9 mid-save", () => {
     expect(allModes.has("rewrite")).toBe(true);
   });
 });
+
+describe("file backend: several processes, one key", () => {
+  it("CAS appends from 3 processes never lose or duplicate a message", async () => {
+    const script = fileURLToPath(new URL("../fixtures/crash/file-cas-writer.ts", import.meta.url));
+    const key = "shared-session";
+    const perChild = 25;
+    const outputs = await Promise.all(
+      ["a", "b", "c"].map(
+        (id) =>
+          new Promise<string>((resolve, reject) => {
+            const proc = spawn(process.execPath, ["--import", "tsx", script, dir, key, id, String(perChild)], {
+              stdio: ["ignore", "pipe", "pipe"],
+            });
+            let out = "";
+            let err = "";
+            proc.stdout?.on("data", (c: Buffer) => {
+              out += c.toString();
+            });
+            proc.stderr?.on("data", (c: Buffer) => {
+              err += c.toString();
+            });
+            proc.on("error", reject);
+            proc.on("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`child ${id} failed: ${err}`))));
+          }),
+      ),
+    );
+    for (const out of outputs) expect(out).toMatch(/^done \d+\n$/);
+    const read = await new FileBackend({ baseDir: dir }).read(key);
+    const contents = read?.state.history.map((m) => m.content as string) ?? [];
+    expect(contents).toHaveLength(3 * perChild);
+    expect(new Set(contents).size).toBe(3 * perChild);
+    for (const id of ["a", "b", "c"]) {
+      // each writer's own messages are in its order
+      const mine = contents.filter((c) => c.startsWith(`${id}-`));
+      expect(mine).toEqual(Array.from({ length: perChild }, (_, j) => `${id}-${j}`));
+    }
+    expect(read?.revision).toBe(3 * perChild);
+    expect(decodeStateBytes(readFileSync(path.join(dir, `${key}.duas`)))).toEqual(read?.state);
+  });
+});

@@ -180,6 +180,18 @@ describe("O(new messages) appends", () => {
     expect(await b.load("k")).toEqual(st(4, { config: { prompt: "p".repeat(5000) } }));
   });
 
+  it("a file written by the plain codec (no revision, no padding) counts as revision 1; the first append re-pads it", async () => {
+    mkdirSync(dir);
+    writeFileSync(file("k"), encodeState(st(2)));
+    const b = new FileBackend({ baseDir: dir });
+    expect(await b.read("k")).toEqual({ state: st(2), revision: 1 });
+    const r1 = await b.write("k", st(3), { expectedRevision: 1, baseLength: 2 });
+    expect(r1).toEqual({ revision: 2, written: 3, rewritten: true });
+    const r2 = await b.write("k", st(4), { expectedRevision: 2, baseLength: 3 });
+    expect(r2).toEqual({ revision: 3, written: 1, rewritten: false });
+    expect(readdirSync(dir)).toEqual(["k.duas"]); // no temp or lock file left behind
+  });
+
   it("lines beyond message_count (an interrupted append) are ignored on load and repaired by the next write", async () => {
     const b = new FileBackend({ baseDir: dir });
     const r = await b.write("k", st(3));

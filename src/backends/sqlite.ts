@@ -51,8 +51,15 @@
  * after checking the revision in the same transaction (compare-and-set). It
  * falls back to a full rewrite when the stored history does not match the
  * claim (`baseLength` beyond the stored count, or the boundary message
- * `baseLength - 1` differs from the stored one). A plain `save` rewrites the
- * whole history.
+ * `baseLength - 1` differs from the stored one). `baseLength` is only trusted
+ * together with a numeric `expectedRevision` (the prefix is known to be the
+ * stored one only at that revision) and without `force`; otherwise the whole
+ * history is rewritten. A plain `save` rewrites the whole history.
+ *
+ * Loads read the header and the message rows in one snapshot and check that
+ * exactly `message_count` rows exist (`FormatError` otherwise); with the
+ * bodies stored as the messages' JSON text, loading costs about what parsing
+ * the same history from a JSONL file costs.
  *
  * `compressHistory: true` stores message bodies of at least
  * `compressMinBytes` (default 256) bytes gzip-compressed as BLOBs (cold
@@ -120,7 +127,7 @@ type Body = string | Buffer;
 interface Statements {
   head: BetterSqlite3.Statement<[string], HeadRow>;
   row: BetterSqlite3.Statement<[string], SessionRow>;
-  bodies: BetterSqlite3.Statement<[string], [number, Body]>;
+  bodies: BetterSqlite3.Statement<[string, number], Body>;
   page: BetterSqlite3.Statement<[string, number, number], [number, Body]>;
   bodyAt: BetterSqlite3.Statement<[string, number], Body>;
   insert: BetterSqlite3.Statement<[string, number, Body]>;
@@ -235,9 +242,7 @@ export class SQLiteBackend implements StateBackend {
   readonly #compress: boolean;
   readonly #compressMinBytes: number;
   readonly #writeTx: BetterSqlite3.Transaction<(args: WriteArgs) => WriteResult>;
-  readonly #readTx: BetterSqlite3.Transaction<
-    (key: string) => { row: SessionRow; bodies: [number, Body][] } | undefined
-  >;
+  readonly #readTx: BetterSqlite3.Transaction<(key: string) => { row: SessionRow; bodies: Body[] } | undefined>;
   readonly #pageTx: BetterSqlite3.Transaction<
     (key: string, from: number, to: number) => { head: HeadRow | undefined; rows: [number, Body][] }
   >;
@@ -293,7 +298,7 @@ export class SQLiteBackend implements StateBackend {
     this.#readTx = db.transaction((key: string) => {
       const row = this.#s.row.get(key);
       if (!row) return undefined;
-      return { row, bodies: row.message_count === null ? [] : this.#s.bodies.all(key) };
+      return { row, bodies: row.message_count === null ? [] : this.#s.bodies.all(key, row.message_count) };
     });
     this.#pageTx = db.transaction((key: string, from: number, to: number) => ({
       head: this.#s.head.get(key),
@@ -549,11 +554,9 @@ export class SQLiteBackend implements StateBackend {
         throw this.#corrupt(key, `${bodies.length} message rows stored, the header says ${row.message_count}`);
       }
       history = new Array(bodies.length);
-      for (let i = 0; i < bodies.length; i++) {
-        const [seq, body] = bodies[i] as [number, Body];
-        if (seq !== i) throw this.#corrupt(key, `message ${i} is missing`);
-        history[i] = this.#decodeMessage(key, seq, body);
-      }
+      for (let i = 0; i < bodies.length; i++) history[i] = this.#decodeMessage(key, i, bodies[i] as Body);
+      const last = bodies[bodies.length - 1];
+      if (typeof last === "string") this.#remember(key, row.revision, bodies.length, last);
     }
     return {
       state: { meta, config, state: runtime, history } as unknown as AgentState,
@@ -699,9 +702,12 @@ function prepare(db: BetterSqlite3.Database): Statements {
   return {
     head: db.prepare("SELECT revision, message_count FROM sessions WHERE key = ?"),
     row: db.prepare("SELECT meta, config, state, history, revision, message_count FROM sessions WHERE key = ?"),
+    // Bounded to [0, message_count): with (session_key, seq) unique, `count === message_count` then means no gap.
     bodies: db
-      .prepare<[string], [number, Body]>("SELECT seq, body FROM messages WHERE session_key = ? ORDER BY seq")
-      .raw(),
+      .prepare<[string, number], Body>(
+        "SELECT body FROM messages WHERE session_key = ? AND seq >= 0 AND seq < ? ORDER BY seq",
+      )
+      .pluck(),
     page: db
       .prepare<[string, number, number], [number, Body]>(
         "SELECT seq, body FROM messages WHERE session_key = ? AND seq >= ? AND seq < ? ORDER BY seq",

@@ -151,6 +151,21 @@ function describeError(e: unknown): string {
 }
 
 const depths = new WeakMap<object, number>();
+const loggedHookErrors = new WeakMap<object, Set<string>>();
+
+/** Emits `hookError`; with no listener, logs it on stderr once per distinct message per agent. */
+function reportHookError(host: ConversationHost, error: unknown, event: { toolName: string; type: string }): void {
+  if (host.emit("hookError", error, event)) return;
+  const message = `${event.type} hook of tool ${event.toolName} threw: ${describeError(error)}`;
+  let seen = loggedHookErrors.get(host);
+  if (!seen) {
+    seen = new Set();
+    loggedHookErrors.set(host, seen);
+  }
+  if (seen.has(message)) return;
+  seen.add(message);
+  console.error(`[dumplings] ${message}`);
+}
 /** Index of the assistant message whose tool calls are running, per agent. */
 const inflight = new WeakMap<object, number>();
 
@@ -310,7 +325,7 @@ async function runTurn(
         timeoutMs: config.toolTimeout * 1000,
         taskId,
         hooks: runtime.hooks,
-        onHookError: (error, event) => host.emit("hookError", error, event),
+        onHookError: (error, event) => reportHookError(host, error, event),
         ...(rejected ? { rejected } : {}),
         ...(options.signal ? { signal: options.signal } : {}),
       },

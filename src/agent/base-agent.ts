@@ -427,8 +427,7 @@ export class BaseAgent extends EventEmitter {
   toState(): AgentState {
     const ctor = this.constructor as AgentConstructor;
     const className = agentClassName(ctor);
-    const config = AgentConfigSchema.safeParse(this.config);
-    if (!config.success) throw configError(config.error, "config");
+    const config = this.validatedConfig();
     return {
       meta: {
         formatVersion: FORMAT_VERSION,
@@ -440,7 +439,7 @@ export class BaseAgent extends EventEmitter {
         savedAt: new Date().toISOString(),
         messageCount: this.history.length,
       },
-      config: config.data,
+      config,
       state: {
         currentTaskId: this.currentTaskId,
         hooks: this.hookNames(),
@@ -448,6 +447,25 @@ export class BaseAgent extends EventEmitter {
       },
       history: [...this.history],
     };
+  }
+
+  /** Last config validated by {@link BaseAgent.validatedConfig}, as JSON text, and its parsed form. */
+  #configCache: { json: string; data: AgentConfig } | undefined;
+
+  /**
+   * The config, validated (re-validated only when it changed since the last call).
+   *
+   * @returns a copy of the config with every field present
+   * @throws {InvalidStateError} naming the invalid field
+   */
+  protected validatedConfig(): AgentConfig {
+    const json = JSON.stringify(this.config);
+    if (this.#configCache === undefined || this.#configCache.json !== json) {
+      const parsed = AgentConfigSchema.safeParse(this.config);
+      if (!parsed.success) throw configError(parsed.error, "config");
+      this.#configCache = { json, data: parsed.data };
+    }
+    return { ...this.#configCache.data };
   }
 
   /**
@@ -462,13 +480,15 @@ export class BaseAgent extends EventEmitter {
    * const copy = BaseAgent.fromState(agent.toState());
    */
   static fromState<T extends BaseAgent>(this: AgentConstructor<T>, state: AgentState, options: RestoreOptions = {}): T {
-    if (state.meta.protocol !== this.protocol) {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
+    const cls = this;
+    if (state.meta.protocol !== cls.protocol) {
       throw new InvalidStateError(
         "meta.protocol",
-        `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${this.name} speaks ${this.protocol}`,
+        `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${cls.name} speaks ${cls.protocol}`,
       );
     }
-    const agent = new this({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    const agent = new cls({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
     agent.restoreState(state, options);
     return agent;
   }
@@ -551,8 +571,10 @@ export class BaseAgent extends EventEmitter {
     key: string,
     options?: LoadOptions,
   ): Promise<T> {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
+    const cls = this;
     const agent = await loadState(key, options);
-    return checkClass(this, agent, `key ${JSON.stringify(key)}`);
+    return checkClass(cls, agent, `key ${JSON.stringify(key)}`);
   }
 
   /**
@@ -568,8 +590,10 @@ export class BaseAgent extends EventEmitter {
     text: string,
     options?: Omit<LoadOptions, "backend"> & { source?: string },
   ): Promise<T> {
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
+    const cls = this;
     const agent = await loadStateString(text, options);
-    return checkClass(this, agent, options?.source ?? "the .duas string");
+    return checkClass(cls, agent, options?.source ?? "the .duas string");
   }
 }
 

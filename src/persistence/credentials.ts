@@ -125,6 +125,10 @@ export function credentialReason(value: string): string | undefined {
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/** Values already found clean: an agent saved after every turn is checked once, not at every save. */
+const knownClean = new Set<string>();
+const KNOWN_CLEAN_LIMIT = 4096;
+
 /**
  * Refuses a config that carries a credential-looking value in `apiKeyEnv`,
  * `apiProvider` or `modelName`, or an `apiKeyEnv` that is not an env-var name.
@@ -141,9 +145,11 @@ export function assertNoCredentials(config: Pick<AgentConfig, "apiKeyEnv" | "api
     ["modelName", config.modelName],
   ] as const;
   for (const [field, value] of fields) {
-    if (typeof value !== "string") continue;
+    if (typeof value !== "string" || knownClean.has(value)) continue;
     const reason = credentialReason(value);
     if (reason !== undefined) throw new CredentialError(`config.${field}`, reason);
+    if (knownClean.size >= KNOWN_CLEAN_LIMIT) knownClean.clear();
+    knownClean.add(value);
   }
   if (config.apiKeyEnv !== "" && !ENV_NAME.test(config.apiKeyEnv)) {
     throw new CredentialError(

@@ -62,12 +62,14 @@ export class RedisHotTier {
   readonly ttlMs: number;
   private readonly prefix: string;
   private readonly owned: boolean;
+  private readonly connectTimeoutMs: number;
 
   /** @param options - an injected `client` or a `url`, `keyPrefix`, `ttlMs`, timeouts */
   constructor(options: RedisHotTierOptions = {}) {
     this.prefix = options.keyPrefix ?? "";
     this.ttlMs = options.ttlMs ?? 86_400_000;
     if (!Number.isInteger(this.ttlMs) || this.ttlMs <= 0) throw new RangeError(`ttlMs must be a positive integer`);
+    this.connectTimeoutMs = options.connectTimeoutMs ?? 1000;
     if (options.client) {
       this.client = options.client;
       this.owned = false;
@@ -96,10 +98,12 @@ export class RedisHotTier {
   }
 
   /**
-   * Waits (at most `timeoutMs`) for a created client's first connection; never throws.
+   * Waits (at most `timeoutMs`, default the connect timeout) for the client's connection;
+   * never throws. `CheckpointStore.open` calls it once, so the first writes do not fail
+   * merely because the connection was still being established (there is no offline queue).
    * @returns whether the client is ready
    */
-  async waitReady(timeoutMs = 1000): Promise<boolean> {
+  async waitReady(timeoutMs = this.connectTimeoutMs): Promise<boolean> {
     const c = this.client as Redis;
     if (c.status === "ready") return true;
     if (typeof c.once !== "function") return false;

@@ -165,6 +165,8 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     options: CheckpointStoreOptions<S>,
   ): Promise<CheckpointStore<S>> {
     await options.cold.init();
+    // Bounded: a dead Redis costs the connect timeout once, then the store runs on the cold tier.
+    await options.hot?.waitReady();
     return new CheckpointStore<S>(options);
   }
 

@@ -382,6 +382,31 @@ describe("crash-safe histories", () => {
   });
 });
 
+describe("aborting a streamed turn", () => {
+  it("keeps exactly the tokens the user saw, marked partial, when the caller aborts", async () => {
+    const { host } = await setup("openai", [{ text: "one two three four five six", chunkSize: 4, chunkDelayMs: 30 }]);
+    const controller = new AbortController();
+    const seen: string[] = [];
+    const err = await conversationWithTool(
+      host,
+      "count",
+      {
+        stream: true,
+        signal: controller.signal,
+        maxRetries: 0,
+        onToken: (t) => {
+          seen.push(t);
+          if (seen.length === 2) controller.abort(new Error("client disconnected"));
+        },
+      },
+      runtime([]),
+    ).catch((e) => e);
+    expect(err).toBeInstanceOf(StreamInterruptedError);
+    expect(host.history[1]).toEqual({ role: "assistant", content: seen.join(""), partial: true });
+    expect(err.partialText).toBe(seen.join(""));
+  });
+});
+
 describe("model configuration", () => {
   it("reads the key at call time: a missing env var fails before any request, a base URL works too", async () => {
     const { host, server } = await setup("openai", [{ text: "with key" }], { apiKeyEnv: "DUMPLINGS_TEST_UNSET_KEY" });

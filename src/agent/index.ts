@@ -1,7 +1,8 @@
 /**
  * The agent layer: `BaseAgent` (OpenAI chat protocol), `AnthropicAgent`
- * (Anthropic Messages), and the process-wide agent registry (`agentList`,
- * templates, `checkPermission`).
+ * (Anthropic Messages), the process-wide agent registry (`agentList`,
+ * templates, `checkPermission`), and the public pieces of the agent runtime
+ * (turn options and errors, tools, history repair, AI SDK message conversion).
  *
  * It also re-exports `loadState` / `loadStateString` of the persistence API
  * typed to return a `BaseAgent` (every loadable class is one).
@@ -15,6 +16,7 @@ import {
 } from "../persistence/api.js";
 import type { BaseAgent } from "./base-agent.js";
 
+export { fromModelMessages, MessageConversionError, toModelMessages } from "./ai-sdk-messages.js";
 export { AnthropicAgent } from "./anthropic-agent.js";
 export {
   type AgentConstructor,
@@ -23,6 +25,16 @@ export {
   type ToolHook,
   type ToolHookEvent,
 } from "./base-agent.js";
+export {
+  CheckpointFailedError,
+  MaxRoundsError,
+  ModelCallError,
+  messageText,
+  StreamInterruptedError,
+  type TurnOptions,
+  type TurnResult,
+} from "./conversation.js";
+export { ModelConfigError } from "./model.js";
 export {
   type AddAgentOptions,
   AgentList,
@@ -37,6 +49,26 @@ export {
   type TemplateFactory,
   TemplateNotFoundError,
 } from "./registry.js";
+export {
+  findPendingToolCalls,
+  INTERRUPTED_RESULT,
+  isHistoryValid,
+  type PendingToolCall,
+  type RepairAction,
+  type RepairPolicy,
+  type RepairResult,
+  repairHistory,
+} from "./repair.js";
+export {
+  globalToolRegistry,
+  type JsonSchemaObject,
+  registerGlobalTool,
+  type ToolContext,
+  type ToolDefinition,
+  ToolRegistrationError,
+  ToolTimeoutError,
+  unregisterGlobalTool,
+} from "./tools.js";
 
 /**
  * Loads an agent from a backend (the persistence API's `loadState`, typed for agents).

@@ -1,0 +1,314 @@
+/**
+ * The durable-execution commands of `dumplings`:
+ *
+ * - `dumplings runs [RUN_ID]` — list runs with their status and what they
+ *   wait for (with the command that releases an approval), or print one run's journal;
+ * - `dumplings approve RUN_ID TOOL_CALL_ID` / `dumplings reject RUN_ID TOOL_CALL_ID --reason …`
+ *   — decide a tool call a durable agent waits on;
+ * - `dumplings signal RUN_ID NAME [JSON]` — send any signal.
+ *
+ * The journal is chosen with `--journal` (`sqlite:PATH`, `postgres://…`,
+ * `redis://…`) or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplings-durable.db`.
+ * With `--queue NAME` (and `REDIS_URL`), a signal that releases a waiting run
+ * also puts it back on that BullMQ queue so a worker resumes it.
+ *
+ * The functions behind the commands ({@link openJournal}, {@link renderRuns},
+ * {@link renderJournal}, {@link sendDecision}) are exported so a program (the
+ * demo) can do exactly what the command does.
+ *
+ * @module
+ */
+import { Command } from "commander";
+import { DumplingsError } from "../core/errors.js";
+import type { JsonValue } from "../core/json.js";
+import type { Journal, RunRecord, StepRecord } from "../durable/journal.js";
+import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
+import { printJson, renderTable } from "./output.js";
+
+/** Default journal spec. */
+export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";
+
+/** Options common to the durable commands. */
+export interface JournalCliOptions {
+  /** `sqlite:PATH`, `postgres://…` or `redis://…`. @default env DUMPLINGS_DURABLE_JOURNAL, else {@link DEFAULT_JOURNAL} */
+  journal?: string;
+  /** PostgreSQL schema of the journal. @default "dumplings" */
+  schema?: string;
+  /** Redis key prefix of the journal. @default "dumplings:durable:" */
+  prefix?: string;
+  /** BullMQ queue to put a released run back on. */
+  queue?: string;
+  json?: boolean;
+}
+
+/**
+ * Opens the journal a spec names.
+ *
+ * @param options - `journal` spec, `schema` (PostgreSQL), `prefix` (Redis)
+ * @returns the journal (close it when done); only the chosen store's driver is loaded
+ * @throws {DumplingsError} `USAGE` for an unknown spec
+ * @example
+ * const journal = await openJournal({ journal: "sqlite:/tmp/runs.db" });
+ */
+export async function openJournal(options: JournalCliOptions = {}): Promise<Journal> {
+  const spec = options.journal ?? process.env.DUMPLINGS_DURABLE_JOURNAL ?? DEFAULT_JOURNAL;
+  if (spec.startsWith("sqlite:")) {
+    const { SqliteJournal } = await import("../durable/journal-sqlite.js");
+    return new SqliteJournal({ path: spec.slice("sqlite:".length) });
+  }
+  if (spec.startsWith("postgres://") || spec.startsWith("postgresql://")) {
+    const { PostgresJournal } = await import("../durable/journal-postgres.js");
+    return new PostgresJournal({ url: spec, ...(options.schema ? { schema: options.schema } : {}) });
+  }
+  if (spec.startsWith("redis://") || spec.startsWith("rediss://")) {
+    const { RedisJournal } = await import("../durable/journal-redis.js");
+    return new RedisJournal({ url: spec, ...(options.prefix ? { prefix: options.prefix } : {}) });
+  }
+  throw new DumplingsError(
+    "USAGE",
+    `unknown journal ${JSON.stringify(spec)}: use sqlite:PATH, postgres://… or redis://…`,
+  );
+}
+
+function withJournalOptions(command: Command): Command {
+  return command
+    .option(
+      "--journal <spec>",
+      `sqlite:PATH, postgres://… or redis://… (default: $DUMPLINGS_DURABLE_JOURNAL or ${DEFAULT_JOURNAL})`,
+    )
+    .option("--schema <name>", "PostgreSQL schema of the journal (default: dumplings)")
+    .option("--prefix <prefix>", "Redis key prefix of the journal (default: dumplings:durable:)");
+}
+
+const when = (ms: number | undefined) => (ms === undefined ? "" : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
+
+/** What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`. */
+export function describeWait(run: RunRecord): string {
+  if (run.status !== "waiting") return "";
+  if (run.waitingFor?.startsWith("approval:")) {
+    const id = run.waitingFor.slice("approval:".length);
+    return `approval of ${id} (dumplings approve ${run.runId} ${id})`;
+  }
+  if (run.waitingFor !== undefined) return `signal ${JSON.stringify(run.waitingFor)}`;
+  if (run.wakeAt !== undefined) return `timer until ${when(run.wakeAt)}`;
+  return "";
+}
+
+/**
+ * Renders the runs table `dumplings runs` prints.
+ *
+ * @param journal - the journal
+ * @param filter - `status` to keep
+ * @returns `{ text, runs }`: the table and the rows as JSON
+ */
+export async function renderRuns(
+  journal: Journal,
+  filter: { status?: RunRecord["status"] } = {},
+): Promise<{ text: string; runs: (RunRecord & { steps: number; waiting: string })[] }> {
+  const runs = await journal.listRuns(filter.status ? { status: filter.status } : {});
+  const rows = [];
+  for (const run of runs)
+    rows.push({ ...run, steps: (await journal.readSteps(run.runId)).length, waiting: describeWait(run) });
+  const text = renderTable(
+    [
+      { header: "run" },
+      { header: "workflow" },
+      { header: "status" },
+      { header: "steps", align: "right" },
+      { header: "updated" },
+      { header: "waiting for" },
+    ],
+    rows.map((r) => [r.runId, r.workflow, r.status, String(r.steps), when(r.updatedAt), r.waiting]),
+  );
+  return { text, runs: rows };
+}
+
+function preview(value: JsonValue | undefined, max = 60): string {
+  if (value === undefined) return "";
+  const text = JSON.stringify(value);
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+/**
+ * Renders one run's journal (one line per step record).
+ *
+ * @param steps - the run's step records
+ * @returns the table text
+ */
+export function renderJournal(steps: StepRecord[]): string {
+  return renderTable(
+    [
+      { header: "seq", align: "right" },
+      { header: "step" },
+      { header: "status" },
+      { header: "attempt", align: "right" },
+      { header: "token", align: "right" },
+      { header: "ms", align: "right" },
+      { header: "output" },
+    ],
+    steps.map((s) => [
+      String(s.seq),
+      s.name,
+      s.status,
+      String(s.attempt),
+      String(s.fencingToken),
+      s.finishedAt === undefined ? "" : String(s.finishedAt - s.startedAt),
+      s.status === "failed" ? `${s.error?.name}: ${s.error?.message}` : preview(s.output),
+    ]),
+  );
+}
+
+/**
+ * Sends a signal the way `dumplings approve/reject/signal` do, re-enqueuing
+ * the run on `queue` when it was waiting for it.
+ *
+ * @param journal - the journal
+ * @param runId - the run
+ * @param name - signal name
+ * @param value - JSON value
+ * @param queue - BullMQ queue name (needs Redis at `REDIS_URL`), optional
+ * @returns the signal result
+ * @throws {SignalConflictError} when the signal was already sent
+ * @throws {RunNotFoundError}
+ */
+export async function sendDecision(
+  journal: Journal,
+  runId: string,
+  name: string,
+  value: JsonValue,
+  queue?: string,
+): Promise<SignalResult> {
+  if (!queue) return signal(runId, name, value, { journal });
+  const { DurableQueue } = await import("../durable/worker.js");
+  const q = new DurableQueue({ journal, queueName: queue });
+  try {
+    return await q.signal(runId, name, value);
+  } finally {
+    await q.close();
+  }
+}
+
+function resultLine(runId: string, name: string, result: SignalResult, queued: boolean): string {
+  if (!result.wakes)
+    return `recorded ${name} for ${runId} (the run is ${result.run.status}; it takes the signal when it gets there)`;
+  return queued
+    ? `released ${runId}: ${name} recorded and the run queued again`
+    : `released ${runId}: ${name} recorded; resume the run with its worker (or pass --queue)`;
+}
+
+/**
+ * `dumplings runs [RUN_ID]`.
+ *
+ * @returns the commander command
+ * @example
+ * dumplings runs --journal sqlite:./runs.db --status waiting
+ */
+export function runsCommand(): Command {
+  return withJournalOptions(new Command("runs"))
+    .description("list durable runs (status, waiting approvals), or print one run's journal")
+    .argument("[runId]", "print this run's journal")
+    .option("--status <status>", "only runs with this status (pending, running, waiting, completed, failed)")
+    .option("--json", "print JSON")
+    .action(async (runId: string | undefined, options: JournalCliOptions & { status?: RunRecord["status"] }) => {
+      const journal = await openJournal(options);
+      try {
+        if (runId) {
+          const run = await journal.getRun(runId);
+          if (!run) throw new DumplingsError("RUN_NOT_FOUND", `no run ${JSON.stringify(runId)} in the journal`);
+          const steps = await journal.readSteps(runId);
+          if (options.json) printJson({ run, steps, signals: await journal.listSignals(runId) });
+          else
+            process.stdout.write(
+              `${run.runId}  ${run.workflow}  ${run.status}  ${describeWait(run)}\n${renderJournal(steps)}\n`,
+            );
+          return;
+        }
+        const { text, runs } = await renderRuns(journal, options.status ? { status: options.status } : {});
+        if (options.json) printJson(runs);
+        else process.stdout.write(`${text}\n`);
+      } finally {
+        await journal.close();
+      }
+    });
+}
+
+function decisionCommand(name: "approve" | "reject"): Command {
+  return withJournalOptions(new Command(name))
+    .description(
+      name === "approve"
+        ? "approve a tool call a durable agent waits on (the tool runs when the run resumes)"
+        : "reject a tool call a durable agent waits on (the model receives the refusal)",
+    )
+    .argument("<runId>", "the waiting run")
+    .argument("<toolCallId>", "the tool call (see `dumplings runs`)")
+    .option("--reason <text>", name === "approve" ? "note recorded with the approval" : "why (sent to the model)")
+    .option("--queue <name>", "BullMQ queue to put the released run back on (Redis at $REDIS_URL)")
+    .option("--json", "print JSON")
+    .action(async (runId: string, toolCallId: string, options: JournalCliOptions & { reason?: string }) => {
+      const journal = await openJournal(options);
+      try {
+        const value =
+          name === "approve"
+            ? { approved: true, ...(options.reason ? { reason: options.reason } : {}) }
+            : { approved: false, reason: options.reason ?? "rejected by a human reviewer" };
+        const signalName = approvalSignalName(toolCallId);
+        const result = await sendDecision(journal, runId, signalName, value, options.queue);
+        if (options.json) printJson({ runId, signal: signalName, value, wakes: result.wakes });
+        else process.stdout.write(`${resultLine(runId, signalName, result, !!options.queue)}\n`);
+      } finally {
+        await journal.close();
+      }
+    });
+}
+
+/** `dumplings approve RUN_ID TOOL_CALL_ID [--reason …] [--queue NAME]`. @returns the commander command */
+export function approveCommand(): Command {
+  return decisionCommand("approve");
+}
+
+/** `dumplings reject RUN_ID TOOL_CALL_ID --reason … [--queue NAME]`. @returns the commander command */
+export function rejectCommand(): Command {
+  return decisionCommand("reject");
+}
+
+/**
+ * `dumplings signal RUN_ID NAME [JSON]`: sends any signal (value defaults to `true`).
+ *
+ * @returns the commander command
+ */
+export function signalCommand(): Command {
+  return withJournalOptions(new Command("signal"))
+    .description("send a signal to a durable run (waitForSignal)")
+    .argument("<runId>", "the run")
+    .argument("<name>", "signal name")
+    .argument("[json]", "JSON value (default: true)")
+    .option("--queue <name>", "BullMQ queue to put the released run back on (Redis at $REDIS_URL)")
+    .option("--json", "print JSON")
+    .action(async (runId: string, name: string, json: string | undefined, options: JournalCliOptions) => {
+      let value: JsonValue = true;
+      if (json !== undefined) {
+        try {
+          value = JSON.parse(json) as JsonValue;
+        } catch (cause) {
+          throw new DumplingsError("USAGE", `the signal value is not JSON: ${json}`, { cause });
+        }
+      }
+      const journal = await openJournal(options);
+      try {
+        const result = await sendDecision(journal, runId, name, value, options.queue);
+        if (options.json) printJson({ runId, signal: name, value, wakes: result.wakes });
+        else process.stdout.write(`${resultLine(runId, name, result, !!options.queue)}\n`);
+      } finally {
+        await journal.close();
+      }
+    });
+}
+
+/**
+ * All durable commands, for `program.addCommand(...)`.
+ *
+ * @returns `[runs, approve, reject, signal]`
+ */
+export function durableCommands(): Command[] {
+  return [runsCommand(), approveCommand(), rejectCommand(), signalCommand()];
+}

@@ -1,0 +1,80 @@
+/**
+ * dumplings-ai/durable — durable execution for AI-SDK agents: journaled steps
+ * (JSON in, JSON out) replayed after a crash, a durable agent loop with human
+ * approvals, a side channel for tokens, and distributed workers on BullMQ.
+ *
+ * @example
+ * import { DurableAgent, runDurable, SqliteJournal, approve } from "dumplings-ai/durable";
+ * const journal = new SqliteJournal({ path: "runs.db" });
+ * const result = await runDurable("chat-1", agent.workflow(), { journal, input: { messages } });
+ * if (result.status === "waiting") await approve("chat-1", toolCallId, { journal });
+ *
+ * @module
+ */
+export { DurableAgent, type DurableAgentOptions, type DurableAgentResult, durableTool } from "./agent.js";
+export {
+  currentRun,
+  defineStep,
+  type RetryPolicy,
+  type StepOptions,
+  signalStepName,
+  sleep,
+  step,
+  waitForSignal,
+} from "./context.js";
+export {
+  JournalIntegrityError,
+  LeaseHeldError,
+  NoRunContextError,
+  ReplayMismatchError,
+  RunNotFoundError,
+  RunWaitingError,
+  SignalConflictError,
+  StaleFencingTokenError,
+  StepFailedError,
+  UnknownWorkflowError,
+} from "./errors.js";
+export {
+  canonicalJson,
+  hashInput,
+  type Journal,
+  type JournalEvent,
+  type JournalEventType,
+  type LeaseResult,
+  type RecordedError,
+  type RunPatch,
+  type RunRecord,
+  type RunStatus,
+  type SignalRecord,
+  type StepRecord,
+  type StepStatus,
+  type UpdateRunResult,
+} from "./journal.js";
+export { type PgPoolLike, PostgresJournal, type PostgresJournalOptions } from "./journal-postgres.js";
+export { RedisJournal, type RedisJournalOptions } from "./journal-redis.js";
+export { SqliteJournal, type SqliteJournalOptions } from "./journal-sqlite.js";
+export { defaultOwner, type RunDurableOptions, type RunResult, runDurable, type WorkflowFn } from "./run.js";
+export {
+  type ApprovalDecision,
+  approvalSignalName,
+  approve,
+  reject,
+  type SignalOptions,
+  type SignalResult,
+  signal,
+} from "./signals.js";
+export {
+  MemoryRunStream,
+  RedisRunStream,
+  type RedisRunStreamOptions,
+  type RunEventStream,
+  type RunStreamEvent,
+  type SubscribeOptions,
+} from "./stream.js";
+export {
+  type DurableJobData,
+  DurableQueue,
+  type DurableQueueOptions,
+  DurableWorker,
+  type DurableWorkerOptions,
+} from "./worker.js";

@@ -1,0 +1,225 @@
+/**
+ * The workflow-checkpoint commands of `dumplings`, grouped under
+ * `dumplings workflows`:
+ *
+ * - `dumplings workflows ls [--status S] [--limit N] [--cursor C]` — list workflows
+ *   (newest update first, keyset pagination: the next page's cursor is printed);
+ * - `dumplings workflows show ID` — one workflow's step timeline and recorded errors;
+ * - `dumplings workflows rm ID` — delete a workflow from both tiers;
+ * - `dumplings workflows prune --older-than 30d [--keep-last N]` — retention.
+ *
+ * The store is chosen with `--store` (`sqlite:PATH` or `postgres://…`) or
+ * `DUMPLINGS_WORKFLOW_STORE`, default `sqlite:./.dumplingsAI_workflows/workflows.db`;
+ * `--redis URL` (or `REDIS_URL`) adds the hot tier so `rm` clears it too.
+ *
+ * @module
+ */
+import path from "node:path";
+import { Command } from "commander";
+import { PostgresColdStore } from "../workflow/cold-postgres.js";
+import { SqliteColdStore } from "../workflow/cold-sqlite.js";
+import { WorkflowNotFoundError } from "../workflow/errors.js";
+import { RedisHotTier } from "../workflow/hot-redis.js";
+import type { WorkflowRowStatus } from "../workflow/index.js";
+import { CheckpointStore } from "../workflow/store.js";
+import { parseDuration } from "./duration.js";
+import { UsageError } from "./errors.js";
+import { printJson, renderTable } from "./output.js";
+
+/** Default store spec of the workflow commands. */
+export const DEFAULT_WORKFLOW_STORE = "sqlite:./.dumplingsAI_workflows/workflows.db";
+
+/** Options common to the workflow commands. */
+export interface WorkflowCliOptions {
+  /** `sqlite:PATH` or `postgres://…`. @default env DUMPLINGS_WORKFLOW_STORE, else {@link DEFAULT_WORKFLOW_STORE} */
+  store?: string;
+  /** PostgreSQL schema. @default "public" */
+  schema?: string;
+  /** Redis URL of the hot tier. @default env REDIS_URL (none when unset) */
+  redis?: string;
+  /** Blob directory. @default "blobs" beside the SQLite file, else ./.dumplingsAI_workflows/blobs */
+  blobs?: string;
+  json?: boolean;
+}
+
+/**
+ * Opens the checkpoint store a spec names.
+ *
+ * @param options - `store` spec, `schema`, `redis`, `blobs`
+ * @returns an open store (close it when done)
+ * @throws {UsageError} for an unknown spec
+ * @example
+ * const store = await openWorkflowStore({ store: "sqlite:/tmp/wf.db" });
+ */
+export async function openWorkflowStore(options: WorkflowCliOptions = {}): Promise<CheckpointStore> {
+  const spec = options.store ?? process.env.DUMPLINGS_WORKFLOW_STORE ?? DEFAULT_WORKFLOW_STORE;
+  let cold: SqliteColdStore | PostgresColdStore;
+  let blobDir = options.blobs;
+  if (spec.startsWith("sqlite:")) {
+    const file = spec.slice("sqlite:".length);
+    cold = new SqliteColdStore({ path: file });
+    blobDir ??= path.join(path.dirname(path.resolve(file)), "blobs");
+  } else if (spec.startsWith("postgres://") || spec.startsWith("postgresql://")) {
+    cold = new PostgresColdStore({ url: spec, ...(options.schema ? { schema: options.schema } : {}) });
+  } else {
+    throw new UsageError(`unknown workflow store ${JSON.stringify(spec)}: use sqlite:PATH or postgres://…`);
+  }
+  const redis = options.redis ?? process.env.REDIS_URL;
+  return CheckpointStore.open({
+    cold,
+    hot: redis ? new RedisHotTier({ url: redis }) : undefined,
+    blobDir: blobDir ?? ".dumplingsAI_workflows/blobs",
+  });
+}
+
+function withStoreOptions(command: Command): Command {
+  return command
+    .option(
+      "--store <spec>",
+      `sqlite:PATH or postgres://… (default: $DUMPLINGS_WORKFLOW_STORE or ${DEFAULT_WORKFLOW_STORE})`,
+    )
+    .option("--schema <name>", "PostgreSQL schema (default: public)")
+    .option("--redis <url>", "Redis hot tier (default: $REDIS_URL)")
+    .option("--blobs <dir>", "blob directory (default: blobs beside the SQLite file)")
+    .option("--json", "print JSON");
+}
+
+async function withStore<T>(options: WorkflowCliOptions, fn: (store: CheckpointStore) => Promise<T>): Promise<T> {
+  const store = await openWorkflowStore(options);
+  try {
+    return await fn(store);
+  } finally {
+    await store.close();
+  }
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+const STATUSES = new Set(["running", "waiting", "finished", "failed"]);
+
+function lsCommand(): Command {
+  return withStoreOptions(new Command("ls"))
+    .description("list workflows, newest update first")
+    .option("--status <status>", "running, waiting, finished or failed")
+    .option("--limit <n>", "page size (1..1000)", "50")
+    .option("--cursor <cursor>", "cursor printed by the previous page")
+    .action(async (options: WorkflowCliOptions & { status?: string; limit: string; cursor?: string }) => {
+      if (options.status !== undefined && !STATUSES.has(options.status)) {
+        throw new UsageError(
+          `unknown status ${JSON.stringify(options.status)}: use running, waiting, finished or failed`,
+        );
+      }
+      const limit = Number(options.limit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new UsageError("--limit must be 1..1000");
+      await withStore(options, async (store) => {
+        const page = await store
+          .listWorkflows({ status: options.status as WorkflowRowStatus | undefined, limit, cursor: options.cursor })
+          .catch((e: unknown) => {
+            throw e instanceof RangeError ? new UsageError(e.message) : e;
+          });
+        if (options.json) return printJson(page);
+        const table = renderTable(
+          [
+            { header: "workflow" },
+            { header: "status" },
+            { header: "step", align: "right" },
+            { header: "next" },
+            { header: "updated" },
+          ],
+          page.items.map((w) => [w.workflowId, w.status, String(w.latestStep), w.currentNode, iso(w.updatedAt)]),
+        );
+        process.stdout.write(`${table}\n${page.nextCursor ? `next page: --cursor ${page.nextCursor}\n` : ""}`);
+      });
+    });
+}
+
+function showCommand(): Command {
+  return withStoreOptions(new Command("show"))
+    .description("print a workflow's step timeline and recorded errors")
+    .argument("<workflowId>", "the workflow")
+    .action(async (workflowId: string, options: WorkflowCliOptions) => {
+      await withStore(options, async (store) => {
+        const history = await store.history(workflowId);
+        if (history.length === 0) throw new WorkflowNotFoundError(workflowId);
+        const errors = await store.errors(workflowId);
+        if (options.json) return printJson({ summary: await store.summary(workflowId), history, errors });
+        const t0 = history[0]!.createdAt;
+        const table = renderTable(
+          [
+            { header: "step", align: "right" },
+            { header: "node" },
+            { header: "+ms", align: "right" },
+            { header: "status" },
+            { header: "next" },
+          ],
+          history.map((h) => [
+            String(h.stepIndex),
+            h.nodeName,
+            String(h.createdAt - t0),
+            h.state.status,
+            h.state.currentNode,
+          ]),
+        );
+        const errs = errors.map((e) => `error at step ${e.stepIndex} in ${e.nodeName}: ${String(e.error.message)}`);
+        const pending = history.at(-1)!.state.pendingInterrupt;
+        const wait = pending ? [`waiting: ${pending.reason} (interrupt ${pending.id})`] : [];
+        process.stdout.write(`${[table, ...errs, ...wait].join("\n")}\n`);
+      });
+    });
+}
+
+function rmCommand(): Command {
+  return withStoreOptions(new Command("rm"))
+    .description("delete a workflow (every step, both tiers, its side-effect records and unreferenced blobs)")
+    .argument("<workflowId>", "the workflow")
+    .action(async (workflowId: string, options: WorkflowCliOptions) => {
+      await withStore(options, async (store) => {
+        if (!(await store.delete(workflowId))) throw new WorkflowNotFoundError(workflowId);
+        if (options.json) printJson({ deleted: workflowId });
+        else process.stdout.write(`deleted ${workflowId}\n`);
+      });
+    });
+}
+
+function pruneCommand(): Command {
+  return withStoreOptions(new Command("prune"))
+    .description("delete old checkpoints, keeping each workflow's newest steps")
+    .requiredOption("--older-than <duration>", "age of the checkpoints to delete, e.g. 30d, 12h")
+    .option("--keep-last <n>", "newest steps kept per workflow (>= 1)", "1")
+    .action(async (options: WorkflowCliOptions & { olderThan: string; keepLast: string }) => {
+      const olderThan = parseDuration(options.olderThan);
+      const keepLast = Number(options.keepLast);
+      if (!Number.isInteger(keepLast) || keepLast < 1) throw new UsageError("--keep-last must be an integer >= 1");
+      await withStore(options, async (store) => {
+        const out = await store.prune({ olderThan, keepLast });
+        if (options.json) printJson(out);
+        else process.stdout.write(`deleted ${out.deletedSnapshots} checkpoints and ${out.deletedBlobs} blobs\n`);
+      });
+    });
+}
+
+/**
+ * `dumplings workflows …` (ls, show, rm, prune), for `program.addCommand(...)`.
+ *
+ * @returns the `workflows` command group
+ * @example
+ * dumplings workflows ls --status waiting
+ * dumplings workflows show order-42
+ * dumplings workflows prune --older-than 30d --keep-last 5
+ */
+export function workflowsCommand(): Command {
+  return new Command("workflows")
+    .description("inspect and maintain workflow checkpoints (ls, show, rm, prune)")
+    .addCommand(lsCommand())
+    .addCommand(showCommand())
+    .addCommand(rmCommand())
+    .addCommand(pruneCommand());
+}
+
+/**
+ * All workflow commands, for `program.addCommand(...)`.
+ *
+ * @returns `[workflows]`
+ */
+export function workflowCommands(): Command[] {
+  return [workflowsCommand()];
+}

@@ -52,13 +52,19 @@ export interface OpenedBackend {
  */
 export function withBackendOptions(command: Command): Command {
   return command
-    .option("--backend <name>", "backend name: file, sqlite or a registered name (env DUMPLINGS_PERSISTENCE_BACKEND)")
+    .option(
+      "--backend <name>",
+      "file, sqlite, a registered name, or a SPEC such as sqlite:./x.db or redis:redis://host:6379 (env DUMPLINGS_PERSISTENCE_BACKEND)",
+    )
     .option("--dir <path>", "directory of the file backend (env DUMPLINGS_PERSISTENCE_DIR)")
     .option("--db <path>", "database file of the SQLite backend (env DUMPLINGS_PERSISTENCE_DB)");
 }
 
 /**
- * Opens the backend selected by the options and environment.
+ * Opens the backend selected by the options and environment, synchronously.
+ * `--backend` takes a registered name (`file`, `sqlite`, `memory`, or one a
+ * module loaded with `node --import` registered) or a local SPEC (`file:`,
+ * `sqlite:`, `memory:`); {@link openBackendAsync} also opens server SPECs.
  *
  * @param options - `--backend`, `--dir`, `--db` values
  * @param env - environment to read @default process.env
@@ -67,6 +73,7 @@ export function withBackendOptions(command: Command): Command {
  */
 export function openBackend(options: BackendOptions, env: NodeJS.ProcessEnv = process.env): OpenedBackend {
   const name = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND) ?? "file";
+  if (name.includes(":")) return openLocalSpec(name);
   const baseDir = options.dir ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DIR) ?? DEFAULT_DIR;
   const dbPath = options.db ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DB) ?? DEFAULT_DB;
   configureBuiltinBackends({ baseDir, dbPath });
@@ -76,34 +83,118 @@ export function openBackend(options: BackendOptions, env: NodeJS.ProcessEnv = pr
 }
 
 /**
- * Opens a backend from a `convert` SPEC.
+ * Opens the backend selected by the options and environment, server SPECs
+ * (`redis:`, `postgres:`) included. What every built-in storage command uses.
  *
- * @param spec - `file:<dir>`, `sqlite:<db path>`, `memory:` or a registered backend name
+ * @param options - `--backend`, `--dir`, `--db` values
+ * @param env - environment to read @default process.env
+ * @returns the backend and its label
+ * @throws {UnknownBackendError} / {UsageError} as {@link openBackend} and {@link openSpec}
+ */
+export async function openBackendAsync(
+  options: BackendOptions,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<OpenedBackend> {
+  const name = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND);
+  if (name?.includes(":")) return openSpec(name);
+  return openBackend(options, env);
+}
+
+/**
+ * Opens a backend from a SPEC, as `convert --from/--to` and `--backend` take them.
+ *
+ * - `file:<dir>` — a {@link FileBackend} on that directory;
+ * - `sqlite:<db file>` — an {@link SQLiteBackend} on that database;
+ * - `redis:<redis URL>` — a `RedisBackend` (`?prefix=…` sets the key prefix, default `duas:`);
+ * - `postgres:<postgres URL>` — a `PostgresBackend` (`?schema=…` sets the schema, default `dumplings`);
+ * - `memory:` — an empty in-process store (useful only as a scratch target);
+ * - a bare name — the registered backend of that name.
+ *
+ * The Redis and PostgreSQL drivers are loaded only when such a SPEC is used.
+ *
+ * @param spec - the SPEC text
  * @returns a new backend instance (or the registered one) and its label
- * @throws {UsageError} for an empty path
+ * @throws {UsageError} for an unknown kind or a missing path/URL
  * @throws {UnknownBackendError} for a bare name that is not registered
  * @example
- * openSpec("sqlite:./sessions.db")
+ * await openSpec("sqlite:./sessions.db")
+ * await openSpec("redis:redis://127.0.0.1:6379/0?prefix=agents:")
  */
-export function openSpec(spec: string): OpenedBackend {
+export async function openSpec(spec: string): Promise<OpenedBackend> {
   const colon = spec.indexOf(":");
-  const kind = colon < 0 ? spec : spec.slice(0, colon);
-  const where = colon < 0 ? "" : spec.slice(colon + 1);
-  if (colon >= 0 && (kind === "file" || kind === "sqlite")) {
-    if (where === "")
-      throw new UsageError(`backend spec ${JSON.stringify(spec)} needs a path, e.g. ${kind}:./sessions`);
-    const resolved = path.resolve(where);
-    return kind === "file"
-      ? { backend: new FileBackend({ baseDir: resolved }), label: spec }
-      : { backend: new SQLiteBackend({ dbPath: resolved }), label: spec };
+  const kind = colon < 0 ? "" : spec.slice(0, colon);
+  const where = spec.slice(colon + 1);
+  const need = (example: string) => {
+    if (where === "") throw new UsageError(`backend spec ${JSON.stringify(spec)} needs a location, e.g. ${example}`);
+  };
+  switch (kind) {
+    case "redis": {
+      need("redis:redis://127.0.0.1:6379");
+      const url = parseUrl(spec, where);
+      const keyPrefix = takeParam(url, "prefix");
+      const { RedisBackend } = await import("../backends/redis.js");
+      return { backend: new RedisBackend({ url: url.href, keyPrefix }), label: redact(spec, url, kind) };
+    }
+    case "postgres":
+    case "postgresql": {
+      need("postgres:postgres://user@127.0.0.1:5432/db");
+      const url = parseUrl(spec, where);
+      const schema = takeParam(url, "schema");
+      const { PostgresBackend } = await import("../backends/postgres.js");
+      return { backend: new PostgresBackend({ connectionString: url.href, schema }), label: redact(spec, url, kind) };
+    }
+    default:
+      return openLocalSpec(spec);
   }
-  if (kind === "memory" && where === "") return { backend: new MemoryBackend(), label: "memory:" };
-  if (colon >= 0) {
+}
+
+/** Opens a bare registered name or a `file:`, `sqlite:` or `memory:` SPEC (see {@link openSpec}). */
+function openLocalSpec(spec: string): OpenedBackend {
+  const colon = spec.indexOf(":");
+  if (colon < 0) return { backend: getBackend(spec), label: spec };
+  const kind = spec.slice(0, colon);
+  const where = spec.slice(colon + 1);
+  const need = (example: string) => {
+    if (where === "") throw new UsageError(`backend spec ${JSON.stringify(spec)} needs a location, e.g. ${example}`);
+  };
+  switch (kind) {
+    case "file":
+      need("file:./sessions");
+      return { backend: new FileBackend({ baseDir: path.resolve(where) }), label: spec };
+    case "sqlite":
+      need("sqlite:./sessions.db");
+      return { backend: new SQLiteBackend({ dbPath: path.resolve(where) }), label: spec };
+    case "memory":
+      if (where !== "") break;
+      return { backend: new MemoryBackend(), label: "memory:" };
+  }
+  throw new UsageError(
+    `unknown backend spec ${JSON.stringify(spec)}: write file:<dir>, sqlite:<db file>, redis:<url>, postgres:<url>, memory: or a registered backend name`,
+  );
+}
+
+function parseUrl(spec: string, text: string): URL {
+  try {
+    return new URL(text);
+  } catch (e) {
     throw new UsageError(
-      `unknown backend spec ${JSON.stringify(spec)}: write file:<dir>, sqlite:<db file>, memory: or a registered backend name`,
+      `backend spec ${JSON.stringify(spec)}: ${JSON.stringify(text)} is not a URL (${(e as Error).message})`,
     );
   }
-  return { backend: getBackend(spec), label: spec };
+}
+
+function takeParam(url: URL, name: string): string | undefined {
+  const value = url.searchParams.get(name) ?? undefined;
+  url.searchParams.delete(name);
+  return value;
+}
+
+/** A label for messages that never shows a password from the URL. */
+function redact(spec: string, url: URL, kind: string): string {
+  if (url.password === "") return spec;
+  const copy = new URL(url.href);
+  copy.password = "***";
+  return `${kind}:${copy.href}`;
 }
 
 /**

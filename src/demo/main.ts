@@ -11,7 +11,8 @@
  * field. A table gives messages, tool calls, bytes on disk and save/load
  * times per backend, with totals; then how to look at the sessions with the
  * `dumplings` CLI. Exits 1 when anything differs. Re-running overwrites the
- * same keys.
+ * same keys. `npm run demo -- --all` also takes the full shared data set
+ * (`../shared/data/trajectories`) when it is present.
  *
  * @module
  */
@@ -120,7 +121,9 @@ async function main(): Promise<number> {
   const dir = env("DUMPLINGS_PERSISTENCE_DIR") ?? DEFAULT_DIR;
   const db = env("DUMPLINGS_PERSISTENCE_DB") ?? DEFAULT_DB;
   configureBuiltinBackends({ baseDir: dir, dbPath: db });
-  const conversations = loadSampleConversations();
+  // `npm run demo -- --all` adds the full shared data set (../shared/data/trajectories) when it is present.
+  const all = process.argv.includes("--all");
+  const conversations = loadSampleConversations({ source: all ? "all" : "bundled" });
   const models = modelNames();
   const out = process.stdout;
   out.write(
@@ -157,6 +160,8 @@ async function main(): Promise<number> {
       return p === undefined ? [] : [{ key: r.key, backend: name, path: p }];
     }),
   );
+  // Closing checkpoints SQLite's write-ahead log into the database file, so its size is the settled one.
+  for (const name of BACKENDS) await getBackend(name).close?.();
   const dbBytes = [db, `${db}-wal`].filter((f) => existsSync(f)).reduce((acc, f) => acc + statSync(f).size, 0);
 
   out.write(
@@ -206,8 +211,6 @@ async function main(): Promise<number> {
   out.write(
     `on disk: ${formatBytes(sumOf("file", (m) => m.bytes ?? 0))} of .duas files in ${dir}, ${formatBytes(dbBytes)} of SQLite database in ${db}\n`,
   );
-
-  for (const name of BACKENDS) await getBackend(name).close?.();
 
   if (failures.length > 0) {
     for (const f of failures) {

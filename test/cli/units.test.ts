@@ -6,15 +6,20 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import type { StateBackend } from "../../src/backends/types.js";
+import { openSession } from "../../src/cli/backend.js";
+import { duasChunks } from "../../src/cli/commands/export.js";
 import { firstDifference } from "../../src/cli/compare.js";
 import { parseDuration } from "../../src/cli/duration.js";
 import { ExitCode, errorLine, exitCodeFor, UsageError } from "../../src/cli/errors.js";
 import { classifyInput, readImportInput } from "../../src/cli/inputs.js";
 import { Progress } from "../../src/cli/progress.js";
 import { HistoryStats, previewMessage, toolCallNames } from "../../src/cli/stats.js";
+import { encodeState } from "../../src/core/codec.js";
 import { FormatError, StateNotFoundError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";
+import { makeState } from "../../src/testing/states.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-cli-units-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -168,5 +173,51 @@ describe("Progress", () => {
     q.done();
     expect(tty[0]).toMatch(/^\r\x1b\[2Kconvert \[######-+\] 1\/4 k1$/);
     expect(tty.at(-1)).toBe("\n");
+  });
+});
+
+describe("streaming reads (readHeader + iterHistory)", () => {
+  const conv = loadSampleConversations().find((c) => c.id === "spotter-subagent.anthropic");
+  if (!conv) throw new Error("sample missing");
+  const state = makeState(conv.messages, { protocol: "anthropic", name: "stream" });
+  let iterated = 0;
+  /** A backend that can only be read by streaming: `load` must never be called. */
+  const streamingOnly: StateBackend = {
+    save() {},
+    load() {
+      throw new Error("load must not be called when readHeader + iterHistory exist");
+    },
+    delete: () => false,
+    listKeys: () => ["k"],
+    async readHeader(key) {
+      if (key !== "k") return undefined;
+      const { history: _h, ...header } = state;
+      return { header, revision: 1 };
+    },
+    async *iterHistory() {
+      for (const m of state.history) {
+        iterated++;
+        yield m;
+      }
+    },
+  };
+
+  it("show/export stream the history and produce the same .duas text as a whole-state encode", async () => {
+    const session = await openSession(streamingOnly, "k");
+    expect(session.streamed).toBe(true);
+    let text = "";
+    for await (const chunk of duasChunks(session, "k")) text += chunk;
+    expect(text).toBe(encodeState(state));
+    expect(iterated).toBe(state.history.length);
+    await expect(openSession(streamingOnly, "missing")).rejects.toBeInstanceOf(StateNotFoundError);
+  });
+
+  it("refuses a stream whose length disagrees with message_count", async () => {
+    const session = await openSession(streamingOnly, "k");
+    session.header = { ...session.header, meta: { ...session.header.meta, messageCount: 3 } };
+    const chunks = async () => {
+      for await (const _ of duasChunks(session, "k"));
+    };
+    await expect(chunks()).rejects.toThrow(/message_count = 3 but its history holds 24 messages/);
   });
 });

@@ -41,10 +41,10 @@ export function convertCommand(): Command {
     .option("-q, --quiet", "no progress on stderr")
     .action(async (options: ConvertOptions) => {
       if (options.from === options.to) throw new UsageError("--from and --to name the same backend");
-      const source = openSpec(options.from);
-      let target: ReturnType<typeof openSpec> | undefined;
+      const source = await openSpec(options.from);
+      let target: Awaited<ReturnType<typeof openSpec>> | undefined;
       try {
-        target = openSpec(options.to);
+        target = await openSpec(options.to);
         const keys = await listKeysSorted(source.backend);
         const progress = new Progress("convert", keys.length, { silent: options.quiet === true });
         const mismatches: { key: string; path: string }[] = [];

@@ -18,7 +18,7 @@ import { Command } from "commander";
 import { encodeHeader, encodeHistoryLines } from "../../core/codec.js";
 import { FormatError } from "../../core/errors.js";
 import type { Message } from "../../core/messages.js";
-import { closeBackend, openBackend, openSession, type SessionView, withBackendOptions } from "../backend.js";
+import { closeBackend, openBackendAsync, openSession, type SessionView, withBackendOptions } from "../backend.js";
 
 /** Options of `dumplings export`. */
 interface ExportOptions {
@@ -76,7 +76,7 @@ export function exportCommand(): Command {
     .option("-o, --output <file>", "output file (.duas, or .duas.gz to compress); stdout when omitted")
     .option("--gzip", "gzip-compress the output (implied by a .gz output file name)")
     .action(async (key: string, options: ExportOptions) => {
-      const { backend, label } = openBackend(options);
+      const { backend, label } = await openBackendAsync(options);
       try {
         const session = await openSession(backend, key, label);
         const gzip = options.gzip === true || (options.output?.toLowerCase().endsWith(".gz") ?? false);

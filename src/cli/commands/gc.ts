@@ -11,7 +11,7 @@
  */
 import { Command } from "commander";
 import type { StateBackend } from "../../backends/types.js";
-import { closeBackend, listKeysSorted, loadRaw, openBackend, withBackendOptions } from "../backend.js";
+import { closeBackend, listKeysSorted, loadRaw, openBackendAsync, withBackendOptions } from "../backend.js";
 import { parseDuration } from "../duration.js";
 import { UsageError } from "../errors.js";
 import { printJson } from "../output.js";
@@ -68,7 +68,7 @@ export function gcCommand(): Command {
         throw new UsageError("gc needs --older-than <duration>, e.g. --older-than 30d");
       const olderThanMs = parseDuration(options.olderThan);
       const cutoffMs = Date.now() - olderThanMs;
-      const { backend, label } = openBackend(options);
+      const { backend, label } = await openBackendAsync(options);
       try {
         const report: GcReport = {
           backend: label,

@@ -15,7 +15,7 @@
 import { Command, InvalidArgumentError } from "commander";
 import { validateKey } from "../../backends/keys.js";
 import type { Protocol } from "../../core/messages.js";
-import { closeBackend, openBackend, withBackendOptions } from "../backend.js";
+import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
 import { KeyExistsError, UsageError } from "../errors.js";
 import { type ImportInput, readImportInput } from "../inputs.js";
 import { printJson, renderTable } from "../output.js";
@@ -90,7 +90,7 @@ export function importCommand(): Command {
         byKey.set(key, file);
         inputs.push({ input, key });
       }
-      const { backend, label } = openBackend(options);
+      const { backend, label } = await openBackendAsync(options);
       try {
         if (!options.overwrite) {
           const existing = new Set(await backend.listKeys());

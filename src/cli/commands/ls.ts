@@ -4,7 +4,7 @@
  * @module
  */
 import { Command } from "commander";
-import { closeBackend, listKeysSorted, loadRaw, openBackend, withBackendOptions } from "../backend.js";
+import { closeBackend, listKeysSorted, loadRaw, openBackendAsync, withBackendOptions } from "../backend.js";
 import { printJson, renderTable } from "../output.js";
 
 /** Options of `dumplings ls`. */
@@ -33,7 +33,7 @@ export function lsCommand(): Command {
     .option("-l, --long", "also show name, protocol, message count and saved_at of each session")
     .option("--json", "print JSON")
     .action(async (options: LsOptions) => {
-      const { backend, label } = openBackend(options);
+      const { backend, label } = await openBackendAsync(options);
       try {
         const keys = await listKeysSorted(backend);
         const sessions: Record<string, unknown>[] = [];

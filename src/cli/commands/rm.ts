@@ -6,7 +6,7 @@
 import { Command } from "commander";
 import { validateKey } from "../../backends/keys.js";
 import { StateNotFoundError } from "../../core/errors.js";
-import { closeBackend, openBackend, withBackendOptions } from "../backend.js";
+import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
 import { printJson } from "../output.js";
 
 /** Options of `dumplings rm`. */
@@ -34,7 +34,7 @@ export function rmCommand(): Command {
     .option("--json", "print JSON")
     .action(async (keys: string[], options: RmOptions) => {
       for (const key of keys) validateKey(key);
-      const { backend, label } = openBackend(options);
+      const { backend, label } = await openBackendAsync(options);
       try {
         const deleted: string[] = [];
         const missing: string[] = [];

@@ -6,7 +6,7 @@
  * @module
  */
 import { Command, InvalidArgumentError } from "commander";
-import { closeBackend, openBackend, openSession, withBackendOptions } from "../backend.js";
+import { closeBackend, openBackendAsync, openSession, withBackendOptions } from "../backend.js";
 import { oneLine, printJson } from "../output.js";
 import { HistoryStats, previewMessage } from "../stats.js";
 
@@ -42,7 +42,7 @@ export function showCommand(): Command {
     .option("-n, --last <n>", "how many trailing messages to show", parseCount, 5)
     .option("--json", "print JSON")
     .action(async (key: string, options: ShowOptions) => {
-      const { backend, label } = openBackend(options);
+      const { backend, label } = await openBackendAsync(options);
       try {
         const session = await openSession(backend, key, label);
         const stats = new HistoryStats(options.last);

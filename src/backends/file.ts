@@ -246,6 +246,8 @@ export class FileBackend implements StateBackend {
   private readonly staleLockMs: number;
   private readonly headerSlack: number;
   private readonly cache = new Map<string, FileInfo>();
+  /** Revision of the `.duas.gz` file this backend last wrote, by key (validated by inode and size). */
+  private readonly gzCache = new Map<string, { ino: number; size: number; revision: number }>();
 
   /**
    * @param options - `baseDir` (required), `gzip` (@default false), `lockTimeoutMs`
@@ -362,6 +364,7 @@ export class FileBackend implements StateBackend {
       }
       safeUnlink(this.tempOf(key));
       this.cache.delete(key);
+      this.gzCache.delete(key);
       if (deleted) this.syncDir();
       return deleted;
     } catch (e) {
@@ -422,7 +425,7 @@ export class FileBackend implements StateBackend {
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
     const target = this.pathOf(key);
-    // Encode-time checks run before any file system access (nothing written for bad input).
+    // The key is checked before any file system access; values before any byte of the file is written.
     const protocol = state.meta.protocol;
     let lock: string | undefined;
     try {
@@ -430,7 +433,11 @@ export class FileBackend implements StateBackend {
       lock = await this.lock(key);
       return this.writeLocked(key, target, state, protocol, options);
     } catch (e) {
-      this.cache.delete(key);
+      // Refusals (conflict, bad value) happen before any byte is written: the cache stays valid.
+      if (!(e instanceof DumplingsError) || e instanceof BackendError || e instanceof FormatError) {
+        this.cache.delete(key);
+        this.gzCache.delete(key);
+      }
       throw this.wrap(e, `cannot save ${JSON.stringify(key)}`, key);
     } finally {
       if (lock) this.unlock(lock);
@@ -458,7 +465,12 @@ export class FileBackend implements StateBackend {
         }
         actual = info?.revision ?? null;
       } else if (current?.gz) {
-        actual = this.readFile(current.file, true).revision;
+        const stat = statSync(current.file);
+        const known = this.gzCache.get(key);
+        actual =
+          known && known.ino === stat.ino && known.size === stat.size
+            ? known.revision
+            : this.readFile(current.file, true).revision;
       }
       if (options.force !== true && options.expectedRevision !== undefined) {
         const exists = current !== undefined;
@@ -624,7 +636,9 @@ export class FileBackend implements StateBackend {
     this.syncDir();
     if (this.gzip) {
       this.cache.delete(key);
+      this.gzCache.set(key, { ino, size: bytes.length, revision });
     } else {
+      this.gzCache.delete(key);
       const headerLen = Buffer.byteLength(header);
       this.cache.set(key, {
         ino,
@@ -782,6 +796,7 @@ export class FileBackend implements StateBackend {
   /** Nothing to release (no handles are kept open between calls). */
   close(): void {
     this.cache.clear();
+    this.gzCache.clear();
   }
 
   // -------------------------------------------------------------------------

@@ -29,7 +29,8 @@ export function parseCount(value: string): number {
  * Builds the `show` command.
  *
  * `--json` prints `{ key, backend, meta, config, state, messages: { total, byRole },
- * toolCalls: { total, byName }, last: [{ index, message }] }`.
+ * toolCalls: { total, byName }, last: [{ index, message }], streamed }` (`streamed`:
+ * the history was streamed with `iterHistory` rather than loaded whole).
  *
  * @returns the commander command
  * @example
@@ -59,6 +60,7 @@ export function showCommand(): Command {
             messages: { total: summary.total, byRole: summary.byRole },
             toolCalls: { total: summary.toolCalls, byName: summary.toolCallsByName },
             last: summary.last,
+            streamed: session.streamed,
           });
           return;
         }

@@ -34,6 +34,7 @@ import {
 } from "./errors.js";
 import { IdempotencyGuard, type Reconcile } from "./idempotency.js";
 import {
+  type AnyWorkflowStateSchema,
   createWorkflowState,
   END,
   type HistoryRecord,
@@ -137,7 +138,7 @@ export type StepEvent =
 /** Options of {@link ResumableGraphRunner}. */
 export interface RunnerOptions<T extends WorkflowState = WorkflowState> {
   /** The checkpoint store. */
-  store: CheckpointStore;
+  store: CheckpointStore<AnyWorkflowStateSchema>;
   /** Nodes by name (a `Map` or a plain object). */
   nodes: Map<string, GraphNode<T>> | Record<string, GraphNode<T>>;
   /** Node run after `START`. @default the first node */
@@ -186,7 +187,7 @@ function errorJson(e: unknown): JsonObject {
  */
 export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> extends EventEmitter {
   /** The store. */
-  readonly store: CheckpointStore;
+  readonly store: CheckpointStore<AnyWorkflowStateSchema>;
   /** The idempotency guard used by `ctx.sideEffect` / `ctx.tool`. */
   readonly guard: IdempotencyGuard;
   private readonly nodes: Map<string, GraphNode<T>>;

@@ -204,7 +204,7 @@ describe("ResumableGraphRunner", () => {
       blobDir: `${tmp.dir}/blobs`,
     });
     const runner = new ResumableGraphRunner({
-      store: typed as unknown as CheckpointStore,
+      store: typed,
       nodes: { a: () => ({ next: END, updates: { age: "thirty" } }) },
     });
     const err = await runner.runOrResume("w8").catch((e: unknown) => e);

@@ -1,5 +1,6 @@
 /** The CheckpointStore suite on real SQLite files. */
 import path from "node:path";
+import { describe, expect, it } from "vitest";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import type { ColdStore } from "../../src/workflow/index.js";
 import { tempDir } from "./helpers.js";
@@ -52,4 +53,28 @@ checkpointStoreSuite("SQLite", () => {
       tmp.cleanup();
     },
   };
+});
+
+describe("SQLite retention", () => {
+  it("new files use incremental auto-vacuum, so prune gives pages back to the file system", async () => {
+    const tmp = tempDir("sqlite-vacuum");
+    const { CheckpointStore, createWorkflowState } = await import("../../src/workflow/index.js");
+    const cold = new SqliteColdStore({ path: path.join(tmp.dir, "v.db") });
+    const store = await CheckpointStore.open({ cold, blobDir: path.join(tmp.dir, "blobs") });
+    expect(cold.db.pragma("auto_vacuum", { simple: true })).toBe(2); // INCREMENTAL
+    let s = createWorkflowState({ workflowId: "v", sharedMemory: { pad: "p".repeat(50_000) }, now: 1000 });
+    await store.save(s, { expectedStep: null });
+    for (let i = 1; i <= 40; i++) {
+      s = { ...s, stepIndex: i, updatedAt: 1000 + i, sharedMemory: { pad: `${i}${"p".repeat(50_000)}` } };
+      await store.save(s, { expectedStep: i - 1 });
+    }
+    const pages = () => cold.db.pragma("page_count", { simple: true }) as number;
+    const before = pages();
+    expect((await store.prune({ olderThan: new Date(5000), keepLast: 1 })).deletedSnapshots).toBe(40);
+    expect(pages()).toBeLessThan(before / 4);
+    expect(cold.db.pragma("freelist_count", { simple: true })).toBe(0);
+    expect((await store.loadLatest("v"))?.stepIndex).toBe(40);
+    await store.close();
+    tmp.cleanup();
+  });
 });

@@ -3,6 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { chatCommand } from "../../src/cli/chat.js";
+import { UsageError } from "../../src/cli/errors.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
 
 const fixture = path.join(import.meta.dirname, "../fixtures/agent/chat-cli.ts");
@@ -68,12 +70,12 @@ describe("dumplings chat", () => {
     60_000,
   );
 
-  it("refuses to start a session without --provider/--model", async () => {
-    const r = await chat(
-      ["--session", "nothing-here", "--backend", "sqlite", "--db", path.join(dir, "none.db")],
-      "/exit\n",
-    );
-    expect(r.code).not.toBe(0);
-    expect(r.err + r.out).toMatch(/give --provider and --model/);
+  it("refuses to start a session without --provider/--model (a usage error, nothing stored)", async () => {
+    const db = path.join(dir, "none.db");
+    const run = chatCommand().parseAsync(["--session", "nothing-here", "--backend", "sqlite", "--db", db], {
+      from: "user",
+    });
+    await expect(run).rejects.toBeInstanceOf(UsageError);
+    await expect(run).rejects.toThrow(/give --provider and --model/);
   });
 });

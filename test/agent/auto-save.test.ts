@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { BaseAgent } from "../../src/agent/base-agent.js";
-import { ModelCallError } from "../../src/agent/conversation.js";
+import { CheckpointFailedError, ModelCallError } from "../../src/agent/conversation.js";
 import { INTERRUPTED_RESULT, isHistoryValid } from "../../src/agent/repair.js";
 import { FileBackend } from "../../src/backends/file.js";
 import { registerBackend } from "../../src/backends/registry.js";
@@ -191,6 +191,46 @@ describe("auto-save rules", () => {
       { role: "assistant", content: "Charged 5 EUR." },
     ]);
     expect(charges).toBe(1);
+  });
+});
+
+describe("checkpoint mode (save after every message)", () => {
+  it("PB-03: when progress cannot be saved (after one retry), the turn fails loudly before calling the model again", async () => {
+    const backend = backendFor("file");
+    let charges = 0;
+    const agent = newAgent("strict");
+    agent.registerTool({
+      name: "charge",
+      execute: () => {
+        charges++;
+        return "receipt-5";
+      },
+    });
+    const errors: unknown[] = [];
+    agent.on("persistError", (e) => errors.push(e));
+    server.push({ toolCalls: [{ id: "call_C1", name: "charge", arguments: { amount: 5 } }] }, { text: "never sent" });
+    const before = server.count;
+    // the user message and the assistant call are saved; the tool result's save and its retry fail
+    const saveTool = backend.save.bind(backend);
+    let calls = 0;
+    backend.save = async (key, state) => {
+      calls++;
+      if (state.history.some((m) => m.role === "tool")) throw new Error("storage append failed before commit");
+      return saveTool(key, state);
+    };
+    const err = await agent
+      .conversationWithTool("Charge 5 EUR", { checkpoint: "message", maxRetries: 0 })
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(CheckpointFailedError);
+    expect(server.count - before).toBe(1); // no second model call on unsaved progress
+    expect(charges).toBe(1);
+    expect(errors.length).toBeGreaterThanOrEqual(2);
+    expect(calls).toBeGreaterThanOrEqual(4);
+    // the queued answer was never consumed: drain it so later tests start clean
+    await fetch(`${server.url}/chat/completions`, {
+      method: "POST",
+      body: JSON.stringify({ messages: [{ role: "user", content: "drain" }] }),
+    });
   });
 });
 

@@ -251,7 +251,18 @@ export class PostgresColdStore implements ColdStore {
                 row.createdAt,
               ],
             );
-            if (ins.rowCount !== 1) throw new ConflictError(row.workflowId, null, -1, "postgres");
+            if (ins.rowCount !== 1) {
+              const now = await c.query<{ latest_step: number }>(
+                `SELECT latest_step FROM ${this.t("workflows")} WHERE workflow_id = $1`,
+                [row.workflowId],
+              );
+              throw new ConflictError(
+                row.workflowId,
+                null,
+                now.rows[0] ? num(now.rows[0].latest_step) : null,
+                "postgres",
+              );
+            }
           } else if (actual !== expectedLatest) {
             throw new ConflictError(row.workflowId, expectedLatest, actual, "postgres");
           }

@@ -306,9 +306,19 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   ): Promise<RunResult<T>> {
     const source = (await this.store.get(workflowId, stepIndex)) as T;
     const forkId = options.newWorkflowId ?? `${workflowId}~fork-${randomUUID().slice(0, 8)}`;
+    // Interrupt ids carry the workflow id: re-key recorded answers and the pending question to the fork.
+    const rekey = (id: string) => (id.startsWith(`${workflowId}:`) ? `${forkId}${id.slice(workflowId.length)}` : id);
     const fork = {
       ...source,
       workflowId: forkId,
+      pendingInterrupt: source.pendingInterrupt && {
+        ...source.pendingInterrupt,
+        id: rekey(source.pendingInterrupt.id),
+      },
+      nodeRun: source.nodeRun && {
+        ...source.nodeRun,
+        answers: source.nodeRun.answers.map((a) => ({ ...a, id: rekey(a.id) })),
+      },
       sharedMemory: merge(source.sharedMemory, options.updates),
       parent: { workflowId, stepIndex },
       updatedAt: Date.now(),

@@ -174,6 +174,33 @@ describe("ResumableGraphRunner", () => {
     expect(late).toBeInstanceOf(ConflictError);
   });
 
+  it("a fork of a waiting step keeps its recorded answers and can be resumed on its own", async () => {
+    let effects = 0;
+    const runner = new ResumableGraphRunner({
+      store,
+      nodes: {
+        ask: async (_s, ctx) => {
+          await ctx.sideEffect("effect", () => {
+            effects++;
+          });
+          const a = await ctx.interrupt({ reason: "first" });
+          const b = await ctx.interrupt({ reason: "second" });
+          return { next: END, updates: { a, b } };
+        },
+      },
+    });
+    await runner.runOrResume("wf-src");
+    const second = await runner.resume("wf-src", "A");
+    expect(second.status).toBe("waiting");
+    const fork = await runner.resumeFrom("wf-src", second.state.stepIndex, { newWorkflowId: "wf-fork" });
+    expect(fork.status).toBe("waiting");
+    expect(fork.interrupt?.id).toBe("wf-fork:0:ask:1");
+    const done = await runner.resume("wf-fork", "B");
+    expect(done.state.sharedMemory).toEqual({ a: "A", b: "B" });
+    expect(effects).toBe(2); // the fork is a new execution: its side effect ran once, under its own key
+    expect((await store.loadLatest("wf-src"))?.status).toBe("waiting"); // the source is untouched
+  });
+
   it("resume bound to an interrupt id refuses to answer a different question", async () => {
     const runner = new ResumableGraphRunner({
       store,

@@ -247,12 +247,14 @@ export class PostgresBackend implements StateBackend {
    * @param options - `expectedRevision` (number, `null` = must not exist), `baseLength`, `force`
    * @returns `{ revision, written, rewritten }`
    * @throws {ConflictError} when the stored revision differs from `expectedRevision` (nothing written)
+   * @throws {TypeError} when `expectedRevision` is neither null nor a non-negative integer
    * @throws {NonJsonValueError} when a value is not JSON (path like `history[3].content`)
    * @throws {BackendError} when PostgreSQL fails
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
     validateKey(key);
     checkStateShape(state);
+    checkRevision(options.expectedRevision);
     const header = [jsonText(state.meta, "meta"), jsonText(state.config, "config"), jsonText(state.state, "state")];
     const history = state.history;
     const force = options.force === true;
@@ -673,6 +675,13 @@ function positive(value: number | undefined, name: string, fallback: number): nu
     throw new TypeError(`PostgresBackend option ${name} must be a positive number, got ${String(value)}`);
   }
   return Math.ceil(value);
+}
+
+function checkRevision(revision: unknown): void {
+  if (revision === undefined || revision === null) return;
+  if (typeof revision !== "number" || !Number.isSafeInteger(revision) || revision < 0) {
+    throw new TypeError(`expectedRevision must be null or a non-negative integer, got ${String(revision)}`);
+  }
 }
 
 function checkStateShape(state: AgentState): void {

@@ -345,12 +345,14 @@ export class RedisBackend implements StateBackend {
    * @param options - `expectedRevision` (number, `null` = must not exist), `baseLength`, `force`
    * @returns `{ revision, written, rewritten }`
    * @throws {ConflictError} when the stored revision differs from `expectedRevision` (nothing written)
+   * @throws {TypeError} when `expectedRevision` is neither null nor a non-negative integer
    * @throws {NonJsonValueError} when a value is not JSON (path like `history[3].content`)
    * @throws {BackendError} when Redis fails or does not answer in time
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
     validateKey(key);
     checkStateShape(state);
+    checkRevision(options.expectedRevision);
     const meta = jsonText(state.meta, "meta");
     const config = jsonText(state.config, "config");
     const runtime = jsonText(state.state, "state");
@@ -598,7 +600,8 @@ export class RedisBackend implements StateBackend {
     if (this.closed) throw new BackendError(this.name, `${what}: the backend is closed`, { key });
     try {
       await this.ready();
-      return await withTimeout(fn(), this.commandTimeoutMs + (this.own ? 100 : 0));
+      // The own client bounds every command itself (ioredis `commandTimeout`); an injected one may not.
+      return await (this.own ? fn() : withTimeout(fn(), this.commandTimeoutMs));
     } catch (e) {
       if (e instanceof DumplingsError) throw e;
       throw new BackendError(this.name, what, { key, cause: e });
@@ -674,6 +677,13 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
     timer = setTimeout(() => reject(new Error(`no answer from Redis within ${ms} ms`)), ms);
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function checkRevision(revision: unknown): void {
+  if (revision === undefined || revision === null) return;
+  if (typeof revision !== "number" || !Number.isSafeInteger(revision) || revision < 0) {
+    throw new TypeError(`expectedRevision must be null or a non-negative integer, got ${String(revision)}`);
+  }
 }
 
 function checkStateShape(state: AgentState): void {

@@ -46,7 +46,7 @@ import {
   resolveHooks,
 } from "./classes.js";
 import { backendLabel, currentSettings, resolveBackend } from "./config.js";
-import { assertNoCredentials, resolveApiKey } from "./credentials.js";
+import { applyToolArgumentPolicy, assertNoCredentials, resolveApiKey } from "./credentials.js";
 import { UnsupportedOperationError } from "./errors.js";
 import { agentHome, computeBaseLength, forgetTrack, getTrack, recordLoaded, recordSaved } from "./tracker.js";
 
@@ -146,6 +146,45 @@ function checkHistory(history: readonly Message[], from: number): void {
   }
 }
 
+/** Redacted (or checked-clean) form of each message object already scanned, per policy. */
+const scanned = { redact: new WeakMap<object, Message>(), refuse: new WeakSet<object>() };
+
+/**
+ * Applies the `toolArgumentSecrets` policy to the whole history that will be
+ * stored (a backend may rewrite the whole history, so every message must be
+ * in its stored form): replaces `state.history` by a copy holding redacted
+ * messages when something was redacted. The agent's own messages are
+ * untouched. Each message object is scanned once (cached), except the last
+ * one, which is rescanned at every save (it may be edited in place).
+ */
+function applySecretsPolicy(state: AgentState): void {
+  const policy = currentSettings().toolArgumentSecrets;
+  if (policy === "keep") return;
+  let out: Message[] | undefined;
+  const last = state.history.length - 1;
+  for (let i = 0; i <= last; i++) {
+    const m = state.history[i] as Message;
+    let r: Message;
+    if (policy === "refuse") {
+      if (i < last && scanned.refuse.has(m)) continue;
+      applyToolArgumentPolicy(m, i, policy);
+      scanned.refuse.add(m);
+      continue;
+    }
+    const cached = i < last ? scanned.redact.get(m) : undefined;
+    if (cached !== undefined) r = cached;
+    else {
+      r = applyToolArgumentPolicy(m, i, policy);
+      scanned.redact.set(m, r);
+    }
+    if (r !== m) {
+      out ??= state.history.slice();
+      out[i] = r;
+    }
+  }
+  if (out !== undefined) state.history = out;
+}
+
 /**
  * Saves an agent's whole state.
  *
@@ -187,6 +226,7 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
     }
     if (expectedRevision === undefined || expectedRevision === null || options.force) baseLength = undefined;
     checkHistory(history, baseLength ?? 0);
+    applySecretsPolicy(state);
     let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
     try {
       result = await backend.write(k, state, { expectedRevision, baseLength, force: options.force ?? false });
@@ -203,6 +243,7 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
     );
   }
   checkHistory(history, 0);
+  applySecretsPolicy(state);
   try {
     await backend.save(k, state);
   } catch (e) {
@@ -387,6 +428,7 @@ export async function* iterHistory(key: string, options: BackendOptions = {}): A
 export function exportStateString(agent: PersistableAgent): string {
   const state = agent.toState();
   checkHeader(state);
+  applySecretsPolicy(state);
   return encodeState(state);
 }
 

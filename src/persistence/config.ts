@@ -25,6 +25,7 @@
 import { configureBuiltinBackends, getBackend, listBackendNames, setDefaultBackend } from "../backends/registry.js";
 import type { StateBackend } from "../backends/types.js";
 import { UnknownBackendError } from "../core/errors.js";
+import type { ToolArgumentSecretsPolicy } from "./credentials.js";
 import { InvalidConfigError } from "./errors.js";
 
 /** How the default key of an agent is chosen: its `uuid` or its `name`. */
@@ -40,6 +41,8 @@ export interface PersistenceSettings {
   keyStrategy: KeyStrategy;
   /** Extra modules (paths or package names) that class/hook resolution may import. */
   allowImports: readonly string[];
+  /** What saving does with secrets inside tool-call arguments (see `ToolArgumentSecretsPolicy`). */
+  toolArgumentSecrets: ToolArgumentSecretsPolicy;
 }
 
 /** Options of {@link configure}; omitted options keep their current value. */
@@ -61,6 +64,12 @@ export interface ConfigureOptions {
    * its subpaths). Replaces the previous list. @default []
    */
   allowImports?: string[];
+  /**
+   * Credential-looking values inside tool-call arguments of the history:
+   * `keep` them (the history round-trips exactly), `redact` them in what is
+   * stored, or `refuse` the save. @default "keep"
+   */
+  toolArgumentSecrets?: ToolArgumentSecretsPolicy;
 }
 
 const ENV = {
@@ -71,7 +80,11 @@ const ENV = {
   keyStrategy: "DUMPLINGS_PERSISTENCE_KEY",
 } as const;
 
-let settings: PersistenceSettings = { enabled: false, backend: undefined, keyStrategy: "uuid", allowImports: [] };
+function defaults(): PersistenceSettings {
+  return { enabled: false, backend: undefined, keyStrategy: "uuid", allowImports: [], toolArgumentSecrets: "keep" };
+}
+
+let settings: PersistenceSettings = defaults();
 /** Errors of malformed env vars, by setting, thrown on first dependent use. */
 const envErrors = new Map<keyof typeof ENV, InvalidConfigError>();
 
@@ -103,7 +116,7 @@ function checkPath(value: unknown, setting: string): string {
  */
 export function loadEnvironmentConfig(env: NodeJS.ProcessEnv = process.env): void {
   envErrors.clear();
-  settings = { enabled: false, backend: undefined, keyStrategy: "uuid", allowImports: [] };
+  settings = defaults();
   const attempt = (setting: keyof typeof ENV, apply: (raw: string) => void) => {
     const raw = env[ENV[setting]];
     if (raw === undefined) return;
@@ -168,6 +181,15 @@ export function configure(options: ConfigureOptions): void {
       throw new InvalidConfigError("allowImports", "expected an array of non-empty module paths or package names");
     }
     next.allowImports = Object.freeze([...options.allowImports]);
+  }
+  if (options.toolArgumentSecrets !== undefined) {
+    if (!["keep", "redact", "refuse"].includes(options.toolArgumentSecrets)) {
+      throw new InvalidConfigError(
+        "toolArgumentSecrets",
+        `expected "keep", "redact" or "refuse", got ${JSON.stringify(options.toolArgumentSecrets)}`,
+      );
+    }
+    next.toolArgumentSecrets = options.toolArgumentSecrets;
   }
   const dirs: { baseDir?: string; dbPath?: string } = {};
   if (options.baseDir !== undefined) dirs.baseDir = checkPath(options.baseDir, "baseDir");

@@ -24,9 +24,11 @@
  * `apiKeyEnv` must, in addition, look like an environment-variable name
  * (`[A-Za-z_][A-Za-z0-9_]*`) or be empty.
  *
- * The history is not scanned: it must round-trip exactly (a tool call's
- * arguments are the model's own words), so redacting it silently would be
- * data loss; see README "Secrets" for the rule.
+ * The history is stored exactly by default: it must round-trip (a tool
+ * call's arguments are the model's own words), so silently redacting it
+ * would be data loss. Secrets inside tool-call arguments are handled by an
+ * explicit policy, `configure({ toolArgumentSecrets: "keep" | "redact" |
+ * "refuse" })` (see {@link ToolArgumentSecretsPolicy}).
  *
  * @module
  */
@@ -178,4 +180,134 @@ export function resolveApiKey(
   const value = name === "" ? undefined : env[name];
   if (value === undefined || value === "") throw new MissingSecretError(name, config.name);
   return value;
+}
+
+/**
+ * What saving does with credential-looking values inside the tool-call
+ * arguments of the history (`configure({ toolArgumentSecrets })`):
+ * - `keep` (default): store the history exactly (it must round-trip; the
+ *   arguments are the model's own words);
+ * - `redact`: store a copy whose secrets are replaced by `[REDACTED]`
+ *   (the agent in memory keeps the real values; a later load sees the
+ *   redacted ones);
+ * - `refuse`: refuse the save with a `CredentialError` naming the message
+ *   index and field path.
+ *
+ * Scanned: OpenAI `tool_calls[].function.arguments` (parsed as JSON when
+ * possible) and the `input` of Anthropic `tool_use`, `server_tool_use` and
+ * `mcp_tool_use` blocks. A value is a secret when it matches the patterns of
+ * {@link credentialReason} (key prefixes, `Bearer …`, a URL password or
+ * secret query parameter), or when its JSON property is named like a secret
+ * (`api_key`, `token`, `password`, `authorization`, …).
+ */
+export type ToolArgumentSecretsPolicy = "keep" | "redact" | "refuse";
+
+/** The text that replaces a redacted secret. */
+export const REDACTED = "[REDACTED]";
+
+const REDACT_PATTERNS: readonly [RegExp, string][] = [
+  [/\bsk-[A-Za-z0-9_-]{8,}/g, REDACTED],
+  [/\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}/g, REDACTED],
+  [/github_pat_[A-Za-z0-9_]{20,}/g, REDACTED],
+  [/\bxox[abpr]-[A-Za-z0-9-]{10,}/g, REDACTED],
+  [/\bAKIA[0-9A-Z]{16}\b/g, REDACTED],
+  [/\bAIza[0-9A-Za-z_-]{30,}/g, REDACTED],
+  [/\bhf_[A-Za-z0-9]{20,}/g, REDACTED],
+  [/\bgsk_[A-Za-z0-9]{20,}/g, REDACTED],
+  [/\bglpat-[A-Za-z0-9_-]{16,}/g, REDACTED],
+  [/\b[spr]k_(?:live|test)_[A-Za-z0-9]{10,}/g, REDACTED],
+  [/eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*/g, REDACTED],
+  [/\b([Bb]earer\s+)[^\s"'\\]{6,}/g, `$1${REDACTED}`],
+  [/(\b[a-z][a-z0-9+.-]*:\/\/[^\s:@/"'\\]+:)[^\s@/"'\\]+@/gi, `$1${REDACTED}@`],
+  [
+    /([?&#](?:api[-_]?key|apikey|x[-_]api[-_]key|key|token|access[-_]?token|refresh[-_]?token|auth|secret|client[-_]?secret|password|sig|signature|code)=)[^&#\s"'\\]+/gi,
+    `$1${REDACTED}`,
+  ],
+];
+
+/**
+ * Replaces credential-looking substrings of a text by `[REDACTED]`.
+ *
+ * @param text - any text
+ * @returns the text with secrets replaced (the same string when there were none)
+ * @example
+ * redactSecrets('{"api_key":"sk-test-FAKE-0000000000"}') // '{"api_key":"[REDACTED]"}'
+ */
+export function redactSecrets(text: string): string {
+  let out = text;
+  for (const [re, by] of REDACT_PATTERNS) out = out.replace(re, by);
+  return out;
+}
+
+function redactJson(value: unknown, key: string | undefined): unknown {
+  if (typeof value === "string") {
+    if (key !== undefined && value !== "" && value !== REDACTED && SECRET_PARAM.test(key)) return REDACTED;
+    return redactSecrets(value);
+  }
+  if (Array.isArray(value)) return value.map((v) => redactJson(v, undefined));
+  if (value !== null && typeof value === "object") {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[k] = redactJson(v, k);
+    return out;
+  }
+  return value;
+}
+
+function redactArgumentsText(args: string): string {
+  try {
+    const parsed: unknown = JSON.parse(args);
+    const red = redactJson(parsed, undefined);
+    return JSON.stringify(red) === JSON.stringify(parsed) ? args : JSON.stringify(red);
+  } catch {
+    return redactSecrets(args);
+  }
+}
+
+const TOOL_USE_BLOCKS = new Set(["tool_use", "server_tool_use", "mcp_tool_use"]);
+
+/**
+ * Applies a {@link ToolArgumentSecretsPolicy} to the tool-call arguments of one message.
+ *
+ * @param message - a history message (either protocol)
+ * @param index - its index in the history, for the error path
+ * @param policy - `keep`, `redact` or `refuse`
+ * @returns a redacted copy when something was redacted, else the message itself
+ * @throws {CredentialError} with `refuse`, naming `history[i].tool_calls[j].function.arguments` or `history[i].content[j].input`
+ */
+export function applyToolArgumentPolicy<M>(message: M, index: number, policy: ToolArgumentSecretsPolicy): M {
+  if (policy === "keep" || message === null || typeof message !== "object") return message;
+  const m = message as Record<string, unknown>;
+  let changed = false;
+  const fail = (field: string): never => {
+    throw new CredentialError(
+      field,
+      "a tool call's arguments carry what looks like a secret (toolArgumentSecrets: refuse)",
+    );
+  };
+  let toolCalls = m.tool_calls;
+  if (Array.isArray(toolCalls)) {
+    toolCalls = toolCalls.map((call, j) => {
+      const fn = (call as { function?: { arguments?: unknown } })?.function;
+      if (typeof fn?.arguments !== "string") return call;
+      const red = redactArgumentsText(fn.arguments);
+      if (red === fn.arguments) return call;
+      if (policy === "refuse") fail(`history[${index}].tool_calls[${j}].function.arguments`);
+      changed = true;
+      return { ...(call as object), function: { ...fn, arguments: red } };
+    });
+  }
+  let content = m.content;
+  if (Array.isArray(content)) {
+    content = content.map((block, j) => {
+      const b = block as { type?: unknown; input?: unknown };
+      if (typeof b?.type !== "string" || !TOOL_USE_BLOCKS.has(b.type) || b.input === undefined) return block;
+      const red = redactJson(b.input, undefined);
+      if (JSON.stringify(red) === JSON.stringify(b.input)) return block;
+      if (policy === "refuse") fail(`history[${index}].content[${j}].input`);
+      changed = true;
+      return { ...b, input: red };
+    });
+  }
+  if (!changed) return message;
+  return { ...m, ...(toolCalls !== m.tool_calls ? { tool_calls: toolCalls } : {}), content } as M;
 }

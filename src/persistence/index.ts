@@ -52,5 +52,13 @@ export {
   persistenceSettings,
   resolveBackend,
 } from "./config.js";
-export { assertNoCredentials, credentialReason, resolveApiKey } from "./credentials.js";
+export {
+  applyToolArgumentPolicy,
+  assertNoCredentials,
+  credentialReason,
+  REDACTED,
+  redactSecrets,
+  resolveApiKey,
+  type ToolArgumentSecretsPolicy,
+} from "./credentials.js";
 export { InvalidConfigError, MissingSecretError, RegistrationError, UnsupportedOperationError } from "./errors.js";

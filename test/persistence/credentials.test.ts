@@ -10,13 +10,19 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import {
+  AnthropicAgent,
   BaseAgent,
   CredentialError,
+  configure,
   credentialReason,
   exportStateString,
   FileBackend,
   loadState,
+  MemoryBackend,
+  type Message,
   MissingSecretError,
+  REDACTED,
+  redactSecrets,
   resolveApiKey,
   saveState,
 } from "../../src/index.js";
@@ -129,5 +135,94 @@ describe("pb-23: secrets never reach storage; the key comes from the env at call
 
   it("an agent without apiKeyEnv gets a MissingSecretError saying to set it", () => {
     expect(() => resolveApiKey({ apiKeyEnv: "" })).toThrow(/apiKeyEnv/);
+  });
+});
+
+describe("pb-23: secrets inside tool-call arguments follow the documented toolArgumentSecrets policy", () => {
+  const call: Message = {
+    role: "assistant",
+    content: null,
+    tool_calls: [
+      {
+        id: "call_S1",
+        type: "function",
+        function: {
+          name: "http_get",
+          arguments: `{"url":"https://api.example.invalid","api_key":"${SECRET}","password":"hunter2","q":"weather"}`,
+        },
+      },
+    ],
+  };
+  const anthropicCall: Message = {
+    role: "assistant",
+    content: [
+      { type: "text", text: "calling" },
+      {
+        type: "tool_use",
+        id: "toolu_1",
+        name: "http_get",
+        input: { headers: { Authorization: `Bearer ${SECRET}` }, n: 1 },
+      },
+    ],
+  };
+
+  it("keep (default): the history round-trips exactly", async () => {
+    configure({ toolArgumentSecrets: "keep" });
+    const backend = new MemoryBackend();
+    await saveState(new BaseAgent({ history: [call] }), "keep", { backend });
+    expect((await loadState("keep", { backend })).history).toEqual([call]);
+  });
+
+  it("redact: stored arguments hold [REDACTED]; the agent in memory keeps the real values; appends stay O(new)", async () => {
+    configure({ toolArgumentSecrets: "redact" });
+    try {
+      const baseDir = mkdtempSync(path.join(tmp, "red-"));
+      const backend = new FileBackend({ baseDir });
+      const agent = new BaseAgent({ name: "agent-23", history: [{ role: "user", content: "get it" }, call] });
+      await saveState(agent, "agent-23", { backend });
+      const raw = readFileSync(path.join(baseDir, "agent-23.duas"), "utf8");
+      expect(raw).not.toContain("sk-test-FAKE");
+      expect(raw).not.toContain("hunter2");
+      expect(raw).toContain("weather");
+      expect(agent.history[1]).toBe(call); // untouched in memory
+      const loaded = await loadState("agent-23", { backend });
+      const args = JSON.parse(
+        (loaded.history[1] as { tool_calls: { function: { arguments: string } }[] }).tool_calls[0]!.function.arguments,
+      );
+      expect(args).toEqual({ url: "https://api.example.invalid", api_key: REDACTED, password: REDACTED, q: "weather" });
+      agent.history.push({ role: "tool", tool_call_id: "call_S1", content: "sunny" });
+      const r = await saveState(agent, "agent-23", { backend });
+      expect(r.written).toBe(1); // the redacted copy does not defeat append detection
+      const an = new AnthropicAgent({ history: [{ role: "user", content: "x" }, anthropicCall] });
+      expect(an.exportStateString()).not.toContain("sk-test-FAKE");
+    } finally {
+      configure({ toolArgumentSecrets: "keep" });
+    }
+  });
+
+  it("refuse: the save fails naming the message and field, nothing written", async () => {
+    configure({ toolArgumentSecrets: "refuse" });
+    try {
+      const backend = new MemoryBackend();
+      const e = await saveState(new BaseAgent({ history: [call] }), "r", { backend }).catch((x) => x);
+      expect(e).toBeInstanceOf(CredentialError);
+      expect(e.field).toBe("history[0].tool_calls[0].function.arguments");
+      expect(e.message).not.toContain(SECRET);
+      expect(await backend.listKeys()).toEqual([]);
+      const ae = await saveState(new AnthropicAgent({ history: [anthropicCall] }), "r", { backend }).catch((x) => x);
+      expect(ae.field).toBe("history[0].content[1].input");
+    } finally {
+      configure({ toolArgumentSecrets: "keep" });
+    }
+  });
+
+  it("redactSecrets covers key prefixes, bearer tokens, URL passwords and secret query parameters", () => {
+    expect(redactSecrets(`key ${SECRET} end`)).toBe(`key ${REDACTED} end`);
+    expect(redactSecrets("Authorization: Bearer abc.def-123456")).toBe(`Authorization: Bearer ${REDACTED}`);
+    expect(redactSecrets("https://user:pa55word@host/x")).toBe(`https://user:${REDACTED}@host/x`);
+    expect(redactSecrets("https://h/x?token=tok-FAKE-123&a=1")).toBe(`https://h/x?token=${REDACTED}&a=1`);
+    expect(redactSecrets("nothing secret here: gpt-4o, https://api.openai.com/v1")).toBe(
+      "nothing secret here: gpt-4o, https://api.openai.com/v1",
+    );
   });
 });

@@ -23,11 +23,15 @@
  *
  * Auto-save. The OUTERMOST call on an agent instance calls `persist("turn")`
  * once when it returns or throws; nested calls (a tool that calls the same
- * agent) do not. The depth is counted per agent instance, so concurrent
- * turns of different agents do not interfere.
+ * agent) do not, and run on a branch of the history (see `nestedTurn`). A
+ * call is nested when it runs inside the async context of a turn of the same
+ * agent (`AsyncLocalStorage`), so concurrent turns of different agents never
+ * interfere, and two concurrent top-level turns of ONE agent run one after
+ * the other (each saved once) instead of interleaving their messages.
  *
  * @module
  */
+import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import { APICallError, generateText, type LanguageModel, type ModelMessage, streamText } from "ai";
 import { DumplingsError } from "../core/errors.js";
@@ -151,6 +155,10 @@ function describeError(e: unknown): string {
 }
 
 const depths = new WeakMap<object, number>();
+/** The agents whose turn the current async context runs inside (to tell a nested call from a concurrent one). */
+const activeTurns = new AsyncLocalStorage<ReadonlySet<object>>();
+/** Per agent: the promise the next top-level turn waits for. */
+const turnLocks = new WeakMap<object, Promise<void>>();
 const loggedHookErrors = new WeakMap<object, Set<string>>();
 
 /** Emits `hookError`; with no listener, logs it on stderr once per distinct message per agent. */
@@ -257,34 +265,68 @@ export async function conversationWithTool(
   options: TurnOptions = {},
   runtime: TurnRuntime = { tools: new Map(), hooks: [] },
 ): Promise<TurnResult> {
-  const depth = turnDepth(host);
-  depths.set(host, depth + 1);
-  const outerTaskId = host.currentTaskId;
+  const chain = activeTurns.getStore();
+  if (chain?.has(host)) return nestedTurn(host, input, options, runtime);
+  // Top-level turns of one agent run one after the other (a second caller waits), so that each
+  // is an outermost turn with its own save and the history never interleaves two turns.
+  const previous = turnLocks.get(host) ?? Promise.resolve();
+  let release: () => void = () => {};
+  const mine = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const tail = previous.then(() => mine);
+  turnLocks.set(host, tail);
+  await previous;
+  depths.set(host, 1);
   const taskId = randomUUID();
   host.currentTaskId = taskId;
   try {
-    if (depth === 0) return await runTurn(host, input, options, runtime, taskId);
-    // A nested turn (a tool calling its own agent) runs on a branch: the conversation up to the
-    // round in progress; its messages stay out of the stored history (its answer gets there as
-    // the calling tool's result), which therefore never has a user turn inside a tool round.
-    const start = inflight.get(host);
-    const branch: ConversationHost = {
-      protocol: host.protocol,
-      config: host.config,
-      history: host.history.slice(0, start ?? host.history.length),
-      currentTaskId: taskId,
-      emit: (event, ...args) => host.emit(event, ...args),
-    };
-    const { persist: _persist, ...branchRuntime } = runtime;
+    return await activeTurns.run(new Set([...(chain ?? []), host]), () =>
+      runTurn(host, input, options, runtime, taskId),
+    );
+  } finally {
+    depths.delete(host);
+    try {
+      if (runtime.persist) await runtime.persist("turn");
+    } finally {
+      release();
+      if (turnLocks.get(host) === tail) turnLocks.delete(host);
+    }
+  }
+}
+
+/**
+ * A nested turn (a tool calling its own agent, found through the async context of the running
+ * turn) runs on a branch: the conversation up to the round in progress. Its messages stay out of
+ * the stored history (its answer gets there as the calling tool's result), which therefore never
+ * has a user turn inside a tool round; it does not save.
+ */
+async function nestedTurn(
+  host: ConversationHost,
+  input: string | Message | null,
+  options: TurnOptions,
+  runtime: TurnRuntime,
+): Promise<TurnResult> {
+  depths.set(host, turnDepth(host) + 1);
+  const outerTaskId = host.currentTaskId;
+  const taskId = randomUUID();
+  host.currentTaskId = taskId;
+  const start = inflight.get(host);
+  const branch: ConversationHost = {
+    protocol: host.protocol,
+    config: host.config,
+    history: host.history.slice(0, start ?? host.history.length),
+    currentTaskId: taskId,
+    emit: (event, ...args) => host.emit(event, ...args),
+  };
+  const { persist: _persist, ...branchRuntime } = runtime;
+  try {
     return await runTurn(branch, input, options, branchRuntime, taskId);
   } finally {
     const left = turnDepth(host) - 1;
-    if (left <= 0) depths.delete(host);
-    else {
-      depths.set(host, left);
-      host.currentTaskId = outerTaskId;
-    }
-    if (left <= 0 && runtime.persist) await runtime.persist("turn");
+    if (left > 0) depths.set(host, left);
+    else depths.delete(host);
+    host.currentTaskId = outerTaskId;
   }
 }
 

@@ -428,3 +428,29 @@ describe("model configuration", () => {
     expect(server.requests[0]?.body.tools).toBeUndefined();
   });
 });
+
+describe("concurrent turns of one agent", () => {
+  it("run one after the other, each saved once, never interleaved", async () => {
+    const { host } = await setup("openai", [
+      { toolCalls: [{ id: "q1", name: "slow" }] },
+      { text: "first done" },
+      { text: "second done" },
+    ]);
+    const slow: ToolDefinition = { name: "slow", execute: () => new Promise((r) => setTimeout(() => r("ok"), 50)) };
+    const saves: string[] = [];
+    const rt = runtime([slow], {
+      persist: async (kind) => {
+        saves.push(`${kind}:${host.history.length}`);
+        return true;
+      },
+    });
+    const [a, b] = await Promise.all([
+      conversationWithTool(host, "first", { maxRetries: 0 }, rt),
+      conversationWithTool(host, "second", { maxRetries: 0 }, rt),
+    ]);
+    expect([a.text, b.text]).toEqual(["first done", "second done"]);
+    expect(host.history.map((m) => m.role)).toEqual(["user", "assistant", "tool", "assistant", "user", "assistant"]);
+    expect(saves).toEqual(["turn:4", "turn:6"]);
+    expect(a.taskId).not.toBe(b.taskId);
+  });
+});

@@ -5,7 +5,9 @@
  * Saving (`saveState`, `autoSave`):
  * 1. the key is the one given, else the key the agent was last loaded from
  *    or saved to, else its `uuid` or `name` (key strategy); it is checked
- *    with `validateKey` before any backend call;
+ *    with `validateKey` before any backend call. The backend is the one
+ *    given, else the one the agent was last loaded from or saved to, else
+ *    the configured default;
  * 2. the state is built (`agent.toState()`), its config checked for
  *    credentials ({@link assertNoCredentials}) and its values for JSON
  *    (a non-JSON value → `NonJsonValueError` naming the message index and
@@ -52,7 +54,7 @@ import { agentHome, computeBaseLength, forgetTrack, getTrack, recordLoaded, reco
 
 /** Options of {@link saveState}. */
 export interface SaveOptions {
-  /** Backend name or instance. @default the agent's last backend, else the configured default */
+  /** Backend name or instance. @default the backend the agent was last loaded from or saved to, else the configured default */
   backend?: string | StateBackend;
   /**
    * Compare-and-set: save only if the stored revision is this one (`null`:
@@ -209,8 +211,7 @@ export function saveState(agent: PersistableAgent, key?: string, options: SaveOp
 
 async function doSave(agent: PersistableAgent, key: string | undefined, options: SaveOptions): Promise<SaveResult> {
   const home = agentHome(agent);
-  const useHome = home !== undefined && options.backend === undefined && (key === undefined || key === home.key);
-  const backend = useHome ? home.backend : resolveBackend(options.backend);
+  const backend = options.backend === undefined && home !== undefined ? home.backend : resolveBackend(options.backend);
   const k = validateKey(key ?? home?.key ?? defaultKey(agent));
   const state = agent.toState();
   checkHeader(state);

@@ -223,6 +223,14 @@ describe("default keys and the agent's home", () => {
     expect((await loadState("session-1")).history).toHaveLength(2);
   });
 
+  it("keeps using the backend it was loaded from, also for a new key", async () => {
+    const home = new MemoryBackend();
+    await saveState(agentFor("openai", [], "dave"), "d1", { backend: home });
+    const loaded = await loadState("d1", { backend: home });
+    await loaded.saveState("d2");
+    expect((await home.listKeys()).sort()).toEqual(["d1", "d2"]);
+  });
+
   it("refuses an agent name that is not a valid key under the name strategy", async () => {
     configure({ keyStrategy: "name" });
     await expect(saveState(agentFor("openai", [], "a/b"))).rejects.toBeInstanceOf(InvalidKeyError);

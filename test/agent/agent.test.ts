@@ -106,6 +106,38 @@ describe("BaseAgent runtime API", () => {
   });
 });
 
+describe("resumeTurn", () => {
+  it("re-runs an Anthropic tool_use left without result (repair: 'rerun') and finishes the turn", async () => {
+    let runs = 0;
+    const agent = new AnthropicAgent({
+      name: "r",
+      apiProvider: server.url,
+      modelName: "m",
+      apiKeyEnv: "",
+      history: [
+        { role: "user", content: [{ type: "text", text: "ls please" }] },
+        { role: "assistant", content: [{ type: "tool_use", id: "toolu_R1", name: "ls", input: { dir: "/tmp" } }] },
+      ],
+    }).registerTool({
+      name: "ls",
+      execute: ({ dir }: { dir: string }) => {
+        runs++;
+        return `a.txt b.txt in ${dir}`;
+      },
+    });
+    server.push({ text: "Two files." });
+    const before = server.count;
+    const r = await agent.resumeTurn({ repair: "rerun", maxRetries: 0 });
+    expect(r).toMatchObject({ text: "Two files.", toolCalls: 1, rounds: 1 });
+    expect(runs).toBe(1);
+    expect(agent.history[2]).toEqual({
+      role: "user",
+      content: [{ type: "tool_result", tool_use_id: "toolu_R1", content: "a.txt b.txt in /tmp" }],
+    });
+    expect(server.requests[before]?.status).toBe(200);
+  });
+});
+
 describe("PB-01 end to end (Anthropic, SQLite)", () => {
   it("surfaces the unanswered call on load, repairs it once, persists the repair, and loading twice adds nothing", async () => {
     const backend = new SQLiteBackend({ dbPath: path.join(dir, "pb01.db") });

@@ -1,6 +1,6 @@
 /**
- * Runs the real `dumplings` CLI (`src/cli/index.ts` through tsx) as a child
- * process, so tests see exactly what a user sees: stdout, stderr, exit code.
+ * Runs the real `dumplings` CLI (built, or `src/cli/index.ts` through tsx) as
+ * a child process, so tests see exactly what a user sees: stdout, stderr, exit code.
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
@@ -9,8 +9,6 @@ import { fileURLToPath } from "node:url";
 
 /** Project root. */
 export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const SOURCE_ENTRY = path.join(ROOT, "src/cli/index.ts");
-const BUILT_ENTRY = path.join(ROOT, "dist/cli/index.js");
 
 function newestMtime(dir: string): number {
   let newest = 0;
@@ -23,21 +21,28 @@ function newestMtime(dir: string): number {
 }
 
 /**
- * The command that runs the CLI: the built `dist/cli/index.js` when it is
- * newer than every source file (as after `npm run build`, which `npm test`
- * runs first: a plain `node` start, several times faster), else the
- * TypeScript entry through tsx. `DUMPLINGS_TEST_CLI=tsx|dist` forces one.
+ * The node arguments that run a program of the package: its built
+ * `dist/<name>.js` when that is newer than every source file (as after
+ * `npm run build`, which `npm test` runs first: a plain `node` start, several
+ * times faster), else `src/<name>.ts` through tsx. `DUMPLINGS_TEST_CLI=tsx|dist`
+ * forces one.
+ *
+ * @param name - path below `src/` without extension, e.g. `cli/index`
  */
-function cliCommand(): string[] {
+export function programArgs(name: string): string[] {
+  const built = path.join(ROOT, "dist", `${name}.js`);
   const forced = process.env.DUMPLINGS_TEST_CLI;
-  const built =
-    forced === "dist" ||
-    (forced !== "tsx" &&
-      existsSync(BUILT_ENTRY) &&
-      statSync(BUILT_ENTRY).mtimeMs >= newestMtime(path.join(ROOT, "src")));
-  return built ? [BUILT_ENTRY] : ["--import", "tsx", SOURCE_ENTRY];
+  const useBuilt =
+    forced === "dist" || (forced !== "tsx" && existsSync(built) && statSync(built).mtimeMs >= newestSourceMtime());
+  return useBuilt ? [built] : ["--import", "tsx", path.join(ROOT, "src", `${name}.ts`)];
 }
-const COMMAND = cliCommand();
+
+let newestCache: number | undefined;
+function newestSourceMtime(): number {
+  newestCache ??= newestMtime(path.join(ROOT, "src"));
+  return newestCache;
+}
+const COMMAND = programArgs("cli/index");
 
 /** Output of one CLI run. */
 export interface CliResult {

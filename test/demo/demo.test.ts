@@ -10,7 +10,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadSampleConversations } from "../../src/testing/samples.js";
-import { runCli } from "../cli/run-cli.js";
+import { programArgs, runCli } from "../cli/run-cli.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-demo-"));
@@ -23,7 +23,7 @@ function runDemo(): { code: number | null; stdout: string; stderr: string } {
   for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("DUMPLINGS_")) env[k] = v;
   env.DUMPLINGS_PERSISTENCE_DIR = dir;
   env.DUMPLINGS_PERSISTENCE_DB = db;
-  const r = spawnSync(process.execPath, ["--import", "tsx", path.join(ROOT, "src/demo/main.ts")], {
+  const r = spawnSync(process.execPath, programArgs("demo/main"), {
     cwd: ROOT,
     env,
     encoding: "utf8",

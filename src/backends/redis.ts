@@ -20,7 +20,9 @@
  * `PEXPIRE` (a history never expires while its header lives). Reads are Lua
  * scripts too, so a load sees one consistent revision.
  *
- * A dead or paused Redis never hangs a caller: the client is created with
+ * A dead or paused Redis never hangs a caller: the first call waits at most
+ * `connectTimeoutMs`, later ones fail at once until the connection is back;
+ * the client is created with
  * bounded `connectTimeout`/`commandTimeout`, `maxRetriesPerRequest: 0`, no
  * offline queue and no re-sending of unanswered commands after a reconnect
  * (the fault reported in ioredis#285), and every call is additionally bounded
@@ -245,6 +247,8 @@ export class RedisBackend implements StateBackend {
   private clockOffsetMs: number | undefined;
   private lastError: unknown;
   private connecting: Promise<void> | undefined;
+  /** Set when a connect wait timed out; cleared by the next "ready". Calls meanwhile fail at once. */
+  private unreachable = false;
   private closed = false;
 
   /**
@@ -278,6 +282,7 @@ export class RedisBackend implements StateBackend {
       });
       redis.on("ready", () => {
         this.clockOffsetMs = undefined; // maybe another server now: measure again
+        this.unreachable = false;
       });
       this.client = redis;
       this.own = redis;
@@ -610,11 +615,24 @@ export class RedisBackend implements StateBackend {
 
   /**
    * Waits (at most `connectTimeoutMs`) for the own client to be connected.
-   * Concurrent callers share one wait, so an outage adds no listener per call.
+   * Concurrent callers share one wait, so an outage adds no listener per call;
+   * once a wait has timed out, calls fail at once until the client is ready
+   * again (a circuit breaker), so an outage costs each caller no waiting and
+   * holds no growing queue (ioredis#285).
    */
   private ready(): Promise<void> {
     const redis = this.own;
     if (!redis || redis.status === "ready") return Promise.resolve();
+    if (this.unreachable && !this.connecting) {
+      // Known down: fail at once instead of every caller waiting connectTimeoutMs again. ioredis keeps
+      // reconnecting in the background (at most 1 s apart); the first "ready" closes this circuit.
+      const last = this.lastError instanceof Error ? `: ${this.lastError.message}` : "";
+      return Promise.reject(
+        new Error(`Redis is unreachable (status ${redis.status}); reconnecting in the background${last}`, {
+          cause: this.lastError,
+        }),
+      );
+    }
     if (!this.connecting) {
       if (redis.status === "wait" || redis.status === "end") {
         redis.connect().catch((e) => {
@@ -624,6 +642,7 @@ export class RedisBackend implements StateBackend {
       const wait = new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
           cleanup();
+          this.unreachable = true;
           const last = this.lastError instanceof Error ? `: ${this.lastError.message}` : "";
           reject(
             new Error(`not connected to Redis within ${this.connectTimeoutMs} ms (status ${redis.status})${last}`, {

@@ -108,6 +108,18 @@ describe("redis: nothing listens on the port (pb-19)", () => {
         Array.from({ length: 200 }, (_, i) => backend.save(`t19-${i}`, state(i))),
       );
       expect(results.every((r) => r.status === "rejected" && r.reason instanceof BackendError)).toBe(true);
+      // Known down, calls fail at once: 10,000 saves one after the other settle (no queue, no hang).
+      const started = Date.now();
+      let failed = 0;
+      for (let i = 0; i < 10_000; i++) {
+        try {
+          await backend.save(`t19-${i}`, state(i));
+        } catch (e) {
+          if (e instanceof BackendError) failed++;
+        }
+      }
+      expect(failed).toBe(10_000);
+      expect(Date.now() - started, "10,000 saves to a known-dead Redis must not hang").toBeLessThan(HANG_BOUND_MS * 3);
     } finally {
       await backend.close();
     }

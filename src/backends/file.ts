@@ -10,8 +10,9 @@
  * and the resolved path must stay directly inside `baseDir`; files are opened
  * with `O_NOFOLLOW`, so a symlink planted in `baseDir` is never followed.
  * Nothing touches the file system for a bad key. `listKeys()` returns the
- * stems of `*.duas` / `*.duas.gz` and ignores everything else (temp and lock
- * files start with `.` or end in `.lock`). When both `<key>.duas` and
+ * stems of `*.duas` / `*.duas.gz` and ignores everything else (the temp file
+ * `.<key>.duas.tmp`, the header journal `.<key>.duas.hdr` and the lock
+ * `<key>.duas.lock`). When both `<key>.duas` and
  * `<key>.duas.gz` exist (a crash between writing one and removing the other
  * after a `gzip` option change), the one of the backend's own `gzip` option wins.
  *
@@ -36,6 +37,10 @@
  *    committed history, then `fdatasync`;
  * 2. overwrites, in place, only the header bytes that changed (the new
  *    header padded to the old header's exact length), then `fdatasync`.
+ *    When the changed bytes span more than one 4096-byte page (a long
+ *    prompt between `[META]` and `[STATE]`), the new header is first written
+ *    to a journal, `.<key>.duas.hdr` (inode, revision, length, SHA-256,
+ *    header), and `fdatasync`ed.
  *
  * **Crash-safety argument.** `message_count` (with `revision`) is the commit
  * record: readers take exactly the first `message_count` history lines and
@@ -43,23 +48,25 @@
  * step 2 leaves the old header, so the file reads as the old state; the extra
  * (complete or torn) lines are an uncommitted tail that the next writer
  * truncates (under the lock) before appending — a torn last line is
- * repaired, never returned as data. Step 2 is a single `pwrite` that is only
- * done when all changed header bytes lie inside one 4096-byte page (else the
- * save falls back to a whole-file write): Linux applies a buffered write of
- * one page completely or not at all when the process is killed (the kernel
- * checks for fatal signals only between pages), so after `kill -9` the header
- * is old or new, never a mix. The `fdatasync` after step 1 orders the data
- * before the header on power loss; like SQLite's default we assume a sector
- * write is not torn by a power cut (without that assumption a torn header is
- * detected on load as a `FormatError`, never read as a mixed state). Step 2
- * only ever happens after step 1's data is durable, so a header never counts
- * a line that is not on disk.
+ * repaired, never returned as data. The `fdatasync` after step 1 orders the
+ * data before any header byte, so a header never counts a line that is not
+ * on disk. A one-page header write is all-or-nothing when the process is
+ * killed (Linux checks for fatal signals between pages of a buffered write,
+ * not inside one), so after `kill -9` such a header is old or new. A write
+ * spanning pages can be cut between pages; that is why it goes through the
+ * journal first: a reader or writer that finds an intact journal for the
+ * same inode whose revision is the file's or the next one, and a header that
+ * differs from it, uses the journal's header (a writer also writes it back:
+ * roll-forward). A journal torn by a crash fails its checksum and is ignored
+ * (the header was not touched yet); an older journal never applies to a
+ * newer header, nor to another inode (whole-file writes make a new inode).
+ * Against power loss the one assumption is that the storage does not tear a
+ * single 4096-byte page write (true of drives with 4 KiB atomic writes; the
+ * same kind of assumption SQLite documents for its sector size); the
+ * journal path does not even need that.
  *
- * Consequence: a header change besides the META counters that moves bytes
- * (say a new `current_task_id`) stays O(new messages) while the header is
- * small; with a long prompt (the changed range crosses a page) or when the
- * new header outgrows its padding, that save is a whole-file write, which
- * re-pads the header.
+ * A header that outgrows its padding (e.g. a much longer prompt) makes that
+ * save a whole-file write, which re-pads the header.
  *
  * ## Revisions, compare-and-set and processes
  *
@@ -84,6 +91,8 @@
  *
  * @module
  */
+
+import { createHash } from "node:crypto";
 import {
   closeSync,
   constants,
@@ -363,6 +372,7 @@ export class FileBackend implements StateBackend {
         }
       }
       safeUnlink(this.tempOf(key));
+      safeUnlink(this.journalOf(key));
       this.cache.delete(key);
       this.gzCache.delete(key);
       if (deleted) this.syncDir();
@@ -470,7 +480,7 @@ export class FileBackend implements StateBackend {
         actual =
           known && known.ino === stat.ino && known.size === stat.size
             ? known.revision
-            : this.readFile(current.file, true).revision;
+            : this.readFile(key, current.file, true).revision;
       }
       if (options.force !== true && options.expectedRevision !== undefined) {
         const exists = current !== undefined;
@@ -504,7 +514,8 @@ export class FileBackend implements StateBackend {
   private validInfo(key: string, fd: number, file: string): FileInfo {
     const st = fstatSync(fd);
     const cached = this.cache.get(key);
-    if (cached && cached.ino === st.ino && cached.end === st.size) {
+    const journal = this.readJournal(key);
+    if (!journal && cached && cached.ino === st.ino && cached.end === st.size) {
       const head = Buffer.allocUnsafe(cached.header.length);
       const n = readSync(fd, head, 0, head.length, 0);
       if (n === head.length && head.equals(cached.header)) return cached;
@@ -516,7 +527,17 @@ export class FileBackend implements StateBackend {
       if (n === 0) break;
       got += n;
     }
-    const scan = scanPlain(buf.subarray(0, got), file);
+    let data: Buffer = buf.subarray(0, got);
+    if (journal) {
+      const patched = applyJournal(data, journal, st.ino);
+      if (patched) {
+        // roll the interrupted header write forward (we hold the lock)
+        writeAll(fd, journal.header, 0);
+        fdatasyncSync(fd);
+        data = patched;
+      }
+    }
+    const scan = scanPlain(data, file);
     if (got > scan.end) {
       // An interrupted append left lines beyond message_count: drop them (we hold the lock).
       ftruncateSync(fd, scan.end);
@@ -525,12 +546,12 @@ export class FileBackend implements StateBackend {
     const info: FileInfo = {
       ino: st.ino,
       end: scan.end,
-      header: Buffer.from(buf.subarray(0, scan.headerEnd)),
+      header: Buffer.from(data.subarray(0, scan.headerEnd)),
       count: scan.header.meta.messageCount,
       revision: scan.header.revision ?? 1,
       protocol: scan.header.meta.protocol,
-      firstLine: scan.header.meta.messageCount > 0 ? buf.toString("utf8", ...scan.first) : undefined,
-      lastLine: scan.header.meta.messageCount > 0 ? buf.toString("utf8", ...scan.last) : undefined,
+      firstLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.first) : undefined,
+      lastLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.last) : undefined,
     };
     this.cache.set(key, info);
     return info;
@@ -570,12 +591,13 @@ export class FileBackend implements StateBackend {
     while (first < header.length && header[first] === info.header[first]) first++;
     let last = header.length;
     while (last > first && header[last - 1] === info.header[last - 1]) last--;
-    if (last > first && Math.floor(first / PAGE) !== Math.floor((last - 1) / PAGE)) return undefined;
+    const multiPage = last > first && Math.floor(first / PAGE) !== Math.floor((last - 1) / PAGE);
     const lines = Buffer.from(encodeHistoryLines(state.history.slice(base), state.meta.protocol, base), "utf8");
     if (lines.length > 0) {
       writeAll(fd, lines, info.end);
       fdatasyncSync(fd);
     }
+    if (multiPage) this.writeJournal(key, info.ino, revision, header);
     if (last > first) {
       writeAll(fd, header.subarray(first, last), first);
       fdatasyncSync(fd);
@@ -591,6 +613,52 @@ export class FileBackend implements StateBackend {
       lastLine: count > base ? jsonOf(state.history[count - 1]) : info.lastLine,
     });
     return { revision, written: count - base, rewritten: false };
+  }
+
+  /** The header journal of `key` (hidden: keys never start with "."). */
+  private journalOf(key: string): string {
+    return path.join(this.baseDir, `.${key}${DUAS_EXTENSION}.hdr`);
+  }
+
+  /**
+   * Makes the new header durable in the journal before the in-place write that
+   * spans several pages (see the module doc). Created once per key (then the
+   * directory is fsync'ed), overwritten afterwards.
+   */
+  private writeJournal(key: string, ino: number, revision: number, header: Buffer): void {
+    const file = this.journalOf(key);
+    let created = false;
+    try {
+      lstatSync(file);
+    } catch (e) {
+      if (!isCode(e, "ENOENT")) throw e;
+      created = true;
+    }
+    const jfd = openSync(file, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NOFOLLOW, 0o644);
+    try {
+      writeAll(jfd, encodeJournal(ino, revision, header), 0);
+      fdatasyncSync(jfd);
+    } finally {
+      closeSync(jfd);
+    }
+    if (created) this.syncDir();
+  }
+
+  /** Reads `key`'s journal; undefined when absent or not intact. */
+  private readJournal(key: string): Journal | undefined {
+    let bytes: Buffer;
+    try {
+      const jfd = openSync(this.journalOf(key), constants.O_RDONLY | NOFOLLOW);
+      try {
+        bytes = readFileSync(jfd);
+      } finally {
+        closeSync(jfd);
+      }
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return undefined;
+      throw e;
+    }
+    return decodeJournal(bytes);
   }
 
   /** Whole-file atomic write: temp file, fsync, rename, fsync of the directory. */
@@ -665,7 +733,7 @@ export class FileBackend implements StateBackend {
     try {
       const current = this.existing(key);
       if (!current) return undefined;
-      const r = this.readFile(current.file, current.gz);
+      const r = this.readFile(key, current.file, current.gz);
       return { state: r.state, revision: r.revision };
     } catch (e) {
       if (isCode(e, "ENOENT")) return undefined; // deleted between the check and the open
@@ -674,7 +742,7 @@ export class FileBackend implements StateBackend {
   }
 
   /** Reads and decodes one file: the committed part of a plain file (seqlock-checked), or a whole gzip file. */
-  private readFile(file: string, gz: boolean): { state: AgentState; revision: number } {
+  private readFile(key: string, file: string, gz: boolean): { state: AgentState; revision: number } {
     if (gz) {
       const gfd = openSync(file, constants.O_RDONLY | NOFOLLOW);
       let raw: Buffer;
@@ -698,12 +766,14 @@ export class FileBackend implements StateBackend {
       const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
       try {
         const buf = readFileSync(fd);
-        const scan = scanPlain(buf, file);
+        const journal = this.readJournal(key);
+        const data = (journal && applyJournal(buf, journal, fstatSync(fd).ino)) || buf;
+        const scan = scanPlain(data, file);
         // seqlock: the header must not have changed while we read (a writer updates it last)
         const again = Buffer.allocUnsafe(scan.headerEnd);
         const n = readSync(fd, again, 0, again.length, 0);
         if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
-        const r = decodeStateDetailed(decodeUtf8(buf.subarray(0, scan.end), file), { source: file });
+        const r = decodeStateDetailed(decodeUtf8(data.subarray(0, scan.end), file), { source: file });
         return { state: r.state, revision: r.revision ?? 1 };
       } finally {
         closeSync(fd);
@@ -723,7 +793,7 @@ export class FileBackend implements StateBackend {
     if (!current) return undefined;
     const parser = new DuasLineParser(current.file);
     try {
-      for await (const _ of this.lines(current.file, current.gz, parser, true)) {
+      for await (const _ of this.lines(key, current.file, current.gz, parser, true)) {
         // header only
       }
     } catch (e) {
@@ -749,7 +819,7 @@ export class FileBackend implements StateBackend {
     if (!current) throw new StateNotFoundError(key, "file");
     const parser = new DuasLineParser(current.file);
     try {
-      yield* this.lines(current.file, current.gz, parser, false);
+      yield* this.lines(key, current.file, current.gz, parser, false);
     } catch (e) {
       if (isCode(e, "ENOENT")) throw new StateNotFoundError(key, "file");
       throw this.wrap(e, `cannot read the history of ${JSON.stringify(key)}`, key);
@@ -757,13 +827,31 @@ export class FileBackend implements StateBackend {
   }
 
   private async *lines(
+    key: string,
     file: string,
     gz: boolean,
     parser: DuasLineParser,
     headerOnly: boolean,
   ): AsyncGenerator<Message> {
     const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
-    const stream = createReadStream("", { fd, highWaterMark: 64 * 1024 });
+    let start = 0;
+    const journal = gz ? undefined : this.readJournal(key);
+    if (journal) {
+      // an interrupted multi-page header write: take the header from the journal
+      const head = Buffer.alloc(journal.header.length);
+      const got = readSync(fd, head, 0, head.length, 0);
+      if (got === head.length && applyJournal(head, journal, fstatSync(fd).ino)) {
+        const text = journal.header.toString("utf8").split("\n");
+        text.pop();
+        for (const l of text) parser.feed(l);
+        start = journal.header.length;
+        if (headerOnly) {
+          closeSync(fd);
+          return;
+        }
+      }
+    }
+    const stream = createReadStream("", { fd, start, highWaterMark: 64 * 1024 });
     const input = gz ? stream.pipe(createGunzip()) : stream;
     if (gz) stream.on("error", (e) => input.destroy(e));
     const rl = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
@@ -910,6 +998,52 @@ export class FileBackend implements StateBackend {
 
 function nextRevision(actual: number | null): number {
   return (actual ?? 0) + 1;
+}
+
+/** A durable copy of a header about to be written in place across several pages. */
+interface Journal {
+  ino: number;
+  revision: number;
+  header: Buffer;
+}
+
+const JOURNAL_MAGIC = "duas-header-journal/1";
+
+function sha256(bytes: Buffer): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+function encodeJournal(ino: number, revision: number, header: Buffer): Buffer {
+  const head = `${JOURNAL_MAGIC} ${ino} ${revision} ${header.length} ${sha256(header)}\n`;
+  return Buffer.concat([Buffer.from(head, "latin1"), header]);
+}
+
+/** The journal record, or undefined when it is torn (a crash while it was written) or not ours. */
+function decodeJournal(bytes: Buffer): Journal | undefined {
+  const nl = bytes.indexOf(0x0a);
+  if (nl < 0) return undefined;
+  const [magic, ino, revision, length, hash] = bytes.toString("latin1", 0, nl).split(" ");
+  const header = bytes.subarray(nl + 1);
+  if (magic !== JOURNAL_MAGIC || Number(length) !== header.length || sha256(header) !== hash) return undefined;
+  return { ino: Number(ino), revision: Number(revision), header: Buffer.from(header) };
+}
+
+/**
+ * The file's bytes with the journal's header in place when the journal applies:
+ * same inode, and the file's header is not already it and not newer (a torn
+ * or not-yet-written header is rolled forward; the data it counts was made
+ * durable before the journal), when its revision is the journal's or the one
+ * before. Otherwise undefined.
+ */
+function applyJournal(buf: Buffer, journal: Journal, ino: number): Buffer | undefined {
+  if (journal.ino !== ino || buf.length < journal.header.length) return undefined;
+  const current = buf.subarray(0, journal.header.length);
+  if (current.equals(journal.header)) return undefined;
+  const m = /\nrevision = (\d+)/.exec(current.toString("latin1"));
+  // A journal applies only on top of the revision it was written for (or a torn header of its own save):
+  // an older journal never rolls a newer file back, nor a newer journal an older file.
+  if (m && Number(m[1]) !== journal.revision && Number(m[1]) !== journal.revision - 1) return undefined;
+  return Buffer.concat([journal.header, buf.subarray(journal.header.length)]);
 }
 
 function jsonOf(message: Message | undefined): string | undefined {

@@ -20,9 +20,14 @@ const dir = mkdtempSync(path.join(tmpdir(), "duas-file-crash-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Runs the writer until it has acknowledged `minAcks` saves plus a random extra delay, then SIGKILLs it. */
-function runAndKill(key: string, minAcks: number, extraMs: number): Promise<{ acked: number; modes: Set<string> }> {
+function runAndKill(
+  key: string,
+  mode: string,
+  minAcks: number,
+  extraMs: number,
+): Promise<{ acked: number; modes: Set<string> }> {
   return new Promise((resolve, reject) => {
-    const proc: ChildProcess = spawn(process.execPath, ["--import", "tsx", child, dir, key], {
+    const proc: ChildProcess = spawn(process.execPath, ["--import", "tsx", child, dir, key, mode], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     let acked = 0;
@@ -56,37 +61,44 @@ function runAndKill(key: string, minAcks: number, extraMs: number): Promise<{ ac
 }
 
 describe("file backend: kill -9 mid-save", () => {
-  it("each round leaves the last acknowledged save or the one in flight, and saving goes on", async () => {
-    const key = "crash-session";
-    const allModes = new Set<string>();
-    let previous = 0;
-    for (let round = 0; round < 4; round++) {
-      const { acked, modes } = await runAndKill(key, 15, Math.floor(Math.random() * 150));
-      for (const m of modes) allModes.add(m);
-      expect(acked).toBeGreaterThan(previous);
-      const backend = new FileBackend({ baseDir: dir });
-      const read = await backend.read(key);
-      expect(read).toBeDefined();
-      const n = read?.state.history.length ?? -1;
-      expect([acked, acked + 1], `round ${round}: stored ${n}, acknowledged ${acked}`).toContain(n);
-      // header and history belong to the same save: never torn
-      expect(read?.state).toEqual(stateAt(n));
-      expect(read?.state.state.fields).toEqual({ n });
-      const streamed = [];
-      for await (const m of backend.iterHistory(key)) streamed.push(m);
-      expect(streamed).toEqual(historyAt(n));
-      previous = n;
-      if (round === 3) {
-        // a further save works (a new process: no cache) and leaves a strictly valid file
-        const w = await backend.write(key, stateAt(n + 1), { expectedRevision: read?.revision, baseLength: n });
-        expect(w.revision).toBe((read?.revision ?? 0) + 1);
-        const bytes = readFileSync(path.join(dir, `${key}.duas`));
-        expect(decodeStateBytes(bytes)).toEqual(stateAt(n + 1));
+  it.each([
+    ["short", false],
+    ["long", true],
+  ])(
+    "each round leaves the last acknowledged save or the one in flight (%s header), and saving goes on",
+    async (mode, long) => {
+      const key = `crash-${mode}`;
+      const allModes = new Set<string>();
+      let previous = 0;
+      for (let round = 0; round < 3; round++) {
+        const { acked, modes } = await runAndKill(key, mode, 15, Math.floor(Math.random() * 150));
+        for (const m of modes) allModes.add(m);
+        expect(acked).toBeGreaterThan(previous);
+        const backend = new FileBackend({ baseDir: dir });
+        const read = await backend.read(key);
+        expect(read).toBeDefined();
+        const n = read?.state.history.length ?? -1;
+        expect([acked, acked + 1], `round ${round}: stored ${n}, acknowledged ${acked}`).toContain(n);
+        // header and history belong to the same save: never torn
+        expect(read?.state).toEqual(stateAt(n, long));
+        expect(read?.state.state.fields).toEqual({ n });
+        const streamed = [];
+        for await (const m of backend.iterHistory(key)) streamed.push(m);
+        expect(streamed).toEqual(historyAt(n));
+        expect((await backend.readHeader(key))?.header.state.currentTaskId).toBe(stateAt(n, long).state.currentTaskId);
+        previous = n;
+        if (round === 2) {
+          // a further save works (a new process: no cache) and leaves a strictly valid file
+          const w = await backend.write(key, stateAt(n + 1, long), { expectedRevision: read?.revision, baseLength: n });
+          expect(w.revision).toBe((read?.revision ?? 0) + 1);
+          const bytes = readFileSync(path.join(dir, `${key}.duas`));
+          expect(decodeStateBytes(bytes)).toEqual(stateAt(n + 1, long));
+        }
       }
-    }
-    expect(allModes.has("append")).toBe(true);
-    expect(allModes.has("rewrite")).toBe(true);
-  });
+      expect(allModes.has("append")).toBe(true);
+      expect(allModes.has("rewrite")).toBe(true);
+    },
+  );
 });
 
 describe("file backend: several processes, one key", () => {

@@ -192,6 +192,61 @@ describe("O(new messages) appends", () => {
     expect(readdirSync(dir)).toEqual(["k.duas"]); // no temp or lock file left behind
   });
 
+  it("with a long prompt, header changes across pages stay appends (through the header journal)", async () => {
+    const prompt = "rule. ".repeat(1500);
+    const b = new FileBackend({ baseDir: dir });
+    let r = await b.write("k", st(2, { config: { prompt }, currentTaskId: "t-2" }));
+    for (let n = 3; n < 8; n++) {
+      const state = st(n, { config: { prompt }, currentTaskId: `t-${n}`, fields: { n } });
+      r = await b.write("k", state, { expectedRevision: r.revision, baseLength: n - 1 });
+      expect(r.rewritten).toBe(false);
+      expect(await new FileBackend({ baseDir: dir }).read("k")).toEqual({ state, revision: r.revision });
+    }
+    expect(existsSync(path.join(dir, ".k.duas.hdr"))).toBe(true);
+    expect(await b.listKeys()).toEqual(["k"]);
+    expect(await b.delete("k")).toBe(true);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("a crash in the middle of a multi-page header write is rolled forward from the journal", async () => {
+    const prompt = "rule. ".repeat(1500);
+    const s3 = st(3, { config: { prompt }, currentTaskId: "t-3" });
+    const s4 = st(4, { config: { prompt }, currentTaskId: "t-4444", fields: { n: 4 } });
+    const b = new FileBackend({ baseDir: dir });
+    const r = await b.write("k", s3);
+    const before = readFileSync(file("k"));
+    await b.write("k", s4, { expectedRevision: r.revision, baseLength: 3 });
+    const after = readFileSync(file("k"));
+    const journal = readFileSync(path.join(dir, ".k.duas.hdr"));
+    const headerLen = after.indexOf("[HISTORY]\n") + 10;
+    expect(headerLen).toBeGreaterThan(4096);
+    // torn: new first page, old rest of the header, new history (written before the journal)
+    const torn = Buffer.concat([after.subarray(0, 4096), before.subarray(4096, headerLen), after.subarray(headerLen)]);
+    // not yet written at all: old header, new history
+    const unwritten = Buffer.concat([before.subarray(0, headerLen), after.subarray(headerLen)]);
+    for (const bytes of [torn, unwritten]) {
+      writeFileSync(file("k"), bytes); // same inode
+      const fresh = new FileBackend({ baseDir: dir });
+      expect(await fresh.read("k")).toEqual({ state: s4, revision: 2 });
+      const streamed: Message[] = [];
+      for await (const m of fresh.iterHistory("k")) streamed.push(m);
+      expect(streamed).toEqual(s4.history);
+      expect((await fresh.readHeader("k"))?.header.state.currentTaskId).toBe("t-4444");
+      // the next writer repairs the file itself
+      const s5 = st(5, { config: { prompt }, currentTaskId: "t-5" });
+      await fresh.write("k", s5, { expectedRevision: 2, baseLength: 4 });
+      expect(decodeStateBytes(readFileSync(file("k")))).toEqual(s5);
+      writeFileSync(file("k"), after);
+      writeFileSync(path.join(dir, ".k.duas.hdr"), journal);
+    }
+    // a journal of an older revision never rolls a newer file back
+    const s5 = st(5, { config: { prompt }, currentTaskId: "t-4445", fields: { n: 4 } });
+    await new FileBackend({ baseDir: dir }).write("k", s5, { expectedRevision: 2, baseLength: 4 });
+    const s6 = st(6, { config: { prompt }, currentTaskId: "t-4445", fields: { n: 4 } }); // single-page change
+    await new FileBackend({ baseDir: dir }).write("k", s6, { expectedRevision: 3, baseLength: 5 });
+    expect(await new FileBackend({ baseDir: dir }).read("k")).toEqual({ state: s6, revision: 4 });
+  });
+
   it("lines beyond message_count (an interrupted append) are ignored on load and repaired by the next write", async () => {
     const b = new FileBackend({ baseDir: dir });
     const r = await b.write("k", st(3));

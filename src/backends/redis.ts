@@ -5,32 +5,33 @@
  * Layout, per session key `k` under the key prefix `p` (default `duas:`):
  * - `p` + `k` — a HASH, the header: `fmt` (storage format, `"1"`), `meta`,
  *   `config`, `state` (JSON text), `rev` (revision), `count` (history length),
- *   `gen` (bumped by every full history rewrite);
+ *   `gen` (bumped by every full history rewrite), `tail` (digest of the last
+ *   message's JSON);
  * - `p` + `k` + `/history` — a LIST, one history message per element.
  *   `/` is refused in state keys, so a history list can never collide with the
  *   header of another key (a `:history` suffix could: key `a:history`).
  *
- * Every write is ONE Lua script (EVALSHA, EVAL on `NOSCRIPT`), so it is atomic
- * and costs one round trip: it checks the revision (compare-and-set), the
- * stored history length and the digest of the stored last message against the
+ * Every write is ONE Lua script (EVALSHA, EVAL on `NOSCRIPT`), so it is
+ * atomic and costs one round trip. It checks the revision (compare-and-set),
+ * the stored history length, and the stored `tail` digest against the
  * writer's message at `baseLength - 1` (an edit at the boundary is detected,
- * not assumed, and falls back to a full rewrite), appends only the new messages (`RPUSH` of
- * `history.slice(baseLength)`) or rewrites the list, updates the header,
- * increments the revision and applies the TTL to both keys with the same
- * `PEXPIRE` (a history never expires while its header lives). Reads are Lua
- * scripts too, so a load sees one consistent revision.
+ * not assumed, and leads to a full rewrite); then it appends only the new
+ * messages (`RPUSH` of `history.slice(baseLength)`) or rewrites the list,
+ * updates the header, increments the revision and applies the TTL to both
+ * keys with the same `PEXPIRE` (a history never expires while its header
+ * lives). Reads are Lua scripts too, so a load sees one consistent revision.
  *
- * A dead or paused Redis never hangs a caller: the first call waits at most
- * `connectTimeoutMs`, later ones fail at once until the connection is back;
- * the client is created with
- * bounded `connectTimeout`/`commandTimeout`, `maxRetriesPerRequest: 0`, no
- * offline queue and no re-sending of unanswered commands after a reconnect
- * (the fault reported in ioredis#285), and every call is additionally bounded
- * by `commandTimeoutMs`. A write also carries a deadline in the server's clock
- * (offset measured at connect time): if a paused server runs it only after the
- * caller was told it failed, the script refuses it, so a save reported as
- * failed does not land later (best effort, to within the measured clock offset
- * and a 250 ms margin).
+ * A dead or paused Redis never hangs a caller (the fault reported in
+ * ioredis#285). The own client is created with bounded
+ * `connectTimeout`/`commandTimeout`, `maxRetriesPerRequest: 0`, no offline
+ * queue and no re-sending of unanswered commands after a reconnect; the first
+ * call during an outage waits at most `connectTimeoutMs`, later ones fail at
+ * once until the connection is back (ioredis reconnects in the background).
+ * Calls on an injected client are bounded by `commandTimeoutMs` with a timer.
+ * A write also carries a deadline in the server's clock (offset measured at
+ * connect time): if a paused server runs it only after the caller was told it
+ * failed, the script refuses it, so a save reported as failed does not land
+ * later (best effort: to within the measured clock offset and a 250 ms margin).
  *
  * Values: meta/config/state and each message are stored as `JSON.stringify`
  * text, so every string (NUL, control characters, lone surrogates) round-trips
@@ -38,8 +39,8 @@
  * stored as `~` + base64(gzip(JSON)); plain messages always start with `{`,
  * and a reader decodes both, whatever its own option.
  *
- * Not supported: Redis Cluster (the two keys of a session are not hash-tagged,
- * and SCAN would see one node only).
+ * Needs Redis >= 6 (`SCAN … TYPE`). Not supported: Redis Cluster (the two
+ * keys of a session are not hash-tagged, and SCAN would see one node only).
  *
  * @module
  */

@@ -279,11 +279,11 @@ export class SQLiteBackend implements StateBackend {
       db.pragma(`busy_timeout = ${busyTimeoutMs}`);
       // Only effective on a brand-new (empty) database: lets gc() return freed pages to the OS.
       db.pragma("auto_vacuum = INCREMENTAL");
+      db.pragma(`synchronous = ${synchronous}`);
       const mode = db.pragma("journal_mode = WAL", { simple: true });
       if (!inMemory && String(mode).toLowerCase() !== "wal") {
         throw new Error(`journal_mode is ${String(mode)}, WAL could not be enabled`);
       }
-      db.pragma(`synchronous = ${synchronous}`);
       migrate(db, this.dbPath);
     } catch (cause) {
       db?.close();

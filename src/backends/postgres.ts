@@ -49,7 +49,7 @@ import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { validateKey } from "./keys.js";
-import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /** Result of a query, as far as this backend reads it. */
 export interface PgLikeResult {
@@ -418,6 +418,36 @@ export class PostgresBackend implements StateBackend {
         config: parseHeaderField(key, label, "config", head.config, AgentConfigSchema),
         state: parseHeaderField(key, label, "state", head.state, AgentRuntimeStateSchema),
         history,
+      },
+      revision: Number(head.revision),
+    };
+  }
+
+  /**
+   * Reads the header (meta, config, state) and revision of `key` without its
+   * history: one single-row query, whatever the history's size.
+   *
+   * @returns `{ header, revision }` (`header.meta.messageCount` is the stored history's length), or `undefined` when nothing is stored
+   * @throws {FormatError} naming the key when the stored header is corrupt
+   * @throws {BackendError} when PostgreSQL fails
+   */
+  async readHeader(key: string): Promise<HeaderResult | undefined> {
+    validateKey(key);
+    const r = await this.call(`cannot load ${JSON.stringify(key)}`, key, () =>
+      this.pool.query(
+        this.sql("SELECT revision, message_count, meta, config, state FROM {s}.sessions WHERE session_key = $1"),
+        [key],
+      ),
+    );
+    const head = r.rows[0];
+    if (!head) return undefined;
+    const label = this.label(key);
+    const meta = parseHeaderField(key, label, "meta", head.meta, StateMetaSchema);
+    return {
+      header: {
+        meta: { ...meta, messageCount: Number(head.message_count) },
+        config: parseHeaderField(key, label, "config", head.config, AgentConfigSchema),
+        state: parseHeaderField(key, label, "state", head.state, AgentRuntimeStateSchema),
       },
       revision: Number(head.revision),
     };

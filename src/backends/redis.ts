@@ -59,7 +59,7 @@ import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { validateKey } from "./keys.js";
-import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /**
  * The minimal structural shape of a Redis client this backend calls. An
@@ -443,6 +443,25 @@ export class RedisBackend implements StateBackend {
     }
     const history = items.map((item, i) => this.decodeMessage(key, item, i));
     return { state: this.assemble(key, header, history), revision: header.rev };
+  }
+
+  /**
+   * Reads the header (meta, config, state) and revision of `key` without its
+   * history: one small script, whatever the history's size.
+   *
+   * @returns `{ header, revision }` (`header.meta.messageCount` is the stored history's length), or `undefined` when nothing is stored
+   * @throws {FormatError} naming the key when the stored header is corrupt
+   * @throws {BackendError} when Redis fails or does not answer in time
+   */
+  async readHeader(key: string): Promise<HeaderResult | undefined> {
+    validateKey(key);
+    const reply = await this.call(`cannot load ${JSON.stringify(key)}`, key, () =>
+      this.run(SCRIPTS.read, [this.headerKey(key), this.historyKey(key)], [1, 0]),
+    );
+    if (reply === null || reply === undefined || reply === false) return undefined;
+    const header = this.decodeHeader(key, (reply as [unknown[], unknown[]])[0]);
+    const { history: _, ...rest } = this.assemble(key, header, []);
+    return { header: { ...rest, meta: { ...rest.meta, messageCount: header.count } }, revision: header.rev };
   }
 
   /**

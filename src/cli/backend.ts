@@ -239,6 +239,33 @@ function nonEmpty(value: string | undefined): string | undefined {
   return value === undefined || value === "" ? undefined : value;
 }
 
+/**
+ * Reads the header (`meta`, `config`, `state`) of a stored session: with the
+ * backend's `readHeader` when it has one (the history is not read at all),
+ * else from a whole-state load.
+ *
+ * @param backend - the backend
+ * @param key - the session key (validated first)
+ * @param label - backend label for the not-found message
+ * @returns the header; `meta.messageCount` is the stored history's length
+ * @throws {InvalidKeyError} for a bad key
+ * @throws {StateNotFoundError} when nothing is stored under the key
+ */
+export async function readHeaderOf(
+  backend: StateBackend,
+  key: string,
+  label?: string,
+): Promise<Omit<AgentState, "history">> {
+  validateKey(key);
+  if (typeof backend.readHeader === "function") {
+    const found = await backend.readHeader(key);
+    if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+    return found.header;
+  }
+  const { history, ...header } = await loadRaw(backend, key, label);
+  return { ...header, meta: { ...header.meta, messageCount: history.length } };
+}
+
 /** A stored session opened for reading: its header and its history as a stream. */
 export interface SessionView {
   /** `meta`, `config` and `state` of the stored session. */

@@ -75,7 +75,7 @@ export class Progress {
     const filled = this.total > 0 ? Math.round((this.current / this.total) * width) : width;
     const bar = `[${"#".repeat(filled)}${"-".repeat(width - filled)}]`;
     let text = `${this.label} ${bar} ${count} ${item}${suffix}`;
-    const columns = this.stream.columns ?? 80;
+    const columns = this.stream.columns || 80; // 0 when the terminal size is unknown
     if (text.length > columns - 1) text = `${text.slice(0, Math.max(0, columns - 2))}…`;
     this.stream.write(`\r\x1b[2K${text}`);
     this.drawn = true;

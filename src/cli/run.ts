@@ -36,6 +36,12 @@ function throwInsteadOfExit(command: Command): void {
  */
 export async function runProgram(program: Command, argv: readonly string[] = process.argv): Promise<number> {
   throwInsteadOfExit(program);
+  // A reader that stops early (`dumplings export k | head`) is not an error: stop quietly, as Unix tools do.
+  process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+    if (error.code === "EPIPE") process.exit(0);
+    process.stderr.write(`${errorLine(error)}\n`);
+    process.exit(1);
+  });
   let code: number = ExitCode.ok;
   try {
     await program.parseAsync([...argv]);
@@ -63,6 +69,7 @@ export function report(error: unknown): number {
     process.stderr.write(`dumplings: ${message} (USAGE)\n`);
     return ExitCode.usage;
   }
+  if ((error as NodeJS.ErrnoException)?.code === "EPIPE") return ExitCode.ok;
   process.stderr.write(`${errorLine(error)}\n`);
   if (process.env.DUMPLINGS_DEBUG === "1") {
     let e: unknown = error;

@@ -11,7 +11,7 @@
  */
 import { Command } from "commander";
 import type { StateBackend } from "../../backends/types.js";
-import { closeBackend, listKeysSorted, loadRaw, openBackendAsync, withBackendOptions } from "../backend.js";
+import { closeBackend, listKeysSorted, openBackendAsync, readHeaderOf, withBackendOptions } from "../backend.js";
 import { parseDuration } from "../duration.js";
 import { UsageError } from "../errors.js";
 import { printJson } from "../output.js";
@@ -85,8 +85,8 @@ export function gcCommand(): Command {
           report.count = count;
         } else {
           for (const key of await listKeysSorted(backend)) {
-            const state = await loadRaw(backend, key, label);
-            const savedAt = Date.parse(state.meta.savedAt);
+            const { meta } = await readHeaderOf(backend, key, label);
+            const savedAt = Date.parse(meta.savedAt);
             if (!Number.isFinite(savedAt) || savedAt >= cutoffMs) continue;
             if (!options.dryRun) await backend.delete(key);
             report.deleted.push(key);

@@ -4,7 +4,7 @@
  * @module
  */
 import { Command } from "commander";
-import { closeBackend, listKeysSorted, loadRaw, openBackendAsync, withBackendOptions } from "../backend.js";
+import { closeBackend, listKeysSorted, openBackendAsync, readHeaderOf, withBackendOptions } from "../backend.js";
 import { printJson, renderTable } from "../output.js";
 
 /** Options of `dumplings ls`. */
@@ -20,7 +20,7 @@ interface LsOptions {
  * Builds the `ls` command.
  *
  * Output: one key per line; `--long` adds name, protocol, message count and
- * saved_at (loading each session); `--json` prints
+ * saved_at (reading each session's header only, when the backend offers `readHeader`); `--json` prints
  * `{ backend, count, sessions: [{ key, name?, protocol?, messages?, savedAt? }] }`.
  *
  * @returns the commander command
@@ -42,13 +42,13 @@ export function lsCommand(): Command {
             sessions.push({ key });
             continue;
           }
-          const state = await loadRaw(backend, key, label);
+          const { meta } = await readHeaderOf(backend, key, label);
           sessions.push({
             key,
-            name: state.meta.agentName,
-            protocol: state.meta.protocol,
-            messages: state.history.length,
-            savedAt: state.meta.savedAt,
+            name: meta.agentName,
+            protocol: meta.protocol,
+            messages: meta.messageCount,
+            savedAt: meta.savedAt,
           });
         }
         if (options.json) {

@@ -6,7 +6,7 @@
  * - `0` success
  * - `1` any other failure (backend I/O, conflict, …)
  * - `2` usage error (bad option, bad argument, invalid key, unknown backend)
- * - `3` not found (no session under the key, input file missing)
+ * - `3` not found (no session under the key, input file missing; any code ending in `_NOT_FOUND`)
  * - `4` format error (malformed `.duas`, JSONL or JSON input, invalid state)
  * - `5` verification failed (`convert` copied a session that does not read back identical)
  *
@@ -94,6 +94,7 @@ const byCode = new Map<string, ExitCodeValue>([
   ["USAGE", ExitCode.usage],
   ["INVALID_KEY", ExitCode.usage],
   ["UNKNOWN_BACKEND", ExitCode.usage],
+  ["INVALID_BACKEND", ExitCode.usage],
   ["CREDENTIAL_REFUSED", ExitCode.usage],
   ["INVALID_CONFIG", ExitCode.usage],
   ["STATE_NOT_FOUND", ExitCode.notFound],
@@ -108,10 +109,14 @@ const byCode = new Map<string, ExitCodeValue>([
  * The exit code for an error.
  *
  * @param error - anything thrown by a command
- * @returns the {@link ExitCode} of its class (`1` for anything unknown)
+ * @returns the {@link ExitCode} of its class (`3` for any `*_NOT_FOUND` code, `1` for anything unknown)
  */
 export function exitCodeFor(error: unknown): ExitCodeValue {
-  if (error instanceof DumplingsError) return byCode.get(error.code) ?? ExitCode.failure;
+  if (error instanceof DumplingsError) {
+    const known = byCode.get(error.code);
+    if (known !== undefined) return known;
+    return error.code.endsWith("_NOT_FOUND") ? ExitCode.notFound : ExitCode.failure;
+  }
   return ExitCode.failure;
 }
 

@@ -16,7 +16,7 @@ import { classifyInput, readImportInput } from "../../src/cli/inputs.js";
 import { Progress } from "../../src/cli/progress.js";
 import { HistoryStats, previewMessage, toolCallNames } from "../../src/cli/stats.js";
 import { encodeState } from "../../src/core/codec.js";
-import { FormatError, StateNotFoundError } from "../../src/core/errors.js";
+import { DumplingsError, FormatError, StateNotFoundError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";
 import { makeState } from "../../src/testing/states.js";
@@ -154,6 +154,8 @@ describe("errors", () => {
     expect(exitCodeFor(new StateNotFoundError("k", "file"))).toBe(ExitCode.notFound);
     expect(exitCodeFor(new FormatError("x", { file: "a.duas", line: 3 }))).toBe(ExitCode.format);
     expect(exitCodeFor(new Error("boom"))).toBe(ExitCode.failure);
+    expect(exitCodeFor(new DumplingsError("RUN_NOT_FOUND", "no run"))).toBe(ExitCode.notFound);
+    expect(exitCodeFor(new DumplingsError("CONFLICT", "lost race"))).toBe(ExitCode.failure);
     const line = errorLine(new FormatError("bad\nthing", { file: "a.duas", line: 3 }));
     expect(line).toBe("dumplings: a.duas:line 3: bad thing (FORMAT_ERROR)");
   });

@@ -22,10 +22,14 @@ export interface ChildExit {
 }
 
 /**
- * Starts the child; with `killAfterReadyMs`, SIGKILLs it that long after it printed "ready".
+ * Starts the child; with `kill`, SIGKILLs it `delayMs` after it has reported `afterSteps`
+ * checkpointed nodes (so the kill lands mid-run however fast or slow the machine is).
  * @returns how it ended
  */
-export function runChild(env: Record<string, string>, killAfterReadyMs?: number): Promise<ChildExit> {
+export function runChild(
+  env: Record<string, string>,
+  kill?: { afterSteps: number; delayMs: number },
+): Promise<ChildExit> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ["--import", "tsx", CHILD], {
       cwd: ROOT,
@@ -33,15 +37,15 @@ export function runChild(env: Record<string, string>, killAfterReadyMs?: number)
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stderr = "";
-    let out = "";
-    let armed = killAfterReadyMs;
+    let steps = 0;
+    let armed = kill;
     child.stderr.on("data", (d: Buffer) => {
       stderr += d.toString();
     });
     child.stdout.on("data", (d: Buffer) => {
-      out += d.toString();
-      if (armed !== undefined && out.includes("ready\n")) {
-        const delay = armed;
+      for (const ch of d.toString()) if (ch === "S") steps++;
+      if (armed && steps >= armed.afterSteps) {
+        const delay = armed.delayMs;
         armed = undefined;
         setTimeout(() => child.kill("SIGKILL"), delay);
       }
@@ -89,7 +93,7 @@ export async function crashRuns(options: {
   effectsDb: string;
   seed: number;
   killRounds?: number;
-  /** Upper bound of the random kill delay after "ready", ms. @default 900 */
+  /** Upper bound of the random delay after the chosen checkpoint, ms. @default 15 */
   maxDelayMs?: number;
 }): Promise<{ interrupted: Set<string>; landed: number }> {
   const rand = prng(options.seed);
@@ -118,8 +122,15 @@ export async function crashRuns(options: {
   for (let round = 0; round < (options.killRounds ?? 3); round++) {
     const todo = await unfinished();
     if (todo.length === 0) break;
-    const delay = Math.floor(rand() * (options.maxDelayMs ?? 900));
-    const exit = await runChild({ ...options.env, WF_IDS: todo.join(",") }, delay);
+    let remaining = 0;
+    for (const id of todo) remaining += NODES - ((await options.store.summary(id))?.latestStep ?? 0);
+    // Kill after a random number of checkpointed nodes, plus a random delay inside the next ones.
+    const kill = {
+      // within the first 80% of the remaining work, so the kill cannot miss the run's end
+      afterSteps: 1 + Math.floor(rand() * Math.max(1, Math.floor(remaining * 0.8))),
+      delayMs: Math.floor(rand() * (options.maxDelayMs ?? 15)),
+    };
+    const exit = await runChild({ ...options.env, WF_IDS: todo.join(",") }, kill);
     if (exit.signal === "SIGKILL") {
       landed++;
       const stepsAtKill = await Promise.all(

@@ -32,13 +32,21 @@
  *
  * @module
  */
+
+import { z } from "zod";
 import { validateKey } from "../backends/keys.js";
 import type { StateBackend } from "../backends/types.js";
 import { decodeState, encodeState } from "../core/codec.js";
-import { BackendError, DumplingsError, FormatError, StateNotFoundError } from "../core/errors.js";
+import { BackendError, DumplingsError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
-import { type AgentState, parseAgentState } from "../core/state.js";
+import {
+  AgentConfigSchema,
+  AgentRuntimeStateSchema,
+  type AgentState,
+  parseAgentState,
+  StateMetaSchema,
+} from "../core/state.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "../core/version.js";
 import {
   defaultWarn,
@@ -284,6 +292,24 @@ function checkFormatVersion(version: unknown, label: string): void {
   }
 }
 
+const HeaderShape = z.object({ meta: StateMetaSchema, config: AgentConfigSchema, state: AgentRuntimeStateSchema });
+
+/**
+ * Validates the header (meta, config, state) of a state read with `read`,
+ * cheaply (the history's messages are trusted to the backend, which decodes
+ * them: validating 100,000 messages on every load would double its cost).
+ */
+function checkHeaderShape(state: AgentState, label: string): void {
+  const r = HeaderShape.safeParse(state);
+  if (!r.success || !Array.isArray(state.history)) {
+    const issue = r.success ? undefined : r.error.issues[0];
+    const where = issue ? issue.path.map(String).join(".") : "history";
+    throw new InvalidStateError(where, `${label}: ${issue?.message ?? "history must be an array"}`, {
+      cause: r.success ? undefined : r.error,
+    });
+  }
+}
+
 async function readState(
   backend: StateBackend,
   key: string,
@@ -294,6 +320,7 @@ async function readState(
       const r = await backend.read(key);
       if (r === undefined || r === null) throw new StateNotFoundError(key, backendLabel(backend));
       checkFormatVersion(r.state?.meta?.formatVersion, label);
+      checkHeaderShape(r.state, label);
       return { state: r.state, revision: r.revision };
     }
     const s = await backend.load(key);

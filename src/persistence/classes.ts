@@ -23,6 +23,11 @@
  *    how to make it resolvable (classes), or a warning and the hook left
  *    unbound (hooks: the load succeeds, the name is kept and saved again).
  *
+ * Saved module paths are relative to the working directory at registration
+ * time, so save and load from the project root (as `npm` scripts do); a
+ * state loaded from elsewhere resolves through the registry (import the
+ * defining module first) or fails with the fix in the message.
+ *
  * The class registry idea follows Python pickling's `module:qualname`
  * identity, with pickle's arbitrary imports replaced by an allow-list.
  *

@@ -183,6 +183,28 @@ describe("custom backends keep working through whole-state saves", () => {
   });
 });
 
+describe("custom backends with read()", () => {
+  it("a malformed header from read() is an InvalidStateError, never a partial agent", async () => {
+    const good = new BaseAgent({ name: "ok" }).toState();
+    const backend: StateBackend = {
+      name: "reader",
+      save() {},
+      load: () => undefined,
+      delete: () => false,
+      listKeys: () => [],
+      read: async (key) =>
+        key === "bad"
+          ? { state: { ...good, state: { currentTaskId: 5 } } as unknown as AgentState, revision: 1 }
+          : key === "missing"
+            ? undefined
+            : { state: good, revision: 3 },
+    };
+    await expect(loadState("bad", { backend })).rejects.toMatchObject({ code: "INVALID_STATE" });
+    await expect(loadState("missing", { backend })).rejects.toBeInstanceOf(StateNotFoundError);
+    expect((await loadState("fine", { backend })).name).toBe("ok");
+  });
+});
+
 describe("backends by name, through the registry", () => {
   it("saves to a registered custom backend by name and to the configured default", async () => {
     const plain = new PlainBackend();

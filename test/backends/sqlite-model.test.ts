@@ -29,7 +29,10 @@ const message: fc.Arbitrary<Message> = fc
   .record({
     role: fc.constantFrom("user", "assistant"),
     content: text,
-    extra: fc.option(fc.jsonValue({ maxDepth: 2 }), { nil: undefined }),
+    extra: fc.option(
+      fc.jsonValue({ maxDepth: 2 }).map((v) => JSON.parse(JSON.stringify(v)) as unknown) /* -0 is refused by design */,
+      { nil: undefined },
+    ),
   })
   .map(({ extra, ...m }) => (extra === undefined ? m : { ...m, extra }) as Message);
 

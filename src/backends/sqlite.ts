@@ -15,6 +15,7 @@
  *   revision INTEGER NOT NULL DEFAULT 1,  -- +1 per write, for compare-and-set
  *   message_count INTEGER     -- rows in `messages`; NULL marks a legacy row
  * );
+ * CREATE INDEX sessions_saved_at ON sessions (saved_at);  -- for gc()
  * CREATE TABLE messages (      -- one row per history message
  *   session_key TEXT NOT NULL, seq INTEGER NOT NULL,  -- seq = 0-based index in the history
  *   body,                      -- TEXT: the message's JSON; BLOB: the same JSON gzip-compressed

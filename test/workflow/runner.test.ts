@@ -93,6 +93,32 @@ describe("ResumableGraphRunner", () => {
     expect(ran).toEqual([0, 1, 2, 3]); // 0 and 1 were not run again
   });
 
+  it("a cold-store failure stops the run without advancing (BackendError), and a restart resumes", async () => {
+    const { BackendError } = await import("../../src/core/errors.js");
+    const { SqliteColdStore } = await import("../../src/workflow/index.js");
+    const ran: number[] = [];
+    const nodes: Record<string, GraphNode> = {
+      inc: (s) => {
+        const n = s.sharedMemory.n as number;
+        ran.push(n);
+        // The database goes away while node 2 runs: its checkpoint cannot be written.
+        if (n === 2 && ran.filter((x) => x === 2).length === 1)
+          (store.cold as InstanceType<typeof SqliteColdStore>).db.close();
+        return { next: n + 1 >= 4 ? END : "inc", updates: { n: n + 1 } };
+      },
+    };
+    const err = await new ResumableGraphRunner({ store, nodes })
+      .runOrResume("cold-fail", { sharedMemory: { n: 0 } })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BackendError);
+    expect(ran).toEqual([0, 1, 2]); // nothing ran after the failed checkpoint
+    store = await sqliteStore(tmp.dir); // a restart over the same file
+    expect((await store.loadLatest("cold-fail"))?.stepIndex).toBe(2);
+    const out = await new ResumableGraphRunner({ store, nodes }).runOrResume("cold-fail");
+    expect(out.state.sharedMemory.n).toBe(4);
+    expect(ran).toEqual([0, 1, 2, 2, 3]);
+  });
+
   it("refuses an unknown next node with a typed error and records it", async () => {
     const runner = new ResumableGraphRunner({ store, nodes: { a: () => ({ next: "nowhere" }) } });
     const err = await runner.runOrResume("w3").catch((e: unknown) => e);

@@ -1,8 +1,9 @@
 /**
  * Reading the input files of `dumplings import`: `.duas` and `.duas.gz`
  * saved states, OpenAI-format (or Anthropic-format) JSONL with one message
- * per line, and JSON files holding a message array (or an object with a
- * `messages` array, as in a chat-completions request). Each JSONL/JSON file
+ * per line (or a single `{"messages": [...]}` line, as in OpenAI's
+ * fine-tuning files), and JSON files holding a message array (or an object
+ * with a `messages` array, as in a chat-completions request). Each JSONL/JSON file
  * becomes a new session whose key is the file stem unless `--key` is given.
  *
  * Every problem is a typed error naming the file and line: nothing is saved
@@ -91,7 +92,8 @@ export async function readImportInput(file: string, options: { protocol?: Protoc
   }
   const protocol = protocolOf(kind.stem, options.protocol);
   const text = decodeUtf8(bytes, file);
-  const messages = kind.kind === "jsonl" ? parseJsonl(text, file) : parseJsonMessages(text, file);
+  const messages =
+    kind.kind === "jsonl" ? unwrapConversationLine(parseJsonl(text, file), file) : parseJsonMessages(text, file);
   messages.forEach((m, i) => {
     checkMessage(m.value, protocol, file, m.line, i);
   });
@@ -120,6 +122,27 @@ function parseJsonl(text: string, file: string): { value: unknown; line: number 
     }
   });
   return out;
+}
+
+/**
+ * OpenAI's fine-tuning/batch JSONL holds a whole conversation per line
+ * (`{"messages": [...]}`). One such line is taken as the file's conversation;
+ * several are refused with a clear message (one file is one session).
+ */
+function unwrapConversationLine(
+  lines: { value: unknown; line: number }[],
+  file: string,
+): { value: unknown; line: number | undefined }[] {
+  const first = lines[0]?.value as { role?: unknown; messages?: unknown } | undefined;
+  if (first === undefined || first === null || typeof first !== "object" || "role" in first) return lines;
+  if (!Array.isArray(first.messages)) return lines;
+  if (lines.length > 1) {
+    throw new FormatError(
+      `each line holds a whole conversation ({"messages": [...]}, ${lines.length} lines); import takes one conversation per file: split it into one file per line`,
+      { file, line: 2 },
+    );
+  }
+  return first.messages.map((m) => ({ value: m, line: lines[0]?.line }));
 }
 
 function parseJsonMessages(text: string, file: string): { value: unknown; line: number | undefined }[] {

@@ -72,6 +72,21 @@ describe("import inputs", () => {
     }
   });
 
+  it("takes a single {messages} JSONL line as the conversation, refuses several", async () => {
+    const messages = [
+      { role: "system", content: "be brief" },
+      { role: "user", content: "hi" },
+    ];
+    const one = path.join(dir, "ft-one.jsonl");
+    writeFileSync(one, `${JSON.stringify({ messages })}\n`);
+    const input = await readImportInput(one);
+    if (input.kind === "duas") throw new Error("unexpected");
+    expect(input.messages).toEqual(messages);
+    const two = path.join(dir, "ft-two.jsonl");
+    writeFileSync(two, `${JSON.stringify({ messages })}\n${JSON.stringify({ messages })}\n`);
+    await expect(readImportInput(two)).rejects.toThrow(/whole conversation.*one file per line/);
+  });
+
   it("names the file and line of a bad JSONL line", async () => {
     const file = path.join(dir, "bad.jsonl");
     writeFileSync(file, '{"role":"user","content":"a"}\n\n{"role":"user","content":\n');

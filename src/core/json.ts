@@ -59,19 +59,40 @@ export function joinPath(path: string, key: string | number): string {
  * assertJson({ a: [1, 2n] }, "input") // throws: value at input.a[1] cannot be stored as JSON: a BigInt
  */
 export function assertJson(value: unknown, path = "value", messageIndex?: number): asserts value is JsonValue {
+  // The walk keeps a stack of keys and builds the path string only when it throws:
+  // this check runs on every save, so the happy path allocates nothing per property.
+  const keys: (string | number)[] = [];
   const stack = new Set<object>();
-  const visit = (v: unknown, p: string): void => {
-    if (v === null || typeof v === "string" || typeof v === "boolean") return;
-    const bad = describe(v);
-    if (bad !== undefined) throw new NonJsonValueError(p, bad, messageIndex);
-    if (typeof v === "number") return;
+  const fail = (what: string, extra?: string | number): never => {
+    let p = path;
+    for (const k of keys) p = joinPath(p, k);
+    if (extra !== undefined) p = joinPath(p, extra);
+    throw new NonJsonValueError(p, what, messageIndex);
+  };
+  const visit = (v: unknown): void => {
+    if (v === null) return;
+    switch (typeof v) {
+      case "string":
+      case "boolean":
+        return;
+      case "number":
+        if (Number.isFinite(v) && !Object.is(v, -0)) return;
+        fail(describe(v)!);
+        return;
+      case "object":
+        break;
+      default:
+        fail(describe(v) ?? typeof v);
+    }
     const obj = v as object;
-    if (stack.has(obj)) throw new NonJsonValueError(p, "a cycle (the value contains itself)", messageIndex);
+    if (stack.has(obj)) fail("a cycle (the value contains itself)");
     if (Array.isArray(obj)) {
       stack.add(obj);
       for (let i = 0; i < obj.length; i++) {
-        if (!(i in obj)) throw new NonJsonValueError(joinPath(p, i), "a hole in a sparse array", messageIndex);
-        visit(obj[i], joinPath(p, i));
+        if (!(i in obj)) fail("a hole in a sparse array", i);
+        keys.push(i);
+        visit(obj[i]);
+        keys.pop();
       }
       stack.delete(obj);
       return;
@@ -79,20 +100,21 @@ export function assertJson(value: unknown, path = "value", messageIndex?: number
     const proto = Object.getPrototypeOf(obj);
     if (proto !== Object.prototype && proto !== null) {
       const name = (obj as { constructor?: { name?: string } }).constructor?.name ?? "object";
-      throw new NonJsonValueError(p, `an instance of ${name} (only plain objects are JSON)`, messageIndex);
+      fail(`an instance of ${name} (only plain objects are JSON)`);
     }
-    if (Object.getOwnPropertySymbols(obj).length > 0) {
-      throw new NonJsonValueError(p, "an object with symbol keys", messageIndex);
-    }
+    if (Object.getOwnPropertySymbols(obj).length > 0) fail("an object with symbol keys");
     stack.add(obj);
-    for (const key of Object.keys(obj)) {
+    for (const key in obj) {
+      if (!Object.hasOwn(obj, key)) continue;
       const child = (obj as Record<string, unknown>)[key];
       if (child === undefined) continue; // omitted by JSON, as JSON.stringify does
-      visit(child, joinPath(p, key));
+      keys.push(key);
+      visit(child);
+      keys.pop();
     }
     stack.delete(obj);
   };
-  visit(value, path);
+  visit(value);
 }
 
 /**

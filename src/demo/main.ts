@@ -97,8 +97,12 @@ async function roundTrip(
   const loaded = await loadState(conv.id, { backend });
   const loadMs = performance.now() - t1;
 
+  const expected = comparable(agent.toState());
   let problem = firstDifference(conv.messages, loaded.history, "history");
-  problem ??= firstDifference(comparable(agent.toState()), comparable(loaded.toState()), "state");
+  problem ??= firstDifference(expected, comparable(loaded.toState()), "state");
+  // The stored record itself, read through the storage contract, not only the agent rebuilt from it.
+  const stored = await backend.load(conv.id);
+  problem ??= stored === undefined ? "stored (missing)" : firstDifference(expected, comparable(stored), "stored");
   if (problem === undefined) {
     let i = 0;
     for await (const message of iterHistory(conv.id, { backend })) {

@@ -4,7 +4,7 @@
  * overwrites cleanly; then the CLI reads what it stored.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,11 +18,11 @@ const dir = path.join(tmp, "sessions");
 const db = path.join(tmp, "sessions.db");
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-function runDemo(): { code: number | null; stdout: string; stderr: string } {
+function runDemo(where = { dir, db }): { code: number | null; stdout: string; stderr: string } {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("DUMPLINGS_")) env[k] = v;
-  env.DUMPLINGS_PERSISTENCE_DIR = dir;
-  env.DUMPLINGS_PERSISTENCE_DB = db;
+  env.DUMPLINGS_PERSISTENCE_DIR = where.dir;
+  env.DUMPLINGS_PERSISTENCE_DB = where.db;
   const r = spawnSync(process.execPath, programArgs("demo/main"), {
     cwd: ROOT,
     env,
@@ -55,5 +55,14 @@ describe("npm run demo", () => {
     expect(existsSync(db)).toBe(true);
     const ls = runCli(["ls", "--backend", "sqlite", "--db", db]);
     expect(ls.stdout.trimEnd().split("\n")).toEqual(samples.map((s) => s.id).sort());
+  });
+
+  it("exits non-zero with one line when it cannot store", () => {
+    const blocker = path.join(tmp, "not-a-dir");
+    writeFileSync(blocker, "a file where the sessions directory should be");
+    const r = runDemo({ dir: path.join(blocker, "sessions"), db: path.join(tmp, "other.db") });
+    expect(r.code).toBe(1);
+    expect(r.stderr.trimEnd().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/^demo: .*\(BACKEND_ERROR\)\n$/);
   });
 });

@@ -62,6 +62,7 @@ export interface DurableAgentResult {
 type ToolCallPart = { type: "tool-call"; toolCallId: string; toolName: string; input: unknown };
 type ToolResultOutput =
   | { type: "json"; value: JsonValue }
+  | { type: "text"; value: string }
   | { type: "error-text"; value: string }
   | { type: "execution-denied"; reason?: string };
 
@@ -187,7 +188,8 @@ export class DurableAgent {
           retry: this.options.toolRetry ?? { maxAttempts: 1 },
         },
       );
-      return { type: "json", value };
+      // as the AI SDK does: a string result is sent as text, anything else as JSON
+      return typeof value === "string" ? { type: "text", value } : { type: "json", value };
     } catch (error) {
       if (error instanceof StepFailedError) return { type: "error-text", value: error.recordedError.message };
       throw error;

@@ -1,0 +1,60 @@
+/**
+ * A worker process of `npm run demo:durable`. Announces each tool body it
+ * starts on stdout (`TOOL <name> <toolCallId>`) so the demo can kill it in
+ * the middle of one.
+ *
+ * - `DEMO_MODE=direct`: runs (or resumes) the run with `runDurable` and exits,
+ *   printing `RESULT <json>` (completed, or waiting for an approval).
+ * - `DEMO_MODE=bullmq`: a `DurableWorker` consuming `DEMO_QUEUE` on
+ *   `REDIS_URL` until SIGTERM; prints `READY` once connected.
+ *
+ * env: DEMO_DB, DEMO_MODEL_URL, DEMO_RUN_ID, DEMO_CONVERSATION, DEMO_MODE, DEMO_QUEUE
+ *
+ * @module
+ */
+import { SqliteJournal } from "../durable/journal-sqlite.js";
+import { runDurable } from "../durable/run.js";
+import { DurableWorker } from "../durable/worker.js";
+import { conversationWorkflow, DEMO_WORKFLOW, demoConversation } from "./durable-conversation.js";
+
+const need = (k: string): string => {
+  const v = process.env[k];
+  if (!v) throw new Error(`missing environment variable ${k}`);
+  return v;
+};
+const say = (line: string) => process.stdout.write(`${line}\n`);
+
+const journal = new SqliteJournal({ path: need("DEMO_DB") });
+const workflow = conversationWorkflow(demoConversation(need("DEMO_CONVERSATION")), need("DEMO_MODEL_URL"), {
+  onTool: (name, id) => say(`TOOL ${name} ${id}`),
+});
+
+if (process.env.DEMO_MODE === "bullmq") {
+  const worker = new DurableWorker({
+    journal,
+    queueName: need("DEMO_QUEUE"),
+    workflows: { [DEMO_WORKFLOW]: workflow },
+    leaseTtlMs: 2000,
+    lockDurationMs: 2000,
+    stalledIntervalMs: 1000,
+  });
+  await worker.start();
+  say("READY");
+  process.on("SIGTERM", () => {
+    void worker.close().then(async () => {
+      await journal.close();
+      process.exit(0);
+    });
+  });
+} else {
+  const result = await runDurable(need("DEMO_RUN_ID"), workflow, {
+    journal,
+    workflow: DEMO_WORKFLOW,
+    leaseTtlMs: 2000,
+    leaseWaitMs: 10_000,
+  });
+  say(
+    `RESULT ${JSON.stringify({ status: result.status, ...(result.status === "waiting" ? { waitingFor: result.waitingFor } : {}) })}`,
+  );
+  await journal.close();
+}

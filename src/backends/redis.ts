@@ -86,6 +86,12 @@ export interface RedisLikeClient {
     typeToken: "TYPE",
     type: string,
   ): Promise<[string, string[]]>;
+  /**
+   * Optional: `MULTI … EXEC` of the given commands, used by `read` when present
+   * (a transaction returns a big history without the copy a Lua script makes;
+   * without it `read` uses a Lua script, equally atomic).
+   */
+  multi?(commands: (string | number)[][]): { exec(): Promise<[Error | null, unknown][] | null> };
   /** Optional: graceful close. Called by `close()` only for a client the backend created itself. */
   quit?(): Promise<unknown>;
 }
@@ -192,6 +198,9 @@ local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
 return n
 `;
+
+/* Header fields a read returns, in this order (READ_SCRIPT lists the same). */
+const HEADER_FIELDS = ["fmt", "rev", "count", "gen", "meta", "config", "state"] as const;
 
 /* Server time in ms. */
 const TIME_SCRIPT = `local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)`;
@@ -429,9 +438,24 @@ export class RedisBackend implements StateBackend {
    */
   async read(key: string): Promise<ReadResult | undefined> {
     validateKey(key);
-    const reply = await this.call(`cannot load ${JSON.stringify(key)}`, key, () =>
-      this.run(SCRIPTS.read, [this.headerKey(key), this.historyKey(key)], [0, -1]),
-    );
+    const what = `cannot load ${JSON.stringify(key)}`;
+    const client = this.client;
+    const multi = client.multi;
+    const reply = await this.call(what, key, async () => {
+      if (typeof multi !== "function") {
+        return await this.run(SCRIPTS.read, [this.headerKey(key), this.historyKey(key)], [0, -1]);
+      }
+      const results = await multi
+        .call(client, [
+          ["hmget", this.headerKey(key), ...HEADER_FIELDS],
+          ["lrange", this.historyKey(key), 0, -1],
+        ])
+        .exec();
+      if (results?.length !== 2) throw new Error("MULTI/EXEC was aborted");
+      for (const [error] of results) if (error) throw error;
+      const header = results[0]![1] as unknown[];
+      return header[1] === null || header[1] === undefined ? null : [header, results[1]![1]];
+    });
     if (reply === null || reply === undefined || reply === false) return undefined;
     const [rawHeader, items] = reply as [unknown[], unknown[]];
     const header = this.decodeHeader(key, rawHeader);

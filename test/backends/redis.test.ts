@@ -299,6 +299,28 @@ describe.skipIf(!!skip)(`redis backend${skip ? ` (skipped: ${skip})` : ""}`, () 
     client.disconnect();
   });
 
+  it("works with a minimal client offering only evalsha/eval/scan (reads through the Lua script)", async () => {
+    const client = new Redis(REDIS_URL);
+    const minimal: RedisLikeClient = {
+      evalsha: (sha, numKeys, ...args) => client.evalsha(sha, numKeys, ...args),
+      eval: (script, numKeys, ...args) => client.eval(script, numKeys, ...args),
+      scan: (cursor, m, pattern, c, count, t, type) => client.scan(cursor, m, pattern, c, count, t, type),
+    };
+    const keyPrefix = `duas-rt:${randomUUID()}:`;
+    prefixes.push(keyPrefix);
+    const b = new RedisBackend({ client: minimal, keyPrefix });
+    const state = makeState(msgs(1234), { name: "minimal" });
+    const r1 = await b.write("min", state, { expectedRevision: null });
+    expect(await b.read("min")).toEqual({ state, revision: r1.revision });
+    expect(await b.read("absent")).toBeUndefined();
+    expect(await b.listKeys()).toEqual(["min"]);
+    await client.rpush(`${keyPrefix}min/history`, JSON.stringify({ role: "user", content: "stray" }));
+    await expect(b.load("min")).rejects.toBeInstanceOf(FormatError);
+    expect(await b.delete("min")).toBe(true);
+    await b.close();
+    client.disconnect();
+  });
+
   it("refuses bad options with a TypeError", () => {
     expect(() => new RedisBackend({ ttlMs: -1 })).toThrow(TypeError);
     expect(() => new RedisBackend({ commandTimeoutMs: Number.NaN })).toThrow(TypeError);

@@ -531,10 +531,12 @@ export class FileBackend implements StateBackend {
     if (journal) {
       const patched = applyJournal(data, journal, st.ino);
       if (patched) {
-        // roll the interrupted header write forward (we hold the lock)
+        // roll the interrupted save forward (we hold the lock); the tail check below truncates what follows
+        writeAll(fd, journal.lines, journal.dataOffset);
         writeAll(fd, journal.header, 0);
         fdatasyncSync(fd);
         data = patched;
+        got = Math.max(got, journal.dataOffset + journal.lines.length);
       }
     }
     const scan = scanPlain(data, file);
@@ -593,14 +595,21 @@ export class FileBackend implements StateBackend {
     while (last > first && header[last - 1] === info.header[last - 1]) last--;
     const multiPage = last > first && Math.floor(first / PAGE) !== Math.floor((last - 1) / PAGE);
     const lines = Buffer.from(encodeHistoryLines(state.history.slice(base), state.meta.protocol, base), "utf8");
-    if (lines.length > 0) {
-      writeAll(fd, lines, info.end);
-      fdatasyncSync(fd);
-    }
-    if (multiPage) this.writeJournal(key, info.ino, revision, header);
-    if (last > first) {
+    if (multiPage) {
+      // the journal is the commit point; then the file is patched and synced once
+      this.writeJournal(key, { ino: info.ino, revision, header, dataOffset: info.end, lines });
+      if (lines.length > 0) writeAll(fd, lines, info.end);
       writeAll(fd, header.subarray(first, last), first);
       fdatasyncSync(fd);
+    } else {
+      if (lines.length > 0) {
+        writeAll(fd, lines, info.end);
+        fdatasyncSync(fd);
+      }
+      if (last > first) {
+        writeAll(fd, header.subarray(first, last), first);
+        fdatasyncSync(fd);
+      }
     }
     this.cache.set(key, {
       ino: info.ino,
@@ -625,7 +634,7 @@ export class FileBackend implements StateBackend {
    * spans several pages (see the module doc). Created once per key (then the
    * directory is fsync'ed), overwritten afterwards.
    */
-  private writeJournal(key: string, ino: number, revision: number, header: Buffer): void {
+  private writeJournal(key: string, journal: Journal): void {
     const file = this.journalOf(key);
     let created = false;
     try {
@@ -636,7 +645,7 @@ export class FileBackend implements StateBackend {
     }
     const jfd = openSync(file, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NOFOLLOW, 0o644);
     try {
-      writeAll(jfd, encodeJournal(ino, revision, header), 0);
+      writeAll(jfd, encodeJournal(journal), 0);
       fdatasyncSync(jfd);
     } finally {
       closeSync(jfd);
@@ -833,25 +842,20 @@ export class FileBackend implements StateBackend {
     parser: DuasLineParser,
     headerOnly: boolean,
   ): AsyncGenerator<Message> {
-    const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
-    let start = 0;
     const journal = gz ? undefined : this.readJournal(key);
-    if (journal) {
-      // an interrupted multi-page header write: take the header from the journal
-      const head = Buffer.alloc(journal.header.length);
-      const got = readSync(fd, head, 0, head.length, 0);
-      if (got === head.length && applyJournal(head, journal, fstatSync(fd).ino)) {
-        const text = journal.header.toString("utf8").split("\n");
-        text.pop();
-        for (const l of text) parser.feed(l);
-        start = journal.header.length;
-        if (headerOnly) {
-          closeSync(fd);
-          return;
-        }
-      }
+    if (journal && journalPending(file, journal)) {
+      // A save interrupted by a crash, not rolled forward yet (no writer since): the journal holds it.
+      // This rare recovery case reads through the whole-file path instead of streaming.
+      const { state, revision } = this.readFile(key, file, false);
+      const text = encodeHeader(state, state.history.length, { revision }).split("\n");
+      text.pop();
+      for (const l of text) parser.feed(l);
+      if (headerOnly) return;
+      for (const m of state.history) yield m;
+      return;
     }
-    const stream = createReadStream("", { fd, start, highWaterMark: 64 * 1024 });
+    const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
+    const stream = createReadStream("", { fd, highWaterMark: 64 * 1024 });
     const input = gz ? stream.pipe(createGunzip()) : stream;
     if (gz) stream.on("error", (e) => input.destroy(e));
     const rl = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
@@ -1000,50 +1004,94 @@ function nextRevision(actual: number | null): number {
   return (actual ?? 0) + 1;
 }
 
-/** A durable copy of a header about to be written in place across several pages. */
+/** A durable copy of a save (new header + appended lines) about to be written in place across several pages. */
 interface Journal {
   ino: number;
   revision: number;
   header: Buffer;
+  /** Offset where `lines` go (the committed end before the save). */
+  dataOffset: number;
+  lines: Buffer;
 }
 
-const JOURNAL_MAGIC = "duas-header-journal/1";
+const JOURNAL_MAGIC = "duas-header-journal/2";
 
 function sha256(bytes: Buffer): string {
   return createHash("sha256").update(bytes).digest("hex");
 }
 
-function encodeJournal(ino: number, revision: number, header: Buffer): Buffer {
-  const head = `${JOURNAL_MAGIC} ${ino} ${revision} ${header.length} ${sha256(header)}\n`;
-  return Buffer.concat([Buffer.from(head, "latin1"), header]);
+function encodeJournal(j: Journal): Buffer {
+  const body = Buffer.concat([j.header, j.lines]);
+  const head = `${JOURNAL_MAGIC} ${j.ino} ${j.revision} ${j.header.length} ${j.dataOffset} ${j.lines.length} ${sha256(body)}\n`;
+  return Buffer.concat([Buffer.from(head, "latin1"), body]);
 }
 
 /** The journal record, or undefined when it is torn (a crash while it was written) or not ours. */
 function decodeJournal(bytes: Buffer): Journal | undefined {
   const nl = bytes.indexOf(0x0a);
   if (nl < 0) return undefined;
-  const [magic, ino, revision, length, hash] = bytes.toString("latin1", 0, nl).split(" ");
-  const header = bytes.subarray(nl + 1);
-  if (magic !== JOURNAL_MAGIC || Number(length) !== header.length || sha256(header) !== hash) return undefined;
-  return { ino: Number(ino), revision: Number(revision), header: Buffer.from(header) };
+  const [magic, ino, revision, headerLength, dataOffset, linesLength, hash] = bytes
+    .toString("latin1", 0, nl)
+    .split(" ");
+  const body = bytes.subarray(nl + 1);
+  const h = Number(headerLength);
+  if (magic !== JOURNAL_MAGIC || h + Number(linesLength) !== body.length || sha256(body) !== hash) return undefined;
+  return {
+    ino: Number(ino),
+    revision: Number(revision),
+    header: Buffer.from(body.subarray(0, h)),
+    dataOffset: Number(dataOffset),
+    lines: Buffer.from(body.subarray(h)),
+  };
 }
 
 /**
- * The file's bytes with the journal's header in place when the journal applies:
- * same inode, and the file's header is not already it and not newer (a torn
- * or not-yet-written header is rolled forward; the data it counts was made
- * durable before the journal), when its revision is the journal's or the one
- * before. Otherwise undefined.
+ * The file's committed bytes with the journal's save applied, when the journal
+ * applies and the file does not already hold it: same inode, and the file's
+ * header revision is the journal's or the one before (a torn or
+ * not-yet-written save is rolled forward: the journal was durable before any
+ * byte of the file was touched). Otherwise undefined.
  */
 function applyJournal(buf: Buffer, journal: Journal, ino: number): Buffer | undefined {
-  if (journal.ino !== ino || buf.length < journal.header.length) return undefined;
-  const current = buf.subarray(0, journal.header.length);
-  if (current.equals(journal.header)) return undefined;
-  const m = /\nrevision = (\d+)/.exec(current.toString("latin1"));
+  const { header, lines, dataOffset } = journal;
+  if (buf.length < dataOffset) return undefined;
+  const end = dataOffset + lines.length;
+  const head = buf.subarray(0, Math.min(header.length, buf.length));
+  if (!journalApplies(head, buf.subarray(dataOffset, Math.min(end, buf.length)), buf.length, journal, ino)) {
+    return undefined;
+  }
+  return Buffer.concat([header, buf.subarray(header.length, dataOffset), lines]);
+}
+
+/**
+ * The decision of {@link applyJournal} from the file's header bytes, the bytes
+ * at the journal's data offset and the file size.
+ */
+function journalApplies(head: Buffer, dataAt: Buffer, size: number, journal: Journal, ino: number): boolean {
+  const { header, lines, dataOffset } = journal;
+  if (journal.ino !== ino || size < dataOffset || dataOffset < header.length || head.length < header.length) {
+    return false;
+  }
+  const m = /\nrevision = (\d+)/.exec(head.toString("latin1"));
   // A journal applies only on top of the revision it was written for (or a torn header of its own save):
   // an older journal never rolls a newer file back, nor a newer journal an older file.
-  if (m && Number(m[1]) !== journal.revision && Number(m[1]) !== journal.revision - 1) return undefined;
-  return Buffer.concat([journal.header, buf.subarray(journal.header.length)]);
+  if (m && Number(m[1]) !== journal.revision && Number(m[1]) !== journal.revision - 1) return false;
+  return !(head.equals(header) && dataAt.equals(lines));
+}
+
+/** True when `journal` holds a save that `file` does not (checked with two small reads). */
+function journalPending(file: string, journal: Journal): boolean {
+  const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
+  try {
+    const st = fstatSync(fd);
+    const head = Buffer.alloc(journal.header.length);
+    const a = readSync(fd, head, 0, head.length, 0);
+    const data = Buffer.alloc(journal.lines.length);
+    const b = data.length === 0 ? 0 : readSync(fd, data, 0, data.length, journal.dataOffset);
+    return journalApplies(head.subarray(0, a), data.subarray(0, b), st.size, journal, st.ino);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function jsonOf(message: Message | undefined): string | undefined {

@@ -21,6 +21,7 @@
 import { Command } from "commander";
 import { DumplingsError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
+import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, RunRecord, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
 import { printJson, renderTable } from "./output.js";
@@ -214,7 +215,7 @@ export function runsCommand(): Command {
       try {
         if (runId) {
           const run = await journal.getRun(runId);
-          if (!run) throw new DumplingsError("RUN_NOT_FOUND", `no run ${JSON.stringify(runId)} in the journal`);
+          if (!run) throw new RunNotFoundError(runId);
           const steps = await journal.readSteps(runId);
           if (options.json) printJson({ run, steps, signals: await journal.listSignals(runId) });
           else

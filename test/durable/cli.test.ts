@@ -92,7 +92,7 @@ describe("durable CLI commands", () => {
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout).toMatch(/signal:approval:call_42\s+completed/);
     const missing = await cli("runs", "nope");
-    expect(missing.code).toBe(1);
+    expect(missing.code).toBe(3); // the CLI's "not found" class
     expect(missing.stderr).toContain("RUN_NOT_FOUND");
   });
 });

@@ -37,10 +37,12 @@
  *    committed history, then `fdatasync`;
  * 2. overwrites, in place, only the header bytes that changed (the new
  *    header padded to the old header's exact length), then `fdatasync`.
- *    When the changed bytes span more than one 4096-byte page (a long
- *    prompt between `[META]` and `[STATE]`), the new header is first written
- *    to a journal, `.<key>.duas.hdr` (inode, revision, length, SHA-256,
- *    header), and `fdatasync`ed.
+ *
+ * When the changed header bytes span more than one 4096-byte page (a long
+ * prompt sits between `[META]` and `[STATE]`), the save instead writes a
+ * journal, `.<key>.duas.hdr` (inode, revision, data offset, SHA-256, new
+ * header, new lines), `fdatasync`s it — that is the commit point — then
+ * writes the lines and the header into the file and `fdatasync`s it once.
  *
  * **Crash-safety argument.** `message_count` (with `revision`) is the commit
  * record: readers take exactly the first `message_count` history lines and
@@ -54,16 +56,15 @@
  * killed (Linux checks for fatal signals between pages of a buffered write,
  * not inside one), so after `kill -9` such a header is old or new. A write
  * spanning pages can be cut between pages; that is why it goes through the
- * journal first: a reader or writer that finds an intact journal for the
- * same inode whose revision is the file's or the next one, and a header that
- * differs from it, uses the journal's header (a writer also writes it back:
- * roll-forward). A journal torn by a crash fails its checksum and is ignored
- * (the header was not touched yet); an older journal never applies to a
- * newer header, nor to another inode (whole-file writes make a new inode).
- * Against power loss the one assumption is that the storage does not tear a
- * single 4096-byte page write (true of drives with 4 KiB atomic writes; the
- * same kind of assumption SQLite documents for its sector size); the
- * journal path does not even need that.
+ * journal: a reader or writer that finds an intact journal for the same
+ * inode whose revision is the file's or the next one, while the file does
+ * not hold exactly the journal's header and lines, uses the journal's save
+ * (a writer also writes it back: roll-forward). A journal torn by a crash
+ * fails its checksum and is ignored (the file was not touched yet); an older
+ * journal never applies to a newer header, nor to another inode (whole-file
+ * writes make a new inode). Against power loss the one assumption is that
+ * the storage does not tear a single 4096-byte page write (true of drives
+ * with 4 KiB atomic writes); the journal path does not even need that.
  *
  * A header that outgrows its padding (e.g. a much longer prompt) makes that
  * save a whole-file write, which re-pads the header.

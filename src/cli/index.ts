@@ -4,7 +4,10 @@
  *
  * `dumplings ls | show KEY | export KEY [-o FILE] | import FILE… [--key K] |
  * rm KEY | convert --from SPEC --to SPEC | gc --older-than 30d`, each with
- * `--backend`, `--dir`, `--db` (or the `DUMPLINGS_PERSISTENCE_*` env vars).
+ * `--backend`, `--dir`, `--db` (or the `DUMPLINGS_PERSISTENCE_*` env vars);
+ * `dumplings chat` (a resumable terminal chat), `dumplings workflows …`
+ * (workflow checkpoints) and `dumplings runs | approve | reject | signal`
+ * (durable runs).
  *
  * Each command lives in its own factory; adding one is a single
  * `program.addCommand(factory())` line below.
@@ -13,6 +16,7 @@
  */
 import { Command } from "commander";
 import { packageVersion } from "../core/version.js";
+import { chatCommand } from "./chat.js";
 import { convertCommand } from "./commands/convert.js";
 import { exportCommand } from "./commands/export.js";
 import { gcCommand } from "./commands/gc.js";
@@ -20,10 +24,14 @@ import { importCommand } from "./commands/import.js";
 import { lsCommand } from "./commands/ls.js";
 import { rmCommand } from "./commands/rm.js";
 import { showCommand } from "./commands/show.js";
+import { durableCommands } from "./durable-commands.js";
 import { runProgram } from "./run.js";
+import { workflowCommands } from "./workflow-commands.js";
 
 const program = new Command("dumplings")
-  .description("Inspect, import, export and convert durable agent sessions (dumplings-ai).")
+  .description(
+    "Durable AI agents: inspect, import, export and convert sessions; chat; workflows; durable runs (dumplings-ai).",
+  )
   .version(packageVersion(), "-V, --version")
   .showHelpAfterError(false);
 
@@ -34,5 +42,8 @@ program.addCommand(importCommand());
 program.addCommand(rmCommand());
 program.addCommand(convertCommand());
 program.addCommand(gcCommand());
+program.addCommand(chatCommand());
+for (const c of workflowCommands()) program.addCommand(c);
+for (const c of durableCommands()) program.addCommand(c);
 
 await runProgram(program);

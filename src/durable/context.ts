@@ -50,6 +50,45 @@ interface Scope {
   ctx: RunContext;
   /** Name of the step whose body is executing (steps cannot nest). */
   inStep?: string;
+  /** The executing step, inside a body. */
+  step?: StepInfo;
+}
+
+/** The step whose body is executing (see {@link currentStep}). */
+export interface StepInfo {
+  runId: string;
+  seq: number;
+  name: string;
+  /** 1-based attempt number (> 1 after a failure or a crash). */
+  attempt: number;
+  /**
+   * `<runId>:<seq>`: the same on every attempt and every replay of this step, different for any
+   * other step. Pass it to the external system (an `Idempotency-Key` header, a unique column) or
+   * to the workflow layer's `IdempotencyGuard` so an attempt re-run after a crash has no second effect.
+   */
+  idempotencyKey: string;
+}
+
+/**
+ * Inside a step body: the step being executed, with its idempotency key.
+ *
+ * The body of a step is at-least-once (a crash after the effect but before the
+ * completion record re-runs it); its recorded result is exactly-once. For an
+ * external effect that must happen exactly once, give the external system the
+ * step's `idempotencyKey` (for example Stripe's `Idempotency-Key` header), or
+ * wrap the call in `IdempotencyGuard.run(key, fn)` from `dumplings-ai`'s
+ * workflow layer, which records the effect under that key and asks a
+ * `reconcile` function when an attempt's outcome is unknown.
+ *
+ * @returns the step, or undefined outside a step body
+ * @example
+ * await step("charge", async () => {
+ *   const { idempotencyKey } = currentStep()!;
+ *   return payments.charge({ amount: 42, idempotencyKey });
+ * });
+ */
+export function currentStep(): StepInfo | undefined {
+  return storage.getStore()?.step;
 }
 
 const storage = new AsyncLocalStorage<Scope>();
@@ -201,7 +240,8 @@ export async function step<T = JsonValue>(
     let output: JsonValue;
     let value: T;
     try {
-      const raw = await storage.run({ ctx, inStep: name }, () => Promise.resolve(fn(input)));
+      const info: StepInfo = { runId: ctx.runId, seq, name, attempt, idempotencyKey: `${ctx.runId}:${seq}` };
+      const raw = await storage.run({ ctx, inStep: name, step: info }, () => Promise.resolve(fn(input)));
       const out = raw === undefined ? null : raw;
       assertJson(out, `step "${name}" output`);
       output = JSON.parse(JSON.stringify(out)) as JsonValue;

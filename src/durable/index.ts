@@ -14,8 +14,10 @@
 export { DurableAgent, type DurableAgentOptions, type DurableAgentResult, durableTool } from "./agent.js";
 export {
   currentRun,
+  currentStep,
   defineStep,
   type RetryPolicy,
+  type StepInfo,
   type StepOptions,
   signalStepName,
   sleep,

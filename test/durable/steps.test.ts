@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { defineStep, sleep, step, waitForSignal } from "../../src/durable/context.js";
+import { currentStep, defineStep, sleep, step, waitForSignal } from "../../src/durable/context.js";
 import {
   NoRunContextError,
   ReplayMismatchError,
@@ -85,6 +85,33 @@ describe("step and replay", () => {
     const again = await runDurable("r2", wf, { journal });
     expect(again.status).toBe("failed");
     expect([first, flaky]).toEqual([1, 1]);
+  });
+
+  it("a step body sees its idempotency key, the same on every attempt", async () => {
+    const seen: unknown[] = [];
+    const r = await runDurable(
+      "k1",
+      async () => {
+        await step("a", () => 1);
+        return step(
+          "b",
+          () => {
+            const info = currentStep();
+            seen.push(info);
+            if (seen.length === 1) throw new Error("transient");
+            return info?.idempotencyKey ?? null;
+          },
+          { retry: { maxAttempts: 2, backoffMs: 1 } },
+        );
+      },
+      { journal },
+    );
+    expect(r).toMatchObject({ status: "completed", output: "k1:1" });
+    expect(seen).toEqual([
+      { runId: "k1", seq: 1, name: "b", attempt: 1, idempotencyKey: "k1:1" },
+      { runId: "k1", seq: 1, name: "b", attempt: 2, idempotencyKey: "k1:1" },
+    ]);
+    expect(currentStep()).toBeUndefined();
   });
 
   it("retries with backoff, recording each attempt", async () => {

@@ -88,7 +88,7 @@ import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
 import { validateKey } from "./keys.js";
-import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
 export const SQLITE_SCHEMA_VERSION = 1;
@@ -408,6 +408,26 @@ export class SQLiteBackend implements StateBackend {
   }
 
   /**
+   * Reads a session's header (meta, config, state) and revision without its
+   * history: with {@link SQLiteBackend.iterHistory}, a reader such as
+   * `dumplings show` never holds a big history in memory.
+   *
+   * @param key - state key
+   * @returns `{ header, revision }` (`header.meta.messageCount` is the stored history's length), or `undefined` when nothing is stored
+   * @throws {FormatError} when the stored header is corrupt
+   * @throws {BackendError} when the driver fails
+   */
+  async readHeader(key: string): Promise<HeaderResult | undefined> {
+    validateKey(key);
+    const row = this.#run(`cannot read ${JSON.stringify(key)}`, key, () => this.#s.row.get(key));
+    if (!row) return undefined;
+    const [meta, config, runtime] = this.#headerParts(key, row);
+    const count = row.message_count ?? this.#parseLegacyHistory(key, row.history).length;
+    const header = { meta: { ...meta, messageCount: count }, config, state: runtime };
+    return { header: header as unknown as HeaderResult["header"], revision: row.revision };
+  }
+
+  /**
    * Streams the history of `key` in pages of 512 messages: memory stays bounded
    * whatever the history's size.
    *
@@ -539,19 +559,7 @@ export class SQLiteBackend implements StateBackend {
     const found = this.#run(`cannot load ${JSON.stringify(key)}`, key, () => this.#readTx(key));
     if (!found) return undefined;
     const { row, bodies } = found;
-    const part = (name: "meta" | "config" | "state"): Record<string, unknown> => {
-      let value: unknown;
-      try {
-        value = JSON.parse(row[name]);
-      } catch (cause) {
-        throw this.#corrupt(key, `${name} is not JSON`, cause);
-      }
-      if (!isObject(value)) throw this.#corrupt(key, `${name} is not a JSON object`);
-      return value;
-    };
-    const meta = part("meta");
-    const config = part("config");
-    const runtime = part("state");
+    const [meta, config, runtime] = this.#headerParts(key, row);
     let history: Message[];
     if (row.message_count === null) {
       history = this.#parseLegacyHistory(key, row.history);
@@ -568,6 +576,19 @@ export class SQLiteBackend implements StateBackend {
       state: { meta, config, state: runtime, history } as unknown as AgentState,
       revision: row.revision,
     };
+  }
+
+  #headerParts(key: string, row: SessionRow): Record<string, unknown>[] {
+    return (["meta", "config", "state"] as const).map((name) => {
+      let value: unknown;
+      try {
+        value = JSON.parse(row[name]);
+      } catch (cause) {
+        throw this.#corrupt(key, `${name} is not JSON`, cause);
+      }
+      if (!isObject(value)) throw this.#corrupt(key, `${name} is not a JSON object`);
+      return value;
+    });
   }
 
   /** A row written by the seed's single-table layout (or a seed process after migration): JSONL in `history`. */

@@ -13,7 +13,7 @@ import type { ModelMessage } from "ai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
-import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
+import { type ModelServer, type RecordedRequest, startModelServer } from "../../src/testing/model-server.js";
 import {
   FINAL_TEXT,
   makeFixtureAgent,
@@ -27,6 +27,10 @@ let dir: string;
 let db: string;
 let server: ModelServer;
 let journal: SqliteJournal;
+const requestHooks = new Set<(r: RecordedRequest) => void>();
+const slowRuns = new Set<string>();
+/** The run a request belongs to: the `[runId]` tag of its first user message. */
+const tagOf = (r: RecordedRequest) => /\[([^\]"]+)\] please/.exec(JSON.stringify(r.body.messages))?.[1] ?? "";
 let reference: { messages: ModelMessage[]; text: string; llmSteps: number };
 
 const effects = (runId: string) => {
@@ -45,7 +49,13 @@ const childEnv = (runId: string, extra: Record<string, string> = {}) => ({
 beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), "dumplings-crash-"));
   db = path.join(dir, "journal.db");
-  server = await startModelServer({ handler: modelHandler });
+  server = await startModelServer({
+    handler: (request) => {
+      for (const hook of requestHooks) hook(request);
+      const turn = modelHandler(request);
+      return slowRuns.has(tagOf(request)) ? { ...turn, chunkDelayMs: 150, chunkSize: 2 } : turn;
+    },
+  });
   journal = new SqliteJournal({ path: db });
   // the uninterrupted reference run, in this process
   const agent = makeFixtureAgent(server.url, path.join(dir, "ref.effects"));
@@ -101,6 +111,42 @@ describe.concurrent("SIGKILL and resume in a new process", () => {
       expect(leases.map((e) => e.fencingToken)).toEqual([1, 2]);
     },
   );
+});
+
+describe("SIGKILL while the model is streaming", () => {
+  it("the interrupted llm step is asked again (attempt 2): one extra request, still the same final messages", async () => {
+    const runId = "kill-mid-stream";
+    slowRuns.add(runId);
+    const { child, done } = startChild(fixture("agent-child.ts"), childEnv(runId));
+    // kill the child while the answer to its third request (the final text) is being streamed
+    await new Promise<void>((resolve) => {
+      const hook = (r: RecordedRequest) => {
+        if (tagOf(r) === runId && requestsOf(server.requests, runId).length === 3) {
+          requestHooks.delete(hook);
+          setTimeout(() => {
+            child.kill("SIGKILL");
+            resolve();
+          }, 300);
+        }
+      };
+      requestHooks.add(hook);
+    });
+    expect((await done).signal).toBe("SIGKILL");
+    slowRuns.delete(runId);
+    const second = await runChild(fixture("agent-child.ts"), childEnv(runId));
+    expect(second.json, second.stderr).toMatchObject({ status: "completed" });
+    expect((second.json as { output: typeof reference }).output.messages.slice(1)).toEqual(reference.messages.slice(1));
+    const steps = await journal.readSteps(runId);
+    expect(steps.map((s) => [s.name, s.attempt])).toEqual([
+      ["llm", 1],
+      ["tool:lookup", 1],
+      ["llm", 1],
+      ["tool:refund", 1],
+      ["llm", 2],
+    ]);
+    expect(requestsOf(server.requests, runId)).toHaveLength(4); // 3 llm steps + the interrupted attempt
+    expect(effects(runId)).toEqual(["lookup call_lookup", "refund call_refund"]);
+  });
 });
 
 describe("approvals across processes", () => {

@@ -644,7 +644,9 @@ export class FileBackend implements StateBackend {
       if (!isCode(e, "ENOENT")) throw e;
       created = true;
     }
-    const jfd = openSync(file, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NOFOLLOW, 0o644);
+    // Overwritten in place, not truncated: the record carries its lengths and checksum, so bytes left
+    // after it by a longer earlier record are ignored, and the file's size rarely changes (a cheaper sync).
+    const jfd = openSync(file, constants.O_WRONLY | constants.O_CREAT | NOFOLLOW, 0o644);
     try {
       writeAll(jfd, encodeJournal(journal), 0);
       fdatasyncSync(jfd);
@@ -1034,9 +1036,11 @@ function decodeJournal(bytes: Buffer): Journal | undefined {
   const [magic, ino, revision, headerLength, dataOffset, linesLength, hash] = bytes
     .toString("latin1", 0, nl)
     .split(" ");
-  const body = bytes.subarray(nl + 1);
   const h = Number(headerLength);
-  if (magic !== JOURNAL_MAGIC || h + Number(linesLength) !== body.length || sha256(body) !== hash) return undefined;
+  const total = h + Number(linesLength);
+  if (magic !== JOURNAL_MAGIC || !Number.isSafeInteger(total) || nl + 1 + total > bytes.length) return undefined;
+  const body = bytes.subarray(nl + 1, nl + 1 + total);
+  if (sha256(body) !== hash) return undefined;
   return {
     ino: Number(ino),
     revision: Number(revision),

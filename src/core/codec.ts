@@ -82,7 +82,14 @@ import { gunzipSync, gzipSync } from "node:zlib";
 import { FormatError, InvalidStateError } from "./errors.js";
 import { assertJson } from "./json.js";
 import { type Message, messageSchemaFor, type Protocol } from "./messages.js";
-import { type AgentConfig, type AgentState, parseAgentState, type StateMeta } from "./state.js";
+import {
+  type AgentConfig,
+  AgentConfigSchema,
+  AgentRuntimeStateSchema,
+  type AgentState,
+  type StateMeta,
+  StateMetaSchema,
+} from "./state.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 
 /** File extension of a plain `.duas` file. */
@@ -210,8 +217,40 @@ function fieldKey(name: string): string {
  * and returns the validated copies (config defaults filled in).
  */
 function checkHeader(state: AgentState): { meta: StateMeta; config: AgentConfig; st: AgentState["state"] } {
-  const parsed = parseAgentState({ meta: state.meta, config: state.config, state: state.state, history: [] });
-  return { meta: parsed.meta, config: parsed.config, st: parsed.state };
+  return validateHeader(state.meta, state.config, state.state, "state");
+}
+
+/**
+ * Validates meta/config/state with the schemas of `core/state.ts` (compiled
+ * once; much cheaper than building the whole-state schema per call).
+ *
+ * @throws {InvalidStateError} with a path such as `meta.protocol` or `config.maxTokens`
+ */
+function validateHeader(
+  meta: unknown,
+  config: unknown,
+  st: unknown,
+  label: string,
+): { meta: StateMeta; config: AgentConfig; st: AgentState["state"] } {
+  const m = StateMetaSchema.safeParse(meta);
+  if (!m.success) throw issueError(m.error, "meta", label);
+  const c = AgentConfigSchema.safeParse(config);
+  if (!c.success) throw issueError(c.error, "config", label);
+  const s = AgentRuntimeStateSchema.safeParse(st);
+  if (!s.success) throw issueError(s.error, "state", label);
+  return { meta: m.data, config: c.data, st: s.data };
+}
+
+function issueError(
+  error: { issues: readonly { path: readonly PropertyKey[]; message: string }[] },
+  prefix: string,
+  label: string,
+): InvalidStateError {
+  const issue = error.issues[0];
+  const path = [prefix, ...(issue?.path ?? []).map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`))]
+    .join("")
+    .replace(/^\./, "");
+  return new InvalidStateError(path, `${label}: ${issue?.message ?? "does not match the schema"}`, { cause: error });
 }
 
 /**
@@ -572,7 +611,8 @@ export class DuasLineParser {
 
   private finishHeader(): void {
     const lineOf = (path: string): number | undefined => {
-      const [part, field] = path.split(".");
+      const [part, rawField] = path.split(".");
+      const field = rawField?.replace(/\[.*$/, "");
       const section = part === "meta" ? "META" : part === "config" ? "CONFIG" : part === "state" ? "STATE" : "";
       if (!field) return undefined;
       const keys = KEYS[section as "META"] as ReadonlyMap<string, [string, Kind]> | undefined;
@@ -605,7 +645,8 @@ export class DuasLineParser {
     this.st.fields = this.fields;
     let header: ParsedHeader;
     try {
-      const p = parseAgentState({ meta: this.meta, config: this.config, state: this.st, history: [] });
+      const v = validateHeader(this.meta, this.config, this.st, this.source ?? "state");
+      const p = { meta: v.meta, config: v.config, state: v.st };
       // keep our own fields object (own properties only, "__proto__" included), validated by the schema above
       const st = { ...p.state, fields: this.fields as AgentState["state"]["fields"] };
       header = { meta: p.meta, config: p.config, state: st, revision, historyLine: this.lineNo };

@@ -41,6 +41,7 @@ import { fromModelMessages, toModelMessages } from "./ai-sdk-messages.js";
 import { createLanguageModel } from "./model.js";
 import { type PendingToolCall, type RepairAction, type RepairPolicy, repairHistory } from "./repair.js";
 import { runToolCalls, type ToolCallOutcome, type ToolDefinition, type ToolHook, toAiSdkTools } from "./tools.js";
+import { toWellFormedDeep } from "./well-formed.js";
 
 /** What the loop needs from an agent (`BaseAgent` and `AnthropicAgent` provide it). */
 export interface ConversationHost {
@@ -400,7 +401,8 @@ async function runTurn(
   const stream = options.stream ?? config.stream;
   for (let round = 1; round <= maxRounds; round++) {
     const model = runtime.model ? runtime.model() : createLanguageModel(config, protocol);
-    const messages = toModelMessages(protocol, host.history);
+    // Storage keeps lone surrogates exactly; the provider request never carries one (pb-06).
+    const messages = toWellFormedDeep(toModelMessages(protocol, host.history));
     // A leading system message of the history goes in the AI SDK's `system` option (the same first
     // message on the wire); otherwise the configured prompt does.
     const first = messages[0];
@@ -409,7 +411,7 @@ async function runTurn(
         ? first.content
         : undefined;
     if (leadingSystem !== undefined) messages.shift();
-    const system = leadingSystem ?? (config.prompt || undefined);
+    const system = toWellFormedDeep(leadingSystem ?? (config.prompt || undefined));
     const request = {
       model,
       messages,

@@ -25,6 +25,7 @@ import {
   type Tool,
   type ToolSet,
 } from "ai";
+import { toWellFormedDeep } from "../agent/well-formed.js";
 import { DumplingsError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { currentRun, type RetryPolicy, step, waitForSignal } from "./context.js";
@@ -134,7 +135,7 @@ export class DurableAgent {
         const result = streamText({
           model: this.options.model,
           ...(this.options.system ? { system: this.options.system } : {}),
-          messages: history,
+          messages: toWellFormedDeep(history), // the journal keeps strings exactly; the request never carries a lone surrogate (pb-06)
           tools: this.modelTools(),
           maxRetries: 0, // retries are journaled step attempts, one model request each
           onError: () => undefined, // the error part below fails the attempt; nothing is logged twice

@@ -58,37 +58,10 @@ import {
   type RepairPolicy,
   repairHistory,
 } from "./repair.js";
-import { assertTool, effectiveTools, type ToolDefinition, ToolRegistrationError } from "./tools.js";
+import { assertTool, effectiveTools, type ToolDefinition, type ToolHook, ToolRegistrationError } from "./tools.js";
 
-/**
- * A tool-call hook event (the same shape the agent runtime's tool runner
- * emits; see `tools.ts`).
- */
-export interface ToolHookEvent {
-  /** `before` the call, `after` a successful call, `error` after a failed one (throw, timeout, bad arguments). */
-  type: "before" | "after" | "error";
-  /** Tool name. */
-  toolName: string;
-  /** Tool call id. */
-  toolCallId: string;
-  /** Parsed arguments (the raw text when they were not JSON). */
-  args: unknown;
-  /** The tool's return value (`after` only). */
-  result?: unknown;
-  /** The error (`error` only). */
-  error?: Error;
-  /** Task id of the turn. */
-  taskId: string;
-  /** Time the call took, in ms (`after`/`error`; 0 for `before`). */
-  durationMs: number;
-}
-
-/**
- * A tool-call hook. It may be async; a hook that throws is reported and does
- * not break the turn. Register it with `registerHookFunction(fn, import.meta.url)`
- * so that it is saved with the agent (by `module:export` name) and re-bound on load.
- */
-export type ToolHook = (event: ToolHookEvent) => unknown;
+/** Tool-call hooks and their events are defined with the tool runner that calls them. */
+export type { ToolHook, ToolHookEvent } from "./tools.js";
 
 /** Options of the agent constructors: the `[CONFIG]` fields plus identity and initial state. */
 export interface AgentOptions extends AgentConfigInput {

@@ -140,7 +140,7 @@ export function isHistoryValid(protocol: Protocol, history: readonly Message[]):
 }
 
 function callsOf(protocol: Protocol, m: Obj | undefined): Omit<PendingToolCall, "index">[] {
-  if (!m || m.role !== "assistant") return [];
+  if (m?.role !== "assistant") return [];
   if (protocol === "openai") {
     return ((m.tool_calls as Obj[] | undefined) ?? []).map((c) => {
       const fn = c.function as Obj;

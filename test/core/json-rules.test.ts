@@ -31,6 +31,7 @@ describe("assertJson", () => {
   it.each([
     ["BigInt (pb-08)", { a: [1, 2n] }, "input.a[1]", "BigInt"],
     ["undefined in an array", { a: { "x y": [undefined] } }, 'input.a["x y"][0]', "undefined"],
+    // biome-ignore lint/suspicious/noSparseArray: a hole is the case under test
     ["a sparse array hole", [1, , 3], "input[1]", "hole"],
     ["a Date", { d: new Date(0) }, "input.d", "Date"],
     ["a Map", { m: new Map() }, "input.m", "Map"],

@@ -73,10 +73,22 @@ export interface PgLikeClient {
  * const backend = new PostgresBackend({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) });
  */
 export interface PgLikePool {
-  query(text: string, values?: unknown[]): Promise<PgLikeResult>;
+  /**
+   * Runs one statement. The append path passes a `{ name, text, values }`
+   * config (a named prepared statement, planned once per connection), as
+   * `pg.Pool#query` accepts.
+   */
+  query(text: string | PgNamedQuery, values?: unknown[]): Promise<PgLikeResult>;
   connect(): Promise<PgLikeClient>;
   /** Optional: close every connection. Called by `close()` only for a pool the backend created itself. */
   end?(): Promise<void>;
+}
+
+/** A named prepared statement, as `pg` accepts it: planned once per connection, then reused. */
+export interface PgNamedQuery {
+  name: string;
+  text: string;
+  values: unknown[];
 }
 
 /** Options of {@link PostgresBackend}. */
@@ -272,8 +284,10 @@ export class PostgresBackend implements StateBackend {
     ) {
       const enc = this.encode(history, base);
       const r = await this.call(what, key, () =>
-        this.pool.query(
-          this.sql(`WITH upd AS (
+        this.pool.query({
+          // Named: the append runs after every turn, so PostgreSQL plans it once per connection.
+          name: `dumplings_append_${this.schema}`,
+          text: this.sql(`WITH upd AS (
               UPDATE {s}.sessions
                  SET meta = $3, config = $4, state = $5, revision = revision + 1, message_count = $6,
                      last_digest = $10, saved_at = now()
@@ -286,7 +300,7 @@ export class PostgresBackend implements StateBackend {
                WHERE EXISTS (SELECT 1 FROM upd)
             )
             SELECT (SELECT revision FROM upd) AS revision`),
-          [
+          values: [
             key,
             expected,
             ...header,
@@ -297,7 +311,7 @@ export class PostgresBackend implements StateBackend {
             tailDigest(history),
             base > 0 ? digest(history, base - 1) : "",
           ],
-        ),
+        }),
       );
       const revision = r.rows[0]?.revision;
       if (revision !== null && revision !== undefined) {

@@ -1,0 +1,301 @@
+/**
+ * The stores `npm run bench` compares, behind one small adapter interface:
+ *
+ * - ours: the dumplings-ai backends (file, SQLite, Redis, PostgreSQL), saved the
+ *   way the persistence layer saves them (`write` with the revision and the
+ *   number of messages already stored, so a save sends only the new message);
+ * - LangGraph.js: `SqliteSaver` and `MemorySaver`, the messages as one channel,
+ *   a new checkpoint per save (how a LangGraph agent with a `messages` channel
+ *   checkpoints after every step);
+ * - raw baselines: the cheapest way to make one more message durable in each
+ *   kind of store (JSONL append + fdatasync; an SQLite row per message in WAL;
+ *   Redis RPUSH; a PostgreSQL INSERT per message).
+ *
+ * @module
+ */
+import { closeSync, fdatasyncSync, openSync, readFileSync, statSync, writeSync } from "node:fs";
+import path from "node:path";
+import Database from "better-sqlite3";
+import type { StateBackend } from "../src/backends/types.js";
+import type { Message } from "../src/core/messages.js";
+import type { AgentState } from "../src/core/state.js";
+import { makeState } from "../src/testing/states.js";
+
+/** Where a store keeps its data for one bench case. */
+export interface BenchContext {
+  /** A fresh temp directory for this store and case. */
+  dir: string;
+  /** A unique id for keys, schemas and prefixes of this case. */
+  id: string;
+  redisUrl: string;
+  databaseUrl: string;
+}
+
+/** One store under test. */
+export interface BenchStore {
+  /** Row label, e.g. `ours: sqlite`. */
+  name: string;
+  /** Kind of store, for grouping and the baseline ratio. */
+  family: "file" | "sqlite" | "redis" | "postgres" | "memory";
+  group: "ours" | "langgraph" | "baseline";
+  /** True when every save rewrites the whole history (sampled in windows at large N). */
+  wholeHistory?: boolean;
+  /** Needs a server: `redis` or `postgres`. */
+  needs?: "redis" | "postgres";
+  open(ctx: BenchContext): Promise<void>;
+  /** Persist the history after message `history.length - 1` was appended. */
+  save(history: Message[]): Promise<void> | void;
+  /** Load the whole history back; returns it. */
+  load(): Promise<Message[]>;
+  /** Bytes the store occupies now (files, server memory or relation size). `undefined` when not measurable. */
+  size(): Promise<number | undefined>;
+  close(): Promise<void>;
+}
+
+function fileSize(p: string): number {
+  try {
+    return statSync(p).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** Our backends through their revision-aware `write`, as the persistence layer drives them. */
+export function oursStore(
+  family: BenchStore["family"],
+  label: string,
+  make: (ctx: BenchContext) => Promise<StateBackend>,
+  sizeOf: (ctx: BenchContext, backend: StateBackend) => Promise<number | undefined>,
+): BenchStore {
+  let backend: StateBackend;
+  let ctx: BenchContext;
+  let state: AgentState;
+  let revision: number | null = null;
+  let stored = 0;
+  const key = "bench-session";
+  return {
+    name: `ours: ${label}`,
+    family,
+    group: "ours",
+    needs: family === "redis" ? "redis" : family === "postgres" ? "postgres" : undefined,
+    async open(c) {
+      ctx = c;
+      backend = await make(c);
+      state = makeState([], { name: "bench" });
+      revision = null;
+      stored = 0;
+    },
+    async save(history) {
+      state.history = history;
+      state.meta.messageCount = history.length;
+      if (!backend.write) throw new Error(`${label} has no write capability`);
+      const r = await backend.write(key, state, {
+        expectedRevision: revision,
+        baseLength: revision === null ? undefined : stored,
+      });
+      revision = r.revision;
+      stored = history.length;
+    },
+    async load() {
+      const s = await backend.load(key);
+      return s?.history ?? [];
+    },
+    size: () => sizeOf(ctx, backend),
+    async close() {
+      await backend.close?.();
+    },
+  };
+}
+
+/** Raw baseline: append the new message as a JSONL line, then fdatasync. */
+export function jsonlBaseline(): BenchStore {
+  let fd = -1;
+  let file = "";
+  return {
+    name: "baseline: JSONL append + fdatasync",
+    family: "file",
+    group: "baseline",
+    async open(ctx) {
+      file = path.join(ctx.dir, "history.jsonl");
+      fd = openSync(file, "a");
+    },
+    save(history) {
+      writeSync(fd, `${JSON.stringify(history[history.length - 1])}\n`);
+      fdatasyncSync(fd);
+    },
+    async load() {
+      const text = readFileSync(file, "utf8");
+      const out: Message[] = [];
+      for (const line of text.split("\n")) if (line) out.push(JSON.parse(line));
+      return out;
+    },
+    async size() {
+      return fileSize(file);
+    },
+    async close() {
+      if (fd >= 0) closeSync(fd);
+      fd = -1;
+    },
+  };
+}
+
+/** Raw baseline: one SQLite row per message, WAL, the same `synchronous` setting as our SQLite backend. */
+export function sqliteRowBaseline(synchronous: string): BenchStore {
+  let db: Database.Database;
+  let insert: Database.Statement;
+  let file = "";
+  return {
+    name: "baseline: SQLite row per message (WAL)",
+    family: "sqlite",
+    group: "baseline",
+    async open(ctx) {
+      file = path.join(ctx.dir, "rows.db");
+      db = new Database(file);
+      db.pragma("journal_mode = WAL");
+      db.pragma(`synchronous = ${synchronous}`);
+      db.exec("CREATE TABLE m (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)");
+      insert = db.prepare("INSERT INTO m (seq, body) VALUES (?, ?)");
+    },
+    save(history) {
+      insert.run(history.length - 1, JSON.stringify(history[history.length - 1]));
+    },
+    async load() {
+      return (db.prepare("SELECT body FROM m ORDER BY seq").all() as { body: string }[]).map((r) => JSON.parse(r.body));
+    },
+    async size() {
+      db.pragma("wal_checkpoint(TRUNCATE)");
+      return fileSize(file) + fileSize(`${file}-wal`);
+    },
+    async close() {
+      db.close();
+    },
+  };
+}
+
+/** Raw baseline: RPUSH of the new message to a Redis list. */
+export function redisBaseline(): BenchStore {
+  // biome-ignore lint/suspicious/noExplicitAny: ioredis is loaded lazily so the bench runs without a server
+  let redis: any;
+  let key = "";
+  return {
+    name: "baseline: Redis RPUSH",
+    family: "redis",
+    group: "baseline",
+    needs: "redis",
+    async open(ctx) {
+      const { Redis } = await import("ioredis");
+      redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1, connectTimeout: 2000 });
+      key = `bench:${ctx.id}:rpush`;
+      await redis.del(key);
+    },
+    async save(history) {
+      await redis.rpush(key, JSON.stringify(history[history.length - 1]));
+    },
+    async load() {
+      return ((await redis.lrange(key, 0, -1)) as string[]).map((s) => JSON.parse(s));
+    },
+    async size() {
+      return Number(await redis.call("MEMORY", "USAGE", key, "SAMPLES", "0"));
+    },
+    async close() {
+      await redis.del(key);
+      await redis.quit();
+    },
+  };
+}
+
+/** Raw baseline: one INSERT per message into a PostgreSQL table (autocommit). */
+export function postgresBaseline(): BenchStore {
+  // biome-ignore lint/suspicious/noExplicitAny: pg is loaded lazily so the bench runs without a server
+  let client: any;
+  let table = "";
+  return {
+    name: "baseline: PostgreSQL INSERT per message",
+    family: "postgres",
+    group: "baseline",
+    needs: "postgres",
+    async open(ctx) {
+      const pg = await import("pg");
+      client = new pg.default.Client({ connectionString: ctx.databaseUrl });
+      await client.connect();
+      table = `bench_rows_${ctx.id.replace(/[^a-z0-9_]/gi, "_")}`;
+      await client.query(`DROP TABLE IF EXISTS ${table}`);
+      await client.query(`CREATE TABLE ${table} (seq integer PRIMARY KEY, body text NOT NULL)`);
+    },
+    async save(history) {
+      await client.query(`INSERT INTO ${table} (seq, body) VALUES ($1, $2)`, [
+        history.length - 1,
+        JSON.stringify(history[history.length - 1]),
+      ]);
+    },
+    async load() {
+      const r = await client.query(`SELECT body FROM ${table} ORDER BY seq`);
+      return r.rows.map((row: { body: string }) => JSON.parse(row.body));
+    },
+    async size() {
+      const r = await client.query("SELECT pg_total_relation_size($1::regclass) AS n", [table]);
+      return Number(r.rows[0].n);
+    },
+    async close() {
+      await client.query(`DROP TABLE IF EXISTS ${table}`);
+      await client.end();
+    },
+  };
+}
+
+/**
+ * LangGraph.js checkpointers (`SqliteSaver`, `MemorySaver`): the messages as one
+ * channel, a new checkpoint per save, each checkpoint's parent the previous one.
+ */
+export function langgraphStore(kind: "sqlite" | "memory"): BenchStore {
+  // biome-ignore lint/suspicious/noExplicitAny: both savers share BaseCheckpointSaver's put/getTuple
+  let saver: any;
+  let file = "";
+  let threadId = "";
+  let parentId: string | undefined;
+  let step = 0;
+  // biome-ignore lint/suspicious/noExplicitAny: module namespace of @langchain/langgraph-checkpoint
+  let lg: any;
+  return {
+    name: kind === "sqlite" ? "LangGraph SqliteSaver" : "LangGraph MemorySaver",
+    family: kind,
+    group: "langgraph",
+    wholeHistory: true,
+    async open(ctx) {
+      lg = await import("@langchain/langgraph-checkpoint");
+      if (kind === "sqlite") {
+        const { SqliteSaver } = await import("@langchain/langgraph-checkpoint-sqlite");
+        file = path.join(ctx.dir, "langgraph.db");
+        saver = SqliteSaver.fromConnString(file);
+      } else {
+        saver = new lg.MemorySaver();
+      }
+      threadId = `bench-${ctx.id}`;
+      parentId = undefined;
+      step = 0;
+    },
+    async save(history) {
+      const checkpoint = lg.emptyCheckpoint();
+      checkpoint.id = lg.uuid6(step);
+      checkpoint.channel_values = { messages: history };
+      checkpoint.channel_versions = { messages: step + 1 };
+      const config = {
+        configurable: { thread_id: threadId, checkpoint_ns: "", ...(parentId ? { checkpoint_id: parentId } : {}) },
+      };
+      const next = await saver.put(config, checkpoint, { source: "loop", step, parents: {} }, { messages: step + 1 });
+      parentId = next.configurable.checkpoint_id;
+      step++;
+    },
+    async load() {
+      const t = await saver.getTuple({ configurable: { thread_id: threadId, checkpoint_ns: "" } });
+      return (t?.checkpoint.channel_values.messages ?? []) as Message[];
+    },
+    async size() {
+      if (kind !== "sqlite") return undefined;
+      return fileSize(file) + fileSize(`${file}-wal`);
+    },
+    async close() {
+      if (kind === "sqlite") saver.db.close();
+    },
+  };
+}

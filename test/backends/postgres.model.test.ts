@@ -4,7 +4,7 @@ import fc from "fast-check";
 import pg from "pg";
 import { afterAll, describe, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
-import { check, op } from "../fixtures/servers/backend-model.js";
+import { check, op } from "../helpers/backend-model.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 
 const skip = await postgresSkipReason();

@@ -4,7 +4,7 @@ import fc from "fast-check";
 import { Redis } from "ioredis";
 import { afterAll, describe, it } from "vitest";
 import { RedisBackend } from "../../src/backends/redis.js";
-import { check, op } from "../fixtures/servers/backend-model.js";
+import { check, op } from "../helpers/backend-model.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
 const skip = await redisSkipReason();

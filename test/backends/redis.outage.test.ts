@@ -7,12 +7,12 @@
  * on a free port, pauses (SIGSTOP), resumes and kills (SIGKILL). Bounds are
  * generous (10 s) and only detect a hang; speed belongs in the bench.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import net from "node:net";
+import { type ChildProcess, execFileSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { RedisBackend } from "../../src/backends/redis.js";
 import { BackendError, StateNotFoundError } from "../../src/core/errors.js";
 import { makeState } from "../../src/testing/states.js";
+import { freePort, startRedis as startPrivateRedis } from "../helpers/redis-server.js";
 
 const HANG_BOUND_MS = 10_000;
 
@@ -29,40 +29,9 @@ if (noServerBinary && process.env.DUMPLINGS_REQUIRE_SERVICES === "1") {
   throw new Error(`${noServerBinary} and DUMPLINGS_REQUIRE_SERVICES=1`);
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function canConnect(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect({ host: "127.0.0.1", port });
-    s.once("connect", () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once("error", () => resolve(false));
-  });
-}
-
+/** A private redis-server on `port` (this test pauses and kills it). */
 async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn(
-    "redis-server",
-    ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"],
-    { stdio: "ignore" },
-  );
-  for (let i = 0; i < 200; i++) {
-    if (await canConnect(port)) return child;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  child.kill("SIGKILL");
-  throw new Error(`redis-server did not start on port ${port}`);
+  return (await startPrivateRedis(port)).process;
 }
 
 /** Runs `fn`, expecting a BackendError within the hang bound. */

@@ -14,9 +14,9 @@ import {
   ResumableGraphRunner,
   type WorkflowState,
 } from "../../src/workflow/index.js";
+import { freePort, redisServerBinary, startRedis } from "../helpers/redis-server.js";
 import { REDIS_URL, redisSkipReason, SERVICES_REQUIRED } from "../helpers/services.js";
 import { sqliteStore, tempDir } from "./helpers.js";
-import { freePort, redisServerBinary, startRedis } from "./redis-server.js";
 
 const skip = await redisSkipReason();
 const noBinary = redisServerBinary() ? undefined : "redis-server binary not installed";

@@ -190,6 +190,24 @@ function lineHasContent(buf: Buffer, start: number, end: number): boolean {
   return false;
 }
 
+const HISTORY_MARKER = Buffer.from("\n[HISTORY]\n");
+
+/**
+ * Reads a plain `.duas` file's header bytes (through the `[HISTORY]` line) with
+ * positional reads, or undefined when no `[HISTORY]` line is found (then the
+ * caller falls back to a whole-file read and its own checks).
+ */
+function readHead(fd: number): Buffer | undefined {
+  for (let size = 64 * 1024; size <= 64 * 1024 * 1024; size *= 4) {
+    const b = Buffer.allocUnsafe(size);
+    const n = readSync(fd, b, 0, size, 0);
+    const i = b.subarray(0, n).indexOf(HISTORY_MARKER);
+    if (i >= 0) return Buffer.from(b.subarray(0, i + HISTORY_MARKER.length));
+    if (n < size) return undefined;
+  }
+  return undefined;
+}
+
 /**
  * Scans a plain `.duas` file's bytes: parses the header and finds the end of
  * the `message_count`-th history line (the committed end).
@@ -777,14 +795,22 @@ export class FileBackend implements StateBackend {
     for (let attempt = 0; ; attempt++) {
       const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
       try {
-        const buf = readFileSync(fd);
+        // Header first, body second: a writer appends lines before it updates the fixed-width header
+        // in place, so the body read afterwards holds at least the lines this header counts (later
+        // appends are beyond message_count and ignored). Reading the whole file in one go could pair
+        // a newer header with an older, shorter body while appends go on.
+        const head = readHead(fd);
+        const whole = readFileSync(fd);
+        const buf = head && whole.length >= head.length ? Buffer.concat([head, whole.subarray(head.length)]) : whole;
         const journal = this.readJournal(key);
         const data = (journal && applyJournal(buf, journal, fstatSync(fd).ino)) || buf;
         const scan = scanPlain(data, file);
-        // seqlock: the header must not have changed while we read (a writer updates it last)
-        const again = Buffer.allocUnsafe(scan.headerEnd);
-        const n = readSync(fd, again, 0, again.length, 0);
-        if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
+        if (!head || journal) {
+          // seqlock: the header must not have changed while we read (a writer updates it last)
+          const again = Buffer.allocUnsafe(scan.headerEnd);
+          const n = readSync(fd, again, 0, again.length, 0);
+          if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
+        }
         const r = decodeStateDetailed(decodeUtf8(data.subarray(0, scan.end), file), { source: file });
         return { state: r.state, revision: r.revision ?? 1 };
       } finally {

@@ -131,7 +131,11 @@ export class ConflictError extends DumplingsError {
     const show = (r: number | null) => (r === null ? "none" : String(r));
     super(
       "CONFLICT",
-      `[dumplings${backend ? `:${backend}` : ""}] conflict on key ${JSON.stringify(key)}: expected revision ${show(expectedRevision)}, stored revision is ${show(actualRevision)}`,
+      `[dumplings${backend ? `:${backend}` : ""}] conflict on key ${JSON.stringify(key)}: expected revision ${show(expectedRevision)}, stored revision is ${show(actualRevision)}${
+        expectedRevision === null && actualRevision !== null
+          ? " (the key already holds a session this writer never loaded: load it first, or save with { force: true } to replace it)"
+          : ""
+      }`,
     );
     this.key = key;
     this.expectedRevision = expectedRevision;

@@ -91,7 +91,7 @@ async function roundTrip(
 ): Promise<Measured> {
   const backend = getBackend(backendName);
   const t0 = performance.now();
-  await saveState(agent, conv.id, { backend });
+  await saveState(agent, conv.id, { backend, force: true }); // a re-run replaces the previous run's copy on purpose
   const saveMs = performance.now() - t0;
   const t1 = performance.now();
   const loaded = await loadState(conv.id, { backend });

@@ -14,8 +14,9 @@
  *    path); nothing is written when a check fails;
  * 3. a backend with `write` gets a compare-and-set write:
  *    `expectedRevision` = the revision this agent instance last loaded or
- *    saved under that key (`undefined`, i.e. no check, for an agent that
- *    never did; `ifRevision` overrides), and `baseLength` = the number of
+ *    saved under that key (`null`, i.e. "create only", for an agent that
+ *    never did: a fresh agent never silently overwrites a stored session;
+ *    `ifRevision` overrides, `force` overwrites), and `baseLength` = the number of
  *    leading messages known to be stored unchanged (see `tracker.ts`: only
  *    those after it are sent — and JSON-checked — so a turn's save costs
  *    O(new messages)); a lost race is a `ConflictError` naming both
@@ -227,7 +228,9 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
 
   if (typeof backend.write === "function") {
     const track = getTrack(agent, backend, k);
-    let expectedRevision: number | null | undefined = track?.revision;
+    // An instance that never loaded or saved this key may only create it: saving a fresh agent over
+    // someone else's session is a ConflictError, not a silent overwrite (`force: true` overwrites).
+    let expectedRevision: number | null | undefined = track === undefined ? null : track.revision;
     let baseLength = track !== undefined && !options.force ? computeBaseLength(track, history) : undefined;
     if (options.ifRevision !== undefined) {
       expectedRevision = options.ifRevision;

@@ -84,7 +84,7 @@ describe.each(inners)("on the %s backend", (_name, make) => {
     const n = sample.messages.length;
     expect(backend.writes).toHaveLength(n);
     expect(backend.written).toBe(n); // each message physically written exactly once
-    expect(backend.writes[0]!.options.expectedRevision).toBeUndefined(); // a never-saved agent: no check
+    expect(backend.writes[0]!.options.expectedRevision).toBeNull(); // a never-saved agent may only create the key
     backend.writes.slice(1).forEach((w, i) => {
       expect(w.options.baseLength).toBe(i + 1);
       expect(w.options.expectedRevision).toBe(backend.writes[i]!.result.revision);

@@ -123,7 +123,8 @@ export function importCommand(): Command {
               input.protocol === "anthropic"
                 ? new AnthropicAgent({ name, history: input.messages })
                 : new BaseAgent({ name, history: input.messages });
-            await saveState(agent, key, { backend });
+            // --overwrite was checked above: without it an existing key was refused; with it, replace on purpose.
+            await saveState(agent, key, { backend, force: options.overwrite === true });
             imported.push({
               file: input.file,
               key,

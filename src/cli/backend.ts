@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { existsSync } from "node:fs";
 import path from "node:path";
 import type { Command } from "commander";
 import { FileBackend } from "../backends/file.js";
@@ -19,7 +20,7 @@ import type { StateBackend } from "../backends/types.js";
 import { StateNotFoundError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
-import { UsageError } from "./errors.js";
+import { InputNotFoundError, UsageError } from "./errors.js";
 
 /** Default directory of the file backend (as in the persistence layer). */
 export const DEFAULT_DIR = "./.dumplingsAI_sessions";
@@ -88,15 +89,17 @@ export function openBackend(options: BackendOptions, env: NodeJS.ProcessEnv = pr
  *
  * @param options - `--backend`, `--dir`, `--db` values
  * @param env - environment to read @default process.env
+ * @param open - `mustExist`: a `file:`/`sqlite:` SPEC must name an existing path (commands that only read)
  * @returns the backend and its label
- * @throws {UnknownBackendError} / {UsageError} as {@link openBackend} and {@link openSpec}
+ * @throws {UnknownBackendError} / {UsageError} / {InputNotFoundError} as {@link openBackend} and {@link openSpec}
  */
 export async function openBackendAsync(
   options: BackendOptions,
   env: NodeJS.ProcessEnv = process.env,
+  open: { mustExist?: boolean } = {},
 ): Promise<OpenedBackend> {
   const name = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND);
-  if (name?.includes(":")) return openSpec(name);
+  if (name?.includes(":")) return openSpec(name, open);
   return openBackend(options, env);
 }
 
@@ -113,14 +116,17 @@ export async function openBackendAsync(
  * The Redis and PostgreSQL drivers are loaded only when such a SPEC is used.
  *
  * @param spec - the SPEC text
+ * @param open - `mustExist`: a `file:`/`sqlite:` path must exist, so a mistyped source is an error
+ *   rather than a new empty store created on the spot (`convert --from`, `ls`, `show`, …)
  * @returns a new backend instance (or the registered one) and its label
  * @throws {UsageError} for an unknown kind or a missing path/URL
+ * @throws {InputNotFoundError} when `mustExist` and the path does not exist (nothing is created)
  * @throws {UnknownBackendError} for a bare name that is not registered
  * @example
  * await openSpec("sqlite:./sessions.db")
  * await openSpec("redis:redis://127.0.0.1:6379/0?prefix=agents:")
  */
-export async function openSpec(spec: string): Promise<OpenedBackend> {
+export async function openSpec(spec: string, open: { mustExist?: boolean } = {}): Promise<OpenedBackend> {
   const colon = spec.indexOf(":");
   const kind = colon < 0 ? "" : spec.slice(0, colon);
   const where = spec.slice(colon + 1);
@@ -144,12 +150,12 @@ export async function openSpec(spec: string): Promise<OpenedBackend> {
       return { backend: new PostgresBackend({ connectionString: url.href, schema }), label: redact(spec, url, kind) };
     }
     default:
-      return openLocalSpec(spec);
+      return openLocalSpec(spec, open.mustExist === true);
   }
 }
 
 /** Opens a bare registered name or a `file:`, `sqlite:` or `memory:` SPEC (see {@link openSpec}). */
-function openLocalSpec(spec: string): OpenedBackend {
+function openLocalSpec(spec: string, mustExist = false): OpenedBackend {
   const colon = spec.indexOf(":");
   if (colon < 0) return { backend: getBackend(spec), label: spec };
   const kind = spec.slice(0, colon);
@@ -157,6 +163,9 @@ function openLocalSpec(spec: string): OpenedBackend {
   const need = (example: string) => {
     if (where === "") throw new UsageError(`backend spec ${JSON.stringify(spec)} needs a location, e.g. ${example}`);
   };
+  if (mustExist && (kind === "file" || kind === "sqlite") && where !== "" && !existsSync(path.resolve(where))) {
+    throw new InputNotFoundError(where);
+  }
   switch (kind) {
     case "file":
       need("file:./sessions");

@@ -3,7 +3,7 @@
  * against real temporary directories and SQLite databases, on the bundled
  * real conversations.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { gunzipSync } from "node:zlib";
@@ -172,6 +172,19 @@ describe("dumplings CLI on the bundled conversations", () => {
       expect(a.code).toBe(0);
       expect(b.stdout).toBe(a.stdout);
     }
+  });
+
+  it("a mistyped file:/sqlite: source is a not-found error and creates nothing", () => {
+    const missingDb = path.join(tmp, "typo", "nope.db");
+    expectError(runCli(["convert", "--from", `sqlite:${missingDb}`, "--to", "memory:"]), 3, /\(INPUT_NOT_FOUND\)$/);
+    expectError(runCli(["ls", "--backend", `sqlite:${missingDb}`]), 3, /\(INPUT_NOT_FOUND\)$/);
+    expectError(
+      runCli(["convert", "--from", `file:${path.join(tmp, "typo-dir")}`, "--to", "memory:"]),
+      3,
+      /\(INPUT_NOT_FOUND\)$/,
+    );
+    expect(existsSync(path.join(tmp, "typo"))).toBe(false);
+    expect(existsSync(path.join(tmp, "typo-dir"))).toBe(false);
   });
 
   it("rm deletes, and a second rm is a not-found error", () => {

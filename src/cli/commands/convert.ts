@@ -41,7 +41,7 @@ export function convertCommand(): Command {
     .option("-q, --quiet", "no progress on stderr")
     .action(async (options: ConvertOptions) => {
       if (options.from === options.to) throw new UsageError("--from and --to name the same backend");
-      const source = await openSpec(options.from);
+      const source = await openSpec(options.from, { mustExist: true });
       let target: Awaited<ReturnType<typeof openSpec>> | undefined;
       try {
         target = await openSpec(options.to);

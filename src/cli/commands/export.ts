@@ -76,7 +76,7 @@ export function exportCommand(): Command {
     .option("-o, --output <file>", "output file (.duas, or .duas.gz to compress); stdout when omitted")
     .option("--gzip", "gzip-compress the output (implied by a .gz output file name)")
     .action(async (key: string, options: ExportOptions) => {
-      const { backend, label } = await openBackendAsync(options);
+      const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
         const session = await openSession(backend, key, label);
         const gzip = options.gzip === true || (options.output?.toLowerCase().endsWith(".gz") ?? false);

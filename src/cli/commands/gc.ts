@@ -68,7 +68,7 @@ export function gcCommand(): Command {
         throw new UsageError("gc needs --older-than <duration>, e.g. --older-than 30d");
       const olderThanMs = parseDuration(options.olderThan);
       const cutoffMs = Date.now() - olderThanMs;
-      const { backend, label } = await openBackendAsync(options);
+      const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
         const report: GcReport = {
           backend: label,

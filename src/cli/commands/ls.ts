@@ -33,7 +33,7 @@ export function lsCommand(): Command {
     .option("-l, --long", "also show name, protocol, message count and saved_at of each session")
     .option("--json", "print JSON")
     .action(async (options: LsOptions) => {
-      const { backend, label } = await openBackendAsync(options);
+      const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
         const keys = await listKeysSorted(backend);
         const sessions: Record<string, unknown>[] = [];

@@ -34,7 +34,7 @@ export function rmCommand(): Command {
     .option("--json", "print JSON")
     .action(async (keys: string[], options: RmOptions) => {
       for (const key of keys) validateKey(key);
-      const { backend, label } = await openBackendAsync(options);
+      const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
         const deleted: string[] = [];
         const missing: string[] = [];

@@ -43,7 +43,7 @@ export function showCommand(): Command {
     .option("-n, --last <n>", "how many trailing messages to show", parseCount, 5)
     .option("--json", "print JSON")
     .action(async (key: string, options: ShowOptions) => {
-      const { backend, label } = await openBackendAsync(options);
+      const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
         const session = await openSession(backend, key, label);
         const stats = new HistoryStats(options.last);

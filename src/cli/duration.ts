@@ -33,10 +33,15 @@ export function parseDuration(text: string): number {
     total += Number(match[1]) * (UNIT_MS.get(match[2] ?? "") ?? Number.NaN);
     end = part.lastIndex;
   }
-  if (trimmed === "" || end !== trimmed.length || !Number.isFinite(total) || total <= 0) {
+  if (trimmed === "" || end !== trimmed.length || !Number.isFinite(total)) {
     throw new UsageError(
       `invalid duration ${JSON.stringify(text)}: write a number and a unit (ms, s, m, h, d, w), e.g. 30d or 12h`,
     );
+  }
+  if (total <= 0) throw new UsageError(`invalid duration ${JSON.stringify(text)}: it must be longer than 0`);
+  // A cutoff before the earliest representable date would make an invalid Date (JS dates span ±8.64e15 ms).
+  if (total > Date.now() + 8.64e15) {
+    throw new UsageError(`invalid duration ${JSON.stringify(text)}: longer than JavaScript dates can reach back`);
   }
   return total;
 }

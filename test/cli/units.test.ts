@@ -33,8 +33,12 @@ describe("parseDuration", () => {
     expect(parseDuration("500ms")).toBe(500);
     expect(parseDuration("2w")).toBe(14 * 86_400_000);
   });
-  it.each(["", "30", "d", "30x", "-1d", "0d", "30d junk"])("refuses %j", (text) => {
+  it.each(["", "30", "d", "30x", "-1d", "0d", "30d junk", "99999999999d"])("refuses %j", (text) => {
     expect(() => parseDuration(text)).toThrow(UsageError);
+  });
+  it("says why a zero or an out-of-range duration is refused", () => {
+    expect(() => parseDuration("0s")).toThrow(/longer than 0/);
+    expect(() => parseDuration("99999999999d")).toThrow(/JavaScript dates/);
   });
 });
 

@@ -138,9 +138,7 @@ export class RedisJournal implements Journal {
   /** @param options - `client` or `url`, `prefix` (default `dumplings:durable:`) */
   constructor(options: RedisJournalOptions = {}) {
     this.owned = !options.client;
-    this.client =
-      options.client ??
-      new Redis(options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379", { maxRetriesPerRequest: 3 });
+    this.client = options.client ?? ownClient(options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
     this.prefix = options.prefix ?? "dumplings:durable:";
   }
 
@@ -391,4 +389,15 @@ export class RedisJournal implements Journal {
   async close(): Promise<void> {
     if (this.owned) await this.client.quit();
   }
+}
+
+/**
+ * A client this journal owns: a bounded connect timeout, and connection errors
+ * reported through the failing commands (a dead Redis is a rejected call, not
+ * ioredis's "Unhandled error event" stack traces on stderr).
+ */
+function ownClient(url: string): Redis {
+  const client = new Redis(url, { maxRetriesPerRequest: 3, connectTimeout: 2000 });
+  client.on("error", () => undefined);
+  return client;
 }

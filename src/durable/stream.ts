@@ -158,7 +158,12 @@ export class RedisRunStream implements RunEventStream {
   constructor(options: RedisRunStreamOptions = {}) {
     this.url = options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
     this.owned = !options.client;
-    this.client = options.client ?? new Redis(this.url, { maxRetriesPerRequest: 3 });
+    if (options.client) this.client = options.client;
+    else {
+      // Owned: bounded connect; connection errors surface through the failing calls, not as stderr stack traces.
+      this.client = new Redis(this.url, { maxRetriesPerRequest: 3, connectTimeout: 2000 });
+      this.client.on("error", () => undefined);
+    }
     this.prefix = options.prefix ?? "dumplings:stream:";
     this.maxLength = options.maxLength ?? 10_000;
     this.blockMs = options.blockMs ?? 1000;

@@ -106,6 +106,7 @@ export const DUAS_WARNING_LINE =
 
 const NEEDS_QUOTE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029=#;[\]]/;
 const EXTRA_ESCAPES = /[\u007f-\u009f\u2028\u2029]/g;
+const PLAIN_FORBIDDEN = /[\u0000-\u001f\u007f-\u009f]/;
 const IDENT = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
 
@@ -149,7 +150,11 @@ function quoteString(value: string): string {
  */
 function decodeIniString(raw: string): string {
   const text = raw.trim();
-  if (text.charCodeAt(0) !== 0x22) return text;
+  if (text.charCodeAt(0) !== 0x22) {
+    // The writer quotes every value holding a control character, so a plain one is malformed input.
+    if (PLAIN_FORBIDDEN.test(text)) throw new SyntaxError("a plain value must not contain control characters");
+    return text;
+  }
   const v: unknown = JSON.parse(text);
   if (typeof v !== "string") throw new SyntaxError("not a single JSON string literal");
   return v;
@@ -585,7 +590,7 @@ export class DuasLineParser {
         try {
           return decodeIniString(text);
         } catch (e) {
-          return this.fail(`bad quoted value of ${key}: ${(e as Error).message}`, { cause: e });
+          return this.fail(`bad value of ${key}: ${(e as Error).message}`, { cause: e });
         }
       case "int":
         if (!/^(?:0|[1-9]\d*)$/.test(text) || !Number.isSafeInteger(Number(text))) {

@@ -24,6 +24,7 @@ import type { JsonValue } from "../core/json.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, RunRecord, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
+import { UsageError } from "./errors.js";
 import { printJson, renderTable } from "./output.js";
 
 /** Default journal spec. */
@@ -179,6 +180,13 @@ export async function sendDecision(
   value: JsonValue,
   queue?: string,
 ): Promise<SignalResult> {
+  // A finished run will never wait again: a decision sent to it would be recorded and never taken.
+  const run = await journal.getRun(runId);
+  if (run && (run.status === "completed" || run.status === "failed")) {
+    throw new UsageError(
+      `run ${JSON.stringify(runId)} is ${run.status}; it waits for nothing, so ${name} was not recorded`,
+    );
+  }
   if (!queue) return signal(runId, name, value, { journal });
   const { DurableQueue } = await import("../durable/worker.js");
   const q = new DurableQueue({ journal, queueName: queue });

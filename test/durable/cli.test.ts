@@ -91,6 +91,11 @@ describe("durable CLI commands", () => {
     const shown = await cli("runs", "run-a");
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout).toMatch(/signal:approval:call_42\s+completed/);
+    // A completed run waits for nothing: a decision sent to it is refused, not recorded for ever.
+    const late = await cli("approve", "run-a", "call_made_up");
+    expect(late.code).toBe(2);
+    expect(late.stderr).toContain("is completed");
+    expect(await journal.getSignal("run-a", "approval:call_made_up")).toBeUndefined();
     const missing = await cli("runs", "nope");
     expect(missing.code).toBe(3); // the CLI's "not found" class
     expect(missing.stderr).toContain("RUN_NOT_FOUND");

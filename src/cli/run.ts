@@ -45,6 +45,8 @@ export async function runProgram(program: Command, argv: readonly string[] = pro
   let code: number = ExitCode.ok;
   try {
     await program.parseAsync([...argv]);
+    // A command that printed its output but met a problem (e.g. `ls -l` with an unreadable session) sets its own code.
+    if (typeof process.exitCode === "number") code = process.exitCode;
   } catch (error) {
     code = report(error);
   }

@@ -174,6 +174,19 @@ describe("dumplings CLI on the bundled conversations", () => {
     }
   });
 
+  it("ls -l lists every session even when one file is unreadable, marks it and exits 4", () => {
+    const mixed = path.join(tmp, "mixed");
+    expect(runCli(["import", samples[0]!.file, "--dir", mixed, "-q"]).code).toBe(0);
+    writeFileSync(path.join(mixed, "broken.duas"), "garbage\n");
+    const r = runCli(["ls", "-l", "--json", "--dir", mixed]);
+    expect(r.code).toBe(4);
+    const json = JSON.parse(r.stdout) as { sessions: { key: string; error?: string; messages?: number }[] };
+    expect(json.sessions.map((x) => x.key)).toEqual(["broken", samples[0]!.id]);
+    expect(json.sessions[0]?.error).toMatch(/FORMAT_ERROR/);
+    expect(json.sessions[1]?.messages).toBe(samples[0]!.messages.length);
+    expect(readFileSync(path.join(mixed, "broken.duas"), "utf8")).toBe("garbage\n"); // untouched
+  });
+
   it("a mistyped file:/sqlite: source is a not-found error and creates nothing", () => {
     const missingDb = path.join(tmp, "typo", "nope.db");
     expectError(runCli(["convert", "--from", `sqlite:${missingDb}`, "--to", "memory:"]), 3, /\(INPUT_NOT_FOUND\)$/);

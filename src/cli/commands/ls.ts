@@ -4,6 +4,7 @@
  * @module
  */
 import { Command } from "commander";
+import { DumplingsError } from "../../core/errors.js";
 import { closeBackend, listKeysSorted, openBackendAsync, readHeaderOf, withBackendOptions } from "../backend.js";
 import { printJson, renderTable } from "../output.js";
 
@@ -37,20 +38,29 @@ export function lsCommand(): Command {
       try {
         const keys = await listKeysSorted(backend);
         const sessions: Record<string, unknown>[] = [];
+        let failed = 0;
         for (const key of keys) {
           if (!options.long) {
             sessions.push({ key });
             continue;
           }
-          const { meta } = await readHeaderOf(backend, key, label);
-          sessions.push({
-            key,
-            name: meta.agentName,
-            protocol: meta.protocol,
-            messages: meta.messageCount,
-            savedAt: meta.savedAt,
-          });
+          try {
+            const { meta } = await readHeaderOf(backend, key, label);
+            sessions.push({
+              key,
+              name: meta.agentName,
+              protocol: meta.protocol,
+              messages: meta.messageCount,
+              savedAt: meta.savedAt,
+            });
+          } catch (e) {
+            // One unreadable session is listed with its error, not allowed to hide all the others.
+            if (!(e instanceof DumplingsError) || e.code === "BACKEND_ERROR") throw e;
+            sessions.push({ key, error: `${e.message} (${e.code})` });
+            failed++;
+          }
         }
+        if (failed > 0) process.exitCode = 4; // the listing is printed, but a session could not be read
         if (options.json) {
           printJson({ backend: label, count: keys.length, sessions });
           return;
@@ -63,13 +73,11 @@ export function lsCommand(): Command {
           process.stdout.write(`${keys.join("\n")}\n`);
           return;
         }
-        const rows = sessions.map((s) => [
-          String(s.key),
-          String(s.name),
-          String(s.protocol),
-          String(s.messages),
-          String(s.savedAt),
-        ]);
+        const rows = sessions.map((s) =>
+          s.error !== undefined
+            ? [String(s.key), `unreadable: ${String(s.error)}`, "", "", ""]
+            : [String(s.key), String(s.name), String(s.protocol), String(s.messages), String(s.savedAt)],
+        );
         process.stdout.write(
           `${renderTable(
             [

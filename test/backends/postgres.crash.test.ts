@@ -6,9 +6,9 @@
  */
 import { randomUUID } from "node:crypto";
 import pg from "pg";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
-import { historyAt, runAndKill } from "../fixtures/servers/kill-harness.js";
+import { expectWholeAfterKill, runAndKill } from "../fixtures/servers/kill-harness.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 
 const skip = await postgresSkipReason();
@@ -28,20 +28,7 @@ describe.skipIf(!!skip)(`postgres: kill -9 mid-save${skip ? ` (skipped: ${skip})
       const acks = await runAndKill("postgres", DATABASE_URL, schema, keys, 12 + round * 5);
       const backend = new PostgresBackend({ connectionString: DATABASE_URL, schema });
       try {
-        for (const key of keys) {
-          const acked = acks.get(key) ?? 0;
-          const read = await backend.read(key);
-          expect(read, key).toBeDefined();
-          const n = read!.state.history.length;
-          expect([acked, acked + 1], `${key}: stored ${n}, acknowledged ${acked}`).toContain(n);
-          expect(read!.revision).toBe(n);
-          expect(read!.state.history).toEqual(historyAt(key, n));
-          expect(read!.state.state.fields).toEqual({ n });
-          expect(read!.state.meta.messageCount).toBe(n);
-          const next = { ...read!.state, history: historyAt(key, n + 1) };
-          const w = await backend.write(key, next, { expectedRevision: n, baseLength: (n + 1) % 10 === 0 ? 0 : n });
-          expect(w.revision).toBe(n + 1);
-        }
+        await expectWholeAfterKill(backend, keys, acks);
       } finally {
         await backend.close();
       }

@@ -6,9 +6,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, it } from "vitest";
 import { RedisBackend } from "../../src/backends/redis.js";
-import { historyAt, runAndKill } from "../fixtures/servers/kill-harness.js";
+import { expectWholeAfterKill, runAndKill } from "../fixtures/servers/kill-harness.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
 const skip = await redisSkipReason();
@@ -32,21 +32,7 @@ describe.skipIf(!!skip)(`redis: kill -9 mid-save${skip ? ` (skipped: ${skip})` :
       const acks = await runAndKill("redis", REDIS_URL, prefix, keys, 12 + round * 5);
       const backend = new RedisBackend({ url: REDIS_URL, keyPrefix: prefix, commandTimeoutMs: 20_000 });
       try {
-        for (const key of keys) {
-          const acked = acks.get(key) ?? 0;
-          const read = await backend.read(key);
-          expect(read, key).toBeDefined();
-          const n = read!.state.history.length;
-          expect([acked, acked + 1], `${key}: stored ${n}, acknowledged ${acked}`).toContain(n);
-          expect(read!.revision).toBe(n);
-          expect(read!.state.history).toEqual(historyAt(key, n));
-          expect(read!.state.state.fields).toEqual({ n });
-          expect(read!.state.meta.messageCount).toBe(n);
-          // The session goes on after the crash: a new writer appends with CAS.
-          const next = { ...read!.state, history: historyAt(key, n + 1) };
-          const w = await backend.write(key, next, { expectedRevision: n, baseLength: (n + 1) % 10 === 0 ? 0 : n });
-          expect(w.revision).toBe(n + 1);
-        }
+        await expectWholeAfterKill(backend, keys, acks);
       } finally {
         await backend.close();
       }

@@ -34,7 +34,6 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 import { gunzipSync, gzipSync } from "node:zlib";
 import pg from "pg";
 import {
@@ -49,6 +48,7 @@ import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { validateKey } from "./keys.js";
+import { checkRevision, checkStateShape, jsonText, messageDigest, parseHeaderField, tailDigest } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /** Result of a query, as far as this backend reads it. */
@@ -309,7 +309,7 @@ export class PostgresBackend implements StateBackend {
             enc.bodies,
             enc.gz ?? null,
             tailDigest(history),
-            base > 0 ? digest(history, base - 1) : "",
+            base > 0 ? messageDigest(history, base - 1) : "",
           ],
         }),
       );
@@ -698,68 +698,10 @@ export class PostgresBackend implements StateBackend {
   }
 }
 
-/**
- * Digest of a message's JSON text, stored for the last message so an append
- * can check (not assume) that the writer's history ends where the stored one
- * does: a message edited at the boundary forces a full rewrite.
- */
-function digest(history: readonly unknown[], index: number): string {
-  const message = history[index];
-  assertJson(message, `history[${index}]`, index);
-  return createHash("sha1").update(JSON.stringify(message)).digest("base64");
-}
-
-function tailDigest(history: readonly unknown[]): string {
-  return history.length > 0 ? digest(history, history.length - 1) : "";
-}
-
 function positive(value: number | undefined, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
     throw new TypeError(`PostgresBackend option ${name} must be a positive number, got ${String(value)}`);
   }
   return Math.ceil(value);
-}
-
-function checkRevision(revision: unknown): void {
-  if (revision === undefined || revision === null) return;
-  if (typeof revision !== "number" || !Number.isSafeInteger(revision) || revision < 0) {
-    throw new TypeError(`expectedRevision must be null or a non-negative integer, got ${String(revision)}`);
-  }
-}
-
-function checkStateShape(state: AgentState): void {
-  if (typeof state !== "object" || state === null || !Array.isArray(state.history)) {
-    throw new InvalidStateError("history", "a state must be an object with meta, config, state and a history array");
-  }
-}
-
-function jsonText(value: unknown, path: string): string {
-  assertJson(value, path);
-  if (typeof value !== "object" || value === null) throw new InvalidStateError(path, "must be a JSON object");
-  return JSON.stringify(value);
-}
-
-function parseHeaderField<T>(
-  key: string,
-  file: string,
-  field: string,
-  text: unknown,
-  schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: unknown } },
-): T {
-  let value: unknown;
-  try {
-    if (typeof text !== "string") throw new Error("not text");
-    value = JSON.parse(text);
-  } catch (cause) {
-    throw new FormatError(`field ${field} of ${JSON.stringify(key)} is not valid JSON`, { file, cause });
-  }
-  const r = schema.safeParse(value);
-  if (!r.success) {
-    throw new FormatError(`field ${field} of ${JSON.stringify(key)} does not match its schema`, {
-      file,
-      cause: r.error,
-    });
-  }
-  return r.data;
 }

@@ -59,6 +59,7 @@ import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { validateKey } from "./keys.js";
+import { checkRevision, checkStateShape, jsonText, messageDigest, parseHeaderField, tailDigest } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /**
@@ -396,8 +397,8 @@ export class RedisBackend implements StateBackend {
         history.length,
         this.ttlMs,
         await this.deadline(key, what),
-        from > 0 ? digest(history, from - 1) : "",
-        history.length > 0 ? digest(history, history.length - 1) : "",
+        from > 0 ? messageDigest(history, from - 1) : "",
+        tailDigest(history),
         ...items,
       ];
       const reply = (await this.call(what, key, () =>
@@ -723,65 +724,10 @@ function positive(value: number | undefined, name: string, fallback: number): nu
   return Math.ceil(value);
 }
 
-/**
- * Digest of a message's JSON text, stored for the last message so an append
- * can check (not assume) that the writer's history ends where the stored one
- * does: a message edited at the boundary forces a full rewrite.
- */
-function digest(history: readonly unknown[], index: number): string {
-  const message = history[index];
-  assertJson(message, `history[${index}]`, index);
-  return createHash("sha1").update(JSON.stringify(message)).digest("base64");
-}
-
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`no answer from Redis within ${ms} ms`)), ms);
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-function checkRevision(revision: unknown): void {
-  if (revision === undefined || revision === null) return;
-  if (typeof revision !== "number" || !Number.isSafeInteger(revision) || revision < 0) {
-    throw new TypeError(`expectedRevision must be null or a non-negative integer, got ${String(revision)}`);
-  }
-}
-
-function checkStateShape(state: AgentState): void {
-  if (typeof state !== "object" || state === null || !Array.isArray(state.history)) {
-    throw new InvalidStateError("history", "a state must be an object with meta, config, state and a history array");
-  }
-}
-
-function jsonText(value: unknown, path: string): string {
-  assertJson(value, path);
-  if (typeof value !== "object" || value === null) {
-    throw new InvalidStateError(path, "must be a JSON object");
-  }
-  return JSON.stringify(value);
-}
-
-function parseHeaderField<T>(
-  key: string,
-  file: string,
-  field: string,
-  text: string,
-  schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: unknown } },
-): T {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (cause) {
-    throw new FormatError(`header field ${field} of ${JSON.stringify(key)} is not valid JSON`, { file, cause });
-  }
-  const r = schema.safeParse(value);
-  if (!r.success) {
-    throw new FormatError(`header field ${field} of ${JSON.stringify(key)} does not match its schema`, {
-      file,
-      cause: r.error,
-    });
-  }
-  return r.data;
 }

@@ -22,6 +22,7 @@ export type DumplingsErrorCode =
   | "UNKNOWN_BACKEND"
   | "BACKEND_EXISTS"
   | "INVALID_STATE"
+  | "INVALID_OPTION"
   | (string & {});
 
 /**
@@ -219,5 +220,34 @@ export class InvalidStateError extends DumplingsError {
   constructor(path: string, message: string, options?: { cause?: unknown }) {
     super("INVALID_STATE", `invalid state at ${path || "(root)"}: ${message}`, options);
     this.path = path;
+  }
+}
+
+/**
+ * A store or driver option is not acceptable: a schema name PostgreSQL cannot
+ * hold, a malformed connection URL, a timeout that is not a positive number of
+ * ms, a table prefix SQLite cannot hold. Thrown by the constructor, before any
+ * connection is made; nothing is stored.
+ *
+ * Code: `INVALID_OPTION`.
+ *
+ * @example
+ * try { new PostgresBackend({ schema: "my-schema" }) }
+ * catch (e) { if (e instanceof InvalidOptionError) console.error(e.option) } // "schema"
+ */
+export class InvalidOptionError extends DumplingsError {
+  /** The option at fault, e.g. `schema`, `url`, `connectTimeoutMs`. */
+  readonly option: string;
+  /** The component whose option it is, e.g. `postgres`, `sqlite`, `redis`. */
+  readonly component: string;
+  /**
+   * @param component - e.g. `postgres`
+   * @param option - the option name
+   * @param message - what is wrong and what is accepted
+   */
+  constructor(component: string, option: string, message: string, options?: { cause?: unknown }) {
+    super("INVALID_OPTION", `[dumplings:${component}] option ${option}: ${message}`, options);
+    this.component = component;
+    this.option = option;
   }
 }

@@ -22,7 +22,7 @@ import type {
   StepRecord,
   UpdateRunResult,
 } from "./journal.js";
-import { checkStepWrite, eventFromRow, jsonColumn, runFromRow, signalFromRow, stepFromRow } from "./journal-sqlite.js";
+import { checkStepWrite, eventFromRow, jsonColumn, runFromRow, signalFromRow, stepFromRow } from "./journal.js";
 
 type Row = Record<string, unknown>;
 

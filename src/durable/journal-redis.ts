@@ -27,7 +27,7 @@ import type {
   StepRecord,
   UpdateRunResult,
 } from "./journal.js";
-import { checkStepWrite, jsonColumn, runFromRow } from "./journal-sqlite.js";
+import { checkStepWrite, jsonColumn, runFromRow } from "./journal.js";
 
 /** Options of {@link RedisJournal}. */
 export interface RedisJournalOptions {

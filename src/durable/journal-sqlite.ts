@@ -9,18 +9,28 @@ import Database from "better-sqlite3";
 import { DumplingsError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
+
+type Row = JournalRow;
+
 import {
+  checkStepWrite,
+  eventFromRow,
   type Journal,
   type JournalEvent,
   type JournalEventType,
+  type JournalRow,
+  jsonColumn,
   type LeaseResult,
   parseStored,
   type RecordedError,
   type RunPatch,
   type RunRecord,
   type RunStatus,
+  runFromRow,
   type SignalRecord,
   type StepRecord,
+  signalFromRow,
+  stepFromRow,
   type UpdateRunResult,
 } from "./journal.js";
 
@@ -34,109 +44,6 @@ export interface SqliteJournalOptions {
   tablePrefix?: string;
   /** How long (ms) to wait for another process's write lock. @default 10000 */
   busyTimeoutMs?: number;
-}
-
-type Row = Record<string, unknown>;
-
-const num = (v: unknown): number | undefined => (v === null || v === undefined ? undefined : Number(v));
-const str = (v: unknown): string | undefined => (v === null || v === undefined ? undefined : String(v));
-
-/** Maps a run row of any SQL store to a {@link RunRecord}. */
-export function runFromRow(r: Row): RunRecord {
-  const run: RunRecord = {
-    runId: String(r.run_id),
-    workflow: String(r.workflow),
-    status: String(r.status) as RunStatus,
-    input: JSON.parse(String(r.input_json)) as JsonValue,
-    fencingToken: Number(r.fencing_token),
-    createdAt: Number(r.created_at),
-    updatedAt: Number(r.updated_at),
-  };
-  const output = parseStored<JsonValue>(str(r.output_json));
-  if (output !== undefined) run.output = output;
-  const error = parseStored<RecordedError>(str(r.error_json));
-  if (error !== undefined) run.error = error;
-  if (str(r.waiting_for) !== undefined) run.waitingFor = String(r.waiting_for);
-  if (num(r.wake_at) !== undefined) run.wakeAt = Number(r.wake_at);
-  if (str(r.lease_owner) !== undefined) run.leaseOwner = String(r.lease_owner);
-  if (num(r.lease_expires_at) !== undefined) run.leaseExpiresAt = Number(r.lease_expires_at);
-  return run;
-}
-
-/** Maps a step row of any SQL store to a {@link StepRecord}. */
-export function stepFromRow(r: Row): StepRecord {
-  const step: StepRecord = {
-    runId: String(r.run_id),
-    seq: Number(r.seq),
-    name: String(r.name),
-    inputHash: String(r.input_hash),
-    status: String(r.status) as StepRecord["status"],
-    attempt: Number(r.attempt),
-    startedAt: Number(r.started_at),
-    fencingToken: Number(r.fencing_token),
-  };
-  const output = parseStored<JsonValue>(str(r.output_json));
-  if (output !== undefined) step.output = output;
-  const error = parseStored<RecordedError>(str(r.error_json));
-  if (error !== undefined) step.error = error;
-  if (num(r.finished_at) !== undefined) step.finishedAt = Number(r.finished_at);
-  return step;
-}
-
-/** Maps an event row of any SQL store to a {@link JournalEvent}. */
-export function eventFromRow(r: Row): JournalEvent {
-  const e: JournalEvent = {
-    runId: String(r.run_id),
-    index: Number(r.idx),
-    type: String(r.type) as JournalEventType,
-    at: Number(r.at),
-  };
-  if (num(r.seq) !== undefined) e.seq = Number(r.seq);
-  if (str(r.name) !== undefined) e.name = String(r.name);
-  if (num(r.attempt) !== undefined) e.attempt = Number(r.attempt);
-  if (num(r.fencing_token) !== undefined) e.fencingToken = Number(r.fencing_token);
-  return e;
-}
-
-/** Serialises an optional JSON value for a TEXT column (validated first). */
-export function jsonColumn(value: unknown, path: string): string | null {
-  if (value === undefined) return null;
-  assertJson(value, path);
-  return JSON.stringify(value);
-}
-
-/**
- * Checks a step write against the stored state of the run (shared by the SQL stores).
- * @throws {StaleFencingTokenError} @throws {JournalIntegrityError}
- */
-export function checkStepWrite(
-  runId: string,
-  token: number,
-  currentToken: number,
-  stepCount: number,
-  existing: { name: string; status: string } | undefined,
-  record: StepRecord,
-): void {
-  if (token !== currentToken) throw new StaleFencingTokenError(runId, token, currentToken);
-  if (!Number.isInteger(record.seq) || record.seq < 0 || record.seq > stepCount) {
-    throw new JournalIntegrityError(
-      runId,
-      record.seq,
-      `cannot write step #${record.seq}: the journal has ${stepCount} step(s), the next one must be #${stepCount}`,
-    );
-  }
-  if (existing) {
-    if (existing.name !== record.name) {
-      throw new JournalIntegrityError(
-        runId,
-        record.seq,
-        `cannot overwrite step "${existing.name}" with a step named "${record.name}"`,
-      );
-    }
-    if (existing.status === "completed") {
-      throw new JournalIntegrityError(runId, record.seq, `step "${existing.name}" is already completed`);
-    }
-  }
 }
 
 /**
@@ -284,8 +191,8 @@ export class SqliteJournal implements Journal {
     return this.tx((): LeaseResult => {
       const row = this.requireRun(runId);
       const now = Date.now();
-      const heldBy = str(row.lease_owner);
-      const expiresAt = num(row.lease_expires_at);
+      const heldBy = row.lease_owner === null ? undefined : String(row.lease_owner);
+      const expiresAt = row.lease_expires_at === null ? undefined : Number(row.lease_expires_at);
       if (heldBy !== undefined && expiresAt !== undefined && expiresAt > now && heldBy !== owner) {
         return { acquired: false, owner: heldBy, expiresAt };
       }
@@ -439,14 +346,4 @@ export class SqliteJournal implements Journal {
   async close(): Promise<void> {
     if (this.owned && this.db.open) this.db.close();
   }
-}
-
-/** Maps a signal row of any SQL store to a {@link SignalRecord}. */
-export function signalFromRow(r: Row): SignalRecord {
-  return {
-    runId: String(r.run_id),
-    name: String(r.name),
-    value: JSON.parse(String(r.value_json)) as JsonValue,
-    sentAt: Number(r.sent_at),
-  };
 }

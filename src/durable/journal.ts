@@ -17,6 +17,7 @@
  */
 import { createHash } from "node:crypto";
 import { assertJson, type JsonValue } from "../core/json.js";
+import { JournalIntegrityError, StaleFencingTokenError } from "./errors.js";
 
 /** Status of one step record. */
 export type StepStatus = "started" | "completed" | "failed" | "waiting";
@@ -268,4 +269,120 @@ export function recordError(error: unknown): RecordedError {
 /** Parses a stored JSON text (internal helper of the stores). */
 export function parseStored<T>(text: string | null | undefined): T | undefined {
   return text === null || text === undefined ? undefined : (JSON.parse(text) as T);
+}
+
+// ---- row mapping shared by the journal stores (SQL rows and Redis hashes use the same snake_case fields) ----
+
+/** A stored row or hash: snake_case field names. */
+export type JournalRow = Record<string, unknown>;
+
+const num = (v: unknown): number | undefined => (v === null || v === undefined ? undefined : Number(v));
+const str = (v: unknown): string | undefined => (v === null || v === undefined ? undefined : String(v));
+
+/** Maps a run row of any SQL store to a {@link RunRecord}. */
+export function runFromRow(r: JournalRow): RunRecord {
+  const run: RunRecord = {
+    runId: String(r.run_id),
+    workflow: String(r.workflow),
+    status: String(r.status) as RunStatus,
+    input: JSON.parse(String(r.input_json)) as JsonValue,
+    fencingToken: Number(r.fencing_token),
+    createdAt: Number(r.created_at),
+    updatedAt: Number(r.updated_at),
+  };
+  const output = parseStored<JsonValue>(str(r.output_json));
+  if (output !== undefined) run.output = output;
+  const error = parseStored<RecordedError>(str(r.error_json));
+  if (error !== undefined) run.error = error;
+  if (str(r.waiting_for) !== undefined) run.waitingFor = String(r.waiting_for);
+  if (num(r.wake_at) !== undefined) run.wakeAt = Number(r.wake_at);
+  if (str(r.lease_owner) !== undefined) run.leaseOwner = String(r.lease_owner);
+  if (num(r.lease_expires_at) !== undefined) run.leaseExpiresAt = Number(r.lease_expires_at);
+  return run;
+}
+
+/** Maps a step row of any SQL store to a {@link StepRecord}. */
+export function stepFromRow(r: JournalRow): StepRecord {
+  const step: StepRecord = {
+    runId: String(r.run_id),
+    seq: Number(r.seq),
+    name: String(r.name),
+    inputHash: String(r.input_hash),
+    status: String(r.status) as StepRecord["status"],
+    attempt: Number(r.attempt),
+    startedAt: Number(r.started_at),
+    fencingToken: Number(r.fencing_token),
+  };
+  const output = parseStored<JsonValue>(str(r.output_json));
+  if (output !== undefined) step.output = output;
+  const error = parseStored<RecordedError>(str(r.error_json));
+  if (error !== undefined) step.error = error;
+  if (num(r.finished_at) !== undefined) step.finishedAt = Number(r.finished_at);
+  return step;
+}
+
+/** Maps an event row of any SQL store to a {@link JournalEvent}. */
+export function eventFromRow(r: JournalRow): JournalEvent {
+  const e: JournalEvent = {
+    runId: String(r.run_id),
+    index: Number(r.idx),
+    type: String(r.type) as JournalEventType,
+    at: Number(r.at),
+  };
+  if (num(r.seq) !== undefined) e.seq = Number(r.seq);
+  if (str(r.name) !== undefined) e.name = String(r.name);
+  if (num(r.attempt) !== undefined) e.attempt = Number(r.attempt);
+  if (num(r.fencing_token) !== undefined) e.fencingToken = Number(r.fencing_token);
+  return e;
+}
+
+/** Serialises an optional JSON value for a TEXT column (validated first). */
+export function jsonColumn(value: unknown, path: string): string | null {
+  if (value === undefined) return null;
+  assertJson(value, path);
+  return JSON.stringify(value);
+}
+
+/**
+ * Checks a step write against the stored state of the run (shared by the SQL stores).
+ * @throws {StaleFencingTokenError} @throws {JournalIntegrityError}
+ */
+export function checkStepWrite(
+  runId: string,
+  token: number,
+  currentToken: number,
+  stepCount: number,
+  existing: { name: string; status: string } | undefined,
+  record: StepRecord,
+): void {
+  if (token !== currentToken) throw new StaleFencingTokenError(runId, token, currentToken);
+  if (!Number.isInteger(record.seq) || record.seq < 0 || record.seq > stepCount) {
+    throw new JournalIntegrityError(
+      runId,
+      record.seq,
+      `cannot write step #${record.seq}: the journal has ${stepCount} step(s), the next one must be #${stepCount}`,
+    );
+  }
+  if (existing) {
+    if (existing.name !== record.name) {
+      throw new JournalIntegrityError(
+        runId,
+        record.seq,
+        `cannot overwrite step "${existing.name}" with a step named "${record.name}"`,
+      );
+    }
+    if (existing.status === "completed") {
+      throw new JournalIntegrityError(runId, record.seq, `step "${existing.name}" is already completed`);
+    }
+  }
+}
+
+/** Maps a signal row of any SQL store to a {@link SignalRecord}. */
+export function signalFromRow(r: JournalRow): SignalRecord {
+  return {
+    runId: String(r.run_id),
+    name: String(r.name),
+    value: JSON.parse(String(r.value_json)) as JsonValue,
+    sentAt: Number(r.sent_at),
+  };
 }

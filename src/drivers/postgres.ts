@@ -1,0 +1,528 @@
+/**
+ * The PostgreSQL driver: the one place that knows how to reach PostgreSQL,
+ * shared by the session backend (`PostgresBackend`), the workflow cold store
+ * (`PostgresColdStore`) and the durable journal (`PostgresJournal`).
+ *
+ * It owns:
+ * - **the options**, one vocabulary and one set of defaults for every
+ *   PostgreSQL component ({@link PostgresConnectionOptions}): `url` (default
+ *   `process.env.DATABASE_URL`, else {@link DEFAULT_POSTGRES_URL}), `schema`
+ *   (default {@link DEFAULT_SCHEMA}), `pool` (injected, left open),
+ *   `maxConnections`, `connectTimeoutMs`, `statementTimeoutMs`; a bad value is
+ *   an {@link InvalidOptionError} from the constructor;
+ * - **connections**: `pg` is loaded on first use (importing the package never
+ *   loads it); the pool and every client the library checks out have an
+ *   `'error'` listener, so a server restart, a failover or
+ *   `pg_terminate_backend` fails the call in flight with a typed error and
+ *   never crashes the process; a client that failed is discarded, not
+ *   returned to the pool;
+ * - **errors**: every driver error becomes a {@link BackendError} naming what
+ *   was being done and the key, with the driver's error as `cause`;
+ * - **migrations** ({@link PostgresMigrations}): each component's tables are
+ *   versioned in one ledger per schema, `<schema>.dumplings_migrations
+ *   (component, version, name, applied_at)`. A store checks the ledger once
+ *   (a plain read, no lock: it never waits on writers) and, only when
+ *   something is missing, takes the schema's advisory lock, creates the
+ *   schema and the ledger if needed and applies the missing versions in one
+ *   transaction. Every component of every process uses the same lock for a
+ *   schema, so replicas booting together on an empty database serialise
+ *   (after the DBOS "concurrent first boot" failure, case pb-29). A failed
+ *   setup is not cached: the next call tries again.
+ *
+ * @module
+ */
+import { createRequire } from "node:module";
+import type pg from "pg";
+import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
+import type { SqlDriver } from "./sql.js";
+
+/** Default connection URL when neither `url` nor `DATABASE_URL` is set. */
+export const DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test";
+/** Default schema of every PostgreSQL component. */
+export const DEFAULT_SCHEMA = "dumplings";
+/** Name of the migration ledger table in each schema. */
+export const MIGRATIONS_TABLE = "dumplings_migrations";
+
+/** Result of a query, as far as the library reads it. */
+export interface PgLikeResult {
+  rows: Record<string, unknown>[];
+  rowCount: number | null;
+}
+
+/** A named prepared statement, as `pg` accepts it: planned once per connection, then reused. */
+export interface PgNamedQuery {
+  name: string;
+  text: string;
+  values: unknown[];
+}
+
+/** A client checked out of a pool: queries run on one connection, then `release()`. */
+export interface PgLikeClient {
+  query(text: string | PgNamedQuery, values?: unknown[]): Promise<PgLikeResult>;
+  /** Returns the client to its pool; pass an error to discard a broken connection. */
+  release(err?: Error | boolean): void;
+  /** Optional (a `pg.PoolClient` has it): the driver listens for `'error'` while the client is checked out. */
+  on?(event: "error", listener: (err: Error) => void): unknown;
+  /** Optional: removes the listener at release. */
+  removeListener?(event: "error", listener: (err: Error) => void): unknown;
+}
+
+/**
+ * The minimal structural shape of a PostgreSQL pool the library calls. A
+ * `pg.Pool` fits as is (idea after kysely's structural dialect clients).
+ *
+ * @example
+ * import pg from "pg";
+ * const backend = new PostgresBackend({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) });
+ */
+export interface PgLikePool {
+  /** Runs one statement (a text, or a `{ name, text, values }` named prepared statement). */
+  query(text: string | PgNamedQuery, values?: unknown[]): Promise<PgLikeResult>;
+  connect(): Promise<PgLikeClient>;
+  /** Optional: close every connection. Called by `close()` only for a pool the library created itself. */
+  end?(): Promise<void>;
+  /** Optional (a `pg.Pool` has it): the driver listens for `'error'` of idle clients. */
+  on?(event: "error", listener: (err: Error) => void): unknown;
+}
+
+/**
+ * @deprecated The same as {@link PgLikePool}; kept for code written against 0.1.
+ */
+export type PgPoolLike = PgLikePool;
+
+/**
+ * Connection options shared by every PostgreSQL component (`PostgresBackend`,
+ * `PostgresColdStore`, `PostgresJournal`). Components add their own options
+ * beside these.
+ */
+export interface PostgresConnectionOptions {
+  /** A pool to use; it is left open by `close()`. When absent, a `pg.Pool` is created from `url`. */
+  pool?: PgLikePool;
+  /** Connection URL of the created pool. @default process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test" */
+  url?: string;
+  /** @deprecated Use `url`. */
+  connectionString?: string;
+  /**
+   * Schema holding the tables, created when missing: letters, digits and `_`,
+   * at most 63 characters, not starting with a digit.
+   * @default "dumplings"
+   */
+  schema?: string;
+  /** Largest number of connections of the created pool. @default 10 */
+  maxConnections?: number;
+  /** @deprecated Use `maxConnections`. */
+  max?: number;
+  /** Bound on opening a connection of the created pool, in ms. @default 5000 */
+  connectTimeoutMs?: number;
+  /** Server-side `statement_timeout` of the created pool's connections, in ms. @default 30000 */
+  statementTimeoutMs?: number;
+}
+
+/** A query runner handed to migrations and transactions (a checked-out client). */
+export type PgQuery = (text: string, values?: unknown[]) => Promise<PgLikeResult>;
+
+/** One versioned migration of a component. `{s}` in SQL text stands for the quoted schema. */
+export interface PostgresMigration {
+  /** 1, 2, 3… in order. Never edit a released one: add a new one. */
+  version: number;
+  /** Short description, stored in the ledger. */
+  name: string;
+  /** The statements to run, in order, inside the migration transaction. */
+  up: readonly string[];
+}
+
+/** The migrations of one component (`sessions`, `workflow`, `journal`). */
+export interface PostgresMigrations {
+  /** Component name, the ledger's key. */
+  component: string;
+  /** Ordered by version, starting at 1. */
+  migrations: readonly PostgresMigration[];
+  /**
+   * Optional: for a schema written before the ledger existed, the version of
+   * this component already present (0 when none). Called under the lock when
+   * the ledger has no row for the component.
+   */
+  adopt?(query: PgQuery, schema: string): Promise<number>;
+}
+
+const SCHEMA_RE = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+/** First key of the two-key advisory lock of a schema's migrations (same key as dumplings-ai 0.1's session store). */
+const LOCK_CLASS = 1685417316;
+/** SQLSTATEs of "the schema or the ledger does not exist yet". */
+const UNDEFINED = new Set(["42P01", "3F000"]);
+
+const requireCjs = createRequire(import.meta.url);
+let pgModule: typeof pg | undefined;
+/** Loads `pg` on first use, so importing the library never loads it. */
+function loadPg(): typeof pg {
+  pgModule ??= requireCjs("pg") as typeof pg;
+  return pgModule;
+}
+
+/**
+ * Validates a schema name.
+ *
+ * @returns the name
+ * @throws {InvalidOptionError} when PostgreSQL cannot hold it unquoted-style
+ */
+export function checkSchemaName(schema: unknown, component = "postgres"): string {
+  if (typeof schema !== "string" || !SCHEMA_RE.test(schema)) {
+    throw new InvalidOptionError(
+      component,
+      "schema",
+      `${JSON.stringify(schema)} is not acceptable: use letters, digits and _, at most 63 characters, not starting with a digit`,
+    );
+  }
+  return schema;
+}
+
+function positive(value: unknown, component: string, option: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+    throw new InvalidOptionError(component, option, `must be a positive number, got ${String(value)}`);
+  }
+  return Math.ceil(value);
+}
+
+function alias<T>(component: string, name: string, value: T | undefined, old: string, oldValue: T | undefined) {
+  if (value !== undefined && oldValue !== undefined && value !== oldValue) {
+    throw new InvalidOptionError(component, name, `${name} and its old name ${old} are both given and differ`);
+  }
+  return value ?? oldValue;
+}
+
+function checkUrl(url: unknown, component: string): string {
+  if (typeof url !== "string" || url.trim() === "") {
+    throw new InvalidOptionError(component, "url", `must be a PostgreSQL URL, got ${JSON.stringify(url)}`);
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch (cause) {
+    throw new InvalidOptionError(component, "url", `${JSON.stringify(redact(url))} is not a URL`, { cause });
+  }
+  if (parsed.protocol !== "postgres:" && parsed.protocol !== "postgresql:") {
+    throw new InvalidOptionError(
+      component,
+      "url",
+      `${JSON.stringify(redact(url))} is not a postgres:// or postgresql:// URL`,
+    );
+  }
+  return url;
+}
+
+/** A URL without its password, for messages. */
+function redact(url: string): string {
+  return url.replace(/\/\/([^:/@]+):[^@/]*@/, "//$1:***@");
+}
+
+const sqlState = (e: unknown): string | undefined => {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : undefined;
+};
+
+/**
+ * A PostgreSQL connection for one component: pool, schema, migrations, typed
+ * errors. Components hold one and never talk to `pg` directly.
+ *
+ * @example
+ * const driver = new PostgresDriver("journal", { url: process.env.DATABASE_URL }, JOURNAL_MIGRATIONS);
+ * const r = await driver.query("cannot read", "run-1", driver.sql("SELECT * FROM {s}.durable_runs WHERE run_id = $1"), ["run-1"]);
+ */
+export class PostgresDriver implements SqlDriver {
+  /** Name used in errors: `postgres`. */
+  readonly name = "postgres";
+  /** Rows a write transaction reads to change are locked with `SELECT … FOR UPDATE`. */
+  readonly forUpdate = " FOR UPDATE";
+  /** The schema holding the component's tables. */
+  readonly schema: string;
+  /** The schema, quoted for SQL text. */
+  readonly quotedSchema: string;
+  /** The pool in use (created or injected). */
+  readonly pool: PgLikePool;
+  private readonly owned: boolean;
+  private readonly migrations: PostgresMigrations;
+  private readying: Promise<void> | undefined;
+  private closed = false;
+  /** The last error an idle pooled connection reported (for diagnostics). */
+  lastIdleError: Error | undefined;
+
+  /**
+   * @param component - who uses it, for messages (`postgres` in error prefixes either way)
+   * @param options - see {@link PostgresConnectionOptions}
+   * @param migrations - the component's tables
+   * @throws {InvalidOptionError} on a bad schema name, URL, timeout or pool size
+   */
+  constructor(component: string, options: PostgresConnectionOptions, migrations: PostgresMigrations) {
+    const o = options ?? {};
+    this.schema = checkSchemaName(o.schema ?? DEFAULT_SCHEMA, component);
+    this.quotedSchema = `"${this.schema}"`;
+    this.migrations = migrations;
+    const onIdleError = (err: Error) => {
+      // An idle connection died (restart, failover, pg_terminate_backend): the pool drops it, the next call reconnects.
+      this.lastIdleError = err;
+    };
+    if (o.pool) {
+      this.pool = o.pool;
+      this.owned = false;
+      this.pool.on?.("error", onIdleError);
+    } else {
+      const url = checkUrl(
+        alias(component, "url", o.url, "connectionString", o.connectionString) ??
+          process.env.DATABASE_URL ??
+          DEFAULT_POSTGRES_URL,
+        component,
+      );
+      const max = positive(
+        alias(component, "maxConnections", o.maxConnections, "max", o.max),
+        component,
+        "maxConnections",
+        10,
+      );
+      const connectTimeout = positive(o.connectTimeoutMs, component, "connectTimeoutMs", 5000);
+      const statementTimeout = positive(o.statementTimeoutMs, component, "statementTimeoutMs", 30_000);
+      const { Pool } = loadPg();
+      const pool = new Pool({
+        connectionString: url,
+        max,
+        connectionTimeoutMillis: connectTimeout,
+        statement_timeout: statementTimeout,
+      });
+      pool.on("error", onIdleError);
+      this.pool = pool as unknown as PgLikePool;
+      this.owned = true;
+    }
+  }
+
+  /** Replaces `{s}` in SQL text with the quoted schema. */
+  sql(text: string): string {
+    return text.replaceAll("{s}", this.quotedSchema);
+  }
+
+  /** A schema-qualified, quoted table name. */
+  table(name: string): string {
+    return `${this.quotedSchema}."${name}"`;
+  }
+
+  /**
+   * Applies the component's missing migrations (see the module comment).
+   * Resolves at once after the first success; after a failure the next call tries again.
+   *
+   * @throws {BackendError} when PostgreSQL fails
+   * @throws {FormatError} when the schema holds a newer version than this build knows
+   */
+  ready(): Promise<void> {
+    if (this.closed) return Promise.reject(this.closedError("cannot open the store"));
+    if (!this.readying) {
+      const p = this.migrate().catch((e: unknown) => {
+        if (this.readying === p) this.readying = undefined;
+        if (e instanceof DumplingsError) throw e;
+        throw new BackendError(
+          this.name,
+          `cannot set up the ${this.migrations.component} tables in schema "${this.schema}"`,
+          { cause: e },
+        );
+      });
+      this.readying = p;
+    }
+    return this.readying;
+  }
+
+  /**
+   * Runs one statement on the pool (after {@link ready}).
+   *
+   * @param what - what is being done, for the error (`cannot load "k"`)
+   * @param key - the key involved, if any
+   * @param text - SQL text or a named prepared statement
+   * @param values - parameters `$1…`
+   * @throws {BackendError} wrapping the driver's error
+   */
+  async query(
+    what: string,
+    key: string | undefined,
+    text: string | PgNamedQuery,
+    values?: unknown[],
+  ): Promise<PgLikeResult> {
+    await this.ready();
+    try {
+      return await this.pool.query(text, values);
+    } catch (e) {
+      throw this.wrap(e, what, key);
+    }
+  }
+
+  /**
+   * Runs `fn` in one transaction on a checked-out client (after {@link ready}):
+   * `BEGIN` (with `begin`'s options), `fn`, `COMMIT`; on any error `ROLLBACK`
+   * and the error is rethrown (a {@link DumplingsError} as is, anything else as
+   * a {@link BackendError}). The client listens for `'error'` while checked
+   * out, and a client whose connection failed is discarded.
+   *
+   * @param what - what is being done, for the error
+   * @param key - the key involved, if any
+   * @param fn - the transaction's body; its `query` throws the driver's raw errors
+   * @param begin - e.g. `"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"` @default "BEGIN"
+   */
+  async transaction<T>(
+    what: string,
+    key: string | undefined,
+    fn: (query: PgQuery) => Promise<T>,
+    begin = "BEGIN",
+  ): Promise<T> {
+    return this.withClient(what, key, async (query) => {
+      await query(begin);
+      let result: T;
+      try {
+        result = await fn(query);
+      } catch (e) {
+        await query("ROLLBACK").catch(() => undefined);
+        throw e;
+      }
+      await query("COMMIT");
+      return result;
+    });
+  }
+
+  /**
+   * Runs `fn` with one checked-out client (after {@link ready}); see {@link transaction}.
+   * The client is released when `fn` settles, discarded when anything failed.
+   */
+  async withClient<T>(what: string, key: string | undefined, fn: (query: PgQuery) => Promise<T>): Promise<T> {
+    await this.ready();
+    return this.checkedOut(what, key, fn);
+  }
+
+  /**
+   * The plan of a query (`EXPLAIN`), one line per plan row.
+   * @throws {BackendError}
+   */
+  async explain(text: string, values?: unknown[]): Promise<string> {
+    const r = await this.query("cannot explain a query", undefined, `EXPLAIN ${text}`, values);
+    return r.rows.map((row) => String(row["QUERY PLAN"])).join("\n");
+  }
+
+  /** Ends the pool the driver created (an injected pool is left open). Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.owned) await this.pool.end?.();
+  }
+
+  /** Forgets that the migrations ran (after a test dropped the schema). */
+  forgetMigrations(): void {
+    this.readying = undefined;
+  }
+
+  /** Maps any error to the library's: a {@link DumplingsError} as is, else a {@link BackendError}. */
+  wrap(e: unknown, what: string, key?: string): DumplingsError {
+    if (e instanceof DumplingsError) return e;
+    if (this.closed) return this.closedError(what, key, e);
+    return new BackendError(this.name, what, { key, cause: e });
+  }
+
+  // ---- internals ----
+
+  private closedError(what: string, key?: string, cause?: unknown): BackendError {
+    return new BackendError(this.name, `${what}: the store is closed`, { key, cause });
+  }
+
+  private async checkedOut<T>(what: string, key: string | undefined, fn: (query: PgQuery) => Promise<T>): Promise<T> {
+    if (this.closed) throw this.closedError(what, key);
+    let client: PgLikeClient;
+    try {
+      client = await this.pool.connect();
+    } catch (e) {
+      throw this.wrap(e, what, key);
+    }
+    let broken: Error | undefined;
+    const onError = (err: Error) => {
+      broken = err;
+    };
+    client.on?.("error", onError);
+    const query: PgQuery = async (text, values) => {
+      if (broken) throw broken;
+      try {
+        return await client.query(text, values);
+      } catch (e) {
+        // A failed statement inside a transaction leaves the connection usable after ROLLBACK,
+        // but a connection-level failure (no SQLSTATE) means the client must not go back to the pool.
+        if (sqlState(e) === undefined) broken ??= e instanceof Error ? e : new Error(String(e));
+        throw e;
+      }
+    };
+    try {
+      return await fn(query);
+    } catch (e) {
+      throw this.wrap(e, what, key);
+    } finally {
+      client.removeListener?.("error", onError);
+      try {
+        client.release(broken ?? undefined);
+      } catch {
+        // releasing a client whose connection is gone must not mask the call's own outcome
+      }
+    }
+  }
+
+  private async migrate(): Promise<void> {
+    const { component, migrations } = this.migrations;
+    const latest = migrations.length === 0 ? 0 : migrations[migrations.length - 1]!.version;
+    // Fast path: a plain read of the ledger, no lock, so an open never waits on (or deadlocks with) writers.
+    try {
+      const r = await this.pool.query(
+        this.sql(`SELECT COALESCE(MAX(version), 0) AS v FROM {s}.${MIGRATIONS_TABLE} WHERE component = $1`),
+        [component],
+      );
+      const have = Number(r.rows[0]?.v ?? 0);
+      this.checkNotNewer(have, latest);
+      if (have === latest) return;
+    } catch (e) {
+      if (e instanceof DumplingsError || !UNDEFINED.has(sqlState(e) ?? "")) throw e;
+    }
+    await this.checkedOut(`cannot set up the ${component} tables`, undefined, async (query) => {
+      await query("BEGIN");
+      try {
+        await query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [LOCK_CLASS, `dumplings-ai:${this.schema}`]);
+        const ns = await query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [this.schema]);
+        if (ns.rows.length === 0) await query(this.sql("CREATE SCHEMA {s}"));
+        await query(
+          this.sql(`CREATE TABLE IF NOT EXISTS {s}.${MIGRATIONS_TABLE} (
+            component text NOT NULL,
+            version integer NOT NULL,
+            name text NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (component, version))`),
+        );
+        const done = await query(this.sql(`SELECT version FROM {s}.${MIGRATIONS_TABLE} WHERE component = $1`), [
+          component,
+        ]);
+        const applied = new Set(done.rows.map((row) => Number(row.version)));
+        this.checkNotNewer(Math.max(0, ...applied), latest);
+        let adopted = 0;
+        if (applied.size === 0 && this.migrations.adopt) adopted = await this.migrations.adopt(query, this.schema);
+        for (const m of migrations) {
+          if (applied.has(m.version)) continue;
+          if (m.version > adopted) for (const statement of m.up) await query(this.sql(statement));
+          await query(this.sql(`INSERT INTO {s}.${MIGRATIONS_TABLE} (component, version, name) VALUES ($1, $2, $3)`), [
+            component,
+            m.version,
+            m.version > adopted ? m.name : `${m.name} (adopted)`,
+          ]);
+        }
+        await query("COMMIT");
+      } catch (e) {
+        await query("ROLLBACK").catch(() => undefined);
+        throw e;
+      }
+    });
+  }
+
+  private checkNotNewer(have: number, latest: number): void {
+    if (have > latest) {
+      throw new FormatError(
+        `schema "${this.schema}" holds ${this.migrations.component} tables at version ${have}, newer than this build knows (${latest}); upgrade dumplings-ai`,
+        { file: `postgres:${this.schema}`, version: String(have) },
+      );
+    }
+  }
+}

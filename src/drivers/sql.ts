@@ -1,0 +1,50 @@
+/**
+ * The contract of a SQL driver as the stores written once for every SQL
+ * database see it (the durable journal `SqlJournal`, the workflow cold store
+ * `SqlColdStore`). Implemented by {@link SqliteDriver} and
+ * {@link PostgresDriver}; the dialect differences (placeholders, row locks,
+ * plans, DDL) live in the drivers and in each store's per-dialect migrations.
+ *
+ * SQL text uses PostgreSQL's numbered placeholders (`$1`, `$2`…) on both;
+ * the SQLite driver rewrites them. Both are async: SQLite runs synchronously
+ * inside, serialised per connection so an awaited transaction body is never
+ * interleaved with another call on the same connection.
+ *
+ * @module
+ */
+
+/** Rows of a query (column names as in the table) and the number of rows written. */
+export interface SqlResult {
+  rows: Record<string, unknown>[];
+  /** Rows inserted, updated or deleted (for a `RETURNING` query: rows returned). */
+  rowCount: number | null;
+}
+
+/** Runs one statement inside a transaction; throws the driver's raw errors. */
+export type SqlQuery = (text: string, values?: unknown[]) => Promise<SqlResult>;
+
+/** What a store written once for every SQL database needs from its driver. */
+export interface SqlDriver {
+  /** `sqlite` or `postgres`: the store's name in errors. */
+  readonly name: "sqlite" | "postgres";
+  /** A table name ready for SQL text (schema-qualified and quoted on PostgreSQL). */
+  table(name: string): string;
+  /** `" FOR UPDATE"` where a transaction must lock a row it reads (PostgreSQL); `""` where the transaction already holds the write lock (SQLite `BEGIN IMMEDIATE`). */
+  readonly forUpdate: string;
+  /** Creates or migrates the tables; retried on the next call after a failure. */
+  ready(): Promise<void>;
+  /**
+   * Runs one statement (after {@link ready}).
+   * @throws {BackendError} wrapping the driver's error, with `what` and `key`
+   */
+  query(what: string, key: string | undefined, text: string, values?: unknown[]): Promise<SqlResult>;
+  /**
+   * Runs `fn` in one write transaction (after {@link ready}); rolls back on any error.
+   * A {@link DumplingsError} thrown by `fn` is rethrown as is; anything else becomes a `BackendError`.
+   */
+  transaction<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T>;
+  /** The database's plan for a query, as text (for tests and diagnostics). */
+  explain(text: string, values?: unknown[]): Promise<string>;
+  /** Releases what the driver opened (never an injected pool or database). */
+  close(): Promise<void>;
+}

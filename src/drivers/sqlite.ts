@@ -1,0 +1,372 @@
+/**
+ * The SQLite driver: the one place that opens SQLite files, shared by the
+ * session backend (`SQLiteBackend`), the workflow cold store
+ * (`SqliteColdStore`) and the durable journal (`SqliteJournal`).
+ *
+ * It owns:
+ * - **the options**, one vocabulary for every SQLite component
+ *   ({@link SqliteConnectionOptions}): `path` (its directory is created when
+ *   missing) or an injected `database` (left open by `close()`),
+ *   `busyTimeoutMs` (default 5000), `synchronous`; a bad value is an
+ *   {@link InvalidOptionError};
+ * - **opening**: better-sqlite3 is loaded on first use (importing the package
+ *   never loads the native addon); WAL journal (readers never block the
+ *   writer), `busy_timeout`, `synchronous`, `auto_vacuum = INCREMENTAL` on a
+ *   new file when the component asks for it;
+ * - **errors**: a write lock not obtained within `busyTimeoutMs` is a
+ *   {@link SQLiteBusyError} (retryable); any other driver error a
+ *   {@link BackendError} naming the file, what was being done and the key;
+ * - **migrations** ({@link SqliteMigrations}): one ledger per file,
+ *   `dumplings_migrations(component, version, name, applied_at)`, checked with
+ *   a plain read and, when something is missing, completed in one
+ *   `BEGIN IMMEDIATE` transaction (the file's write lock serialises processes
+ *   opening the same file at once);
+ * - **the async SQL contract** ({@link SqlDriver}) that the stores written
+ *   once for SQLite and PostgreSQL use: `$1…` placeholders, and calls on one
+ *   connection serialised so that an awaited transaction body never
+ *   interleaves with another call.
+ *
+ * @module
+ */
+import { mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import type BetterSqlite3 from "better-sqlite3";
+import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
+import type { SqlDriver, SqlQuery, SqlResult } from "./sql.js";
+
+/** Name of the migration ledger table in each file. */
+export const SQLITE_MIGRATIONS_TABLE = "dumplings_migrations";
+
+/**
+ * A write could not take the database's write lock within `busyTimeoutMs`
+ * (another connection held it). Nothing was written; retrying is safe.
+ */
+export class SQLiteBusyError extends BackendError {
+  /** Always true: the operation may be retried as is. */
+  readonly retryable = true;
+}
+
+/** Connection options shared by every SQLite component. Components add their own beside these. */
+export interface SqliteConnectionOptions {
+  /** Path of the database file (created with its directory when missing), or `":memory:"`. Ignored when `database` is given. */
+  path?: string;
+  /** An open better-sqlite3 database to use instead of `path`; left open by `close()`. */
+  database?: BetterSqlite3.Database;
+  /** How long a write waits for another connection's write lock, in ms. @default 5000 */
+  busyTimeoutMs?: number;
+  /**
+   * `PRAGMA synchronous` of the connection: `NORMAL` (a commit survives a
+   * process crash; the last commits may roll back after a power loss) or
+   * `FULL` (fsync at every commit). The default depends on the component.
+   */
+  synchronous?: "NORMAL" | "FULL";
+}
+
+/** One versioned migration: SQL statements, or a function for what SQL alone cannot say (moving a legacy layout). */
+export interface SqliteMigration {
+  /** 1, 2, 3… in order. Never edit a released one: add a new one. */
+  version: number;
+  /** Short description, stored in the ledger. */
+  name: string;
+  /** Statements run in order, or a function run inside the migration transaction. */
+  up: readonly string[] | ((db: BetterSqlite3.Database) => void);
+}
+
+/** The migrations of one component. */
+export interface SqliteMigrations {
+  /** Component name, the ledger's key (e.g. `sessions`, `workflow`, `journal`). */
+  component: string;
+  /** Ordered by version, starting at 1. */
+  migrations: readonly SqliteMigration[];
+  /**
+   * Optional: for a file written before the ledger existed, the version of
+   * this component already present (0 when none). Called inside the migration
+   * transaction when the ledger has no row for the component.
+   */
+  adopt?(db: BetterSqlite3.Database): number;
+}
+
+/** How a component opens its file (beyond the user's options). */
+export interface SqliteOpenSettings {
+  /** Path used when the user gives neither `path` nor `database`. */
+  defaultPath?: string;
+  /** The component's `synchronous` default. @default "FULL" */
+  synchronous?: "NORMAL" | "FULL";
+  /** Set `auto_vacuum = INCREMENTAL` (effective on a new file only). @default false */
+  incrementalVacuum?: boolean;
+  /** Extra pragmas run after opening, e.g. `journal_size_limit = 16777216`. */
+  pragmas?: readonly string[];
+}
+
+const requireCjs = createRequire(import.meta.url);
+let driverModule: typeof BetterSqlite3 | undefined;
+/** Loads better-sqlite3 on first use, so importing the library never loads the native addon. */
+export function loadBetterSqlite3(): typeof BetterSqlite3 {
+  driverModule ??= requireCjs("better-sqlite3") as typeof BetterSqlite3;
+  return driverModule;
+}
+
+/** Whether an error is SQLite's "database is locked/busy". */
+export function isBusy(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"));
+}
+
+interface Compiled {
+  stmt: BetterSqlite3.Statement;
+  /** For each `?`, the 0-based index of the value it takes. */
+  order: number[];
+}
+
+/**
+ * An open SQLite file for one component: pragmas, migrations, typed errors,
+ * and the async {@link SqlDriver} contract.
+ *
+ * @example
+ * const driver = new SqliteDriver("journal", { path: "runs.db" }, JOURNAL_MIGRATIONS);
+ * const r = await driver.query("cannot read", "run-1", "SELECT * FROM durable_runs WHERE run_id = $1", ["run-1"]);
+ */
+export class SqliteDriver implements SqlDriver {
+  /** Name used in errors: `sqlite`. */
+  readonly name = "sqlite";
+  /** `BEGIN IMMEDIATE` already holds the file's write lock: no row locks needed. */
+  readonly forUpdate = "";
+  /** The open database (for the components' synchronous fast paths). */
+  readonly db: BetterSqlite3.Database;
+  /** The file path, `":memory:"`, or `"(injected)"`. */
+  readonly path: string;
+  private readonly owned: boolean;
+  private readonly statements = new Map<string, Compiled>();
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  /**
+   * Opens the file (creating its directory) and applies the component's missing migrations.
+   *
+   * @param component - who uses it, for messages
+   * @param options - see {@link SqliteConnectionOptions}
+   * @param migrations - the component's tables
+   * @param settings - the component's defaults (path, synchronous, vacuum)
+   * @throws {InvalidOptionError} on a bad option
+   * @throws {BackendError} when the file cannot be opened or migrated
+   * @throws {FormatError} when the file holds a newer version of the component's tables than this build knows
+   */
+  constructor(
+    component: string,
+    options: SqliteConnectionOptions,
+    migrations: SqliteMigrations,
+    settings: SqliteOpenSettings = {},
+  ) {
+    const o = options ?? {};
+    const busyTimeoutMs = o.busyTimeoutMs ?? 5000;
+    if (typeof busyTimeoutMs !== "number" || !Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
+      throw new InvalidOptionError(
+        component,
+        "busyTimeoutMs",
+        `must be a non-negative integer of ms, got ${String(busyTimeoutMs)}`,
+      );
+    }
+    const synchronous = o.synchronous ?? settings.synchronous ?? "FULL";
+    if (synchronous !== "NORMAL" && synchronous !== "FULL") {
+      throw new InvalidOptionError(component, "synchronous", `must be "NORMAL" or "FULL", got ${String(synchronous)}`);
+    }
+    if (o.database) {
+      this.db = o.database;
+      this.owned = false;
+      this.path = "(injected)";
+      try {
+        this.db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+        this.runMigrations(migrations);
+      } catch (cause) {
+        throw cause instanceof DumplingsError ? cause : this.error(cause, `cannot open the ${component} tables`);
+      }
+      return;
+    }
+    const file = o.path ?? settings.defaultPath;
+    if (typeof file !== "string" || file === "") {
+      throw new InvalidOptionError(component, "path", `must be a file path or ":memory:", got ${JSON.stringify(file)}`);
+    }
+    this.path = file;
+    this.owned = true;
+    const inMemory = file === ":memory:";
+    let db: BetterSqlite3.Database | undefined;
+    try {
+      if (!inMemory) mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+      const Database = loadBetterSqlite3();
+      db = new Database(file, { timeout: busyTimeoutMs });
+      db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+      if (settings.incrementalVacuum) db.pragma("auto_vacuum = INCREMENTAL");
+      db.pragma(`synchronous = ${synchronous}`);
+      const mode = db.pragma("journal_mode = WAL", { simple: true });
+      if (!inMemory && String(mode).toLowerCase() !== "wal") {
+        throw new Error(`journal_mode is ${String(mode)}, WAL could not be enabled`);
+      }
+      for (const p of settings.pragmas ?? []) db.pragma(p);
+      this.db = db;
+      this.runMigrations(migrations);
+    } catch (cause) {
+      db?.close();
+      if (cause instanceof DumplingsError) throw cause;
+      throw this.error(cause, `cannot open database ${JSON.stringify(file)}`);
+    }
+  }
+
+  /** A table name ready for SQL text. */
+  table(name: string): string {
+    return `"${name}"`;
+  }
+
+  /** Resolves at once: the constructor migrated. Rejects after `close()`. */
+  async ready(): Promise<void> {
+    if (this.closed) throw new BackendError(this.name, `the database ${JSON.stringify(this.path)} is closed`);
+  }
+
+  /** {@inheritDoc SqlDriver.query} */
+  query(what: string, key: string | undefined, text: string, values?: unknown[]): Promise<SqlResult> {
+    return this.exclusive(what, key, () => this.run(text, values));
+  }
+
+  /** {@inheritDoc SqlDriver.transaction} (`BEGIN IMMEDIATE`: the write lock is taken up front, so `busy_timeout` applies) */
+  transaction<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T> {
+    return this.exclusive(what, key, async () => {
+      this.db.exec("BEGIN IMMEDIATE");
+      try {
+        const result = await fn(async (text, values) => this.run(text, values));
+        this.db.exec("COMMIT");
+        return result;
+      } catch (e) {
+        if (this.db.inTransaction) this.db.exec("ROLLBACK");
+        throw e;
+      }
+    });
+  }
+
+  /** The plan of a query (`EXPLAIN QUERY PLAN`), one line per step. */
+  explain(text: string, values?: unknown[]): Promise<string> {
+    return this.exclusive("cannot explain a query", undefined, () => {
+      const { stmt, order } = this.compile(`EXPLAIN QUERY PLAN ${text}`);
+      const rows = stmt.all(...order.map((i) => bind(values?.[i]))) as { detail: string }[];
+      return rows.map((r) => r.detail).join("\n");
+    });
+  }
+
+  /** Closes the file when the driver opened it (an injected database is left open). Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.queue.catch(() => undefined);
+    if (this.owned && this.db.open) this.db.close();
+  }
+
+  /** Maps any error to the library's: a {@link DumplingsError} as is, busy as {@link SQLiteBusyError}, else {@link BackendError}. */
+  error(e: unknown, what: string, key?: string): DumplingsError {
+    if (e instanceof DumplingsError) return e;
+    if (isBusy(e)) {
+      return new SQLiteBusyError(this.name, `${what}: the database is locked by another connection (retry)`, {
+        key,
+        cause: e,
+      });
+    }
+    return new BackendError(this.name, what, { key, cause: e });
+  }
+
+  // ---- internals ----
+
+  private exclusive<T>(what: string, key: string | undefined, fn: () => T | Promise<T>): Promise<T> {
+    const next = this.queue.then(async () => {
+      if (this.closed || !this.db.open) throw new BackendError(this.name, `${what}: the database is closed`, { key });
+      try {
+        return await fn();
+      } catch (e) {
+        throw this.error(e, what, key);
+      }
+    });
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private run(text: string, values?: unknown[]): SqlResult {
+    const { stmt, order } = this.compile(text);
+    const args = order.map((i) => bind(values?.[i]));
+    if (stmt.reader) {
+      const rows = stmt.all(...args) as Record<string, unknown>[];
+      return { rows, rowCount: rows.length };
+    }
+    return { rows: [], rowCount: stmt.run(...args).changes };
+  }
+
+  private compile(text: string): Compiled {
+    let c = this.statements.get(text);
+    if (!c) {
+      const order: number[] = [];
+      const sql = text.replace(/\$(\d+)/g, (_, n: string) => {
+        order.push(Number(n) - 1);
+        return "?";
+      });
+      c = { stmt: this.db.prepare(sql), order };
+      if (this.statements.size > 500) this.statements.clear();
+      this.statements.set(text, c);
+    }
+    return c;
+  }
+
+  private runMigrations(set: SqliteMigrations): void {
+    const db = this.db;
+    const latest = set.migrations.length === 0 ? 0 : set.migrations[set.migrations.length - 1]!.version;
+    const have = (): number | undefined => {
+      const exists = db
+        .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
+        .get(SQLITE_MIGRATIONS_TABLE);
+      if (!exists) return undefined;
+      const row = db
+        .prepare(`SELECT COALESCE(MAX(version), 0) AS v FROM ${SQLITE_MIGRATIONS_TABLE} WHERE component = ?`)
+        .get(set.component) as { v: number };
+      return row.v;
+    };
+    const check = (v: number) => {
+      if (v > latest) {
+        throw new FormatError(
+          `database ${JSON.stringify(this.path)} holds ${set.component} tables at version ${v}, newer than this build knows (${latest}); upgrade dumplings-ai`,
+          { file: this.path, version: String(v) },
+        );
+      }
+    };
+    const fast = have();
+    if (fast !== undefined) {
+      check(fast);
+      if (fast === latest) return;
+    }
+    db.transaction(() => {
+      db.exec(`CREATE TABLE IF NOT EXISTS ${SQLITE_MIGRATIONS_TABLE} (
+        component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,
+        applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        PRIMARY KEY (component, version)) WITHOUT ROWID`);
+      const applied = new Set(
+        (
+          db.prepare(`SELECT version FROM ${SQLITE_MIGRATIONS_TABLE} WHERE component = ?`).all(set.component) as {
+            version: number;
+          }[]
+        ).map((r) => r.version),
+      );
+      check(Math.max(0, ...applied));
+      const adopted = applied.size === 0 && set.adopt ? set.adopt(db) : 0;
+      const record = db.prepare(`INSERT INTO ${SQLITE_MIGRATIONS_TABLE} (component, version, name) VALUES (?, ?, ?)`);
+      for (const m of set.migrations) {
+        if (applied.has(m.version)) continue;
+        if (m.version > adopted) {
+          if (typeof m.up === "function") m.up(db);
+          else for (const statement of m.up) db.exec(statement);
+        }
+        record.run(set.component, m.version, m.version > adopted ? m.name : `${m.name} (adopted)`);
+      }
+    }).immediate();
+  }
+}
+
+/** better-sqlite3 binds neither `undefined` nor booleans: map them to what the SQL stores mean. */
+function bind(v: unknown): unknown {
+  if (v === undefined) return null;
+  if (typeof v === "boolean") return v ? 1 : 0;
+  return v;
+}

@@ -35,94 +35,62 @@
  * @module
  */
 import { gunzipSync, gzipSync } from "node:zlib";
-import pg from "pg";
-import {
-  BackendError,
-  ConflictError,
-  DumplingsError,
-  FormatError,
-  InvalidStateError,
-  StateNotFoundError,
-} from "../core/errors.js";
+import { BackendError, ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
+import {
+  type PgLikeClient,
+  type PgLikePool,
+  type PgLikeResult,
+  type PgNamedQuery,
+  type PgQuery,
+  type PostgresConnectionOptions,
+  PostgresDriver,
+  type PostgresMigrations,
+} from "../drivers/postgres.js";
 import { validateKey } from "./keys.js";
 import { checkRevision, checkStateShape, jsonText, messageDigest, parseHeaderField, tailDigest } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
-/** Result of a query, as far as this backend reads it. */
-export interface PgLikeResult {
-  rows: Record<string, unknown>[];
-  rowCount: number | null;
-}
-
-/** A client checked out of a pool: queries run on one connection, then `release()`. */
-export interface PgLikeClient {
-  query(text: string, values?: unknown[]): Promise<PgLikeResult>;
-  /** Returns the client to its pool; pass an error to discard a broken connection. */
-  release(err?: Error | boolean): void;
-}
+export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery };
 
 /**
- * The minimal structural shape of a PostgreSQL pool this backend calls. A
- * `pg.Pool` fits as is (idea after kysely's structural dialect clients).
- *
- * @example
- * import pg from "pg";
- * const backend = new PostgresBackend({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) });
+ * Options of {@link PostgresBackend}: the connection options every PostgreSQL
+ * component shares (`url`, `pool`, `schema`, `maxConnections`,
+ * `connectTimeoutMs`, `statementTimeoutMs`; see {@link PostgresConnectionOptions})
+ * and the session store's own.
  */
-export interface PgLikePool {
-  /**
-   * Runs one statement. The append path passes a `{ name, text, values }`
-   * config (a named prepared statement, planned once per connection), as
-   * `pg.Pool#query` accepts.
-   */
-  query(text: string | PgNamedQuery, values?: unknown[]): Promise<PgLikeResult>;
-  connect(): Promise<PgLikeClient>;
-  /** Optional: close every connection. Called by `close()` only for a pool the backend created itself. */
-  end?(): Promise<void>;
-}
-
-/** A named prepared statement, as `pg` accepts it: planned once per connection, then reused. */
-export interface PgNamedQuery {
-  name: string;
-  text: string;
-  values: unknown[];
-}
-
-/** Options of {@link PostgresBackend}. */
-export interface PostgresBackendOptions {
-  /** A pool to use (not closed by `close()`). When absent, a `pg.Pool` is created from `connectionString`. */
-  pool?: PgLikePool;
-  /** @default process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test" */
-  connectionString?: string;
-  /** Schema holding the tables; letters, digits, `_`, at most 63 bytes, not starting with a digit. @default "dumplings" */
-  schema?: string;
+export interface PostgresBackendOptions extends PostgresConnectionOptions {
   /** Store messages of at least `compressMinBytes` of JSON gzip-compressed in `body_gz`. Reading handles both. @default false */
   compressHistory?: boolean;
   /** Smallest message JSON, in UTF-16 code units, that `compressHistory` compresses. @default 1024 */
   compressMinBytes?: number;
-  /** Server-side `statement_timeout` of the own pool's connections, in ms. @default 30000 */
-  statementTimeoutMs?: number;
-  /** Bound on opening a connection of the own pool, in ms. @default 5000 */
-  connectTimeoutMs?: number;
-  /** Largest number of connections of the own pool. @default 10 */
-  maxConnections?: number;
 }
 
 /** Messages per page of `iterHistory`. */
 const PAGE_SIZE = 1000;
-/** Valid unquoted-style schema names (they are quoted anyway). */
-const SCHEMA_RE = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
-/** Versioned migrations; `{s}` is replaced by the quoted schema name. Never edit a released one: add a new one. */
-const MIGRATIONS: readonly { version: number; name: string; sql: string[] }[] = [
-  {
-    version: 1,
-    name: "sessions and messages",
-    sql: [
-      `CREATE TABLE {s}.sessions (
+/**
+ * The session tables' migrations (component `sessions` in the schema's ledger).
+ * A schema written by dumplings-ai 0.1 recorded version 1 in its own
+ * `schema_migrations` table: it is adopted, not re-created.
+ */
+const MIGRATIONS: PostgresMigrations = {
+  component: "sessions",
+  async adopt(query: PgQuery, schema: string): Promise<number> {
+    const legacy = `"${schema}".schema_migrations`;
+    const present = await query("SELECT to_regclass($1) IS NOT NULL AS present", [legacy]);
+    if (!present.rows[0]?.present) return 0;
+    const r = await query(`SELECT COALESCE(MAX(version), 0) AS v FROM ${legacy}`);
+    return Number(r.rows[0]?.v ?? 0);
+  },
+  migrations: [
+    {
+      version: 1,
+      name: "sessions and messages",
+      up: [
+        `CREATE TABLE {s}.sessions (
         session_key text PRIMARY KEY,
         meta text NOT NULL,
         config text NOT NULL,
@@ -132,8 +100,8 @@ const MIGRATIONS: readonly { version: number; name: string; sql: string[] }[] = 
         last_digest text NOT NULL,
         saved_at timestamptz NOT NULL DEFAULT now()
       )`,
-      `CREATE INDEX sessions_saved_at_idx ON {s}.sessions (saved_at)`,
-      `CREATE TABLE {s}.messages (
+        `CREATE INDEX sessions_saved_at_idx ON {s}.sessions (saved_at)`,
+        `CREATE TABLE {s}.messages (
         session_key text NOT NULL REFERENCES {s}.sessions (session_key) ON DELETE CASCADE,
         seq integer NOT NULL,
         body text,
@@ -141,12 +109,13 @@ const MIGRATIONS: readonly { version: number; name: string; sql: string[] }[] = 
         PRIMARY KEY (session_key, seq),
         CHECK ((body IS NULL) <> (body_gz IS NULL))
       )`,
-    ],
-  },
-];
+      ],
+    },
+  ],
+};
 
-/** The latest migration version this build knows. */
-export const POSTGRES_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+/** The latest version of the session tables this build knows. */
+export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.migrations[MIGRATIONS.migrations.length - 1]!.version;
 
 interface Encoded {
   bodies: (string | null)[];
@@ -170,50 +139,24 @@ export class PostgresBackend implements StateBackend {
   readonly name = "postgres";
   /** Schema holding the tables. */
   readonly schema: string;
-  private readonly pool: PgLikePool;
-  private readonly ownPool: pg.Pool | undefined;
+  private readonly driver: PostgresDriver;
   private readonly compress: boolean;
   private readonly compressMinBytes: number;
-  private readonly q: string;
-  private migrated: Promise<void> | undefined;
-  private closed = false;
 
   /**
    * @param options - see {@link PostgresBackendOptions}
-   * @throws {TypeError} when the schema name or a timeout is not acceptable
+   * @throws {InvalidOptionError} when the schema name, URL, a timeout or the pool size is not acceptable
    */
   constructor(options: PostgresBackendOptions = {}) {
-    const schema = options.schema ?? "dumplings";
-    if (typeof schema !== "string" || !SCHEMA_RE.test(schema)) {
-      throw new TypeError(
-        `PostgresBackend schema ${JSON.stringify(schema)} is not acceptable: use letters, digits and _, at most 63, not starting with a digit`,
-      );
-    }
-    this.schema = schema;
-    this.q = `"${schema}"`;
+    this.driver = new PostgresDriver("postgres", options, MIGRATIONS);
+    this.schema = this.driver.schema;
     this.compress = options.compressHistory ?? false;
     this.compressMinBytes =
       options.compressMinBytes === undefined ? 1024 : Math.max(0, Math.floor(options.compressMinBytes));
-    if (options.pool) {
-      this.pool = options.pool;
-      this.ownPool = undefined;
-    } else {
-      const pool = new pg.Pool({
-        connectionString:
-          options.connectionString ?? process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test",
-        statement_timeout: positive(options.statementTimeoutMs, "statementTimeoutMs", 30_000),
-        connectionTimeoutMillis: positive(options.connectTimeoutMs, "connectTimeoutMs", 5000),
-        max: positive(options.maxConnections, "maxConnections", 10),
-      });
-      // An idle connection that dies (server restart) must not crash the process; the next query reports it.
-      pool.on("error", () => {});
-      this.pool = pool;
-      this.ownPool = pool;
-    }
   }
 
   private sql(text: string): string {
-    return text.replaceAll("{s}", this.q);
+    return this.driver.sql(text);
   }
 
   /** Stores the whole state (upsert, full history rewrite). @throws {BackendError} @throws {NonJsonValueError} */
@@ -355,17 +298,14 @@ export class PostgresBackend implements StateBackend {
     }
 
     // Full rewrite, in one transaction.
-    return await this.transaction(what, key, async (client) => {
+    return await this.driver.transaction(what, key, async (query) => {
       if (!force && typeof expected === "number") {
-        const cur = await client.query(
-          this.sql("SELECT revision FROM {s}.sessions WHERE session_key = $1 FOR UPDATE"),
-          [key],
-        );
+        const cur = await query(this.sql("SELECT revision FROM {s}.sessions WHERE session_key = $1 FOR UPDATE"), [key]);
         const actual = cur.rows[0] ? Number(cur.rows[0].revision) : null;
         if (actual !== expected) throw new ConflictError(key, expected, actual, this.name);
       }
       // The upsert locks the row first, so the DELETE below sees every committed message of a racing writer.
-      const up = await client.query(
+      const up = await query(
         this.sql(`INSERT INTO {s}.sessions (session_key, meta, config, state, revision, message_count, last_digest, saved_at)
                   VALUES ($1, $2, $3, $4, 1, $5, $6, now())
                   ON CONFLICT (session_key) DO UPDATE
@@ -375,9 +315,9 @@ export class PostgresBackend implements StateBackend {
                   RETURNING revision`),
         [key, ...header, history.length, tailDigest(history)],
       );
-      await client.query(this.sql("DELETE FROM {s}.messages WHERE session_key = $1"), [key]);
+      await query(this.sql("DELETE FROM {s}.messages WHERE session_key = $1"), [key]);
       if (history.length > 0) {
-        await client.query(
+        await query(
           this.sql(`INSERT INTO {s}.messages (session_key, seq, body, body_gz)
                     SELECT $1, t.ord - 1, t.body, t.gz
                       FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS t(body, gz, ord)`),
@@ -479,23 +419,25 @@ export class PostgresBackend implements StateBackend {
   async *iterHistory(key: string): AsyncIterable<Message> {
     validateKey(key);
     const what = `cannot read the history of ${JSON.stringify(key)}`;
-    await this.migrate();
-    const client = await this.call(what, key, () => this.pool.connect());
-    let failed: Error | undefined;
+    await this.driver.readyFor(what, key);
+    const client = await this.driver.connectClient(what, key);
+    const run = async (text: string, values?: unknown[]) => {
+      try {
+        return await client.query(text, values);
+      } catch (e) {
+        throw this.driver.wrap(e, what, key);
+      }
+    };
     try {
-      await this.call(what, key, () => client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"));
-      const head = await this.call(what, key, () =>
-        client.query(this.sql("SELECT message_count FROM {s}.sessions WHERE session_key = $1"), [key]),
-      );
+      await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+      const head = await run(this.sql("SELECT message_count FROM {s}.sessions WHERE session_key = $1"), [key]);
       if (!head.rows[0]) throw new StateNotFoundError(key, this.name);
       const count = Number(head.rows[0].message_count);
       for (let start = 0; start < count; start += PAGE_SIZE) {
-        const page = await this.call(what, key, () =>
-          client.query(
-            this.sql(`SELECT seq, body, body_gz FROM {s}.messages
-                       WHERE session_key = $1 AND seq >= $2 AND seq < $3 ORDER BY seq`),
-            [key, start, Math.min(start + PAGE_SIZE, count)],
-          ),
+        const page = await run(
+          this.sql(`SELECT seq, body, body_gz FROM {s}.messages
+                     WHERE session_key = $1 AND seq >= $2 AND seq < $3 ORDER BY seq`),
+          [key, start, Math.min(start + PAGE_SIZE, count)],
         );
         const want = Math.min(start + PAGE_SIZE, count) - start;
         if (page.rows.length !== want) throw this.corrupt(key, `messages ${start}.. are missing`);
@@ -505,16 +447,10 @@ export class PostgresBackend implements StateBackend {
           yield this.decodeMessage(key, row, start + i);
         }
       }
-    } catch (e) {
-      failed = e instanceof Error ? e : new Error(String(e));
-      throw e;
     } finally {
-      try {
-        await client.query("ROLLBACK");
-        client.release();
-      } catch (e) {
-        client.release(failed ?? (e instanceof Error ? e : true));
-      }
+      // A dead connection cannot roll back: the driver then discards the client instead of pooling it.
+      await client.query("ROLLBACK").catch(() => undefined);
+      client.release();
     }
   }
 
@@ -547,97 +483,22 @@ export class PostgresBackend implements StateBackend {
 
   /** Ends the pool the backend created (an injected pool is left open). Idempotent. */
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    if (this.ownPool) await this.ownPool.end();
+    await this.driver.close();
   }
 
   // ---- internals ----
 
-  /**
-   * Runs the migrations not yet applied, once per backend instance, under a
-   * transaction-scoped advisory lock keyed by the schema name.
-   */
-  private migrate(): Promise<void> {
-    if (!this.migrated) {
-      this.migrated = this.runMigrations().catch((e) => {
-        this.migrated = undefined; // retry on the next call
-        throw e;
-      });
-    }
-    return this.migrated;
-  }
-
-  private async runMigrations(): Promise<void> {
-    const client = await this.pool.connect();
-    try {
-      await client.query("BEGIN");
-      await client.query("SELECT pg_advisory_xact_lock(1685417316, hashtext($1))", [`dumplings-ai:${this.schema}`]);
-      await client.query(this.sql("CREATE SCHEMA IF NOT EXISTS {s}"));
-      await client.query(
-        this.sql(`CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
-                    version integer PRIMARY KEY,
-                    name text NOT NULL,
-                    applied_at timestamptz NOT NULL DEFAULT now()
-                  )`),
-      );
-      const done = await client.query(this.sql("SELECT version FROM {s}.schema_migrations"));
-      const applied = new Set(done.rows.map((row) => Number(row.version)));
-      const newest = Math.max(0, ...applied);
-      if (newest > POSTGRES_SCHEMA_VERSION) {
-        throw new FormatError(
-          `schema ${this.schema} is at migration ${newest}, newer than this build knows (${POSTGRES_SCHEMA_VERSION}); upgrade dumplings-ai`,
-          { file: `postgres:${this.schema}`, version: String(newest) },
-        );
-      }
-      for (const m of MIGRATIONS) {
-        if (applied.has(m.version)) continue;
-        for (const statement of m.sql) await client.query(this.sql(statement));
-        await client.query(this.sql("INSERT INTO {s}.schema_migrations (version, name) VALUES ($1, $2)"), [
-          m.version,
-          m.name,
-        ]);
-      }
-      await client.query("COMMIT");
-      client.release();
-    } catch (e) {
-      await client.query("ROLLBACK").catch(() => {});
-      client.release(e instanceof Error ? e : true);
-      throw e;
-    }
-  }
-
-  private async transaction<T>(what: string, key: string, fn: (client: PgLikeClient) => Promise<T>): Promise<T> {
-    await this.call(what, key, () => this.migrate());
-    const client = await this.call(what, key, () => this.pool.connect());
-    try {
-      await client.query("BEGIN");
-      const result = await fn(client);
-      await client.query("COMMIT");
-      client.release();
-      return result;
-    } catch (e) {
-      let broken: Error | undefined;
-      try {
-        await client.query("ROLLBACK");
-      } catch (r) {
-        broken = r instanceof Error ? r : new Error(String(r));
-      }
-      client.release(broken);
-      if (e instanceof DumplingsError) throw e;
-      throw new BackendError(this.name, what, { key, cause: e });
-    }
+  private get pool(): PgLikePool {
+    return this.driver.pool;
   }
 
   /** Migrates when needed, runs `fn`; driver errors become BackendError. */
   private async call<T>(what: string, key: string | undefined, fn: () => Promise<T>): Promise<T> {
-    if (this.closed) throw new BackendError(this.name, `${what}: the backend is closed`, { key });
+    await this.driver.readyFor(what, key);
     try {
-      await this.migrate();
       return await fn();
     } catch (e) {
-      if (e instanceof DumplingsError) throw e;
-      throw new BackendError(this.name, what, { key, cause: e });
+      throw this.driver.wrap(e, what, key);
     }
   }
 

@@ -312,20 +312,24 @@ export class PostgresDriver implements SqlDriver {
    * @throws {FormatError} when the schema holds a newer version than this build knows
    */
   ready(): Promise<void> {
-    if (this.closed) return Promise.reject(this.closedError("cannot open the store"));
+    return this.readyFor(`cannot set up the ${this.migrations.component} tables in schema "${this.schema}"`);
+  }
+
+  /** {@link ready}, with a failure reported as the caller's `what` and `key`. */
+  async readyFor(what: string, key?: string): Promise<void> {
+    if (this.closed) throw this.closedError(what, key);
     if (!this.readying) {
-      const p = this.migrate().catch((e: unknown) => {
-        if (this.readying === p) this.readying = undefined;
-        if (e instanceof DumplingsError) throw e;
-        throw new BackendError(
-          this.name,
-          `cannot set up the ${this.migrations.component} tables in schema "${this.schema}"`,
-          { cause: e },
-        );
-      });
+      const p = this.migrate();
       this.readying = p;
+      p.catch(() => {
+        if (this.readying === p) this.readying = undefined; // not cached: the next call tries again
+      });
     }
-    return this.readying;
+    try {
+      await this.readying;
+    } catch (e) {
+      throw this.wrap(e, what, key);
+    }
   }
 
   /**
@@ -388,7 +392,7 @@ export class PostgresDriver implements SqlDriver {
    * The client is released when `fn` settles, discarded when anything failed.
    */
   async withClient<T>(what: string, key: string | undefined, fn: (query: PgQuery) => Promise<T>): Promise<T> {
-    await this.ready();
+    await this.readyFor(what, key);
     return this.checkedOut(what, key, fn);
   }
 
@@ -427,6 +431,25 @@ export class PostgresDriver implements SqlDriver {
   }
 
   private async checkedOut<T>(what: string, key: string | undefined, fn: (query: PgQuery) => Promise<T>): Promise<T> {
+    const session = await this.connectClient(what, key);
+    try {
+      return await fn(session.query);
+    } catch (e) {
+      throw this.wrap(e, what, key);
+    } finally {
+      session.release();
+    }
+  }
+
+  /**
+   * Checks a client out for a caller that must hold it across `await`s it does
+   * not control (a streaming read). The client listens for `'error'` until
+   * `release()`; `release()` discards it when its connection failed.
+   * Call {@link ready} first.
+   *
+   * @throws {BackendError} when no connection can be had
+   */
+  async connectClient(what: string, key?: string): Promise<{ query: PgQuery; release(): void }> {
     if (this.closed) throw this.closedError(what, key);
     let client: PgLikeClient;
     try {
@@ -435,33 +458,34 @@ export class PostgresDriver implements SqlDriver {
       throw this.wrap(e, what, key);
     }
     let broken: Error | undefined;
+    let released = false;
     const onError = (err: Error) => {
       broken = err;
     };
     client.on?.("error", onError);
-    const query: PgQuery = async (text, values) => {
-      if (broken) throw broken;
-      try {
-        return await client.query(text, values);
-      } catch (e) {
-        // A failed statement inside a transaction leaves the connection usable after ROLLBACK,
-        // but a connection-level failure (no SQLSTATE) means the client must not go back to the pool.
-        if (sqlState(e) === undefined) broken ??= e instanceof Error ? e : new Error(String(e));
-        throw e;
-      }
+    return {
+      query: async (text, values) => {
+        if (broken) throw broken;
+        try {
+          return await client.query(text, values);
+        } catch (e) {
+          // A failed statement leaves the connection usable after ROLLBACK; a connection-level
+          // failure (no SQLSTATE) means the client must not go back to the pool.
+          if (sqlState(e) === undefined) broken ??= e instanceof Error ? e : new Error(String(e));
+          throw e;
+        }
+      },
+      release: () => {
+        if (released) return;
+        released = true;
+        client.removeListener?.("error", onError);
+        try {
+          client.release(broken);
+        } catch {
+          // releasing a client whose connection is gone must not mask the call's own outcome
+        }
+      },
     };
-    try {
-      return await fn(query);
-    } catch (e) {
-      throw this.wrap(e, what, key);
-    } finally {
-      client.removeListener?.("error", onError);
-      try {
-        client.release(broken ?? undefined);
-      } catch {
-        // releasing a client whose connection is gone must not mask the call's own outcome
-      }
-    }
   }
 
   private async migrate(): Promise<void> {

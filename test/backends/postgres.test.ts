@@ -10,7 +10,7 @@ import net from "node:net";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { type PgLikePool, PostgresBackend } from "../../src/backends/postgres.js";
-import { BackendError, ConflictError, FormatError } from "../../src/core/errors.js";
+import { BackendError, ConflictError, FormatError, InvalidOptionError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import { makeState } from "../../src/testing/states.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
@@ -23,7 +23,7 @@ const msgs = (n: number, tag = "m"): Message[] =>
 describe("postgres backend options", () => {
   it("refuses a schema name that is not a plain identifier", () => {
     for (const bad of ['bad"name', "1abc", "a;drop", "", "a-b", "x".repeat(64), "sch ema"]) {
-      expect(() => new PostgresBackend({ schema: bad }), bad).toThrow(TypeError);
+      expect(() => new PostgresBackend({ schema: bad }), bad).toThrow(InvalidOptionError);
     }
   });
 
@@ -78,7 +78,9 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
     const schema = newSchema();
     const many = Array.from({ length: 5 }, () => make({ schema, maxConnections: 2 }));
     await Promise.all(many.map((b, i) => b.save(`k${i}`, makeState(msgs(i + 1)))));
-    const versions = await admin.query(`SELECT version FROM "${schema}".schema_migrations`);
+    const versions = await admin.query(
+      `SELECT version FROM "${schema}".dumplings_migrations WHERE component = 'sessions'`,
+    );
     expect(versions.rows).toEqual([{ version: 1 }]);
     expect((await many[0]!.listKeys()).sort()).toEqual(["k0", "k1", "k2", "k3", "k4"]);
     // Values are text (never jsonb, which refuses \u0000 and reorders keys).
@@ -102,7 +104,9 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
   it("refuses to run on a schema migrated by a newer build", async () => {
     const schema = newSchema();
     await make({ schema }).save("k", makeState([]));
-    await admin.query(`INSERT INTO "${schema}".schema_migrations (version, name) VALUES (99, 'future')`);
+    await admin.query(
+      `INSERT INTO "${schema}".dumplings_migrations (component, version, name) VALUES ('sessions', 99, 'future')`,
+    );
     const e = await make({ schema })
       .load("k")
       .catch((x) => x);

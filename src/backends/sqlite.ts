@@ -71,9 +71,6 @@
  *
  * @module
  */
-import { mkdirSync } from "node:fs";
-import { createRequire } from "node:module";
-import path from "node:path";
 import { gunzipSync, gzipSync } from "node:zlib";
 import type BetterSqlite3 from "better-sqlite3";
 import {
@@ -81,24 +78,35 @@ import {
   ConflictError,
   DumplingsError,
   FormatError,
+  InvalidOptionError,
   InvalidStateError,
   StateNotFoundError,
 } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
+import {
+  isBusy,
+  SQLiteBusyError,
+  type SqliteConnectionOptions,
+  SqliteDriver,
+  type SqliteMigrations,
+} from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
 export const SQLITE_SCHEMA_VERSION = 1;
 
-/** Options of {@link SQLiteBackend}. */
-export interface SQLiteBackendOptions {
-  /** Path of the database file (created with its directory when missing), or `":memory:"`. */
-  dbPath: string;
-  /** How long a write waits for another connection's write lock, in ms. @default 5000 */
-  busyTimeoutMs?: number;
+/**
+ * Options of {@link SQLiteBackend}: the connection options every SQLite
+ * component shares (`path` or an injected `database`, `busyTimeoutMs`,
+ * `synchronous`; see {@link SqliteConnectionOptions}) and the session store's own.
+ * One of `dbPath`/`path`/`database` is required.
+ */
+export interface SQLiteBackendOptions extends SqliteConnectionOptions {
+  /** Path of the database file (created with its directory when missing), or `":memory:"`: the seed's name for `path`. */
+  dbPath?: string;
   /** Store message bodies of at least `compressMinBytes` gzip-compressed. @default false */
   compressHistory?: boolean;
   /** Smallest body (UTF-8 bytes of its JSON) that `compressHistory` compresses. @default 1024 */
@@ -107,14 +115,7 @@ export interface SQLiteBackendOptions {
   synchronous?: "NORMAL" | "FULL";
 }
 
-/**
- * A write could not take the database's write lock within `busyTimeoutMs`
- * (another connection held it). Nothing was written; retrying is safe.
- */
-export class SQLiteBusyError extends BackendError {
-  /** Always true: the operation may be retried as is. */
-  readonly retryable = true;
-}
+export { SQLiteBusyError };
 
 interface HeadRow {
   revision: number;
@@ -146,20 +147,7 @@ interface Statements {
   older: BetterSqlite3.Statement<[string], { key: string; revision: number }>;
 }
 
-const requireCjs = createRequire(import.meta.url);
-let driver: typeof BetterSqlite3 | undefined;
-/** Loads better-sqlite3 on first use, so importing this module never loads the native addon. */
-function loadDriver(): typeof BetterSqlite3 {
-  driver ??= requireCjs("better-sqlite3") as typeof BetterSqlite3;
-  return driver;
-}
-
 const PAGE_SIZE = 512;
-
-function isBusy(e: unknown): boolean {
-  const code = (e as { code?: unknown } | null)?.code;
-  return typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"));
-}
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
@@ -242,6 +230,7 @@ export class SQLiteBackend implements StateBackend {
   /** The database path given to the constructor. */
   readonly dbPath: string;
   readonly #db: BetterSqlite3.Database;
+  readonly #driver: SqliteDriver;
   readonly #s: Statements;
   readonly #compress: boolean;
   readonly #compressMinBytes: number;
@@ -258,46 +247,27 @@ export class SQLiteBackend implements StateBackend {
   /**
    * Opens (creating or migrating when needed) the database.
    *
-   * @param options - `dbPath`; `busyTimeoutMs` (@default 5000); `compressHistory` (@default false);
+   * @param options - `dbPath` (or `path`, or an open `database`); `busyTimeoutMs` (@default 5000); `compressHistory` (@default false);
    *   `compressMinBytes` (@default 1024); `synchronous` (@default "NORMAL")
    * @throws {BackendError} when the file cannot be opened, WAL cannot be enabled, or the schema is newer than this build
+   * @throws {InvalidOptionError} when an option is not acceptable
    */
   constructor(options: SQLiteBackendOptions) {
-    this.dbPath = options.dbPath;
     this.#compress = options.compressHistory ?? false;
     this.#compressMinBytes = options.compressMinBytes ?? 1024;
-    const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
-    const synchronous = options.synchronous ?? "NORMAL";
-    if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
-      throw new BackendError("sqlite", `busyTimeoutMs must be a non-negative integer (got ${busyTimeoutMs})`);
+    const path = options.path ?? options.dbPath;
+    if (options.path !== undefined && options.dbPath !== undefined && options.path !== options.dbPath) {
+      throw new InvalidOptionError("sqlite", "path", "path and its old name dbPath are both given and differ");
     }
-    if (synchronous !== "NORMAL" && synchronous !== "FULL") {
-      throw new BackendError("sqlite", `synchronous must be "NORMAL" or "FULL" (got ${String(synchronous)})`);
-    }
-    const inMemory = this.dbPath === ":memory:";
-    let db: BetterSqlite3.Database | undefined;
-    try {
-      if (!inMemory) mkdirSync(path.dirname(path.resolve(this.dbPath)), { recursive: true });
-      const Database = loadDriver();
-      db = new Database(this.dbPath, { timeout: busyTimeoutMs });
-      db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+    this.#driver = new SqliteDriver("sqlite", { ...options, path }, MIGRATIONS, {
+      synchronous: "NORMAL",
       // Only effective on a brand-new (empty) database: lets gc() return freed pages to the OS.
-      db.pragma("auto_vacuum = INCREMENTAL");
-      db.pragma(`synchronous = ${synchronous}`);
-      const mode = db.pragma("journal_mode = WAL", { simple: true });
-      if (!inMemory && String(mode).toLowerCase() !== "wal") {
-        throw new Error(`journal_mode is ${String(mode)}, WAL could not be enabled`);
-      }
+      incrementalVacuum: true,
       // After a checkpoint, a WAL grown past 16 MiB (e.g. by rewriting a huge history) is truncated back.
-      db.pragma("journal_size_limit = 16777216");
-      migrate(db, this.dbPath);
-    } catch (cause) {
-      db?.close();
-      if (cause instanceof DumplingsError) throw cause;
-      throw new BackendError("sqlite", `cannot open database ${JSON.stringify(this.dbPath)}`, {
-        cause,
-      });
-    }
+      pragmas: ["journal_size_limit = 16777216"],
+    });
+    this.dbPath = this.#driver.path;
+    const db = this.#driver.db;
     this.#db = db;
     this.#s = prepare(db);
     this.#writeTx = db.transaction((args: WriteArgs) => this.#writeInTx(args));
@@ -499,7 +469,7 @@ export class SQLiteBackend implements StateBackend {
 
   /** Closes the connection (idempotent). Later calls fail with {@link BackendError}. */
   close(): void {
-    if (this.#db.open) this.#db.close();
+    this.#driver.closeSync();
   }
 
   // -------------------------------------------------------------------------
@@ -764,21 +734,30 @@ function prepare(db: BetterSqlite3.Database): Statements {
 }
 
 /**
- * Creates the schema, or migrates the seed's single-table layout (user_version 0),
- * in one IMMEDIATE transaction (safe when several processes open the file at once).
+ * The session tables' migrations (component `sessions` in the file's ledger,
+ * run by the driver in one IMMEDIATE transaction, safe when several processes
+ * open the file at once). Version 1 creates the schema, or migrates the seed's
+ * single-table layout (user_version 0). A file written by dumplings-ai 0.1
+ * (user_version 1, no ledger) is adopted. `user_version` is still kept at 1
+ * so that 0.1 builds open a file written by this one.
  */
-function migrate(db: BetterSqlite3.Database, dbPath: string): void {
-  const current = () => Number(db.pragma("user_version", { simple: true }));
-  if (current() === SQLITE_SCHEMA_VERSION) return;
-  db.transaction(() => {
-    const version = current();
-    if (version === SQLITE_SCHEMA_VERSION) return;
+const MIGRATIONS: SqliteMigrations = {
+  component: "sessions",
+  adopt(db) {
+    const version = Number(db.pragma("user_version", { simple: true }));
     if (version > SQLITE_SCHEMA_VERSION) {
       throw new BackendError(
         "sqlite",
-        `database ${JSON.stringify(dbPath)} has schema version ${version}, newer than this build supports (${SQLITE_SCHEMA_VERSION}); upgrade dumplings-ai`,
+        `database ${JSON.stringify(db.name)} has schema version ${version}, newer than this build supports (${SQLITE_SCHEMA_VERSION}); upgrade dumplings-ai`,
       );
     }
+    return version;
+  },
+  migrations: [{ version: 1, name: "sessions and messages", up: createOrMigrateSeed }],
+};
+
+function createOrMigrateSeed(db: BetterSqlite3.Database): void {
+  {
     db.exec(`CREATE TABLE IF NOT EXISTS sessions (
       key TEXT PRIMARY KEY, meta TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL, history TEXT,
       saved_at TEXT NOT NULL, revision INTEGER NOT NULL DEFAULT 1, message_count INTEGER)`);
@@ -806,5 +785,5 @@ function migrate(db: BetterSqlite3.Database, dbPath: string): void {
       update.run(lines.length, Number.isNaN(t.getTime()) ? new Date().toISOString() : t.toISOString(), row.key);
     }
     db.pragma(`user_version = ${SQLITE_SCHEMA_VERSION}`);
-  }).immediate();
+  }
 }

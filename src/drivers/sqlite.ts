@@ -259,6 +259,15 @@ export class SqliteDriver implements SqlDriver {
     if (this.owned && this.db.open) this.db.close();
   }
 
+  /**
+   * Closes at once, for components whose calls are all synchronous (the
+   * session backend): a call still queued on the async contract fails.
+   */
+  closeSync(): void {
+    this.closed = true;
+    if (this.owned && this.db.open) this.db.close();
+  }
+
   /** Maps any error to the library's: a {@link DumplingsError} as is, busy as {@link SQLiteBusyError}, else {@link BackendError}. */
   error(e: unknown, what: string, key?: string): DumplingsError {
     if (e instanceof DumplingsError) return e;

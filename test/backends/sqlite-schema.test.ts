@@ -32,7 +32,9 @@ describe("SQLiteBackend schema and connections", () => {
     expect(raw.pragma("journal_mode", { simple: true })).toBe("wal");
     expect(raw.pragma("user_version", { simple: true })).toBe(1);
     const tables = raw.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all();
-    expect(tables).toEqual(["dumplings_meta", "messages", "sessions"]);
+    expect(tables).toEqual(["dumplings_meta", "dumplings_migrations", "messages", "sessions"]);
+    const ledger = raw.prepare("SELECT component, version FROM dumplings_migrations").all();
+    expect(ledger).toEqual([{ component: "sessions", version: 1 }]);
     const row = raw
       .prepare("SELECT history, revision, message_count, saved_at FROM sessions WHERE key = 'a'")
       .get() as {
@@ -114,6 +116,40 @@ describe("SQLiteBackend schema and connections", () => {
     expect(r.revision).toBe(2);
     expect(backend.load("seed-0")).toEqual(next);
     backend.close();
+  });
+
+  it("adopts a file written by 0.1 (user_version 1, no ledger) without re-running its DDL, and shares a file with other components", async () => {
+    const dbPath = freshPath();
+    const first = new SQLiteBackend({ dbPath });
+    first.save("old", makeState(msgs(4)));
+    first.close();
+    // What 0.1 left: the same tables, user_version 1, no ledger.
+    const raw = new Database(dbPath);
+    raw.exec("DROP TABLE dumplings_migrations");
+    raw.close();
+    const backend = new SQLiteBackend({ dbPath });
+    expect(backend.load("old").history).toEqual(msgs(4));
+    const check = new Database(dbPath);
+    expect(check.prepare("SELECT component, version, name FROM dumplings_migrations").all()).toEqual([
+      { component: "sessions", version: 1, name: "sessions and messages (adopted)" },
+    ]);
+    check.close();
+    backend.close();
+    // A newer ledger entry for the sessions component is refused with the file and the version.
+    const future = new Database(dbPath);
+    future
+      .prepare("INSERT INTO dumplings_migrations (component, version, name) VALUES ('sessions', 7, 'future')")
+      .run();
+    future.close();
+    const error = (() => {
+      try {
+        return new SQLiteBackend({ dbPath });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(error).toBeInstanceOf(FormatError);
+    expect((error as FormatError).message).toMatch(/version 7, newer than this build/);
   });
 
   it("refuses a database written by a newer schema", () => {

@@ -101,6 +101,22 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
     ]);
   });
 
+  it("adopts a schema written by 0.1 (its own schema_migrations ledger) without re-running its DDL", async () => {
+    const schema = newSchema();
+    const first = make({ schema });
+    await first.save("old", makeState(msgs(3)));
+    // What 0.1 left: the same tables and a schema_migrations table at version 1, no dumplings_migrations.
+    await admin.query(`DROP TABLE "${schema}".dumplings_migrations`);
+    await admin.query(
+      `CREATE TABLE "${schema}".schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
+    await admin.query(`INSERT INTO "${schema}".schema_migrations (version, name) VALUES (1, 'sessions and messages')`);
+    const again = make({ schema });
+    expect((await again.load("old")).history).toEqual(msgs(3));
+    const ledger = await admin.query(`SELECT component, version, name FROM "${schema}".dumplings_migrations`);
+    expect(ledger.rows).toEqual([{ component: "sessions", version: 1, name: "sessions and messages (adopted)" }]);
+  });
+
   it("refuses to run on a schema migrated by a newer build", async () => {
     const schema = newSchema();
     await make({ schema }).save("k", makeState([]));

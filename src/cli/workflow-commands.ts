@@ -33,7 +33,7 @@ export const DEFAULT_WORKFLOW_STORE = "sqlite:./.dumplingsAI_workflows/workflows
 export interface WorkflowCliOptions {
   /** `sqlite:PATH` or `postgres://…`. @default env DUMPLINGS_WORKFLOW_STORE, else {@link DEFAULT_WORKFLOW_STORE} */
   store?: string;
-  /** PostgreSQL schema. @default "public" */
+  /** PostgreSQL schema. @default "dumplings" */
   schema?: string;
   /** Redis URL of the hot tier. @default env REDIS_URL (none when unset) */
   redis?: string;
@@ -78,7 +78,7 @@ function withStoreOptions(command: Command): Command {
       "--store <spec>",
       `sqlite:PATH or postgres://… (default: $DUMPLINGS_WORKFLOW_STORE or ${DEFAULT_WORKFLOW_STORE})`,
     )
-    .option("--schema <name>", "PostgreSQL schema (default: public)")
+    .option("--schema <name>", "PostgreSQL schema (default: dumplings)")
     .option("--redis <url>", "Redis hot tier (default: $REDIS_URL)")
     .option("--blobs <dir>", "blob directory (default: blobs beside the SQLite file)")
     .option("--json", "print JSON");

@@ -15,25 +15,27 @@
  * delete-then-late-write (no resurrection), O(new messages) appends with
  * `baseLength`, `force`, and streaming reads (`iterHistory`).
  *
- * Requires vitest (the suite registers `describe`/`it` blocks).
+ * The suite imports no test runner: the caller passes its test functions as
+ * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).
  *
  * @module
  */
 import { randomUUID } from "node:crypto";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { StateBackend } from "../backends/types.js";
 import { ConflictError, InvalidKeyError, NonJsonValueError, StateNotFoundError } from "../core/errors.js";
 import type { Message, Protocol } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
 import { loadSampleConversations } from "./samples.js";
 import { makeState } from "./states.js";
+import { type ConformanceSuiteOptions, failsWith as failsWithIn, suiteGroup } from "./test-api.js";
 
-/** Options of {@link runBackendConformance}. */
-export interface ConformanceOptions {
-  /** When set, the whole suite is skipped and this reason is shown in its title (e.g. "Redis is down"). */
-  skip?: string | undefined;
+/**
+ * Options of {@link runBackendConformance}: the caller's `test` functions and a `skip` reason
+ * ({@link ConformanceSuiteOptions}), and what to expect of the backend.
+ */
+export interface BackendConformanceOptions<B extends StateBackend = StateBackend> extends ConformanceSuiteOptions {
   /** Called after each test with the backend the factory made (drop a schema, remove a temp dir…). @default calls `backend.close()` when present */
-  destroy?: (backend: StateBackend) => unknown;
+  destroy?: (backend: B) => unknown;
   /** Number of messages of the large-history test. @default 100_000 */
   largeHistory?: number;
   /**
@@ -61,17 +63,7 @@ async function loadOrUndefined(backend: StateBackend, key: string): Promise<Agen
   }
 }
 
-/** Expects a promise (or a sync throw) to fail with an error of `cls`; returns the error. */
-async function failsWith<E extends Error>(fn: () => unknown, cls: new (...args: never[]) => E): Promise<E> {
-  let error: unknown;
-  try {
-    await fn();
-  } catch (e) {
-    error = e;
-  }
-  expect(error, `expected ${cls.name}`).toBeInstanceOf(cls);
-  return error as E;
-}
+const NO_REVISIONS = "the backend has no write/read (revisions)";
 
 function sortedKeys(keys: string[]): string[] {
   return [...keys].sort();
@@ -120,39 +112,44 @@ export const HARD_STRINGS: readonly string[] = [
 ];
 
 /**
- * Registers the conformance tests of a state backend (vitest `describe`/`it`).
+ * Registers the conformance tests of a state backend ({@link StateBackend}), the built-in ones'
+ * and a user's own, through the caller's test functions (`options.test`).
  *
  * Call it at the top level of a test file. Each test creates its own backend
- * through `factory`, and calls `options.destroy` (default: `backend.close()`)
- * after it.
+ * through `factory` and uses random keys; `options.destroy` (default:
+ * `backend.close()`) runs after each test. Tests of an optional capability the
+ * backend lacks (`write`/`read`, `iterHistory`) are skipped with that reason.
  *
- * @param name - label of the suite, e.g. `"sqlite"`
+ * @param name - label of the suite, shown in its title: `backend conformance: <name>`
  * @param factory - returns a fresh, empty backend (sync or async)
- * @param options - `skip` reason, `destroy`, `largeHistory` size (@default 100_000),
- *   `validatesKeys` (@default true), `validatesValues` (@default true), `samples` (@default "all")
+ * @param options - `test` (the test functions, required), `skip` reason, `destroy`,
+ *   `largeHistory` size (@default 100_000), `validatesKeys` (@default true),
+ *   `validatesValues` (@default true), `samples` (@default "all")
  * @example
  * // test/my-backend.test.ts
+ * import * as vitest from "vitest";
  * import { runBackendConformance } from "dumplings-ai/testing";
  * import { MyBackend } from "../src/my-backend.js";
  *
  * runBackendConformance("my-backend", () => new MyBackend({ prefix: crypto.randomUUID() }), {
+ *   test: vitest,
  *   validatesKeys: false, // the persistence layer validates keys before calling it
  * });
  */
-export function runBackendConformance(
+export function runBackendConformance<B extends StateBackend>(
   name: string,
-  factory: () => StateBackend | Promise<StateBackend>,
-  options: ConformanceOptions = {},
+  factory: () => B | Promise<B>,
+  options: BackendConformanceOptions<B>,
 ): void {
+  const { describe, it, expect, beforeEach, afterEach } = options.test;
+  const failsWith = <E extends Error>(fn: () => unknown, cls: new (...args: never[]) => E) =>
+    failsWithIn(expect, fn, cls);
   const largeHistory = options.largeHistory ?? 100_000;
   const validatesKeys = options.validatesKeys ?? true;
   const validatesValues = options.validatesValues ?? true;
-  const title = options.skip
-    ? `backend conformance: ${name} (skipped: ${options.skip})`
-    : `backend conformance: ${name}`;
 
-  describe.skipIf(!!options.skip)(title, () => {
-    let backend: StateBackend;
+  suiteGroup(options, `backend conformance: ${name}`, () => {
+    let backend: B;
     const key = (label = "k") => `${label}-${randomUUID()}`;
 
     beforeEach(async () => {
@@ -320,7 +317,9 @@ export function runBackendConformance(
         expect(loaded).toEqual(states);
       });
 
-      it.skipIf(!validatesKeys)("refuses invalid keys with InvalidKeyError and writes nothing", async () => {
+      it("refuses invalid keys with InvalidKeyError and writes nothing", async (ctx) => {
+        if (!validatesKeys)
+          return ctx.skip("validatesKeys: false (the backend leaves key checks to the persistence layer)");
         const bad = [
           "",
           ".",
@@ -347,24 +346,24 @@ export function runBackendConformance(
         expect(await backend.listKeys()).toEqual([good]);
       });
 
-      it.skipIf(!validatesValues)(
-        "refuses a history value JSON cannot carry, naming the message, and writes nothing",
-        async () => {
-          const k = key("nonjson");
-          const before = makeState(syntheticHistory(3));
-          await backend.save(k, before);
-          const bad = makeState(syntheticHistory(5));
-          (bad.history[4] as unknown as Record<string, unknown>).extra = { n: 10n };
-          const e = await failsWith(() => backend.save(k, bad), NonJsonValueError);
-          expect(e.messageIndex).toBe(4);
-          expect(e.path).toContain("history[4]");
-          const nan = makeState(syntheticHistory(2));
-          nan.state.fields.x = Number.NaN;
-          await failsWith(() => backend.save(key("nan"), nan), NonJsonValueError);
-          expect(await backend.load(k)).toEqual(before);
-          expect(await backend.listKeys()).toEqual([k]);
-        },
-      );
+      it("refuses a history value JSON cannot carry, naming the message, and writes nothing", async (ctx) => {
+        if (!validatesValues) {
+          return ctx.skip("validatesValues: false (the backend leaves value checks to the persistence layer)");
+        }
+        const k = key("nonjson");
+        const before = makeState(syntheticHistory(3));
+        await backend.save(k, before);
+        const bad = makeState(syntheticHistory(5));
+        (bad.history[4] as unknown as Record<string, unknown>).extra = { n: 10n };
+        const e = await failsWith(() => backend.save(k, bad), NonJsonValueError);
+        expect(e.messageIndex).toBe(4);
+        expect(e.path).toContain("history[4]");
+        const nan = makeState(syntheticHistory(2));
+        nan.state.fields.x = Number.NaN;
+        await failsWith(() => backend.save(key("nan"), nan), NonJsonValueError);
+        expect(await backend.load(k)).toEqual(before);
+        expect(await backend.listKeys()).toEqual([k]);
+      });
     });
 
     describe("revisions and compare-and-set (write/read)", () => {
@@ -378,12 +377,12 @@ export function runBackendConformance(
       });
 
       it("read of a missing key is undefined", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         expect(await backend.read?.(key("missing"))).toBeUndefined();
       });
 
       it("revisions start at a positive integer and increase by one per write and save", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("rev");
         const r1 = await write(k, makeState(syntheticHistory(2)), { expectedRevision: null });
@@ -398,13 +397,13 @@ export function runBackendConformance(
       });
 
       it("a first write in a fresh store gets revision 1", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const r = await need()(key("first"), makeState([]));
         expect(r.revision).toBe(1);
       });
 
       it("a stale expectedRevision is a ConflictError with both revisions, and nothing is written", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("cas");
         const first = makeState(syntheticHistory(3));
@@ -423,7 +422,7 @@ export function runBackendConformance(
       });
 
       it("expectedRevision null on an existing key conflicts", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("null");
         const r1 = await write(k, makeState(syntheticHistory(1)));
@@ -434,7 +433,7 @@ export function runBackendConformance(
       });
 
       it("an expected revision on a missing key conflicts and creates nothing", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const k = key("ghost");
         const e = await failsWith(() => need()(k, makeState([]), { expectedRevision: 3 }), ConflictError);
         expect(e.actualRevision).toBeNull();
@@ -442,7 +441,7 @@ export function runBackendConformance(
       });
 
       it("delete then a late write with a stale revision does not resurrect the key (pb-26)", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("t26");
         const r1 = await write(k, makeState([{ role: "user", content: "delete me later" }]), {
@@ -470,7 +469,7 @@ export function runBackendConformance(
       });
 
       it("an append with baseLength equals a full write and writes only the new messages", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const full = syntheticHistory(40, "app");
         const k = key("append");
@@ -497,7 +496,7 @@ export function runBackendConformance(
       });
 
       it("a history edited in the middle is stored exactly (truncate after the common prefix)", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("edit");
         const h = syntheticHistory(6, "e");
@@ -516,7 +515,7 @@ export function runBackendConformance(
       });
 
       it("a mismatching baseLength never yields a merged history (full rewrite or conflict)", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("mismatch");
         const h = syntheticHistory(5, "s");
@@ -540,7 +539,7 @@ export function runBackendConformance(
       });
 
       it("force overwrites whatever revision is stored", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("force");
         const r1 = await write(k, makeState(syntheticHistory(3)));
@@ -552,7 +551,7 @@ export function runBackendConformance(
       });
 
       it("concurrent writers with the same expected revision: exactly one wins, the others conflict", async (ctx) => {
-        if (!capable) return ctx.skip();
+        if (!capable) return ctx.skip(NO_REVISIONS);
         const write = need();
         const k = key("race");
         const base = syntheticHistory(2, "r");
@@ -578,7 +577,7 @@ export function runBackendConformance(
 
     describe("streaming reads (iterHistory)", () => {
       it("yields exactly the stored history, in order", async (ctx) => {
-        if (!backend.iterHistory) return ctx.skip();
+        if (!backend.iterHistory) return ctx.skip("the backend has no iterHistory");
         const k = key("iter");
         const h = syntheticHistory(1234, "it");
         await backend.save(k, makeState(h));
@@ -591,7 +590,7 @@ export function runBackendConformance(
       });
 
       it("throws StateNotFoundError for a missing key", async (ctx) => {
-        if (!backend.iterHistory) return ctx.skip();
+        if (!backend.iterHistory) return ctx.skip("the backend has no iterHistory");
         const iterHistory = backend.iterHistory.bind(backend);
         await failsWith(async () => {
           for await (const _ of iterHistory(key("nothing"))) {

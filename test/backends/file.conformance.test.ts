@@ -5,9 +5,10 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import * as vitest from "vitest";
 import { FileBackend } from "../../src/backends/file.js";
 import type { StateBackend } from "../../src/backends/types.js";
-import { runBackendConformance } from "../../src/testing/conformance.js";
+import { runBackendConformance } from "../../src/testing/index.js";
 
 const dirs = new Map<StateBackend, string>();
 function make(gzip: boolean): StateBackend {
@@ -22,5 +23,5 @@ function destroy(backend: StateBackend): void {
   if (dir) rmSync(dir, { recursive: true, force: true });
 }
 
-runBackendConformance("file", () => make(false), { destroy });
-runBackendConformance("file (gzip)", () => make(true), { destroy, samples: "bundled" });
+runBackendConformance("file", () => make(false), { test: vitest, destroy });
+runBackendConformance("file (gzip)", () => make(true), { test: vitest, destroy, samples: "bundled" });

@@ -1,4 +1,5 @@
+import * as vitest from "vitest";
 import { MemoryBackend } from "../../src/backends/memory.js";
-import { runBackendConformance } from "../../src/testing/conformance.js";
+import { runBackendConformance } from "../../src/testing/index.js";
 
-runBackendConformance("memory", () => new MemoryBackend());
+runBackendConformance("memory", () => new MemoryBackend(), { test: vitest });

@@ -6,15 +6,15 @@
  */
 import { randomUUID } from "node:crypto";
 import pg from "pg";
-import { afterAll } from "vitest";
+import * as vitest from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
 import type { StateBackend } from "../../src/backends/types.js";
-import { runBackendConformance } from "../../src/testing/conformance.js";
+import { runBackendConformance } from "../../src/testing/index.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 
 const skip = await postgresSkipReason();
 const admin = skip ? undefined : new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
+vitest.afterAll(async () => {
   await admin?.end();
 });
 
@@ -28,7 +28,7 @@ async function destroy(backend: StateBackend): Promise<void> {
 runBackendConformance(
   "postgres",
   () => new PostgresBackend({ connectionString: DATABASE_URL, schema: schemaName(), maxConnections: 4 }),
-  { skip, destroy },
+  { test: vitest, skip, destroy },
 );
 
 runBackendConformance(
@@ -41,5 +41,5 @@ runBackendConformance(
       compressHistory: true,
       compressMinBytes: 16,
     }),
-  { skip, destroy, largeHistory: 20_000, samples: "bundled" },
+  { test: vitest, skip, destroy, largeHistory: 20_000, samples: "bundled" },
 );

@@ -5,15 +5,15 @@
  */
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
-import { afterAll } from "vitest";
+import * as vitest from "vitest";
 import { RedisBackend } from "../../src/backends/redis.js";
 import type { StateBackend } from "../../src/backends/types.js";
-import { runBackendConformance } from "../../src/testing/conformance.js";
+import { runBackendConformance } from "../../src/testing/index.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
 const skip = await redisSkipReason();
 const admin = skip ? undefined : new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1 });
-afterAll(() => admin?.disconnect());
+vitest.afterAll(() => admin?.disconnect());
 
 async function destroy(backend: StateBackend): Promise<void> {
   const prefix = (backend as RedisBackend).keyPrefix;
@@ -30,7 +30,7 @@ async function destroy(backend: StateBackend): Promise<void> {
 runBackendConformance(
   "redis",
   () => new RedisBackend({ url: REDIS_URL, keyPrefix: `duas-test:${randomUUID()}:`, commandTimeoutMs: 30_000 }),
-  { skip, destroy },
+  { test: vitest, skip, destroy },
 );
 
 runBackendConformance(
@@ -43,5 +43,5 @@ runBackendConformance(
       compressHistory: true,
       compressMinBytes: 16,
     }),
-  { skip, destroy, largeHistory: 20_000, samples: "bundled" },
+  { test: vitest, skip, destroy, largeHistory: 20_000, samples: "bundled" },
 );

@@ -1,18 +1,27 @@
-/** Journal conformance on the embedded SQLite store (a fresh temp file per test). */
+/** The journal conformance suite on the embedded SQLite store (a fresh temp file per test). */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import * as vitest from "vitest";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
-import { journalConformance } from "./journal-conformance.js";
+import { runJournalConformance } from "../../src/testing/index.js";
 
-journalConformance("sqlite", async () => {
-  const dir = mkdtempSync(path.join(tmpdir(), "dumplings-journal-"));
-  const journal = new SqliteJournal({ path: path.join(dir, "journal.db") });
-  return {
-    journal,
-    cleanup: async () => {
+const dirs = new Map<SqliteJournal, string>();
+
+runJournalConformance(
+  "sqlite",
+  () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "dumplings-journal-"));
+    const journal = new SqliteJournal({ path: path.join(dir, "journal.db") });
+    dirs.set(journal, dir);
+    return journal;
+  },
+  {
+    test: vitest,
+    destroy: async (journal) => {
       await journal.close();
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(dirs.get(journal) ?? "", { recursive: true, force: true });
+      dirs.delete(journal);
     },
-  };
-});
+  },
+);

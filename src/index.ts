@@ -8,8 +8,11 @@
  * state and message types, and every error class. Importing it reads the
  * `DUMPLINGS_PERSISTENCE*` environment variables (see `configure`).
  *
- * Subpaths: `dumplings-ai/sqlite` (`SQLiteBackend`), `dumplings-ai/testing`
- * (sample conversations, state builders, the backend conformance suite).
+ * Subpaths: `dumplings-ai/sqlite` (`SQLiteBackend`), `dumplings-ai/redis`,
+ * `dumplings-ai/postgres`, `dumplings-ai/workflow`, `dumplings-ai/durable`, and
+ * `dumplings-ai/testing` (sample conversations, state builders, the local model
+ * server, the conformance suites, and test-only helpers such as
+ * `resetBackendRegistry`).
  *
  * @example
  * import { BaseAgent, configure, loadState } from "dumplings-ai";
@@ -40,7 +43,6 @@ export {
   InvalidBackendError,
   listBackendNames,
   registerBackend,
-  resetBackendRegistry,
   setDefaultBackend,
 } from "./backends/registry.js";
 // Backends: the contract, key rules, the registry, memory and file backends.

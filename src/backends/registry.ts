@@ -218,7 +218,12 @@ export function builtinBackendSettings(): { baseDir: string; dbPath: string } {
 
 /**
  * Forgets every registered backend, closes the built-in instances, and restores the
- * default settings and the default backend (`file`). Meant for tests.
+ * default settings and the default backend (`file`). Meant for tests: exported from
+ * `dumplings-ai/testing`, not from the main entry.
+ *
+ * @example
+ * import { resetBackendRegistry } from "dumplings-ai/testing";
+ * afterEach(() => resetBackendRegistry());
  */
 export function resetBackendRegistry(): void {
   for (const [name, backend] of builtins) closeQuietly(name, backend);

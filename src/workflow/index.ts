@@ -54,11 +54,11 @@ export {
 } from "./idempotency.js";
 export {
   type GraphNode,
+  type GraphRunResult,
   type NodeContext,
   type NodeResult,
   ResumableGraphRunner,
   type RunnerOptions,
-  type RunResult,
   type StepEvent,
 } from "./runner.js";
 export {
@@ -84,9 +84,9 @@ export {
   WorkflowStatusSchema,
 } from "./state.js";
 export {
+  type CheckpointSaveOptions,
   CheckpointStore,
   type CheckpointStoreOptions,
   type CheckpointStoreStats,
   type HistoryEntry,
-  type SaveOptions,
 } from "./store.js";

@@ -96,7 +96,7 @@ export type GraphNode<T extends WorkflowState = WorkflowState> = (
 ) => NodeResult | Promise<NodeResult>;
 
 /** Result of driving a workflow until it finishes or waits. */
-export interface RunResult<T extends WorkflowState = WorkflowState> {
+export interface GraphRunResult<T extends WorkflowState = WorkflowState> {
   /** `running` only for a fork created with `run: false`. */
   status: "finished" | "waiting" | "running";
   state: T;
@@ -235,7 +235,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   async runOrResume(
     workflowId: string,
     initial: { sessionId?: string; sharedMemory?: JsonObject } = {},
-  ): Promise<RunResult<T>> {
+  ): Promise<GraphRunResult<T>> {
     let state = (await this.store.loadLatest(workflowId)) as T | undefined;
     if (!state) {
       const fresh = createWorkflowState({
@@ -260,7 +260,11 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * @throws {WorkflowNotWaitingError} (a `ConflictError`) when it is not waiting, or waits on another question
    * @throws {ConflictError} when another resume won the race (nothing delivered)
    */
-  async resume(workflowId: string, value: JsonValue, options: { interruptId?: string } = {}): Promise<RunResult<T>> {
+  async resume(
+    workflowId: string,
+    value: JsonValue,
+    options: { interruptId?: string } = {},
+  ): Promise<GraphRunResult<T>> {
     assertJson(value, "resume value");
     const state = (await this.store.loadLatest(workflowId)) as T | undefined;
     if (!state) throw new WorkflowNotFoundError(workflowId);
@@ -303,7 +307,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     workflowId: string,
     stepIndex: number,
     options: { newWorkflowId?: string; updates?: Record<string, JsonValue | undefined>; run?: boolean } = {},
-  ): Promise<RunResult<T>> {
+  ): Promise<GraphRunResult<T>> {
     const source = (await this.store.get(workflowId, stepIndex)) as T;
     const forkId = options.newWorkflowId ?? `${workflowId}~fork-${randomUUID().slice(0, 8)}`;
     // Interrupt ids carry the workflow id: re-key recorded answers and the pending question to the fork.
@@ -376,7 +380,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     throw error;
   }
 
-  private async drive(state: T): Promise<RunResult<T>> {
+  private async drive(state: T): Promise<GraphRunResult<T>> {
     for (let steps = 0; ; steps++) {
       if (state.isFinished || state.status === "waiting") return result(state);
       const node = state.currentNode === START ? this.entry : state.currentNode;
@@ -577,7 +581,7 @@ function merge(memory: JsonObject, updates: Record<string, JsonValue | undefined
   return out;
 }
 
-function result<T extends WorkflowState>(state: T): RunResult<T> {
+function result<T extends WorkflowState>(state: T): GraphRunResult<T> {
   return {
     status: state.isFinished ? "finished" : state.status === "waiting" ? "waiting" : "running",
     state,

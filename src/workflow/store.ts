@@ -91,7 +91,7 @@ export interface HistoryEntry<T = WorkflowState> {
 }
 
 /** Options of {@link CheckpointStore.save}. */
-export interface SaveOptions {
+export interface CheckpointSaveOptions {
   /**
    * Compare-and-set: the workflow's latest stored step must equal this (`null`: the workflow
    * must not exist yet). Omitted: plain upsert of the row at `state.stepIndex`.
@@ -233,7 +233,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
    * @throws {ConflictError} when `expectedStep` does not match the latest stored step (nothing written)
    * @throws {BackendError} when the cold store fails
    */
-  async save(state: z.infer<S>, options: SaveOptions = {}): Promise<z.infer<S>> {
+  async save(state: z.infer<S>, options: CheckpointSaveOptions = {}): Promise<z.infer<S>> {
     const valid = this.validate({ ...(state as object), schemaVersion: this.schemaVersion }) as WorkflowState;
     const { stored, refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold);
     const stateJson = JSON.stringify({ ...valid, sharedMemory: stored });

@@ -12,13 +12,12 @@ import {
   InvalidBackendError,
   listBackendNames,
   registerBackend,
-  resetBackendRegistry,
   setDefaultBackend,
 } from "../../src/backends/registry.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { StateBackend } from "../../src/backends/types.js";
 import { BackendError, BackendExistsError, UnknownBackendError } from "../../src/core/errors.js";
-import { makeState } from "../../src/testing/states.js";
+import { makeState, resetBackendRegistry } from "../../src/testing/index.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-registry-"));
 afterAll(() => {

@@ -35,7 +35,7 @@
  * @module
  */
 import { gunzipSync, gzipSync } from "node:zlib";
-import { BackendError, ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
+import { ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
@@ -557,12 +557,4 @@ export class PostgresBackend implements StateBackend {
       cause,
     });
   }
-}
-
-function positive(value: number | undefined, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-    throw new TypeError(`PostgresBackend option ${name} must be a positive number, got ${String(value)}`);
-  }
-  return Math.ceil(value);
 }

@@ -99,6 +99,9 @@ export interface SqliteOpenSettings {
   pragmas?: readonly string[];
 }
 
+/** Tail of the call queue of each database file open in this process, shared by every driver on that file. */
+const fileQueues = new Map<string, Promise<unknown>>();
+
 const requireCjs = createRequire(import.meta.url);
 let driverModule: typeof BetterSqlite3 | undefined;
 /** Loads better-sqlite3 on first use, so importing the library never loads the native addon. */
@@ -282,8 +285,18 @@ export class SqliteDriver implements SqlDriver {
 
   // ---- internals ----
 
+  /**
+   * Runs `fn` after every call queued before it on this file by any driver of
+   * this process (one queue per file, not per driver): a transaction's body
+   * awaits between statements while it holds the file's write lock, and a
+   * second connection of the same process asking for the lock meanwhile would
+   * wait in SQLite's busy handler, which blocks the thread, so the holder
+   * could never finish (a self-deadlock ending in `SQLiteBusyError`).
+   */
   private exclusive<T>(what: string, key: string | undefined, fn: () => T | Promise<T>): Promise<T> {
-    const next = this.queue.then(async () => {
+    const file = this.db.memory || this.db.name === "" ? undefined : path.resolve(this.db.name);
+    const before = file === undefined ? this.queue : (fileQueues.get(file) ?? Promise.resolve());
+    const next = before.then(async () => {
       if (this.closed || !this.db.open) throw new BackendError(this.name, `${what}: the database is closed`, { key });
       try {
         return await fn();
@@ -291,7 +304,14 @@ export class SqliteDriver implements SqlDriver {
         throw this.error(e, what, key);
       }
     });
-    this.queue = next.catch(() => undefined);
+    const tail = next.catch(() => undefined);
+    this.queue = tail;
+    if (file !== undefined) {
+      fileQueues.set(file, tail);
+      void tail.then(() => {
+        if (fileQueues.get(file) === tail) fileQueues.delete(file);
+      });
+    }
     return next;
   }
 

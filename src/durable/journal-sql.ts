@@ -1,0 +1,423 @@
+/**
+ * The SQL journal, written once for every SQL database: the four tables of a
+ * durable run (runs, steps, signals, events) over the async {@link SqlDriver}
+ * contract. `SqliteJournal` and `PostgresJournal` are this class with their
+ * driver; the dialect differences live in the drivers (placeholders, row
+ * locks, error mapping) and in {@link sqlJournalMigrations}' per-dialect
+ * spelling of the DDL.
+ *
+ * Atomicity: every operation that changes a run is one transaction that
+ * first reads the run's row with `driver.forUpdate` (PostgreSQL: `SELECT …
+ * FOR UPDATE`, a row lock held until commit; SQLite: `BEGIN IMMEDIATE`
+ * already holds the file's write lock), so the token check, the write and the
+ * audit event are atomic across any number of processes and machines.
+ *
+ * The audit log costs O(1) per event: the run's row carries the number of
+ * events written so far (`event_count`, migration 2), incremented in the same
+ * transaction as the event it numbers.
+ *
+ * @module
+ */
+import type { JsonValue } from "../core/json.js";
+import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
+import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
+import {
+  checkStepWrite,
+  eventFromRow,
+  type Journal,
+  type JournalEvent,
+  type JournalEventType,
+  type JournalRow,
+  jsonColumn,
+  type LeaseResult,
+  type RunPatch,
+  type RunRecord,
+  type RunStatus,
+  runFromRow,
+  type SignalRecord,
+  type StepRecord,
+  signalFromRow,
+  stepFromRow,
+  type UpdateRunResult,
+} from "./journal.js";
+
+/** Prefix of the journal's table names unless a store says otherwise. */
+export const DEFAULT_JOURNAL_TABLE_PREFIX = "durable_";
+
+/** How one SQL dialect spells the journal's DDL (see {@link sqlJournalMigrations}). */
+export interface SqlJournalDialect {
+  /** A table name in DDL: `"durable_runs"` (SQLite), `{s}."durable_runs"` (PostgreSQL, `{s}` the quoted schema). */
+  table(name: string): string;
+  /** Type of the epoch-ms and fencing-token columns: `INTEGER` (64-bit in SQLite) or `BIGINT`. */
+  bigint: string;
+  /** Clause closing a table keyed by `(run_id, …)`: `" WITHOUT ROWID"` on SQLite, `""` on PostgreSQL. */
+  keyed: string;
+}
+
+/** One versioned migration of the journal's tables, in the shape both drivers' migration lists take. */
+export interface SqlJournalMigration {
+  version: number;
+  name: string;
+  up: string[];
+}
+
+/**
+ * The journal's migrations in one dialect. Never edit a released version: add one.
+ *
+ * - 1: the tables of dumplings-ai 0.1, with `IF NOT EXISTS`, so a journal that
+ *   release created (it had no migration ledger) is adopted by running 1 once;
+ * - 2: `runs.event_count`, the per-run event counter, backfilled from the events.
+ *
+ * @param prefix - prefix of the table names, e.g. `durable_`
+ * @param dialect - how the database spells names and types
+ * @returns the migrations, ordered by version
+ * @example
+ * sqlJournalMigrations("durable_", { table: (n) => `"${n}"`, bigint: "INTEGER", keyed: " WITHOUT ROWID" });
+ */
+export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect): SqlJournalMigration[] {
+  const runs = dialect.table(`${prefix}runs`);
+  const steps = dialect.table(`${prefix}steps`);
+  const signals = dialect.table(`${prefix}signals`);
+  const events = dialect.table(`${prefix}events`);
+  const big = dialect.bigint;
+  return [
+    {
+      version: 1,
+      name: "runs, steps, signals and events",
+      up: [
+        `CREATE TABLE IF NOT EXISTS ${runs} (
+          run_id TEXT PRIMARY KEY, workflow TEXT NOT NULL, status TEXT NOT NULL, input_json TEXT NOT NULL,
+          output_json TEXT, error_json TEXT, waiting_for TEXT, wake_at ${big},
+          fencing_token ${big} NOT NULL DEFAULT 0, lease_owner TEXT, lease_expires_at ${big},
+          created_at ${big} NOT NULL, updated_at ${big} NOT NULL)`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_status ON ${runs} (status, created_at)`,
+        `CREATE TABLE IF NOT EXISTS ${steps} (
+          run_id TEXT NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL, input_hash TEXT NOT NULL,
+          status TEXT NOT NULL, output_json TEXT, error_json TEXT, attempt INTEGER NOT NULL,
+          started_at ${big} NOT NULL, finished_at ${big}, fencing_token ${big} NOT NULL,
+          PRIMARY KEY (run_id, seq))${dialect.keyed}`,
+        `CREATE TABLE IF NOT EXISTS ${signals} (
+          run_id TEXT NOT NULL, name TEXT NOT NULL, value_json TEXT NOT NULL, sent_at ${big} NOT NULL,
+          PRIMARY KEY (run_id, name))${dialect.keyed}`,
+        `CREATE TABLE IF NOT EXISTS ${events} (
+          run_id TEXT NOT NULL, idx INTEGER NOT NULL, type TEXT NOT NULL, at ${big} NOT NULL,
+          seq INTEGER, name TEXT, attempt INTEGER, fencing_token ${big},
+          PRIMARY KEY (run_id, idx))${dialect.keyed}`,
+      ],
+    },
+    {
+      version: 2,
+      name: "per-run event counter",
+      up: [
+        `ALTER TABLE ${runs} ADD COLUMN event_count INTEGER NOT NULL DEFAULT 0`,
+        `UPDATE ${runs} SET event_count =
+          (SELECT COALESCE(MAX(e.idx) + 1, 0) FROM ${events} e WHERE e.run_id = ${runs}.run_id)`,
+      ],
+    },
+  ];
+}
+
+type Row = JournalRow;
+
+const what = (verb: string, runId: string) => `cannot ${verb} run ${JSON.stringify(runId)}`;
+
+function requireRun(runId: string, row: Row | undefined): Row {
+  if (!row) throw new RunNotFoundError(runId);
+  return row;
+}
+
+function requireToken(runId: string, token: number, row: Row | undefined): Row {
+  const run = requireRun(runId, row);
+  const current = Number(run.fencing_token);
+  if (current !== token) throw new StaleFencingTokenError(runId, token, current);
+  return run;
+}
+
+/**
+ * {@link Journal} over any {@link SqlDriver}: the implementation of
+ * `SqliteJournal` and `PostgresJournal`. Use it directly with a driver of your
+ * own making; its tables must have been created with {@link sqlJournalMigrations}.
+ *
+ * @example
+ * const driver = new SqliteDriver("sqlite", { path: "runs.db" }, {
+ *   component: "journal",
+ *   migrations: sqlJournalMigrations("durable_", { table: (n) => `"${n}"`, bigint: "INTEGER", keyed: " WITHOUT ROWID" }),
+ * });
+ * const journal = new SqlJournal(driver);
+ * await journal.createRun({ runId: "r1", workflow: "agent", input: { q: "hi" } });
+ */
+export class SqlJournal implements Journal {
+  /** The driver's name (`sqlite`, `postgres`), used in messages. */
+  readonly name: string;
+  /** The driver every call goes through. */
+  protected readonly driver: SqlDriver;
+  private readonly t: { runs: string; steps: string; signals: string; events: string };
+
+  /**
+   * @param driver - a ready-to-use driver whose migrations include {@link sqlJournalMigrations}
+   * @param tablePrefix - prefix of the table names @default "durable_"
+   */
+  constructor(driver: SqlDriver, tablePrefix = DEFAULT_JOURNAL_TABLE_PREFIX) {
+    this.driver = driver;
+    this.name = driver.name;
+    this.t = {
+      runs: driver.table(`${tablePrefix}runs`),
+      steps: driver.table(`${tablePrefix}steps`),
+      signals: driver.table(`${tablePrefix}signals`),
+      events: driver.table(`${tablePrefix}events`),
+    };
+  }
+
+  /** One write transaction that first reads the run's row (locking it where the database needs a row lock). */
+  private change<T>(verb: string, runId: string, fn: (query: SqlQuery, run: Row | undefined) => Promise<T>) {
+    return this.driver.transaction(what(verb, runId), runId, async (query) => {
+      const { rows } = await query(`SELECT * FROM ${this.t.runs} WHERE run_id = $1${this.driver.forUpdate}`, [runId]);
+      return fn(query, rows[0]);
+    });
+  }
+
+  private async read(verb: string, runId: string, text: string, values: unknown[]): Promise<Row[]> {
+    return (await this.driver.query(what(verb, runId), runId, text, values)).rows;
+  }
+
+  /** Every row of a run in one table, in `order`. */
+  private allOf(verb: string, runId: string, table: string, order: string): Promise<Row[]> {
+    return this.read(verb, runId, `SELECT * FROM ${table} WHERE run_id = $1 ORDER BY ${order}`, [runId]);
+  }
+
+  /** Appends an audit event: its index is the run's `event_count`, incremented in the same transaction. */
+  private async event(query: SqlQuery, runId: string, type: JournalEventType, e: Partial<JournalEvent> = {}) {
+    const counted = await query(
+      `UPDATE ${this.t.runs} SET event_count = event_count + 1 WHERE run_id = $1 RETURNING event_count`,
+      [runId],
+    );
+    const insert = (idx: number) =>
+      query(
+        `INSERT INTO ${this.t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (run_id, idx) DO NOTHING`,
+        [runId, idx, type, Date.now(), e.seq ?? null, e.name ?? null, e.attempt ?? null, e.fencingToken ?? null],
+      );
+    if ((await insert(Number(counted.rows[0]?.event_count) - 1)).rowCount) return;
+    // The index is taken: a process of the previous release (which counted the events instead) wrote
+    // to this run during a rolling upgrade. Resynchronise the counter once, from the events themselves.
+    const { rows } = await query(`SELECT COALESCE(MAX(idx) + 1, 0) AS n FROM ${this.t.events} WHERE run_id = $1`, [
+      runId,
+    ]);
+    const idx = Number(rows[0]?.n);
+    await query(`UPDATE ${this.t.runs} SET event_count = $2 WHERE run_id = $1`, [runId, idx + 1]);
+    if (!(await insert(idx)).rowCount) throw new Error(`event #${idx} of run ${JSON.stringify(runId)} is taken`);
+  }
+
+  /** {@inheritDoc Journal.createRun} */
+  async createRun(init: { runId: string; workflow: string; input: JsonValue }) {
+    const input = jsonColumn(init.input, "run input") ?? "null";
+    return this.change("create", init.runId, async (query, existing) => {
+      if (existing) return { created: false, run: runFromRow(existing) };
+      const now = Date.now();
+      const { rows } = await query(
+        `INSERT INTO ${this.t.runs} (run_id, workflow, status, input_json, fencing_token, created_at, updated_at)
+         VALUES ($1, $2, 'pending', $3, 0, $4, $4) ON CONFLICT (run_id) DO NOTHING RETURNING *`,
+        [init.runId, init.workflow, input, now],
+      );
+      const created = rows[0];
+      if (!created) {
+        // PostgreSQL: another transaction created the run after this one read (and so could not lock) its row.
+        const again = await query(`SELECT * FROM ${this.t.runs} WHERE run_id = $1${this.driver.forUpdate}`, [
+          init.runId,
+        ]);
+        return { created: false, run: runFromRow(requireRun(init.runId, again.rows[0])) };
+      }
+      await this.event(query, init.runId, "run_created", { name: init.workflow });
+      return { created: true, run: runFromRow(created) };
+    });
+  }
+
+  /** {@inheritDoc Journal.getRun} */
+  async getRun(runId: string): Promise<RunRecord | undefined> {
+    const rows = await this.read("read", runId, `SELECT * FROM ${this.t.runs} WHERE run_id = $1`, [runId]);
+    return rows[0] ? runFromRow(rows[0]) : undefined;
+  }
+
+  /** {@inheritDoc Journal.listRuns} */
+  async listRuns(filter: { status?: RunStatus; limit?: number } = {}): Promise<RunRecord[]> {
+    const limit = filter.limit ?? 1000;
+    const { rows } = filter.status
+      ? await this.driver.query(
+          "cannot list runs",
+          undefined,
+          `SELECT * FROM ${this.t.runs} WHERE status = $1 ORDER BY created_at DESC, run_id LIMIT $2`,
+          [filter.status, limit],
+        )
+      : await this.driver.query(
+          "cannot list runs",
+          undefined,
+          `SELECT * FROM ${this.t.runs} ORDER BY created_at DESC, run_id LIMIT $1`,
+          [limit],
+        );
+    return rows.map(runFromRow);
+  }
+
+  /** {@inheritDoc Journal.acquireLease} */
+  async acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult> {
+    return this.change("lease", runId, async (query, row): Promise<LeaseResult> => {
+      const run = requireRun(runId, row);
+      const now = Date.now();
+      const heldBy = run.lease_owner === null ? undefined : String(run.lease_owner);
+      const expiresAt = run.lease_expires_at === null ? undefined : Number(run.lease_expires_at);
+      if (heldBy !== undefined && expiresAt !== undefined && expiresAt > now && heldBy !== owner) {
+        return { acquired: false, owner: heldBy, expiresAt };
+      }
+      const token = Number(run.fencing_token) + 1;
+      await query(
+        `UPDATE ${this.t.runs} SET fencing_token = $1, lease_owner = $2, lease_expires_at = $3, updated_at = $4 WHERE run_id = $5`,
+        [token, owner, now + ttlMs, now, runId],
+      );
+      await this.event(query, runId, "lease_acquired", { name: owner, fencingToken: token });
+      return { acquired: true, fencingToken: token, expiresAt: now + ttlMs };
+    });
+  }
+
+  /** {@inheritDoc Journal.renewLease} */
+  async renewLease(runId: string, token: number, ttlMs: number): Promise<number> {
+    return this.change("renew the lease of", runId, async (query, row) => {
+      requireToken(runId, token, row);
+      const expiresAt = Date.now() + ttlMs;
+      await query(`UPDATE ${this.t.runs} SET lease_expires_at = $1 WHERE run_id = $2`, [expiresAt, runId]);
+      return expiresAt;
+    });
+  }
+
+  /** {@inheritDoc Journal.releaseLease} (one conditional UPDATE: atomic on its own) */
+  async releaseLease(runId: string, token: number): Promise<void> {
+    await this.read(
+      "release the lease of",
+      runId,
+      `UPDATE ${this.t.runs} SET lease_owner = NULL, lease_expires_at = NULL WHERE run_id = $1 AND fencing_token = $2`,
+      [runId, token],
+    );
+  }
+
+  /** {@inheritDoc Journal.readSteps} */
+  async readSteps(runId: string): Promise<StepRecord[]> {
+    return (await this.allOf("read the steps of", runId, this.t.steps, "seq")).map(stepFromRow);
+  }
+
+  /** {@inheritDoc Journal.writeStep} */
+  async writeStep(token: number, record: StepRecord): Promise<void> {
+    const output = jsonColumn(record.output, `step "${record.name}" output`);
+    const error = record.error === undefined ? null : JSON.stringify(record.error);
+    const { runId, seq } = record;
+    await this.change("write a step of", runId, async (query, row) => {
+      const run = requireToken(runId, token, row);
+      // Seqs have no gaps, so the last one + 1 is the count (one index probe, not a scan of the run's steps).
+      const last = await query(`SELECT seq FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, [runId]);
+      const count = last.rows[0] ? Number(last.rows[0].seq) + 1 : 0;
+      const existing =
+        Number.isInteger(seq) && seq >= 0 && seq < count
+          ? ((await query(`SELECT name, status FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2`, [runId, seq]))
+              .rows[0] as { name: string; status: string } | undefined)
+          : undefined;
+      checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
+      await query(
+        `INSERT INTO ${this.t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         ON CONFLICT (run_id, seq) DO UPDATE SET input_hash = excluded.input_hash, status = excluded.status,
+           output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
+           started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token`,
+        [
+          runId,
+          seq,
+          record.name,
+          record.inputHash,
+          record.status,
+          output,
+          error,
+          record.attempt,
+          record.startedAt,
+          record.finishedAt ?? null,
+          token,
+        ],
+      );
+      await this.event(query, runId, `step_${record.status}`, {
+        seq,
+        name: record.name,
+        attempt: record.attempt,
+        fencingToken: token,
+      });
+    });
+  }
+
+  /** {@inheritDoc Journal.updateRun} */
+  async updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult> {
+    const output = jsonColumn(patch.output, "run output");
+    const error = patch.error === undefined ? null : JSON.stringify(patch.error);
+    return this.change("update", runId, async (query, row): Promise<UpdateRunResult> => {
+      requireToken(runId, token, row);
+      if (patch.status === "waiting" && patch.waitingFor !== undefined) {
+        const { rows } = await query(`SELECT * FROM ${this.t.signals} WHERE run_id = $1 AND name = $2`, [
+          runId,
+          patch.waitingFor,
+        ]);
+        if (rows[0]) return { ok: false, signal: signalFromRow(rows[0]) };
+      }
+      await query(
+        `UPDATE ${this.t.runs} SET status = $1, output_json = $2, error_json = $3, waiting_for = $4, wake_at = $5, updated_at = $6 WHERE run_id = $7`,
+        [patch.status, output, error, patch.waitingFor ?? null, patch.wakeAt ?? null, Date.now(), runId],
+      );
+      await this.event(query, runId, `run_${patch.status}` as JournalEventType, {
+        name: patch.waitingFor,
+        fencingToken: token,
+      });
+      return { ok: true };
+    });
+  }
+
+  /** {@inheritDoc Journal.sendSignal} */
+  async sendSignal(runId: string, name: string, value: JsonValue): Promise<RunRecord> {
+    const text = jsonColumn(value, `signal "${name}" value`) ?? "null";
+    return this.change("signal", runId, async (query, row) => {
+      const run = requireRun(runId, row);
+      const inserted = await query(
+        `INSERT INTO ${this.t.signals} (run_id, name, value_json, sent_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (run_id, name) DO NOTHING`,
+        [runId, name, text, Date.now()],
+      );
+      if (!inserted.rowCount) throw new SignalConflictError(runId, name);
+      await this.event(query, runId, "signal_received", { name });
+      return runFromRow(run);
+    });
+  }
+
+  /** {@inheritDoc Journal.getSignal} */
+  async getSignal(runId: string, name: string): Promise<SignalRecord | undefined> {
+    const rows = await this.read(
+      "read a signal of",
+      runId,
+      `SELECT * FROM ${this.t.signals} WHERE run_id = $1 AND name = $2`,
+      [runId, name],
+    );
+    return rows[0] ? signalFromRow(rows[0]) : undefined;
+  }
+
+  /** {@inheritDoc Journal.listSignals} */
+  async listSignals(runId: string): Promise<SignalRecord[]> {
+    return (await this.allOf("list the signals of", runId, this.t.signals, "sent_at, name")).map(signalFromRow);
+  }
+
+  /** {@inheritDoc Journal.readEvents} */
+  async readEvents(runId: string): Promise<JournalEvent[]> {
+    return (await this.allOf("read the events of", runId, this.t.events, "idx")).map(eventFromRow);
+  }
+
+  /** {@inheritDoc Journal.deleteRun} */
+  async deleteRun(runId: string): Promise<void> {
+    await this.change("delete", runId, async (query) => {
+      for (const table of Object.values(this.t)) await query(`DELETE FROM ${table} WHERE run_id = $1`, [runId]);
+    });
+  }
+
+  /** Releases what the journal's driver opened (never an injected database or pool). Idempotent. */
+  async close(): Promise<void> {
+    await this.driver.close();
+  }
+}

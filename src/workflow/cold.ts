@@ -1,6 +1,7 @@
 /**
  * The contract of a cold (source-of-truth) checkpoint store, implemented once
- * per database: `cold-sqlite.ts` (embedded default) and `cold-postgres.ts`.
+ * for SQL databases (`cold-sql.ts`), as `SqliteColdStore` (`cold-sqlite.ts`,
+ * the embedded default) and `PostgresColdStore` (`cold-postgres.ts`).
  *
  * Tables (snake_case on disk):
  * - `workflow_snapshots(id, workflow_id, step_index, node_name, state_json, created_at,

@@ -1,0 +1,517 @@
+/**
+ * The cold checkpoint store written once for every SQL database, over the
+ * async {@link SqlDriver} contract: `SqliteColdStore` and `PostgresColdStore`
+ * are this class with their driver.
+ *
+ * - **Compare-and-set** on a workflow's `latest_step` runs in one write
+ *   transaction with the snapshot insert. The summary row is read with the
+ *   driver's `forUpdate` (a row lock on PostgreSQL; SQLite's `BEGIN
+ *   IMMEDIATE` already holds the file's write lock), so racing writers from
+ *   any number of processes serialise and the loser gets a
+ *   {@link ConflictError}; two creators of one workflow race on its primary
+ *   key.
+ * - **Retention** deletes in batches (`pruneBatchSize` rows per statement, one
+ *   transaction per batch), so a large prune never holds long locks; the blob
+ *   references of deleted snapshots go with them and those no longer
+ *   referenced anywhere are returned for the blob store to delete.
+ * - **Tables** are created by the driver's migration ledger (component
+ *   `workflow`, see {@link workflowMigrations}): checked once per process,
+ *   DDL only when a version is missing, so opening a store never locks
+ *   tables other processes are writing.
+ *
+ * Only portable SQL (`ON CONFLICT`, `RETURNING`, row values) is used; the
+ * dialects differ only in their DDL types.
+ *
+ * @module
+ */
+import { BackendError, ConflictError, InvalidOptionError } from "../core/errors.js";
+import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
+import type {
+  ColdStore,
+  IdempotencyRecord,
+  ListCursor,
+  SnapshotWrite,
+  StepErrorRecord,
+  StoredSnapshot,
+  WorkflowRowStatus,
+  WorkflowSummary,
+} from "./cold.js";
+
+/** The cold store's versioned tables, in the shape both drivers take. */
+export interface WorkflowMigrations {
+  /** `workflow`: the component's key in the migration ledger. */
+  component: string;
+  migrations: readonly { version: number; name: string; up: readonly string[] }[];
+}
+
+/**
+ * The workflow tables of one dialect, for the driver's migration ledger.
+ * Version 1 is the layout of dumplings-ai 0.1 with `IF NOT EXISTS`
+ * everywhere, so a database created by 0.1 (which had no ledger) is adopted
+ * by running it once.
+ *
+ * @param dialect - `sqlite` or `postgres` (table names carry the driver's `{s}` schema placeholder)
+ * @returns the component `workflow` and its migrations
+ * @example
+ * const driver = new SqliteDriver("sqlite", { path: "wf.db" }, workflowMigrations("sqlite"));
+ */
+export function workflowMigrations(dialect: "sqlite" | "postgres"): WorkflowMigrations {
+  const pg = dialect === "postgres";
+  const t = (name: string) => (pg ? `{s}.${name}` : name);
+  const id = pg ? "BIGSERIAL PRIMARY KEY" : "INTEGER PRIMARY KEY AUTOINCREMENT";
+  const ms = pg ? "BIGINT" : "INTEGER";
+  const v1 = [
+    `CREATE TABLE IF NOT EXISTS ${t("workflow_snapshots")} (
+      id ${id},
+      workflow_id TEXT NOT NULL,
+      step_index INTEGER NOT NULL,
+      node_name TEXT NOT NULL,
+      state_json TEXT NOT NULL,
+      created_at ${ms} NOT NULL,
+      UNIQUE (workflow_id, step_index))`,
+    `CREATE INDEX IF NOT EXISTS workflow_snapshots_created_at ON ${t("workflow_snapshots")} (created_at)`,
+    `CREATE TABLE IF NOT EXISTS ${t("workflows")} (
+      workflow_id TEXT PRIMARY KEY,
+      session_id TEXT NOT NULL,
+      status TEXT NOT NULL,
+      latest_step INTEGER NOT NULL,
+      current_node TEXT NOT NULL,
+      active_step INTEGER NOT NULL,
+      parent_workflow_id TEXT,
+      created_at ${ms} NOT NULL,
+      updated_at ${ms} NOT NULL)`,
+    `CREATE INDEX IF NOT EXISTS workflows_status_updated ON ${t("workflows")} (status, updated_at DESC, workflow_id DESC)`,
+    `CREATE INDEX IF NOT EXISTS workflows_updated ON ${t("workflows")} (updated_at DESC, workflow_id DESC)`,
+    `CREATE TABLE IF NOT EXISTS ${t("workflow_step_errors")} (
+      id ${id},
+      workflow_id TEXT NOT NULL,
+      step_index INTEGER NOT NULL,
+      node_name TEXT NOT NULL,
+      error_json TEXT NOT NULL,
+      created_at ${ms} NOT NULL)`,
+    `CREATE INDEX IF NOT EXISTS workflow_step_errors_workflow ON ${t("workflow_step_errors")} (workflow_id, step_index)`,
+    `CREATE TABLE IF NOT EXISTS ${t("workflow_idempotency")} (
+      idem_key TEXT PRIMARY KEY,
+      workflow_id TEXT NOT NULL,
+      step_index INTEGER NOT NULL,
+      name TEXT NOT NULL,
+      status TEXT NOT NULL CHECK (status IN ('started', 'finished')),
+      result_json TEXT,
+      started_at ${ms} NOT NULL,
+      finished_at ${ms})`,
+    `CREATE INDEX IF NOT EXISTS workflow_idempotency_workflow ON ${t("workflow_idempotency")} (workflow_id, step_index)`,
+    `CREATE TABLE IF NOT EXISTS ${t("workflow_blob_refs")} (
+      workflow_id TEXT NOT NULL,
+      step_index INTEGER NOT NULL,
+      ref TEXT NOT NULL,
+      PRIMARY KEY (workflow_id, step_index, ref))`,
+    `CREATE INDEX IF NOT EXISTS workflow_blob_refs_ref ON ${t("workflow_blob_refs")} (ref)`,
+  ];
+  return { component: "workflow", migrations: [{ version: 1, name: "workflow tables", up: v1 }] };
+}
+
+/** Options of {@link SqlColdStore} beyond its driver. */
+export interface SqlColdStoreOptions {
+  /** Rows deleted per statement (and per transaction) by `prune`. @default 5000 */
+  pruneBatchSize?: number;
+}
+
+/** Values bound per statement built from a list (far below both databases' limits). */
+const CHUNK = 500;
+const SNAPSHOT_COLUMNS = "workflow_id, step_index, node_name, state_json, created_at";
+const SUMMARY_COLUMNS =
+  "workflow_id, session_id, status, latest_step, current_node, active_step, parent_workflow_id, created_at, updated_at";
+
+type Row = Record<string, unknown>;
+/** PostgreSQL returns BIGINT as a string; SQLite returns numbers. */
+const num = (v: unknown): number => Number(v);
+const text = (v: unknown): string => v as string;
+
+const toSnapshot = (r: Row): StoredSnapshot => ({
+  workflowId: text(r.workflow_id),
+  stepIndex: num(r.step_index),
+  nodeName: text(r.node_name),
+  stateJson: text(r.state_json),
+  createdAt: num(r.created_at),
+});
+
+const toSummary = (r: Row): WorkflowSummary => ({
+  workflowId: text(r.workflow_id),
+  sessionId: text(r.session_id),
+  status: r.status as WorkflowRowStatus,
+  latestStep: num(r.latest_step),
+  currentNode: text(r.current_node),
+  parentWorkflowId: (r.parent_workflow_id as string | null) ?? null,
+  createdAt: num(r.created_at),
+  updatedAt: num(r.updated_at),
+});
+
+const toIdempotency = (r: Row): IdempotencyRecord => ({
+  key: text(r.idem_key),
+  workflowId: text(r.workflow_id),
+  stepIndex: num(r.step_index),
+  name: text(r.name),
+  status: r.status as "started" | "finished",
+  resultJson: (r.result_json as string | null) ?? null,
+  startedAt: num(r.started_at),
+  finishedAt: r.finished_at === null || r.finished_at === undefined ? null : num(r.finished_at),
+});
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+/** `$from, $from+1, …` for `count` values. */
+const placeholders = (count: number, from = 1): string =>
+  Array.from({ length: count }, (_, i) => `$${from + i}`).join(", ");
+
+/**
+ * A cold checkpoint store over any {@link SqlDriver} whose migrations include
+ * {@link workflowMigrations} of its dialect. Use `SqliteColdStore` or
+ * `PostgresColdStore`, which build the driver from connection options.
+ *
+ * @example
+ * const driver = new PostgresDriver("postgres", { url }, workflowMigrations("postgres"));
+ * const store = await CheckpointStore.open({ cold: new SqlColdStore(driver) });
+ */
+export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore {
+  /** `sqlite` or `postgres`, used in error messages. */
+  readonly name: "sqlite" | "postgres";
+  /** The driver the store runs on (closed by {@link close}). */
+  protected readonly driver: D;
+  private readonly batch: number;
+  private readonly snapshots: string;
+  private readonly workflows: string;
+  private readonly stepErrors: string;
+  private readonly idempotency: string;
+  private readonly blobRefs: string;
+
+  /**
+   * @param driver - an SQL driver set up with {@link workflowMigrations}; the store owns it (closed on a bad option)
+   * @param options - `pruneBatchSize`
+   * @throws {InvalidOptionError} when `pruneBatchSize` is not a positive integer
+   */
+  constructor(driver: D, options: SqlColdStoreOptions = {}) {
+    const batch = options.pruneBatchSize ?? 5000;
+    if (typeof batch !== "number" || !Number.isInteger(batch) || batch < 1) {
+      void driver.close().catch(() => undefined);
+      throw new InvalidOptionError(driver.name, "pruneBatchSize", `must be a positive integer, got ${String(batch)}`);
+    }
+    this.driver = driver;
+    this.name = driver.name;
+    this.batch = batch;
+    this.snapshots = driver.table("workflow_snapshots");
+    this.workflows = driver.table("workflows");
+    this.stepErrors = driver.table("workflow_step_errors");
+    this.idempotency = driver.table("workflow_idempotency");
+    this.blobRefs = driver.table("workflow_blob_refs");
+  }
+
+  /** {@inheritDoc ColdStore.init} (the driver's migrations: no DDL on a schema that has them all) */
+  init(): Promise<void> {
+    return this.driver.ready();
+  }
+
+  /** {@inheritDoc ColdStore.write} */
+  async write(row: SnapshotWrite, expectedLatest: number | null | undefined): Promise<void> {
+    const id = row.workflowId;
+    const summary = [
+      id,
+      row.sessionId,
+      row.status,
+      row.stepIndex,
+      row.currentNode,
+      row.activeStep,
+      row.parentWorkflowId,
+      row.createdAt,
+    ];
+    const insertSummary = `INSERT INTO ${this.workflows} AS w (${SUMMARY_COLUMNS}) VALUES (${placeholders(8)}, $8)`;
+    await this.driver.transaction(`cannot write checkpoint ${row.stepIndex} of workflow "${id}"`, id, async (query) => {
+      if (expectedLatest !== undefined) {
+        const actual = await this.latestStep(query, id, this.driver.forUpdate);
+        if (actual === null && expectedLatest === null) {
+          // Two creators race: the primary key decides, the loser's insert does nothing.
+          const ins = await query(`${insertSummary} ON CONFLICT (workflow_id) DO NOTHING`, summary);
+          if (ins.rowCount !== 1) throw new ConflictError(id, null, await this.latestStep(query, id), this.name);
+        } else if (actual !== expectedLatest) {
+          throw new ConflictError(id, expectedLatest, actual, this.name);
+        }
+      }
+      await query(
+        `INSERT INTO ${this.snapshots} (${SNAPSHOT_COLUMNS}) VALUES (${placeholders(5)})
+         ON CONFLICT (workflow_id, step_index) DO UPDATE SET
+           node_name = excluded.node_name, state_json = excluded.state_json, created_at = excluded.created_at`,
+        [id, row.stepIndex, row.nodeName, row.stateJson, row.createdAt],
+      );
+      await query(
+        `${insertSummary} ON CONFLICT (workflow_id) DO UPDATE SET
+           session_id = excluded.session_id, status = excluded.status, latest_step = excluded.latest_step,
+           current_node = excluded.current_node, active_step = excluded.active_step, updated_at = excluded.updated_at
+         WHERE excluded.latest_step >= w.latest_step`,
+        summary,
+      );
+      await query(`DELETE FROM ${this.blobRefs} WHERE workflow_id = $1 AND step_index = $2`, [id, row.stepIndex]);
+      for (const refs of chunks([...new Set(row.blobRefs)], CHUNK)) {
+        const values = refs.map((_, i) => `($1, $2, $${i + 3})`).join(", ");
+        await query(
+          `INSERT INTO ${this.blobRefs} (workflow_id, step_index, ref) VALUES ${values} ON CONFLICT DO NOTHING`,
+          [id, row.stepIndex, ...refs],
+        );
+      }
+    });
+  }
+
+  /** {@inheritDoc ColdStore.read} */
+  async read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined> {
+    const r = await this.driver.query(
+      `cannot read step ${stepIndex} of workflow "${workflowId}"`,
+      workflowId,
+      `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE workflow_id = $1 AND step_index = $2`,
+      [workflowId, stepIndex],
+    );
+    return r.rows[0] && toSnapshot(r.rows[0]);
+  }
+
+  /** {@inheritDoc ColdStore.latest} */
+  async latest(workflowId: string): Promise<StoredSnapshot | undefined> {
+    const r = await this.driver.query(
+      `cannot read latest checkpoint of workflow "${workflowId}"`,
+      workflowId,
+      `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE workflow_id = $1 ORDER BY step_index DESC LIMIT 1`,
+      [workflowId],
+    );
+    return r.rows[0] && toSnapshot(r.rows[0]);
+  }
+
+  /** {@inheritDoc ColdStore.summary} */
+  async summary(workflowId: string): Promise<WorkflowSummary | undefined> {
+    const r = await this.driver.query(
+      `cannot read workflow "${workflowId}"`,
+      workflowId,
+      `SELECT ${SUMMARY_COLUMNS} FROM ${this.workflows} WHERE workflow_id = $1`,
+      [workflowId],
+    );
+    return r.rows[0] && toSummary(r.rows[0]);
+  }
+
+  /** {@inheritDoc ColdStore.history} */
+  async history(workflowId: string): Promise<StoredSnapshot[]> {
+    const r = await this.driver.query(
+      `cannot read history of workflow "${workflowId}"`,
+      workflowId,
+      `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE workflow_id = $1 ORDER BY step_index`,
+      [workflowId],
+    );
+    return r.rows.map(toSnapshot);
+  }
+
+  /** {@inheritDoc ColdStore.list} */
+  async list(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): Promise<WorkflowSummary[]> {
+    const [sql, values] = this.listQuery(query);
+    const r = await this.driver.query("cannot list workflows", undefined, sql, values);
+    return r.rows.map(toSummary);
+  }
+
+  /** {@inheritDoc ColdStore.explainList} */
+  explainList(status?: WorkflowRowStatus): Promise<string> {
+    const [sql, values] = this.listQuery({ status, limit: 10, after: { updatedAt: 0, workflowId: "" } });
+    return this.driver.explain(sql, values);
+  }
+
+  /** {@inheritDoc ColdStore.deleteWorkflow} */
+  deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }> {
+    return this.driver.transaction(`cannot delete workflow "${workflowId}"`, workflowId, async (query) => {
+      const byId = (table: string) => query(`DELETE FROM ${table} WHERE workflow_id = $1`, [workflowId]);
+      const refs = await query(`DELETE FROM ${this.blobRefs} WHERE workflow_id = $1 RETURNING ref`, [workflowId]);
+      const snapshots = await byId(this.snapshots);
+      const summaries = await byId(this.workflows);
+      await byId(this.stepErrors);
+      await byId(this.idempotency);
+      return {
+        existed: (snapshots.rowCount ?? 0) + (summaries.rowCount ?? 0) > 0,
+        orphanRefs: await this.orphans(
+          query,
+          refs.rows.map((r) => text(r.ref)),
+        ),
+      };
+    });
+  }
+
+  /** {@inheritDoc ColdStore.prune} */
+  async prune(cutoff: number, keepLast: number): Promise<{ deletedSnapshots: number; orphanRefs: string[] }> {
+    let deletedSnapshots = 0;
+    const orphanRefs = new Set<string>();
+    for (;;) {
+      const n = await this.driver.transaction("cannot prune workflow snapshots", undefined, async (query) => {
+        const del = await query(
+          `DELETE FROM ${this.snapshots} WHERE id IN (
+             SELECT s.id FROM ${this.snapshots} s JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
+             WHERE s.created_at < $1 AND s.step_index <= w.latest_step - $2 LIMIT $3)
+           RETURNING workflow_id, step_index`,
+          [cutoff, keepLast, this.batch],
+        );
+        const refs: string[] = [];
+        for (const rows of chunks(del.rows, CHUNK)) {
+          const pairs = rows.map((_, i) => `($${2 * i + 1}, $${2 * i + 2})`).join(", ");
+          const r = await query(
+            `DELETE FROM ${this.blobRefs} WHERE (workflow_id, step_index) IN (${pairs}) RETURNING ref`,
+            rows.flatMap((x) => [x.workflow_id, num(x.step_index)]),
+          );
+          for (const x of r.rows) refs.push(text(x.ref));
+        }
+        for (const ref of await this.orphans(query, refs)) orphanRefs.add(ref);
+        return del.rows.length;
+      });
+      deletedSnapshots += n;
+      if (n < this.batch) break;
+    }
+    // Side-effect records of node runs that have finished (before the active step) are never replayed again.
+    for (;;) {
+      const r = await this.driver.query(
+        "cannot prune side-effect records",
+        undefined,
+        `DELETE FROM ${this.idempotency} WHERE idem_key IN (
+           SELECT i.idem_key FROM ${this.idempotency} i JOIN ${this.workflows} w ON w.workflow_id = i.workflow_id
+           WHERE i.started_at < $1 AND i.step_index < w.active_step LIMIT $2)`,
+        [cutoff, this.batch],
+      );
+      if ((r.rowCount ?? 0) < this.batch) break;
+    }
+    await this.afterPrune();
+    return { deletedSnapshots, orphanRefs: [...orphanRefs] };
+  }
+
+  /** {@inheritDoc ColdStore.recordError} */
+  async recordError(record: StepErrorRecord): Promise<void> {
+    const id = record.workflowId;
+    await this.driver.transaction(`cannot record the error of workflow "${id}"`, id, async (query) => {
+      await query(
+        `INSERT INTO ${this.stepErrors} (workflow_id, step_index, node_name, error_json, created_at)
+         VALUES (${placeholders(5)})`,
+        [id, record.stepIndex, record.nodeName, JSON.stringify(record.error), record.createdAt],
+      );
+      await query(
+        `UPDATE ${this.workflows} SET status = 'failed', updated_at = $1 WHERE workflow_id = $2 AND latest_step = $3`,
+        [record.createdAt, id, record.stepIndex],
+      );
+    });
+  }
+
+  /** {@inheritDoc ColdStore.errors} */
+  async errors(workflowId: string): Promise<StepErrorRecord[]> {
+    const r = await this.driver.query(
+      `cannot read errors of workflow "${workflowId}"`,
+      workflowId,
+      `SELECT workflow_id, step_index, node_name, error_json, created_at FROM ${this.stepErrors}
+       WHERE workflow_id = $1 ORDER BY id`,
+      [workflowId],
+    );
+    return r.rows.map((x) => ({
+      workflowId: text(x.workflow_id),
+      stepIndex: num(x.step_index),
+      nodeName: text(x.node_name),
+      error: JSON.parse(text(x.error_json)),
+      createdAt: num(x.created_at),
+    }));
+  }
+
+  /** {@inheritDoc ColdStore.idempotencyBegin} */
+  async idempotencyBegin(
+    key: string,
+    info: { workflowId: string; stepIndex: number; name: string; now: number },
+  ): Promise<IdempotencyRecord | undefined> {
+    // A record abandoned between our insert and our read: try the insert again.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const ins = await this.driver.query(
+        `cannot record the start of side effect "${key}"`,
+        key,
+        `INSERT INTO ${this.idempotency} (idem_key, workflow_id, step_index, name, status, started_at)
+         VALUES ($1, $2, $3, $4, 'started', $5) ON CONFLICT (idem_key) DO NOTHING`,
+        [key, info.workflowId, info.stepIndex, info.name, info.now],
+      );
+      if (ins.rowCount === 1) return undefined;
+      const r = await this.driver.query(
+        `cannot read side effect "${key}"`,
+        key,
+        `SELECT * FROM ${this.idempotency} WHERE idem_key = $1`,
+        [key],
+      );
+      if (r.rows[0]) return toIdempotency(r.rows[0]);
+    }
+    throw new BackendError(this.name, `side effect "${key}" keeps vanishing while being recorded`, { key });
+  }
+
+  /** {@inheritDoc ColdStore.idempotencyFinish} */
+  async idempotencyFinish(key: string, resultJson: string, now: number): Promise<void> {
+    await this.driver.query(
+      `cannot record the result of side effect "${key}"`,
+      key,
+      `UPDATE ${this.idempotency} SET status = 'finished', result_json = $1, finished_at = $2 WHERE idem_key = $3`,
+      [resultJson, now, key],
+    );
+  }
+
+  /** {@inheritDoc ColdStore.idempotencyAbandon} */
+  async idempotencyAbandon(key: string): Promise<void> {
+    await this.driver.query(
+      `cannot clear side effect "${key}"`,
+      key,
+      `DELETE FROM ${this.idempotency} WHERE idem_key = $1 AND status = 'started'`,
+      [key],
+    );
+  }
+
+  /** {@inheritDoc ColdStore.close} */
+  close(): Promise<void> {
+    return this.driver.close();
+  }
+
+  /**
+   * Runs after every {@link prune}, once the deletes are committed: a
+   * dialect's clean-up (SQLite returns freed pages to the file system).
+   * Does nothing by default.
+   */
+  protected async afterPrune(): Promise<void> {}
+
+  // ---- internals ----
+
+  private async latestStep(query: SqlQuery, workflowId: string, lock = ""): Promise<number | null> {
+    const r = await query(`SELECT latest_step FROM ${this.workflows} WHERE workflow_id = $1${lock}`, [workflowId]);
+    return r.rows[0] ? num(r.rows[0].latest_step) : null;
+  }
+
+  private listQuery(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): [string, unknown[]] {
+    const where: string[] = [];
+    const values: unknown[] = [];
+    if (query.status !== undefined) {
+      values.push(query.status);
+      where.push(`status = $${values.length}`);
+    }
+    if (query.after) {
+      values.push(query.after.updatedAt, query.after.workflowId);
+      where.push(`(updated_at, workflow_id) < ($${values.length - 1}, $${values.length})`);
+    }
+    values.push(query.limit);
+    return [
+      `SELECT ${SUMMARY_COLUMNS} FROM ${this.workflows} ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
+       ORDER BY updated_at DESC, workflow_id DESC LIMIT $${values.length}`,
+      values,
+    ];
+  }
+
+  /** Of `refs`, those no row of `workflow_blob_refs` references any more. */
+  private async orphans(query: SqlQuery, refs: readonly string[]): Promise<string[]> {
+    const unique = [...new Set(refs)];
+    const still = new Set<string>();
+    for (const part of chunks(unique, CHUNK)) {
+      const r = await query(
+        `SELECT DISTINCT ref FROM ${this.blobRefs} WHERE ref IN (${placeholders(part.length)})`,
+        part,
+      );
+      for (const x of r.rows) still.add(text(x.ref));
+    }
+    return unique.filter((ref) => !still.has(ref));
+  }
+}

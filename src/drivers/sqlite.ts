@@ -199,7 +199,11 @@ export class SqliteDriver implements SqlDriver {
       const Database = loadBetterSqlite3();
       db = new Database(file, { timeout: busyTimeoutMs });
       db.pragma(`busy_timeout = ${busyTimeoutMs}`);
-      if (settings.incrementalVacuum) db.pragma("auto_vacuum = INCREMENTAL");
+      // Only on a brand-new file: on an existing one the pragma changes nothing but needs the write lock,
+      // so an open would wait on (and time out behind) another process's writer.
+      if (settings.incrementalVacuum && Number(db.pragma("page_count", { simple: true })) === 0) {
+        db.pragma("auto_vacuum = INCREMENTAL");
+      }
       db.pragma(`synchronous = ${synchronous}`);
       const mode = db.pragma("journal_mode = WAL", { simple: true });
       if (!inMemory && String(mode).toLowerCase() !== "wal") {

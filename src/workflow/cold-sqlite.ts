@@ -12,7 +12,6 @@
  *
  * @module
  */
-import { statSync } from "node:fs";
 import { InvalidOptionError } from "../core/errors.js";
 import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
@@ -53,8 +52,8 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
     const database = connection.database ?? db;
     const driver = new SqliteDriver("sqlite", { ...connection, database }, workflowMigrations("sqlite"), {
       synchronous: "FULL",
-      // Only for a new file: on an existing one the pragma is a write, so opening would wait on writers.
-      incrementalVacuum: database === undefined && isNewFile(connection.path),
+      // Lets prune return freed pages to the file system (the driver sets it on a new file only).
+      incrementalVacuum: true,
     });
     super(driver, { pruneBatchSize });
     this.db = driver.db;
@@ -66,15 +65,5 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
     return this.driver.transaction("cannot run incremental vacuum", undefined, async () => {
       this.db.exec("PRAGMA incremental_vacuum");
     });
-  }
-}
-
-/** Whether `file` does not exist yet or is empty (SQLite has not written its header). */
-function isNewFile(file: string | undefined): boolean {
-  if (file === undefined || file === ":memory:") return true;
-  try {
-    return statSync(file).size === 0;
-  } catch {
-    return true;
   }
 }

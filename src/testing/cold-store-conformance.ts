@@ -26,6 +26,7 @@ import path from "node:path";
 import { ConflictError } from "../core/errors.js";
 import { BLOB_REF_FIELD } from "../workflow/blobs.js";
 import type { ColdStore } from "../workflow/cold.js";
+import type { RedisHotTier } from "../workflow/hot-redis.js";
 import { WorkflowMigrationError, WorkflowNotFoundError, WorkflowStateError } from "../workflow/errors.js";
 import { IdempotencyGuard } from "../workflow/idempotency.js";
 import { ResumableGraphRunner } from "../workflow/runner.js";
@@ -42,6 +43,11 @@ import { type ConformanceSuiteOptions, type ConformanceTestContext, suiteGroup }
 export interface ColdStoreFixture<C extends ColdStore = ColdStore> {
   /** A fresh, empty cold store (a new file, a new schema). The suite opens `CheckpointStore`s over it (which call `init()`). */
   cold: C;
+  /**
+   * Optional hot tier put in front of the cold store: the suite then runs every test through
+   * both tiers (a Redis hot tier with a fresh key prefix per test), as a deployment does.
+   */
+  hot?: RedisHotTier;
   /** Called after the test (close the store, drop the schema, remove the file). @default calls `cold.close()` */
   destroy?: () => unknown;
   /**
@@ -145,6 +151,7 @@ export function runColdStoreConformance<C extends ColdStore>(
     const open = async (opts: { cold?: ColdStore; schemaVersion?: number; blobThreshold?: number } = {}) =>
       CheckpointStore.open({
         cold: opts.cold ?? fx.cold,
+        hot: opts.cold ? undefined : fx.hot,
         blobDir,
         schemaVersion: opts.schemaVersion,
         blobThreshold: opts.blobThreshold,

@@ -21,17 +21,17 @@
  * keys with the same `PEXPIRE` (a history never expires while its header
  * lives). Reads are Lua scripts too, so a load sees one consistent revision.
  *
- * A dead or paused Redis never hangs a caller (the fault reported in
- * ioredis#285). The own client is created with bounded
- * `connectTimeout`/`commandTimeout`, `maxRetriesPerRequest: 0`, no offline
- * queue and no re-sending of unanswered commands after a reconnect; the first
- * call during an outage waits at most `connectTimeoutMs`, later ones fail at
- * once until the connection is back (ioredis reconnects in the background).
- * Calls on an injected client are bounded by `commandTimeoutMs` with a timer.
- * A write also carries a deadline in the server's clock (offset measured at
- * connect time): if a paused server runs it only after the caller was told it
- * failed, the script refuses it, so a save reported as failed does not land
- * later (best effort: to within the measured clock offset and a 250 ms margin).
+ * Connections come from the Redis driver (`src/drivers/redis.ts`), shared by
+ * every Redis component: the same options, defaults and outage handling
+ * (README, "Redis connection options"). A dead or paused Redis never hangs a
+ * caller (the fault reported in ioredis#285): the first call during an outage
+ * waits at most `connectTimeoutMs`, later ones fail at once until the
+ * connection is back; calls are bounded by `commandTimeoutMs`; ioredis is
+ * loaded only when the backend creates its own client. A write also carries
+ * a deadline in the server's clock (offset measured at connect time): if a
+ * paused server runs it only after the caller was told it failed, the script
+ * refuses it, so a save reported as failed does not land later (best effort:
+ * to within the measured clock offset and a 250 ms margin).
  *
  * Values: meta/config/state and each message are stored as `JSON.stringify`
  * text, so every string (NUL, control characters, lone surrogates) round-trips
@@ -44,20 +44,20 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 import { gunzipSync, gzipSync } from "node:zlib";
-import { Redis } from "ioredis";
-import {
-  BackendError,
-  ConflictError,
-  DumplingsError,
-  FormatError,
-  InvalidStateError,
-  StateNotFoundError,
-} from "../core/errors.js";
+import { BackendError, ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
+import {
+  globEscape,
+  positiveMs,
+  RedisConnection,
+  type RedisConnectionOptions,
+  type RedisScript,
+  redisScript,
+  runScript,
+} from "../drivers/redis.js";
 import { validateKey } from "./keys.js";
 import { checkRevision, checkStateShape, jsonText, messageDigest, parseHeaderField, tailDigest } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
@@ -97,20 +97,16 @@ export interface RedisLikeClient {
   quit?(): Promise<unknown>;
 }
 
-/** Options of {@link RedisBackend}. */
-export interface RedisBackendOptions {
-  /** A client to use (not closed by `close()`). When absent, an ioredis client is created from `url`. */
-  client?: RedisLikeClient;
-  /** Redis URL for the client created when `client` is absent. @default process.env.REDIS_URL ?? "redis://127.0.0.1:6379" */
-  url?: string;
+/**
+ * Options of {@link RedisBackend}: the Redis connection options shared by
+ * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
+ * `commandTimeoutMs`; README, "Redis connection options") and the backend's own.
+ */
+export interface RedisBackendOptions extends RedisConnectionOptions<RedisLikeClient> {
   /** Prefix of every Redis key the backend touches. @default "duas:" */
   keyPrefix?: string;
   /** Time to live of a session in ms, applied to all of its keys at every write; absent = no expiry. */
   ttlMs?: number;
-  /** Bound on connecting, in ms (own client only). @default 2000 */
-  connectTimeoutMs?: number;
-  /** Bound on each command, in ms; a call that takes longer fails with `BackendError`. @default 2000 */
-  commandTimeoutMs?: number;
   /** Store messages of at least `compressMinBytes` of JSON gzip-compressed (base64). Reading handles both. @default false */
   compressHistory?: boolean;
   /** Smallest message JSON, in UTF-16 code units, that `compressHistory` compresses. @default 1024 */
@@ -206,22 +202,12 @@ const HEADER_FIELDS = ["fmt", "rev", "count", "gen", "meta", "config", "state"] 
 /* Server time in ms. */
 const TIME_SCRIPT = `local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)`;
 
-interface Script {
-  source: string;
-  sha: string;
-}
-const script = (source: string): Script => ({ source, sha: createHash("sha1").update(source).digest("hex") });
 const SCRIPTS = {
-  write: script(WRITE_SCRIPT),
-  read: script(READ_SCRIPT),
-  delete: script(DELETE_SCRIPT),
-  time: script(TIME_SCRIPT),
+  write: redisScript(WRITE_SCRIPT),
+  read: redisScript(READ_SCRIPT),
+  delete: redisScript(DELETE_SCRIPT),
+  time: redisScript(TIME_SCRIPT),
 };
-
-/** Escapes Redis glob characters so a prefix matches literally in `SCAN MATCH`. */
-function globEscape(s: string): string {
-  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
-}
 
 interface Header {
   rev: number;
@@ -248,56 +234,31 @@ export class RedisBackend implements StateBackend {
   readonly name = "redis";
   /** Key prefix in use. */
   readonly keyPrefix: string;
-  private readonly client: RedisLikeClient;
-  private readonly own: Redis | undefined;
+  private readonly conn: RedisConnection<RedisLikeClient>;
   private readonly ttlMs: number;
-  private readonly connectTimeoutMs: number;
   private readonly commandTimeoutMs: number;
   private readonly compress: boolean;
   private readonly compressMinBytes: number;
   private clockOffsetMs: number | undefined;
-  private lastError: unknown;
-  private connecting: Promise<void> | undefined;
-  /** Set when a connect wait timed out; cleared by the next "ready". Calls meanwhile fail at once. */
-  private unreachable = false;
-  private closed = false;
 
   /**
    * @param options - see {@link RedisBackendOptions}
-   * @throws {TypeError} when `ttlMs` or a timeout is not a positive finite number
+   * @throws {InvalidOptionError} when `ttlMs` or a timeout is not a positive finite number, or the URL is malformed
    */
   constructor(options: RedisBackendOptions = {}) {
-    this.keyPrefix = options.keyPrefix ?? "duas:";
-    this.ttlMs = positive(options.ttlMs, "ttlMs", 0);
-    this.connectTimeoutMs = positive(options.connectTimeoutMs, "connectTimeoutMs", 2000);
-    this.commandTimeoutMs = positive(options.commandTimeoutMs, "commandTimeoutMs", 2000);
+    this.ttlMs = positiveMs("ttlMs", options.ttlMs, 0);
+    this.conn = new RedisConnection(options, {
+      label: "backend",
+      keyPrefix: "duas:",
+      onReady: () => {
+        this.clockOffsetMs = undefined; // maybe another server now: measure again
+      },
+    });
+    this.keyPrefix = this.conn.keyPrefix;
+    this.commandTimeoutMs = this.conn.commandTimeoutMs;
     this.compress = options.compressHistory ?? false;
     this.compressMinBytes =
       options.compressMinBytes === undefined ? 1024 : Math.max(0, Math.floor(options.compressMinBytes));
-    if (options.client) {
-      this.client = options.client;
-      this.own = undefined;
-    } else {
-      const url = options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-      const redis = new Redis(url, {
-        lazyConnect: true,
-        connectTimeout: this.connectTimeoutMs,
-        commandTimeout: this.commandTimeoutMs,
-        maxRetriesPerRequest: 0,
-        enableOfflineQueue: false,
-        autoResendUnfulfilledCommands: false,
-        retryStrategy: (times) => Math.min(100 * times, 1000),
-      });
-      redis.on("error", (e) => {
-        this.lastError = e;
-      });
-      redis.on("ready", () => {
-        this.clockOffsetMs = undefined; // maybe another server now: measure again
-        this.unreachable = false;
-      });
-      this.client = redis;
-      this.own = redis;
-    }
   }
 
   private headerKey(key: string): string {
@@ -342,7 +303,7 @@ export class RedisBackend implements StateBackend {
     let cursor = "0";
     do {
       const [next, batch] = await this.call("cannot list keys", undefined, () =>
-        this.client.scan(cursor, "MATCH", match, "COUNT", 1000, "TYPE", "hash"),
+        this.conn.client.scan(cursor, "MATCH", match, "COUNT", 1000, "TYPE", "hash"),
       );
       cursor = String(next);
       for (const k of batch) {
@@ -440,7 +401,7 @@ export class RedisBackend implements StateBackend {
   async read(key: string): Promise<ReadResult | undefined> {
     validateKey(key);
     const what = `cannot load ${JSON.stringify(key)}`;
-    const client = this.client;
+    const client = this.conn.client;
     const multi = client.multi;
     const reply = await this.call(what, key, async () => {
       if (typeof multi !== "function") {
@@ -526,15 +487,7 @@ export class RedisBackend implements StateBackend {
 
   /** Closes the client the backend created (an injected client is left open). Idempotent. */
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    if (!this.own) return;
-    const redis = this.own;
-    if (redis.status === "ready") {
-      await withTimeout(redis.quit(), this.commandTimeoutMs).catch(() => redis.disconnect());
-    } else {
-      redis.disconnect();
-    }
+    await this.conn.close();
   }
 
   // ---- internals ----
@@ -633,101 +586,13 @@ export class RedisBackend implements StateBackend {
     return String(Math.floor(Date.now() + this.clockOffsetMs + this.commandTimeoutMs - DEADLINE_MARGIN_MS));
   }
 
-  /** Runs a script by SHA, loading it with EVAL when the server does not know it. */
-  private async run(s: Script, keys: string[], args: (string | number)[]): Promise<unknown> {
-    try {
-      return await this.client.evalsha(s.sha, keys.length, ...keys, ...args);
-    } catch (e) {
-      if (e instanceof Error && e.message.startsWith("NOSCRIPT")) {
-        return await this.client.eval(s.source, keys.length, ...keys, ...args);
-      }
-      throw e;
-    }
+  /** Runs a script by SHA (EVAL when the server does not know it). */
+  private run(s: RedisScript, keys: string[], args: (string | number)[]): Promise<unknown> {
+    return runScript(this.conn.client, s, keys, args);
   }
 
   /** Connects when needed and runs `fn` within the command timeout; driver errors become BackendError. */
-  private async call<T>(what: string, key: string | undefined, fn: () => Promise<T>): Promise<T> {
-    if (this.closed) throw new BackendError(this.name, `${what}: the backend is closed`, { key });
-    try {
-      await this.ready();
-      // The own client bounds every command itself (ioredis `commandTimeout`); an injected one may not.
-      return await (this.own ? fn() : withTimeout(fn(), this.commandTimeoutMs));
-    } catch (e) {
-      if (e instanceof DumplingsError) throw e;
-      throw new BackendError(this.name, what, { key, cause: e });
-    }
+  private call<T>(what: string, key: string | undefined, fn: () => Promise<T>): Promise<T> {
+    return this.conn.call(what, key, fn);
   }
-
-  /**
-   * Waits (at most `connectTimeoutMs`) for the own client to be connected.
-   * Concurrent callers share one wait, so an outage adds no listener per call;
-   * once a wait has timed out, calls fail at once until the client is ready
-   * again (a circuit breaker), so an outage costs each caller no waiting and
-   * holds no growing queue (ioredis#285).
-   */
-  private ready(): Promise<void> {
-    const redis = this.own;
-    if (!redis || redis.status === "ready") return Promise.resolve();
-    if (this.unreachable && !this.connecting) {
-      // Known down: fail at once instead of every caller waiting connectTimeoutMs again. ioredis keeps
-      // reconnecting in the background (at most 1 s apart); the first "ready" closes this circuit.
-      const last = this.lastError instanceof Error ? `: ${this.lastError.message}` : "";
-      return Promise.reject(
-        new Error(`Redis is unreachable (status ${redis.status}); reconnecting in the background${last}`, {
-          cause: this.lastError,
-        }),
-      );
-    }
-    if (!this.connecting) {
-      if (redis.status === "wait" || redis.status === "end") {
-        redis.connect().catch((e) => {
-          this.lastError = e;
-        });
-      }
-      const wait = new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          cleanup();
-          this.unreachable = true;
-          const last = this.lastError instanceof Error ? `: ${this.lastError.message}` : "";
-          reject(
-            new Error(`not connected to Redis within ${this.connectTimeoutMs} ms (status ${redis.status})${last}`, {
-              cause: this.lastError,
-            }),
-          );
-        }, this.connectTimeoutMs);
-        const onReady = () => {
-          cleanup();
-          resolve();
-        };
-        const cleanup = () => {
-          clearTimeout(timer);
-          redis.off("ready", onReady);
-        };
-        redis.on("ready", onReady);
-        if (redis.status === "ready") onReady();
-      });
-      this.connecting = wait;
-      const clear = () => {
-        if (this.connecting === wait) this.connecting = undefined;
-      };
-      wait.then(clear, clear);
-    }
-    return this.connecting;
-  }
-}
-
-function positive(value: number | undefined, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-    throw new TypeError(`RedisBackend option ${name} must be a positive number of ms, got ${String(value)}`);
-  }
-  return Math.ceil(value);
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer from Redis within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

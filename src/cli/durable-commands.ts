@@ -64,7 +64,7 @@ export async function openJournal(options: JournalCliOptions = {}): Promise<Jour
   }
   if (spec.startsWith("redis://") || spec.startsWith("rediss://")) {
     const { RedisJournal } = await import("../durable/journal-redis.js");
-    return new RedisJournal({ url: spec, ...(options.prefix ? { prefix: options.prefix } : {}) });
+    return new RedisJournal({ url: spec, ...(options.prefix ? { keyPrefix: options.prefix } : {}) });
   }
   throw new DumplingsError(
     "USAGE",

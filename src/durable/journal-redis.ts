@@ -9,11 +9,26 @@
  * (`appendfsync everysec` or `always`) when the journal must survive a Redis
  * restart. Cluster mode is not supported (the run index is one key).
  *
+ * The connection comes from the Redis driver shared by every Redis component
+ * (same options and defaults, README "Redis connection options"; ioredis is
+ * loaded only when the journal creates its own client): a dead Redis is a
+ * `BackendError` within `connectTimeoutMs`, never a hang nor an unhandled
+ * `'error'` event.
+ *
  * @module
  */
-import { Redis } from "ioredis";
-import { BackendError, DumplingsError } from "../core/errors.js";
+import type { Redis } from "ioredis";
+import { BackendError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
+import {
+  globEscape,
+  RedisConnection,
+  type RedisConnectionOptions,
+  type RedisScript,
+  redisScript,
+  renamedOption,
+  runScript,
+} from "../drivers/redis.js";
 import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import type {
   Journal,
@@ -29,13 +44,15 @@ import type {
 } from "./journal.js";
 import { checkStepWrite, jsonColumn, runFromRow } from "./journal.js";
 
-/** Options of {@link RedisJournal}. */
-export interface RedisJournalOptions {
-  /** An ioredis client (not closed by `close()`); else one is created from `url`. */
-  client?: Redis;
-  /** Redis URL. @default process.env.REDIS_URL ?? "redis://127.0.0.1:6379" */
-  url?: string;
-  /** Key prefix. @default "dumplings:durable:" */
+/**
+ * Options of {@link RedisJournal}: the Redis connection options shared by
+ * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
+ * `commandTimeoutMs`; README, "Redis connection options").
+ */
+export interface RedisJournalOptions extends RedisConnectionOptions<Redis> {
+  /** Prefix of every key of the journal. @default "dumplings:durable:" */
+  keyPrefix?: string;
+  /** @deprecated Use `keyPrefix` (the same; giving both with different values is an `InvalidOptionError`). */
   prefix?: string;
 }
 
@@ -45,14 +62,14 @@ if not cur then return {'notfound'} end
 if tonumber(cur) ~= tonumber(ARGV[1]) then return {'stale', cur} end`;
 
 const SCRIPTS = {
-  create: `
+  create: redisScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'workflow', ARGV[2], 'status', 'pending', 'input_json', ARGV[3],
   'fencing_token', '0', 'created_at', ARGV[4], 'updated_at', ARGV[4])
 redis.call('RPUSH', KEYS[2], ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-return 1`,
-  lease: `
+return 1`),
+  lease: redisScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local f = redis.call('HMGET', KEYS[1], 'lease_owner', 'lease_expires_at', 'fencing_token')
 local now = tonumber(ARGV[3])
@@ -62,15 +79,15 @@ local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'fencing_token', tostring(token), 'lease_owner', ARGV[1], 'lease_expires_at', tostring(exp),
   'updated_at', ARGV[3])
 redis.call('RPUSH', KEYS[2], cjson.encode({type = 'lease_acquired', at = now, name = ARGV[1], fencingToken = token}))
-return {'ok', tostring(token), tostring(exp)}`,
-  renew: `${TOKEN_CHECK}
+return {'ok', tostring(token), tostring(exp)}`),
+  renew: redisScript(`${TOKEN_CHECK}
 local exp = tonumber(ARGV[3]) + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'lease_expires_at', tostring(exp))
-return {'ok', tostring(exp)}`,
-  release: `${TOKEN_CHECK}
+return {'ok', tostring(exp)}`),
+  release: redisScript(`${TOKEN_CHECK}
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at')
-return {'ok'}`,
-  writeStep: `${TOKEN_CHECK}
+return {'ok'}`),
+  writeStep: redisScript(`${TOKEN_CHECK}
 local n = redis.call('HLEN', KEYS[3])
 local seq = tonumber(ARGV[2])
 if seq > n then return {'gap', tostring(n)} end
@@ -84,8 +101,8 @@ end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4] .. ':' .. ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
 redis.call('RPUSH', KEYS[4], ARGV[6])
-return {'ok'}`,
-  updateRun: `${TOKEN_CHECK}
+return {'ok'}`),
+  updateRun: redisScript(`${TOKEN_CHECK}
 if ARGV[2] == 'waiting' and ARGV[5] ~= '' then
   local s = redis.call('HGET', KEYS[2], string.sub(ARGV[5], 2))
   if s then return {'signal', s} end
@@ -97,14 +114,14 @@ for i = 1, 4 do
   if v == '' then redis.call('HDEL', KEYS[1], fields[i]) else redis.call('HSET', KEYS[1], fields[i], string.sub(v, 2)) end
 end
 redis.call('RPUSH', KEYS[3], ARGV[8])
-return {'ok'}`,
-  signal: `
+return {'ok'}`),
+  signal: redisScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return {'conflict'} end
 redis.call('RPUSH', KEYS[3], ARGV[3])
 local run = redis.call('HGETALL', KEYS[1])
 table.insert(run, 1, 'ok')
-return run`,
+return run`),
 } as const;
 
 type Reply = (string | null)[];
@@ -124,22 +141,28 @@ function parseSignal(runId: string, name: string, stored: string): SignalRecord 
 }
 
 /**
- * Redis implementation of {@link Journal} (ioredis, Lua scripts).
+ * Redis implementation of {@link Journal} (Lua scripts).
  *
  * @example
- * const journal = new RedisJournal({ url: process.env.REDIS_URL, prefix: "myapp:durable:" });
+ * const journal = new RedisJournal({ url: process.env.REDIS_URL, keyPrefix: "myapp:durable:" });
  */
 export class RedisJournal implements Journal {
   readonly name = "redis";
+  /** The client in use (created or injected). */
   readonly client: Redis;
-  private readonly owned: boolean;
+  private readonly conn: RedisConnection<Redis>;
   private readonly prefix: string;
 
-  /** @param options - `client` or `url`, `prefix` (default `dumplings:durable:`) */
+  /**
+   * @param options - `client` or `url`, `keyPrefix` (default `dumplings:durable:`), timeouts
+   * @throws {InvalidOptionError} on a malformed URL, a timeout that is not a positive number of ms, or `prefix` and `keyPrefix` both given and different
+   */
   constructor(options: RedisJournalOptions = {}) {
-    this.owned = !options.client;
-    this.client = options.client ?? ownClient(options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
-    this.prefix = options.prefix ?? "dumplings:durable:";
+    const { prefix, ...rest } = options;
+    const keyPrefix = renamedOption("keyPrefix", rest.keyPrefix, "prefix", prefix);
+    this.conn = new RedisConnection({ ...rest, keyPrefix }, { label: "journal", keyPrefix: "dumplings:durable:" });
+    this.client = this.conn.client;
+    this.prefix = this.conn.keyPrefix;
   }
 
   private k(runId: string, part: "run" | "steps" | "stepmeta" | "signals" | "events") {
@@ -150,21 +173,12 @@ export class RedisJournal implements Journal {
     return `${this.prefix}runs`;
   }
 
-  private async exec(what: string, runId: string, script: string, keys: string[], args: (string | number)[]) {
-    try {
-      return (await this.client.eval(script, keys.length, ...keys, ...args.map(String))) as unknown;
-    } catch (cause) {
-      throw new BackendError("redis", `cannot ${what} run "${runId}"`, { key: runId, cause });
-    }
+  private exec(what: string, runId: string, script: RedisScript, keys: string[], args: (string | number)[]) {
+    return this.call(what, runId, (c) => runScript(c, script, keys, args.map(String)));
   }
 
-  private async call<T>(what: string, runId: string, fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (cause) {
-      if (cause instanceof DumplingsError) throw cause;
-      throw new BackendError("redis", `cannot ${what} run "${runId}"`, { key: runId, cause });
-    }
+  private call<T>(what: string, runId: string, fn: (client: Redis) => Promise<T>): Promise<T> {
+    return this.conn.call(`cannot ${what} run "${runId}"`, runId, fn);
   }
 
   private tokenReply(runId: string, token: number, reply: Reply): void {
@@ -193,19 +207,23 @@ export class RedisJournal implements Journal {
 
   /** {@inheritDoc Journal.getRun} */
   async getRun(runId: string): Promise<RunRecord | undefined> {
-    const h = await this.call("read", runId, () => this.client.hgetall(this.k(runId, "run")));
+    const h = await this.call("read", runId, (c) => c.hgetall(this.k(runId, "run")));
     return h.run_id === undefined ? undefined : runFromRow(h);
   }
 
   /** {@inheritDoc Journal.listRuns} */
   async listRuns(filter: { status?: RunStatus; limit?: number } = {}): Promise<RunRecord[]> {
-    const ids = await this.call("list", "*", () => this.client.zrevrange(this.index, 0, -1));
+    const ids = await this.conn.call("cannot list runs", undefined, (c) => c.zrevrange(this.index, 0, -1));
     const limit = filter.limit ?? 1000;
     const out: RunRecord[] = [];
     for (let i = 0; i < ids.length && out.length < limit; i += 200) {
-      const pipe = this.client.pipeline();
-      for (const id of ids.slice(i, i + 200)) pipe.hgetall(this.k(id, "run"));
-      const res = (await this.call("list", "*", () => pipe.exec())) ?? [];
+      const batch = ids.slice(i, i + 200);
+      const res =
+        (await this.conn.call("cannot list runs", undefined, (c) => {
+          const pipe = c.pipeline();
+          for (const id of batch) pipe.hgetall(this.k(id, "run"));
+          return pipe.exec();
+        })) ?? [];
       for (const [err, h] of res) {
         if (err) throw new BackendError("redis", "cannot list runs", { cause: err });
         const row = h as Record<string, string>;
@@ -252,7 +270,7 @@ export class RedisJournal implements Journal {
 
   /** {@inheritDoc Journal.readSteps} */
   async readSteps(runId: string): Promise<StepRecord[]> {
-    const h = await this.call("read the steps of", runId, () => this.client.hgetall(this.k(runId, "steps")));
+    const h = await this.call("read the steps of", runId, (c) => c.hgetall(this.k(runId, "steps")));
     return Object.values(h)
       .map((text) => JSON.parse(text) as StepRecord)
       .sort((a, b) => a.seq - b.seq);
@@ -339,13 +357,13 @@ export class RedisJournal implements Journal {
 
   /** {@inheritDoc Journal.getSignal} */
   async getSignal(runId: string, name: string): Promise<SignalRecord | undefined> {
-    const s = await this.call("read a signal of", runId, () => this.client.hget(this.k(runId, "signals"), name));
+    const s = await this.call("read a signal of", runId, (c) => c.hget(this.k(runId, "signals"), name));
     return s === null ? undefined : parseSignal(runId, name, s);
   }
 
   /** {@inheritDoc Journal.listSignals} */
   async listSignals(runId: string): Promise<SignalRecord[]> {
-    const h = await this.call("list the signals of", runId, () => this.client.hgetall(this.k(runId, "signals")));
+    const h = await this.call("list the signals of", runId, (c) => c.hgetall(this.k(runId, "signals")));
     return Object.entries(h)
       .map(([name, s]) => parseSignal(runId, name, s))
       .sort((a, b) => a.sentAt - b.sentAt || a.name.localeCompare(b.name));
@@ -353,7 +371,7 @@ export class RedisJournal implements Journal {
 
   /** {@inheritDoc Journal.readEvents} */
   async readEvents(runId: string): Promise<JournalEvent[]> {
-    const list = await this.call("read the events of", runId, () => this.client.lrange(this.k(runId, "events"), 0, -1));
+    const list = await this.call("read the events of", runId, (c) => c.lrange(this.k(runId, "events"), 0, -1));
     return list.map((text, index) => ({
       runId,
       index,
@@ -363,41 +381,32 @@ export class RedisJournal implements Journal {
 
   /** {@inheritDoc Journal.deleteRun} */
   async deleteRun(runId: string): Promise<void> {
-    await this.call("delete", runId, async () => {
-      await this.client.del(
+    await this.call("delete", runId, async (c) => {
+      await c.del(
         this.k(runId, "run"),
         this.k(runId, "steps"),
         this.k(runId, "stepmeta"),
         this.k(runId, "signals"),
         this.k(runId, "events"),
       );
-      await this.client.zrem(this.index, runId);
+      await c.zrem(this.index, runId);
     });
   }
 
-  /** Deletes every key under this journal's prefix (tests, teardown). */
+  /** Deletes every key under this journal's prefix (tests, teardown). @throws {BackendError} */
   async clear(): Promise<void> {
     let cursor = "0";
     do {
-      const [next, keys] = await this.client.scan(cursor, "MATCH", `${this.prefix}*`, "COUNT", 500);
-      if (keys.length) await this.client.del(...keys);
+      const [next, keys] = await this.conn.call("cannot clear the journal", undefined, (c) =>
+        c.scan(cursor, "MATCH", `${globEscape(this.prefix)}*`, "COUNT", 500),
+      );
+      if (keys.length) await this.conn.call("cannot clear the journal", undefined, (c) => c.del(...keys));
       cursor = next;
     } while (cursor !== "0");
   }
 
-  /** Quits the client when this journal created it. */
+  /** Quits the client when this journal created it (an injected client is left open). Idempotent. */
   async close(): Promise<void> {
-    if (this.owned) await this.client.quit();
+    await this.conn.close();
   }
-}
-
-/**
- * A client this journal owns: a bounded connect timeout, and connection errors
- * reported through the failing commands (a dead Redis is a rejected call, not
- * ioredis's "Unhandled error event" stack traces on stderr).
- */
-function ownClient(url: string): Redis {
-  const client = new Redis(url, { maxRetriesPerRequest: 3, connectTimeout: 2000 });
-  client.on("error", () => undefined);
-  return client;
 }

@@ -12,9 +12,16 @@
  * @module
  */
 import { EventEmitter } from "node:events";
-import { Redis } from "ioredis";
-import { DumplingsError } from "../core/errors.js";
+import type { Redis } from "ioredis";
 import { assertJson, type JsonValue } from "../core/json.js";
+import {
+  positiveMs,
+  RedisConnection,
+  type RedisConnectionOptions,
+  redisScript,
+  renamedOption,
+  runScript,
+} from "../drivers/redis.js";
 
 /** One event of a run's side channel. */
 export interface RunStreamEvent {
@@ -118,13 +125,15 @@ export class MemoryRunStream implements RunEventStream {
   async close(): Promise<void> {}
 }
 
-/** Options of {@link RedisRunStream}. */
-export interface RedisRunStreamOptions {
-  /** An ioredis client (not closed by `close()`); else one is created from `url`. */
-  client?: Redis;
-  /** Redis URL. @default process.env.REDIS_URL ?? "redis://127.0.0.1:6379" */
-  url?: string;
-  /** Key prefix. @default "dumplings:stream:" */
+/**
+ * Options of {@link RedisRunStream}: the Redis connection options shared by
+ * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
+ * `commandTimeoutMs`; README, "Redis connection options") and the stream's own.
+ */
+export interface RedisRunStreamOptions extends RedisConnectionOptions<Redis> {
+  /** Prefix of every key of the stream. @default "dumplings:stream:" */
+  keyPrefix?: string;
+  /** @deprecated Use `keyPrefix` (the same; giving both with different values is an `InvalidOptionError`). */
   prefix?: string;
   /** Maximum events kept per run (older ones trimmed). @default 10000 */
   maxLength?: number;
@@ -132,89 +141,79 @@ export interface RedisRunStreamOptions {
   blockMs?: number;
 }
 
-const APPEND_SCRIPT = `
+const APPEND_SCRIPT = redisScript(`
 local n = redis.call('INCR', KEYS[2])
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], n .. '-1', 'd', ARGV[1])
-return n`;
+return n`);
 
 /**
  * Side channel on Redis Streams: entry ids are `<index>-1`, so a client resumes
- * from any index with `XRANGE`/`XREAD`.
+ * from any index with `XRANGE`/`XREAD`. A subscription reads on a connection
+ * of its own (a blocking `XREAD` would hold up every other command).
  *
  * @example
  * const stream = new RedisRunStream({ url: process.env.REDIS_URL });
  * await stream.append("run-1", { type: "token", text: "Hel" });
  */
 export class RedisRunStream implements RunEventStream {
-  private readonly client: Redis;
-  private readonly owned: boolean;
+  private readonly conn: RedisConnection<Redis>;
   private readonly prefix: string;
   private readonly maxLength: number;
   private readonly blockMs: number;
-  private readonly readers = new Set<Redis>();
-  private readonly url: string;
+  private readonly readers = new Set<RedisConnection<Redis>>();
 
-  /** @param options - `client` or `url`, `prefix` (default `dumplings:stream:`), `maxLength` (default 10000), `blockMs` (default 1000) */
+  /**
+   * @param options - `client` or `url`, `keyPrefix` (default `dumplings:stream:`), `maxLength` (default 10000), `blockMs` (default 1000), timeouts
+   * @throws {InvalidOptionError} on a malformed URL, a timeout or `blockMs` that is not a positive number of ms, or `prefix` and `keyPrefix` both given and different
+   */
   constructor(options: RedisRunStreamOptions = {}) {
-    this.url = options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-    this.owned = !options.client;
-    if (options.client) this.client = options.client;
-    else {
-      // Owned: bounded connect; connection errors surface through the failing calls, not as stderr stack traces.
-      this.client = new Redis(this.url, { maxRetriesPerRequest: 3, connectTimeout: 2000 });
-      this.client.on("error", () => undefined);
-    }
-    this.prefix = options.prefix ?? "dumplings:stream:";
-    this.maxLength = options.maxLength ?? 10_000;
-    this.blockMs = options.blockMs ?? 1000;
+    const { prefix, maxLength, blockMs, ...rest } = options;
+    const keyPrefix = renamedOption("keyPrefix", rest.keyPrefix, "prefix", prefix);
+    this.blockMs = positiveMs("blockMs", blockMs, 1000);
+    this.conn = new RedisConnection({ ...rest, keyPrefix }, { label: "run stream", keyPrefix: "dumplings:stream:" });
+    this.prefix = this.conn.keyPrefix;
+    this.maxLength = maxLength ?? 10_000;
   }
 
   private key(runId: string) {
     return `${this.prefix}{${runId}}:events`;
   }
 
-  /** {@inheritDoc RunEventStream.append} */
+  /** {@inheritDoc RunEventStream.append} @throws {BackendError} when Redis fails */
   async append(runId: string, data: JsonValue): Promise<number> {
     assertJson(data, "stream event");
-    try {
-      const n = await this.client.eval(
+    const n = await this.conn.call(`cannot append to the stream of run "${runId}"`, runId, (c) =>
+      runScript(
+        c,
         APPEND_SCRIPT,
-        2,
-        this.key(runId),
-        `${this.prefix}{${runId}}:n`,
-        JSON.stringify(data),
-        String(this.maxLength),
-      );
-      return Number(n);
-    } catch (cause) {
-      throw new DumplingsError("BACKEND_ERROR", `[dumplings:redis] cannot append to the stream of run "${runId}"`, {
-        cause,
-      });
-    }
+        [this.key(runId), `${this.prefix}{${runId}}:n`],
+        [JSON.stringify(data), String(this.maxLength)],
+      ),
+    );
+    return Number(n);
   }
 
-  /** {@inheritDoc RunEventStream.read} */
+  /** {@inheritDoc RunEventStream.read} @throws {BackendError} when Redis fails */
   async read(runId: string, after = 0, limit?: number): Promise<RunStreamEvent[]> {
     const args: (string | number)[] = [this.key(runId), `${after + 1}-0`, "+"];
     if (limit !== undefined) args.push("COUNT", limit);
-    const entries = (await this.client.call("XRANGE", ...args)) as [string, string[]][];
+    const entries = (await this.conn.call(`cannot read the stream of run "${runId}"`, runId, (c) =>
+      c.call("XRANGE", ...args),
+    )) as [string, string[]][];
     return entries.map(parseEntry);
   }
 
-  /** {@inheritDoc RunEventStream.subscribe} */
+  /** {@inheritDoc RunEventStream.subscribe} @throws {BackendError} when Redis fails */
   async *subscribe(runId: string, options: SubscribeOptions = {}): AsyncIterable<RunStreamEvent> {
-    const reader = this.client.duplicate();
+    // A blocked XREAD answers within blockMs: bound it by that plus the command timeout.
+    const reader = this.conn.duplicate({ commandTimeout: this.blockMs + this.conn.commandTimeoutMs });
     this.readers.add(reader);
     let after = options.after ?? 0;
     try {
       while (!options.signal?.aborted) {
-        const res = (await reader.call(
-          "XREAD",
-          "BLOCK",
-          this.blockMs,
-          "STREAMS",
-          this.key(runId),
-          after === 0 ? "0-0" : `${after}-1`,
+        const from = after === 0 ? "0-0" : `${after}-1`;
+        const res = (await reader.call(`cannot read the stream of run "${runId}"`, runId, (c) =>
+          c.call("XREAD", "BLOCK", this.blockMs, "STREAMS", this.key(runId), from),
         )) as [string, [string, string[]][]][] | null;
         for (const [, entries] of res ?? []) {
           for (const entry of entries) {
@@ -231,15 +230,17 @@ export class RedisRunStream implements RunEventStream {
     }
   }
 
-  /** {@inheritDoc RunEventStream.delete} */
+  /** {@inheritDoc RunEventStream.delete} @throws {BackendError} when Redis fails */
   async delete(runId: string): Promise<void> {
-    await this.client.del(this.key(runId), `${this.prefix}{${runId}}:n`);
+    await this.conn.call(`cannot delete the stream of run "${runId}"`, runId, (c) =>
+      c.del(this.key(runId), `${this.prefix}{${runId}}:n`),
+    );
   }
 
-  /** Closes the connections this stream created. */
+  /** Closes the connections this stream created (an injected client is left open). Idempotent. */
   async close(): Promise<void> {
     for (const r of this.readers) r.disconnect();
-    if (this.owned) await this.client.quit();
+    await this.conn.close();
   }
 }
 

@@ -15,13 +15,19 @@
  * `waiting`, and `signal` (through {@link DurableQueue.signal}) enqueues the
  * run again. Durable timers re-enqueue the run with a BullMQ delay.
  *
+ * BullMQ and its Redis connections come from the Redis driver: `bullmq` (and
+ * ioredis) load only when a queue or worker is constructed, and the
+ * connection options are those of every Redis component (README, "Redis
+ * connection options"). A dead Redis is a `BackendError` from the call that
+ * needed it, within `connectTimeoutMs`.
+ *
  * @module
  */
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
-import { DelayedError, type Job, Queue, UnrecoverableError, Worker } from "bullmq";
-import { Redis } from "ioredis";
+import type { Job, Queue, Worker } from "bullmq";
 import type { JsonValue } from "../core/json.js";
+import { loadBullmq, RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
 import { LeaseHeldError, ReplayMismatchError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
 import { type RunResult, runDurable, type WorkflowFn } from "./run.js";
@@ -33,23 +39,38 @@ export interface DurableJobData {
   runId: string;
 }
 
-/** Options shared by {@link DurableQueue} and {@link DurableWorker}. */
-export interface DurableQueueOptions {
+/**
+ * Options shared by {@link DurableQueue} and {@link DurableWorker}: the
+ * journal, the queue's name, and the Redis connection options shared by
+ * every Redis component (`url`, `keyPrefix`, `connectTimeoutMs`,
+ * `commandTimeoutMs`; README, "Redis connection options"). The queue makes
+ * its own connections (BullMQ needs particular settings on them), so there
+ * is no `client` option.
+ */
+export interface DurableQueueOptions extends Omit<RedisConnectionOptions, "client"> {
   /** The journal (shared by every worker: PostgreSQL, Redis, or a SQLite file on one machine). */
   journal: Journal;
   /** BullMQ queue name. @default "dumplings-durable" */
   queueName?: string;
-  /** Redis URL of the queue. @default process.env.REDIS_URL ?? "redis://127.0.0.1:6379" */
+  /** @deprecated Use `url` (the same; giving both with different values is an `InvalidOptionError`). */
   redisUrl?: string;
-  /** BullMQ key prefix. @default "bull" */
+  /** BullMQ key prefix (BullMQ adds `:` and the queue name). @default "bull" */
+  keyPrefix?: string;
+  /** @deprecated Use `keyPrefix` (the same; giving both with different values is an `InvalidOptionError`). */
   prefix?: string;
 }
 
 /** Attempts of a job that fails for an infrastructure reason (store down…); workflow errors are recorded in the run instead. */
 const JOB_ATTEMPTS = 5;
 
-function connection(url: string): Redis {
-  return new Redis(url, { maxRetriesPerRequest: null });
+/** The connection options of a queue or worker, with the deprecated names resolved. @throws {InvalidOptionError} */
+function connectionOptions(options: DurableQueueOptions): RedisConnectionOptions {
+  return {
+    url: renamedOption("url", options.url, "redisUrl", options.redisUrl),
+    keyPrefix: renamedOption("keyPrefix", options.keyPrefix, "prefix", options.prefix),
+    connectTimeoutMs: options.connectTimeoutMs,
+    commandTimeoutMs: options.commandTimeoutMs,
+  };
 }
 
 /**
@@ -63,19 +84,46 @@ function connection(url: string): Redis {
 export class DurableQueue {
   readonly journal: Journal;
   readonly queueName: string;
-  protected readonly redisUrl: string;
-  protected readonly prefix: string;
+  /** The Redis connection options of this queue (deprecated names resolved). */
+  protected readonly connection: RedisConnectionOptions;
   private readonly queue: Queue<DurableJobData>;
-  private readonly conn: Redis;
+  private readonly conn: RedisConnection;
 
-  /** @param options - `journal`, `queueName` (default `dumplings-durable`), `redisUrl`, `prefix` */
+  /**
+   * @param options - `journal`, `queueName` (default `dumplings-durable`), `url`, `keyPrefix` (default `bull`), timeouts
+   * @throws {InvalidOptionError} on a malformed URL, a bad timeout, or an old option name given with a different value than its new one
+   */
   constructor(options: DurableQueueOptions) {
     this.journal = options.journal;
     this.queueName = options.queueName ?? "dumplings-durable";
-    this.redisUrl = options.redisUrl ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-    this.prefix = options.prefix ?? "bull";
-    this.conn = connection(this.redisUrl);
-    this.queue = new Queue<DurableJobData>(this.queueName, { connection: this.conn, prefix: this.prefix });
+    this.connection = connectionOptions(options);
+    // Our calls wait (bounded) for the connection, then fail fast during an outage (no retries);
+    // it connects now, and queues BullMQ's own first write (the queue's meta) until Redis answers.
+    this.conn = new RedisConnection(this.connection, {
+      label: "queue",
+      keyPrefix: "bull",
+      connectNow: true,
+      offlineQueue: true,
+    });
+    const { Queue } = loadBullmq();
+    // The driver decides when the connection is usable; BullMQ must not cache a failed first connect.
+    this.queue = new Queue<DurableJobData>(this.queueName, {
+      connection: this.conn.client,
+      prefix: this.conn.keyPrefix,
+      skipWaitingForReady: true,
+      skipVersionCheck: true,
+    });
+    this.queue.on("error", () => undefined); // reported by the failing call instead
+  }
+
+  /** The queue's Redis URL in use (the option, else `REDIS_URL`, else the default). Kept for subclasses written against 0.1. */
+  protected get redisUrl(): string {
+    return this.conn.url ?? "";
+  }
+
+  /** The BullMQ key prefix in use. Kept for subclasses written against 0.1. */
+  protected get prefix(): string {
+    return this.conn.keyPrefix;
   }
 
   /**
@@ -106,16 +154,18 @@ export class DurableQueue {
    * @param delayMs - delay before it may start (ms) @default 0
    */
   async wake(runId: string, delayMs = 0): Promise<void> {
-    await this.queue.add(
-      "run",
-      { runId },
-      {
-        delay: Math.max(0, Math.ceil(delayMs)),
-        attempts: JOB_ATTEMPTS,
-        backoff: { type: "exponential", delay: 500 },
-        removeOnComplete: { count: 1000 },
-        removeOnFail: { count: 5000 },
-      },
+    await this.conn.call(`cannot queue run "${runId}"`, runId, () =>
+      this.queue.add(
+        "run",
+        { runId },
+        {
+          delay: Math.max(0, Math.ceil(delayMs)),
+          attempts: JOB_ATTEMPTS,
+          backoff: { type: "exponential", delay: 500 },
+          removeOnComplete: { count: 1000 },
+          removeOnFail: { count: 5000 },
+        },
+      ),
     );
   }
 
@@ -128,20 +178,24 @@ export class DurableQueue {
     return signal(runId, name, value, { journal: this.journal, wake: (id) => this.wake(id) });
   }
 
-  /** Counts of jobs by state (waiting, active, delayed, completed, failed). */
+  /** Counts of jobs by state (waiting, active, delayed, completed, failed). @throws {BackendError} when Redis fails */
   jobCounts(): Promise<Record<string, number>> {
-    return this.queue.getJobCounts("waiting", "active", "delayed", "completed", "failed");
+    return this.conn.call(`cannot count the jobs of queue "${this.queueName}"`, undefined, () =>
+      this.queue.getJobCounts("waiting", "active", "delayed", "completed", "failed"),
+    );
   }
 
-  /** Removes the queue's keys (tests, teardown). */
+  /** Removes the queue's keys (tests, teardown). @throws {BackendError} when Redis fails */
   async obliterate(): Promise<void> {
-    await this.queue.obliterate({ force: true });
+    await this.conn.call(`cannot obliterate queue "${this.queueName}"`, undefined, () =>
+      this.queue.obliterate({ force: true }),
+    );
   }
 
   /** Closes the queue's connection. */
   async close(): Promise<void> {
     await this.queue.close();
-    this.conn.disconnect();
+    await this.conn.close();
   }
 }
 
@@ -183,7 +237,7 @@ export class DurableWorker extends DurableQueue {
   private readonly workflows: Map<string, WorkflowFn>;
   private readonly options: DurableWorkerOptions;
   private worker: Worker<DurableJobData> | undefined;
-  private workerConn: Redis | undefined;
+  private workerConn: RedisConnection | undefined;
 
   /** @param options - see {@link DurableWorkerOptions} */
   constructor(options: DurableWorkerOptions) {
@@ -194,13 +248,33 @@ export class DurableWorker extends DurableQueue {
       options.workflows instanceof Map ? new Map(options.workflows) : new Map(Object.entries(options.workflows));
   }
 
-  /** Starts taking jobs. Resolves once the worker is connected. */
+  /**
+   * Starts taking jobs. Resolves once the worker is connected.
+   *
+   * @throws {BackendError} when Redis is not reachable within `connectTimeoutMs` (call `start()` again later)
+   */
   async start(): Promise<void> {
     if (this.worker) return;
-    this.workerConn = connection(this.redisUrl);
+    // BullMQ's workers block on Redis: no command timeout, and commands wait through a reconnect.
+    const conn = new RedisConnection(this.connection, {
+      label: "worker",
+      keyPrefix: "bull",
+      maxRetriesPerRequest: null,
+      offlineQueue: true,
+      commandTimeout: false,
+      connectNow: true,
+    });
+    try {
+      await conn.connect(`cannot start a worker of queue "${this.queueName}"`);
+    } catch (e) {
+      await conn.close();
+      throw e;
+    }
+    this.workerConn = conn;
+    const { Worker } = loadBullmq();
     this.worker = new Worker<DurableJobData>(this.queueName, (job, token) => this.process(job, token), {
-      connection: this.workerConn,
-      prefix: this.prefix,
+      connection: conn.client,
+      prefix: conn.keyPrefix,
       concurrency: this.options.concurrency ?? 1,
       lockDuration: this.options.lockDurationMs ?? 30_000,
       stalledInterval: this.options.stalledIntervalMs ?? 30_000,
@@ -223,6 +297,7 @@ export class DurableWorker extends DurableQueue {
     }
     if (run.status === "completed" || run.status === "failed") return { runId, status: run.status };
     const fn = this.workflows.get(run.workflow);
+    const { DelayedError, UnrecoverableError } = loadBullmq();
     if (!fn) throw new UnrecoverableError(new UnknownWorkflowError(run.workflow, [...this.workflows.keys()]).message);
     try {
       const result = await runDurable(runId, fn, {
@@ -256,7 +331,7 @@ export class DurableWorker extends DurableQueue {
   /** Stops taking jobs, waits for running ones, closes connections. */
   override async close(): Promise<void> {
     await this.worker?.close();
-    this.workerConn?.disconnect();
+    await this.workerConn?.close();
     await super.close();
   }
 }

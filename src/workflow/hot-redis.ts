@@ -1,36 +1,35 @@
 /**
  * Redis hot tier of the checkpoint store: the latest snapshot of each
  * workflow under `agent:state:{workflowId}` (a hash `{ step, state }`) with a
- * TTL (default 24 h), through `ioredis`.
+ * TTL (default 24 h).
  *
  * It is a cache: every failure is reported to the caller (who counts and
- * logs it) and never decides anything. Clients created here have bounded
- * timeouts and no offline queue, so a dead Redis costs at most
- * `connectTimeoutMs` / `commandTimeoutMs`, never a hang. A write only
- * replaces an older step (a Lua compare on `step`), so a slow writer cannot
- * put an old snapshot over a newer one.
+ * logs it) and never decides anything. The connection comes from the Redis
+ * driver shared by every Redis component (same options and defaults, README
+ * "Redis connection options"; ioredis is loaded only when the tier creates
+ * its own client): a dead Redis costs at most `connectTimeoutMs` once, then
+ * calls fail at once until it is back, never a hang. A write only replaces
+ * an older step (a Lua compare on `step`), so a slow writer cannot put an old
+ * snapshot over a newer one.
  *
  * @module
  */
-import { Redis, type RedisOptions } from "ioredis";
+import type { Redis } from "ioredis";
+import { positiveMs, RedisConnection, type RedisConnectionOptions } from "../drivers/redis.js";
 
 /** The part of an ioredis client the hot tier uses (any compatible client can be injected). */
 export type RedisClientLike = Pick<Redis, "eval" | "hmget" | "del" | "quit" | "disconnect" | "status">;
 
-/** Options of {@link RedisHotTier}. */
-export interface RedisHotTierOptions {
-  /** An injected ioredis client (left open by `close()`). */
-  client?: RedisClientLike;
-  /** URL when no client is given. @default process.env.REDIS_URL ?? "redis://127.0.0.1:6379" */
-  url?: string;
+/**
+ * Options of {@link RedisHotTier}: the Redis connection options shared by
+ * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
+ * `commandTimeoutMs`; README, "Redis connection options") and the TTL.
+ */
+export interface RedisHotTierOptions extends RedisConnectionOptions<RedisClientLike> {
   /** Prefix before `agent:state:{workflowId}` (e.g. a tenant or test name). @default "" */
   keyPrefix?: string;
   /** Time to live of a hot entry, ms (renewed on every write). @default 86_400_000 (24 h) */
   ttlMs?: number;
-  /** Connect timeout of a created client, ms. @default 1000 */
-  connectTimeoutMs?: number;
-  /** Per-command timeout of a created client, ms. @default 1000 */
-  commandTimeoutMs?: number;
 }
 
 /** One cached snapshot. */
@@ -60,41 +59,21 @@ export class RedisHotTier {
   readonly client: RedisClientLike;
   /** TTL of an entry, ms. */
   readonly ttlMs: number;
-  private readonly prefix: string;
-  private readonly owned: boolean;
-  private readonly connectTimeoutMs: number;
+  private readonly conn: RedisConnection<RedisClientLike>;
 
-  /** @param options - an injected `client` or a `url`, `keyPrefix`, `ttlMs`, timeouts */
+  /**
+   * @param options - an injected `client` or a `url`, `keyPrefix`, `ttlMs`, timeouts
+   * @throws {InvalidOptionError} on a malformed URL, or a TTL or timeout that is not a positive number of ms
+   */
   constructor(options: RedisHotTierOptions = {}) {
-    this.prefix = options.keyPrefix ?? "";
-    this.ttlMs = options.ttlMs ?? 86_400_000;
-    if (!Number.isInteger(this.ttlMs) || this.ttlMs <= 0) throw new RangeError(`ttlMs must be a positive integer`);
-    this.connectTimeoutMs = options.connectTimeoutMs ?? 1000;
-    if (options.client) {
-      this.client = options.client;
-      this.owned = false;
-    } else {
-      const url = options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-      const settings: RedisOptions = {
-        connectTimeout: options.connectTimeoutMs ?? 1000,
-        commandTimeout: options.commandTimeoutMs ?? 1000,
-        maxRetriesPerRequest: 0,
-        enableOfflineQueue: false,
-        // Keep reconnecting in the background (cheap), so the tier comes back by itself.
-        retryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
-        lazyConnect: false,
-      };
-      const client = new Redis(url, settings);
-      // Errors surface on commands; the connection's own error events would otherwise be unhandled.
-      client.on("error", () => undefined);
-      this.client = client;
-      this.owned = true;
-    }
+    this.ttlMs = positiveMs("ttlMs", options.ttlMs, 86_400_000);
+    this.conn = new RedisConnection(options, { label: "hot tier", keyPrefix: "" });
+    this.client = this.conn.client;
   }
 
   /** The Redis key of a workflow: `{keyPrefix}agent:state:{workflowId}`. */
   key(workflowId: string): string {
-    return `${this.prefix}agent:state:${workflowId}`;
+    return `${this.conn.keyPrefix}agent:state:${workflowId}`;
   }
 
   /**
@@ -103,54 +82,44 @@ export class RedisHotTier {
    * merely because the connection was still being established (there is no offline queue).
    * @returns whether the client is ready
    */
-  async waitReady(timeoutMs = this.connectTimeoutMs): Promise<boolean> {
-    const c = this.client as Redis;
-    if (c.status === "ready") return true;
-    if (typeof c.once !== "function") return false;
-    return new Promise((resolve) => {
-      const t = setTimeout(() => done(false), timeoutMs);
-      const done = (ok: boolean) => {
-        clearTimeout(t);
-        c.off("ready", onReady);
-        resolve(ok);
-      };
-      const onReady = () => done(true);
-      c.once("ready", onReady);
-    });
+  waitReady(timeoutMs?: number): Promise<boolean> {
+    return this.conn.waitReady(timeoutMs);
   }
 
   /**
    * Caches a snapshot unless a newer step is cached.
-   * @throws the driver's error (the store counts it; it is never fatal)
+   * @throws {BackendError} when Redis fails (the store counts it; it is never fatal)
    */
   async put(workflowId: string, entry: HotEntry): Promise<void> {
-    await this.client.eval(WRITE_IF_NEWER, 1, this.key(workflowId), entry.stepIndex, entry.stateJson, this.ttlMs);
+    await this.conn.call(`cannot cache workflow ${JSON.stringify(workflowId)}`, workflowId, (c) =>
+      c.eval(WRITE_IF_NEWER, 1, this.key(workflowId), entry.stepIndex, entry.stateJson, this.ttlMs),
+    );
   }
 
   /**
    * Reads a cached snapshot.
    * @returns the entry, or `undefined` when missing or expired
-   * @throws the driver's error
+   * @throws {BackendError} when Redis fails
    */
   async get(workflowId: string): Promise<HotEntry | undefined> {
-    const [step, state] = await this.client.hmget(this.key(workflowId), "step", "state");
+    const [step, state] = await this.conn.call(
+      `cannot read the cached workflow ${JSON.stringify(workflowId)}`,
+      workflowId,
+      (c) => c.hmget(this.key(workflowId), "step", "state"),
+    );
     if (step == null || state == null) return undefined;
     return { stepIndex: Number(step), stateJson: state };
   }
 
-  /** Removes a cached snapshot. @throws the driver's error */
+  /** Removes a cached snapshot. @throws {BackendError} when Redis fails */
   async delete(workflowId: string): Promise<void> {
-    await this.client.del(this.key(workflowId));
+    await this.conn.call(`cannot delete the cached workflow ${JSON.stringify(workflowId)}`, workflowId, (c) =>
+      c.del(this.key(workflowId)),
+    );
   }
 
-  /** Closes a client this tier created (injected clients are left open). */
+  /** Closes a client this tier created (injected clients are left open). Idempotent. */
   async close(): Promise<void> {
-    if (!this.owned) return;
-    try {
-      if (this.client.status === "ready") await this.client.quit();
-      else this.client.disconnect();
-    } catch {
-      this.client.disconnect();
-    }
+    await this.conn.close();
   }
 }

@@ -34,6 +34,7 @@
 import { createRequire } from "node:module";
 import type pg from "pg";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
+import { parseUrlOption, positiveOption, renamedOption } from "./options.js";
 import type { SqlDriver } from "./sql.js";
 
 /** Default connection URL when neither `url` nor `DATABASE_URL` is set. */
@@ -176,46 +177,6 @@ export function checkSchemaName(schema: unknown, component = "postgres"): string
   return schema;
 }
 
-function positive(value: unknown, component: string, option: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-    throw new InvalidOptionError(component, option, `must be a positive number, got ${String(value)}`);
-  }
-  return Math.ceil(value);
-}
-
-function alias<T>(component: string, name: string, value: T | undefined, old: string, oldValue: T | undefined) {
-  if (value !== undefined && oldValue !== undefined && value !== oldValue) {
-    throw new InvalidOptionError(component, name, `${name} and its old name ${old} are both given and differ`);
-  }
-  return value ?? oldValue;
-}
-
-function checkUrl(url: unknown, component: string): string {
-  if (typeof url !== "string" || url.trim() === "") {
-    throw new InvalidOptionError(component, "url", `must be a PostgreSQL URL, got ${JSON.stringify(url)}`);
-  }
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch (cause) {
-    throw new InvalidOptionError(component, "url", `${JSON.stringify(redact(url))} is not a URL`, { cause });
-  }
-  if (parsed.protocol !== "postgres:" && parsed.protocol !== "postgresql:") {
-    throw new InvalidOptionError(
-      component,
-      "url",
-      `${JSON.stringify(redact(url))} is not a postgres:// or postgresql:// URL`,
-    );
-  }
-  return url;
-}
-
-/** A URL without its password, for messages. */
-function redact(url: string): string {
-  return url.replace(/\/\/([^:/@]+):[^@/]*@/, "//$1:***@");
-}
-
 const sqlState = (e: unknown): string | undefined => {
   const code = (e as { code?: unknown } | null)?.code;
   return typeof code === "string" ? code : undefined;
@@ -267,20 +228,21 @@ export class PostgresDriver implements SqlDriver {
       this.owned = false;
       this.pool.on?.("error", onIdleError);
     } else {
-      const url = checkUrl(
-        alias(component, "url", o.url, "connectionString", o.connectionString) ??
-          process.env.DATABASE_URL ??
-          DEFAULT_POSTGRES_URL,
-        component,
-      );
-      const max = positive(
-        alias(component, "maxConnections", o.maxConnections, "max", o.max),
+      const fromEnv = o.url === undefined && o.connectionString === undefined && process.env.DATABASE_URL !== undefined;
+      const url =
+        renamedOption(component, "url", o.url, "connectionString", o.connectionString) ??
+        process.env.DATABASE_URL ??
+        DEFAULT_POSTGRES_URL;
+      parseUrlOption(component, url, ["postgres:", "postgresql:"], fromEnv ? "DATABASE_URL" : undefined);
+      const max = positiveOption(
         component,
         "maxConnections",
+        renamedOption(component, "maxConnections", o.maxConnections, "max", o.max),
         10,
+        "",
       );
-      const connectTimeout = positive(o.connectTimeoutMs, component, "connectTimeoutMs", 5000);
-      const statementTimeout = positive(o.statementTimeoutMs, component, "statementTimeoutMs", 30_000);
+      const connectTimeout = positiveOption(component, "connectTimeoutMs", o.connectTimeoutMs, 5000);
+      const statementTimeout = positiveOption(component, "statementTimeoutMs", o.statementTimeoutMs, 30_000);
       const { Pool } = loadPg();
       const pool = new Pool({
         connectionString: url,

@@ -45,6 +45,7 @@ import type * as BullMQ from "bullmq";
 import type * as IORedis from "ioredis";
 import type { Redis, RedisOptions } from "ioredis";
 import { BackendError, DumplingsError, InvalidOptionError } from "../core/errors.js";
+import { parseUrlOption, positiveOption, redactUrl, renamedOption as sharedRenamedOption } from "./options.js";
 
 /** Connection URL when neither `url` nor `REDIS_URL` is set. */
 export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379";
@@ -134,43 +135,24 @@ export function loadBullmq(): typeof BullMQ {
 }
 
 /**
- * Resolves a renamed option: the new name's value, else the deprecated old name's.
+ * Resolves a renamed option of a Redis component (see {@link sharedRenamedOption}).
  *
- * @param name - the option's name, e.g. `keyPrefix`
- * @param value - its value
- * @param oldName - the deprecated name, e.g. `prefix`
- * @param oldValue - the deprecated name's value
- * @returns the value to use (`undefined` when neither is given)
- * @throws {InvalidOptionError} when both are given and differ
+ * @throws {InvalidOptionError} when both names are given and differ
  * @example
  * const keyPrefix = renamedOption("keyPrefix", options.keyPrefix, "prefix", options.prefix);
  */
 export function renamedOption<T>(name: string, value: T | undefined, oldName: string, oldValue: T | undefined) {
-  if (value === undefined) return oldValue;
-  if (oldValue !== undefined && oldValue !== value) {
-    throw new InvalidOptionError(NAME, name, `${name} and its deprecated alias ${oldName} are both given and differ`);
-  }
-  return value;
+  return sharedRenamedOption(NAME, name, value, oldName, oldValue);
 }
 
 /**
  * Checks a duration option of a Redis component (a timeout, a TTL).
  *
- * @param option - its name, for the error
- * @param value - the given value
- * @param fallback - the default when `value` is undefined
  * @returns `value` rounded up to whole ms, or `fallback`
  * @throws {InvalidOptionError} when `value` is not a positive finite number
  */
 export function positiveMs(option: string, value: unknown, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value === "number" && Number.isFinite(value) && value > 0) return Math.ceil(value);
-  throw new InvalidOptionError(NAME, option, `must be a positive number of ms, got ${String(value)}`);
-}
-
-/** A URL without its password, for messages. */
-function redact(url: string): string {
-  return url.replace(/\/\/([^:/@]*):[^@/]*@/, "//$1:***@");
+  return positiveOption(NAME, option, value, fallback);
 }
 
 /** Where a created client connects: a `redis://`/`rediss://` URL, or a unix socket (and database). */
@@ -184,29 +166,19 @@ export type RedisTarget = { url: string } | { path: string; db?: number };
  * @throws {InvalidOptionError} (option `url`) when it is not one of those or does not parse
  */
 export function parseRedisUrl(url: unknown, source?: string): RedisTarget {
-  const refuse = (why: string, cause?: unknown): never => {
-    const from = source ? ` (read from ${source})` : "";
-    throw new InvalidOptionError(NAME, "url", `${why}${from}`, cause === undefined ? undefined : { cause });
+  const u = parseUrlOption(NAME, url, ["redis:", "rediss:", "unix:"], source);
+  const text = url as string;
+  const refuse = (why: string): never => {
+    throw new InvalidOptionError(NAME, "url", `${why}${source ? ` (read from ${source})` : ""}`);
   };
-  if (typeof url !== "string" || url.trim() === "") return refuse(`must be a Redis URL, got ${JSON.stringify(url)}`);
-  let parsed: URL | undefined;
-  try {
-    parsed = new URL(url);
-  } catch (cause) {
-    refuse(`${JSON.stringify(redact(url))} is not a URL`, cause);
-  }
-  const u = parsed as URL;
-  if (u.protocol !== "redis:" && u.protocol !== "rediss:" && u.protocol !== "unix:") {
-    refuse(`${JSON.stringify(redact(url))} is not a redis://, rediss:// or unix: URL`);
-  }
   const db = u.protocol === "unix:" ? u.searchParams.get("db") : u.pathname.replace(/^\//, "");
-  if (db && !/^\d+$/.test(db)) refuse(`${JSON.stringify(redact(url))} names database ${JSON.stringify(db)}`);
+  if (db && !/^\d+$/.test(db)) refuse(`${JSON.stringify(redactUrl(text))} names database ${JSON.stringify(db)}`);
   if (u.protocol === "unix:") {
-    if (!u.pathname || u.pathname === "/") refuse(`${JSON.stringify(url)} names no socket path`);
+    if (!u.pathname || u.pathname === "/") refuse(`${JSON.stringify(text)} names no socket path`);
     return db ? { path: u.pathname, db: Number(db) } : { path: u.pathname };
   }
-  if (!u.hostname) refuse(`${JSON.stringify(redact(url))} names no host`);
-  return { url };
+  if (!u.hostname) refuse(`${JSON.stringify(redactUrl(text))} names no host`);
+  return { url: text };
 }
 
 /**

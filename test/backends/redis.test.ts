@@ -8,7 +8,13 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { RedisBackend, type RedisLikeClient } from "../../src/backends/redis.js";
-import { BackendError, ConflictError, FormatError, StateNotFoundError } from "../../src/core/errors.js";
+import {
+  BackendError,
+  ConflictError,
+  FormatError,
+  InvalidOptionError,
+  StateNotFoundError,
+} from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import { makeState } from "../../src/testing/states.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
@@ -321,8 +327,8 @@ describe.skipIf(!!skip)(`redis backend${skip ? ` (skipped: ${skip})` : ""}`, () 
     client.disconnect();
   });
 
-  it("refuses bad options with a TypeError", () => {
-    expect(() => new RedisBackend({ ttlMs: -1 })).toThrow(TypeError);
-    expect(() => new RedisBackend({ commandTimeoutMs: Number.NaN })).toThrow(TypeError);
+  it("refuses bad options with an InvalidOptionError", () => {
+    expect(() => new RedisBackend({ ttlMs: -1 })).toThrow(InvalidOptionError);
+    expect(() => new RedisBackend({ commandTimeoutMs: Number.NaN })).toThrow(InvalidOptionError);
   });
 });

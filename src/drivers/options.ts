@@ -1,0 +1,100 @@
+/**
+ * Option checks shared by the database drivers, so that every component of
+ * every database refuses a bad option the same way: an
+ * {@link InvalidOptionError} naming the component and the option, thrown by
+ * the constructor before any connection is made.
+ *
+ * @module
+ */
+import { InvalidOptionError } from "../core/errors.js";
+
+/**
+ * Resolves a renamed option: the new name's value, else the deprecated old name's.
+ *
+ * @param component - e.g. `redis`, `postgres`
+ * @param name - the option's name, e.g. `keyPrefix`
+ * @param value - its value
+ * @param oldName - the deprecated name, e.g. `prefix`
+ * @param oldValue - the deprecated name's value
+ * @returns the value to use (`undefined` when neither is given)
+ * @throws {InvalidOptionError} when both are given and differ
+ * @example
+ * const keyPrefix = renamedOption("redis", "keyPrefix", options.keyPrefix, "prefix", options.prefix);
+ */
+export function renamedOption<T>(
+  component: string,
+  name: string,
+  value: T | undefined,
+  oldName: string,
+  oldValue: T | undefined,
+): T | undefined {
+  if (value === undefined) return oldValue;
+  if (oldValue !== undefined && oldValue !== value) {
+    throw new InvalidOptionError(
+      component,
+      name,
+      `${name} and its deprecated alias ${oldName} are both given and differ`,
+    );
+  }
+  return value;
+}
+
+/**
+ * Checks a positive numeric option (a timeout or TTL in ms, a pool size).
+ *
+ * @param component - e.g. `postgres`
+ * @param option - its name, for the error
+ * @param value - the given value
+ * @param fallback - the default when `value` is undefined
+ * @param unit - how the message names the unit @default "ms"
+ * @returns `value` rounded up to a whole number, or `fallback`
+ * @throws {InvalidOptionError} when `value` is not a positive finite number
+ */
+export function positiveOption(
+  component: string,
+  option: string,
+  value: unknown,
+  fallback: number,
+  unit = "ms",
+): number {
+  if (value === undefined) return fallback;
+  if (typeof value === "number" && Number.isFinite(value) && value > 0) return Math.ceil(value);
+  throw new InvalidOptionError(
+    component,
+    option,
+    `must be a positive number${unit ? ` of ${unit}` : ""}, got ${String(value)}`,
+  );
+}
+
+/** A URL without its password, for messages and labels. */
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/([^:/@]*):[^@/]*@/, "//$1:***@");
+}
+
+/**
+ * Parses a connection URL and checks its scheme.
+ *
+ * @param component - e.g. `redis`
+ * @param url - the given value
+ * @param protocols - accepted schemes with their colon, e.g. `["postgres:", "postgresql:"]`
+ * @param source - where the URL came from, for the message (e.g. `REDIS_URL`)
+ * @returns the parsed URL
+ * @throws {InvalidOptionError} (option `url`) when it is not a string, does not parse, or has another scheme
+ */
+export function parseUrlOption(component: string, url: unknown, protocols: readonly string[], source?: string): URL {
+  const from = source ? ` (read from ${source})` : "";
+  if (typeof url !== "string" || url.trim() === "") {
+    throw new InvalidOptionError(component, "url", `must be a URL, got ${JSON.stringify(url)}${from}`);
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch (cause) {
+    throw new InvalidOptionError(component, "url", `${JSON.stringify(redactUrl(url))} is not a URL${from}`, { cause });
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    const names = protocols.map((p) => (p === "unix:" ? p : `${p}//`)).join(", ");
+    throw new InvalidOptionError(component, "url", `${JSON.stringify(redactUrl(url))} is not a ${names} URL${from}`);
+  }
+  return parsed;
+}

@@ -5,7 +5,10 @@
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import Database from "better-sqlite3";
+import type { ColdStoreFixture } from "../../src/testing/index.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import type { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import { CheckpointStore, type CheckpointStoreOptions } from "../../src/workflow/store.js";
 
 /**
@@ -30,4 +33,58 @@ export async function sqliteStore(
     blobDir: path.join(dir, "blobs"),
     ...extra,
   });
+}
+
+/**
+ * A cold store conformance fixture on a fresh SQLite file, with every hook (they reach the
+ * tables through a second connection of their own, as another process would), optionally
+ * behind a hot tier.
+ */
+export function sqliteColdFixture(hot?: RedisHotTier): ColdStoreFixture<SqliteColdStore> {
+  const tmp = tempDir("sqlite-conformance");
+  const file = path.join(tmp.dir, "cold.db");
+  const cold = new SqliteColdStore({ path: file });
+  let connection: Database.Database | undefined;
+  /** A second connection to the store's file, opened on first use (after the store created its tables). */
+  const db = () => {
+    connection ??= new Database(file);
+    connection.pragma("busy_timeout = 5000");
+    return connection;
+  };
+  return {
+    cold,
+    hot,
+    async destroy() {
+      connection?.close();
+      await hot?.close();
+      await cold.close();
+      tmp.cleanup();
+    },
+    async ageSnapshots(workflowId, createdAt) {
+      db().prepare("UPDATE workflow_snapshots SET created_at = ? WHERE workflow_id = ?").run(createdAt, workflowId);
+      db().prepare("UPDATE workflow_idempotency SET started_at = ? WHERE workflow_id = ?").run(createdAt, workflowId);
+    },
+    async countIdempotencyRecords(workflowId) {
+      const row = db().prepare("SELECT COUNT(*) AS n FROM workflow_idempotency WHERE workflow_id = ?").get(workflowId);
+      return (row as { n: number }).n;
+    },
+    async bulkInsertSummaries(count) {
+      const ins = db().prepare(
+        `INSERT INTO workflows (workflow_id, session_id, status, latest_step, current_node, active_step, parent_workflow_id, created_at, updated_at)
+       VALUES (?, ?, ?, 0, 'n', 0, NULL, ?, ?)`,
+      );
+      const statuses = ["running", "waiting", "finished", "failed"];
+      db().transaction(() => {
+        for (let i = 0; i < count; i++) {
+          const t = 1_700_000_000_000 + (i % 9973) * 1000;
+          ins.run(`bulk-${i}`, `s-${i}`, statuses[i % 4], t, t);
+        }
+      })();
+      db().exec("ANALYZE");
+    },
+    listPlan: {
+      mustMatch: /USING INDEX workflows_(status_)?updated/,
+      mustNotMatch: /SCAN workflows\b(?! USING)|TEMP B-TREE/,
+    },
+  };
 }

@@ -10,60 +10,9 @@ import { describe, expect, it } from "vitest";
 import { runColdStoreConformance } from "../../src/testing/index.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { CheckpointStore, createWorkflowState } from "../../src/workflow/index.js";
-import { tempDir } from "./helpers.js";
+import { sqliteColdFixture, tempDir } from "./helpers.js";
 
-runColdStoreConformance(
-  "sqlite",
-  () => {
-    const tmp = tempDir("sqlite-conformance");
-    const file = path.join(tmp.dir, "cold.db");
-    const cold = new SqliteColdStore({ path: file });
-    let connection: Database.Database | undefined;
-    /** A second connection to the store's file, opened on first use (after the store created its tables). */
-    const db = () => {
-      connection ??= new Database(file);
-      connection.pragma("busy_timeout = 5000");
-      return connection;
-    };
-    return {
-      cold,
-      async destroy() {
-        connection?.close();
-        await cold.close();
-        tmp.cleanup();
-      },
-      async ageSnapshots(workflowId, createdAt) {
-        db().prepare("UPDATE workflow_snapshots SET created_at = ? WHERE workflow_id = ?").run(createdAt, workflowId);
-        db().prepare("UPDATE workflow_idempotency SET started_at = ? WHERE workflow_id = ?").run(createdAt, workflowId);
-      },
-      async countIdempotencyRecords(workflowId) {
-        const row = db()
-          .prepare("SELECT COUNT(*) AS n FROM workflow_idempotency WHERE workflow_id = ?")
-          .get(workflowId);
-        return (row as { n: number }).n;
-      },
-      async bulkInsertSummaries(count) {
-        const ins = db().prepare(
-          `INSERT INTO workflows (workflow_id, session_id, status, latest_step, current_node, active_step, parent_workflow_id, created_at, updated_at)
-           VALUES (?, ?, ?, 0, 'n', 0, NULL, ?, ?)`,
-        );
-        const statuses = ["running", "waiting", "finished", "failed"];
-        db().transaction(() => {
-          for (let i = 0; i < count; i++) {
-            const t = 1_700_000_000_000 + (i % 9973) * 1000;
-            ins.run(`bulk-${i}`, `s-${i}`, statuses[i % 4], t, t);
-          }
-        })();
-        db().exec("ANALYZE");
-      },
-      listPlan: {
-        mustMatch: /USING INDEX workflows_(status_)?updated/,
-        mustNotMatch: /SCAN workflows\b(?! USING)|TEMP B-TREE/,
-      },
-    };
-  },
-  { test: vitest },
-);
+runColdStoreConformance("sqlite", () => sqliteColdFixture(), { test: vitest });
 
 describe("SQLite retention", () => {
   it("new files use incremental auto-vacuum, so prune gives pages back to the file system", async () => {

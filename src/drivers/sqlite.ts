@@ -321,6 +321,12 @@ export class SqliteDriver implements SqlDriver {
 
   private run(text: string, values?: unknown[]): SqlResult {
     const { stmt, order } = this.compile(text);
+    if (!stmt.reader && order.length === 0 && /^\s*PRAGMA\b/i.test(text)) {
+      // A pragma without result columns (incremental_vacuum) does its work one step at a time:
+      // exec runs it to the end, where a prepared statement's run() would step once.
+      this.db.exec(text);
+      return { rows: [], rowCount: 0 };
+    }
     const args = order.map((i) => bind(values?.[i]));
     if (stmt.reader) {
       const rows = stmt.all(...args) as Record<string, unknown>[];

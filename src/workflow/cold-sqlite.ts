@@ -61,9 +61,8 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
 
   /** Returns the pages a prune freed to the file system (`PRAGMA incremental_vacuum`). */
   protected override afterPrune(): Promise<void> {
-    // Through db.exec: the pragma frees one page per step, and the driver's prepared statements step once.
-    return this.driver.transaction("cannot run incremental vacuum", undefined, async () => {
-      this.db.exec("PRAGMA incremental_vacuum");
-    });
+    return this.driver
+      .query("cannot run incremental vacuum", undefined, "PRAGMA incremental_vacuum")
+      .then(() => undefined);
   }
 }

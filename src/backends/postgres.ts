@@ -53,7 +53,7 @@ import { validateKey } from "./keys.js";
 import { checkRevision, checkStateShape, jsonText, messageDigest, parseHeaderField, tailDigest } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
-export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery };
+export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery, PostgresConnectionOptions };
 
 /**
  * Options of {@link PostgresBackend}: the connection options every PostgreSQL

@@ -97,6 +97,8 @@ export interface RedisLikeClient {
   quit?(): Promise<unknown>;
 }
 
+export type { RedisConnectionOptions };
+
 /**
  * Options of {@link RedisBackend}: the Redis connection options shared by
  * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,

@@ -115,6 +115,7 @@ export interface SQLiteBackendOptions extends SqliteConnectionOptions {
   synchronous?: "NORMAL" | "FULL";
 }
 
+export type { SqliteConnectionOptions };
 export { SQLiteBusyError };
 
 interface HeadRow {

@@ -195,6 +195,8 @@ export class PostgresDriver implements SqlDriver {
   readonly name = "postgres";
   /** Rows a write transaction reads to change are locked with `SELECT … FOR UPDATE`. */
   readonly forUpdate = " FOR UPDATE";
+  /** The server's clock in epoch ms: `statement_timestamp()` (one value per statement, read when the statement arrives). */
+  readonly nowMs = "(extract(epoch from statement_timestamp()) * 1000)::bigint";
   /** The schema holding the component's tables. */
   readonly schema: string;
   /** The schema, quoted for SQL text. */

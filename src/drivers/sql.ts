@@ -31,6 +31,20 @@ export interface SqlDriver {
   table(name: string): string;
   /** `" FOR UPDATE"` where a transaction must lock a row it reads (PostgreSQL); `""` where the transaction already holds the write lock (SQLite `BEGIN IMMEDIATE`). */
   readonly forUpdate: string;
+  /**
+   * SQL expression of the database's clock in epoch milliseconds (an
+   * integer), one value for the whole statement: PostgreSQL
+   * `statement_timestamp()` (the server's clock), SQLite `julianday('now')`
+   * (the host's clock as the SQLite library reads it, never the process's
+   * `Date.now()`). A store that judges leases or stamps times with it inside
+   * its transactions makes every process agree on one clock, whatever the
+   * clocks of the machines the processes run on (SQLite files are shared
+   * by the processes of one machine only).
+   *
+   * @example
+   * await driver.query("cannot read the clock", undefined, `SELECT ${driver.nowMs} AS now`);
+   */
+  readonly nowMs: string;
   /** Creates or migrates the tables; retried on the next call after a failure. */
   ready(): Promise<void>;
   /**

@@ -135,6 +135,8 @@ export class SqliteDriver implements SqlDriver {
   readonly name = "sqlite";
   /** `BEGIN IMMEDIATE` already holds the file's write lock: no row locks needed. */
   readonly forUpdate = "";
+  /** The host's clock in epoch ms as SQLite reads it (`julianday('now')`: one value per statement, ms resolution). */
+  readonly nowMs = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
   /** The open database (for the components' synchronous fast paths). */
   readonly db: BetterSqlite3.Database;
   /** The file path, `":memory:"`, or `"(injected)"`. */

@@ -5,6 +5,11 @@
  * (outputs, inputs, signal values) is stored as opaque strings and never
  * decoded inside Lua (cjson would reformat numbers and empty arrays).
  *
+ * Time is the server's: every script reads `TIME` itself to judge a lease's
+ * expiry and to stamp `expiresAt`, `created_at`, `updated_at`, event `at`
+ * and signal `sentAt`, so the clocks of the machines calling it play no
+ * part (case pb-32).
+ *
  * Persistence follows the Redis server's settings: run Redis with AOF
  * (`appendfsync everysec` or `always`) when the journal must survive a Redis
  * restart. Cluster mode is not supported (the run index is one key).
@@ -33,6 +38,7 @@ import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from ".
 import type {
   Journal,
   JournalEvent,
+  JournalEventInput,
   JournalEventType,
   LeaseResult,
   RunPatch,
@@ -42,7 +48,16 @@ import type {
   StepRecord,
   UpdateRunResult,
 } from "./journal.js";
-import { checkStepWrite, jsonColumn, runFromRow } from "./journal.js";
+import {
+  checkResetSeq,
+  checkStepWrite,
+  ENDED_RUN_STATUSES,
+  jsonColumn,
+  leaseMs,
+  RETRYABLE_RUN_STATUSES,
+  retryRefused,
+  runFromRow,
+} from "./journal.js";
 
 /**
  * Options of {@link RedisJournal}: the Redis connection options shared by
@@ -61,33 +76,68 @@ local cur = redis.call('HGET', KEYS[1], 'fencing_token')
 if not cur then return {'notfound'} end
 if tonumber(cur) ~= tonumber(ARGV[1]) then return {'stale', cur} end`;
 
+/**
+ * The store's clock inside a script: `TIME` (allowed before writes since
+ * Redis 5's effect replication, the only mode of Redis 7), in epoch ms, and
+ * how an event's JSON (built by the caller without `at`) gets it: spliced in
+ * as text, so user strings in the event are never decoded by cjson.
+ */
+const CLOCK = `
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function fmt(n) return string.format('%d', n) end
+local function stamp(event, now, token, extra)
+  local head = '{"at":' .. fmt(now)
+  if token then head = head .. ',"fencingToken":' .. fmt(token) end
+  return head .. (extra or '') .. ',' .. string.sub(event, 2)
+end`;
+
+/** Operators' common write: new status, token + 1, lease and the given fields cleared. */
+const TAKE_OVER = `
+local function takeover(status, now, clear)
+  local token = tonumber(redis.call('HGET', KEYS[1], 'fencing_token')) + 1
+  redis.call('HSET', KEYS[1], 'status', status, 'fencing_token', tostring(token), 'updated_at', fmt(now))
+  redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at', unpack(clear))
+  return token
+end
+local function runreply()
+  local run = redis.call('HGETALL', KEYS[1])
+  table.insert(run, 1, 'ok')
+  return run
+end`;
+
+const luaSet = (values: Iterable<string>) => `{${[...values].map((v) => `['${v}'] = true`).join(", ")}}`;
+
 const SCRIPTS = {
-  create: redisScript(`
+  create: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local now = nowms()
 redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'workflow', ARGV[2], 'status', 'pending', 'input_json', ARGV[3],
-  'fencing_token', '0', 'created_at', ARGV[4], 'updated_at', ARGV[4])
-redis.call('RPUSH', KEYS[2], ARGV[5])
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+  'fencing_token', '0', 'created_at', fmt(now), 'updated_at', fmt(now))
+redis.call('RPUSH', KEYS[2], stamp(ARGV[4], now))
+redis.call('ZADD', KEYS[3], fmt(now), ARGV[1])
 return 1`),
-  lease: redisScript(`
+  lease: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local f = redis.call('HMGET', KEYS[1], 'lease_owner', 'lease_expires_at', 'fencing_token')
-local now = tonumber(ARGV[3])
+local now = nowms()
 if f[1] and f[2] and tonumber(f[2]) > now and f[1] ~= ARGV[1] then return {'held', f[1], f[2]} end
 local token = tonumber(f[3]) + 1
 local exp = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'fencing_token', tostring(token), 'lease_owner', ARGV[1], 'lease_expires_at', tostring(exp),
-  'updated_at', ARGV[3])
-redis.call('RPUSH', KEYS[2], cjson.encode({type = 'lease_acquired', at = now, name = ARGV[1], fencingToken = token}))
-return {'ok', tostring(token), tostring(exp)}`),
-  renew: redisScript(`${TOKEN_CHECK}
-local exp = tonumber(ARGV[3]) + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'lease_expires_at', tostring(exp))
-return {'ok', tostring(exp)}`),
+redis.call('HSET', KEYS[1], 'fencing_token', tostring(token), 'lease_owner', ARGV[1], 'lease_expires_at', fmt(exp),
+  'updated_at', fmt(now))
+redis.call('RPUSH', KEYS[2], stamp(ARGV[3], now, token))
+return {'ok', tostring(token), fmt(exp)}`),
+  renew: redisScript(`${CLOCK}${TOKEN_CHECK}
+local exp = nowms() + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'lease_expires_at', fmt(exp))
+return {'ok', fmt(exp)}`),
   release: redisScript(`${TOKEN_CHECK}
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at')
 return {'ok'}`),
-  writeStep: redisScript(`${TOKEN_CHECK}
+  writeStep: redisScript(`${CLOCK}${TOKEN_CHECK}
 local n = redis.call('HLEN', KEYS[3])
 local seq = tonumber(ARGV[2])
 if seq > n then return {'gap', tostring(n)} end
@@ -100,28 +150,73 @@ if meta then
 end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4] .. ':' .. ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
-redis.call('RPUSH', KEYS[4], ARGV[6])
+redis.call('RPUSH', KEYS[4], stamp(ARGV[6], nowms()))
 return {'ok'}`),
-  updateRun: redisScript(`${TOKEN_CHECK}
+  updateRun: redisScript(`${CLOCK}${TOKEN_CHECK}
 if ARGV[2] == 'waiting' and ARGV[5] ~= '' then
   local s = redis.call('HGET', KEYS[2], string.sub(ARGV[5], 2))
   if s then return {'signal', s} end
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', ARGV[7])
+local now = nowms()
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', fmt(now))
 local fields = {'output_json', 'error_json', 'waiting_for', 'wake_at'}
 for i = 1, 4 do
   local v = ARGV[2 + i]
   if v == '' then redis.call('HDEL', KEYS[1], fields[i]) else redis.call('HSET', KEYS[1], fields[i], string.sub(v, 2)) end
 end
-redis.call('RPUSH', KEYS[3], ARGV[8])
+redis.call('RPUSH', KEYS[3], stamp(ARGV[7], now))
 return {'ok'}`),
-  signal: redisScript(`
+  signal: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return {'conflict'} end
-redis.call('RPUSH', KEYS[3], ARGV[3])
+local now = nowms()
+if redis.call('HSETNX', KEYS[2], ARGV[1], fmt(now) .. '\\n' .. ARGV[2]) == 0 then return {'conflict'} end
+redis.call('RPUSH', KEYS[3], stamp(ARGV[3], now))
 local run = redis.call('HGETALL', KEYS[1])
 table.insert(run, 1, 'ok')
 return run`),
+  appendEvent: redisScript(`${CLOCK}
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], stamp(ARGV[1], nowms()))
+return 1`),
+  cancel: redisScript(`${CLOCK}${TAKE_OVER}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
+local ended = ${luaSet(ENDED_RUN_STATUSES)}
+if ended[redis.call('HGET', KEYS[1], 'status')] then return runreply() end
+local now = nowms()
+local token = takeover('cancelled', now, {'waiting_for', 'wake_at'})
+redis.call('RPUSH', KEYS[2], stamp(ARGV[1], now, token))
+return runreply()`),
+  reset: redisScript(`${CLOCK}${TAKE_OVER}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
+local n = redis.call('HLEN', KEYS[3])
+for i = tonumber(ARGV[1]) + 1, n - 1 do
+  redis.call('HDEL', KEYS[2], fmt(i))
+  redis.call('HDEL', KEYS[3], fmt(i))
+end
+local now = nowms()
+local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
+redis.call('RPUSH', KEYS[4], stamp(ARGV[2], now, token))
+return runreply()`),
+  retry: redisScript(`${CLOCK}${TAKE_OVER}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
+local st = redis.call('HGET', KEYS[1], 'status')
+local n = redis.call('HLEN', KEYS[3])
+local retryable = ${luaSet(RETRYABLE_RUN_STATUSES)}
+if not retryable[st] then return {'refused', st, fmt(n - 1)} end
+local dropped = ''
+if n > 0 then
+  local meta = redis.call('HGET', KEYS[3], fmt(n - 1))
+  local sep = string.find(meta, ':', 1, true)
+  if string.sub(meta, 1, sep - 1) == 'failed' then
+    redis.call('HDEL', KEYS[2], fmt(n - 1))
+    redis.call('HDEL', KEYS[3], fmt(n - 1))
+    dropped = ',"seq":' .. fmt(n - 1) .. ',"name":' .. cjson.encode(string.sub(meta, sep + 1))
+  end
+end
+local now = nowms()
+local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
+redis.call('RPUSH', KEYS[4], stamp(ARGV[1], now, token, dropped))
+return runreply()`),
 } as const;
 
 type Reply = (string | null)[];
@@ -186,8 +281,22 @@ export class RedisJournal implements Journal {
     if (reply[0] === "stale") throw new StaleFencingTokenError(runId, token, Number(reply[1]));
   }
 
+  /** An event's JSON without `at` (the script stamps it with the store's clock). */
   private eventJson(type: JournalEventType, e: Partial<JournalEvent> = {}): string {
-    return JSON.stringify({ type, at: Date.now(), ...e });
+    const { at: _at, runId: _runId, index: _index, ...fields } = e;
+    return JSON.stringify({ type, ...fields });
+  }
+
+  /** A run hash returned by an operator script (`['ok', field, value, …]`). */
+  private runReply(runId: string, r: Reply): RunRecord {
+    if (r[0] === "notfound") throw new RunNotFoundError(runId);
+    return runFromRow(pairs(r.slice(1)));
+  }
+
+  /** {@inheritDoc Journal.now} (`TIME`) */
+  async now(): Promise<number> {
+    const [sec, usec] = await this.conn.call("cannot read the clock of Redis", undefined, (c) => c.time());
+    return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
   }
 
   /** {@inheritDoc Journal.createRun} */
@@ -198,7 +307,7 @@ export class RedisJournal implements Journal {
       init.runId,
       SCRIPTS.create,
       [this.k(init.runId, "run"), this.k(init.runId, "events"), this.index],
-      [init.runId, init.workflow, input, Date.now(), this.eventJson("run_created", { name: init.workflow })],
+      [init.runId, init.workflow, input, this.eventJson("run_created", { name: init.workflow })],
     );
     const run = await this.getRun(init.runId);
     if (!run) throw new RunNotFoundError(init.runId);
@@ -243,7 +352,7 @@ export class RedisJournal implements Journal {
       runId,
       SCRIPTS.lease,
       [this.k(runId, "run"), this.k(runId, "events")],
-      [owner, ttlMs, Date.now()],
+      [owner, leaseMs(ttlMs), this.eventJson("lease_acquired", { name: owner })],
     )) as Reply;
     if (r[0] === "notfound") throw new RunNotFoundError(runId);
     if (r[0] === "held") return { acquired: false, owner: String(r[1]), expiresAt: Number(r[2]) };
@@ -257,7 +366,7 @@ export class RedisJournal implements Journal {
       runId,
       SCRIPTS.renew,
       [this.k(runId, "run")],
-      [token, ttlMs, Date.now()],
+      [token, leaseMs(ttlMs)],
     )) as Reply;
     this.tokenReply(runId, token, r);
     return Number(r[1]);
@@ -326,10 +435,10 @@ export class RedisJournal implements Journal {
         opt(patch.error === undefined ? undefined : JSON.stringify(patch.error)),
         opt(patch.waitingFor),
         opt(patch.wakeAt),
-        Date.now(),
         this.eventJson(`run_${patch.status}` as JournalEventType, {
           ...(patch.waitingFor !== undefined ? { name: patch.waitingFor } : {}),
           fencingToken: token,
+          ...(patch.status === "blocked" && patch.error !== undefined ? { detail: patch.error.message } : {}),
         }),
       ],
     )) as Reply;
@@ -348,7 +457,7 @@ export class RedisJournal implements Journal {
       runId,
       SCRIPTS.signal,
       [this.k(runId, "run"), this.k(runId, "signals"), this.k(runId, "events")],
-      [name, `${Date.now()}\n${text}`, this.eventJson("signal_received", { name })],
+      [name, text, this.eventJson("signal_received", { name })],
     )) as Reply;
     if (r[0] === "notfound") throw new RunNotFoundError(runId);
     if (r[0] === "conflict") throw new SignalConflictError(runId, name);
@@ -391,6 +500,57 @@ export class RedisJournal implements Journal {
       );
       await c.zrem(this.index, runId);
     });
+  }
+
+  /** {@inheritDoc Journal.appendEvent} */
+  async appendEvent(runId: string, event: JournalEventInput): Promise<void> {
+    const { type, ...fields } = event;
+    const r = await this.exec(
+      "append an event to",
+      runId,
+      SCRIPTS.appendEvent,
+      [this.k(runId, "run"), this.k(runId, "events")],
+      [this.eventJson(type, fields)],
+    );
+    if (Number(r) !== 1) throw new RunNotFoundError(runId);
+  }
+
+  /** {@inheritDoc Journal.cancelRun} */
+  async cancelRun(runId: string, by: string, reason?: string): Promise<RunRecord> {
+    const r = (await this.exec(
+      "cancel",
+      runId,
+      SCRIPTS.cancel,
+      [this.k(runId, "run"), this.k(runId, "events")],
+      [this.eventJson("run_cancelled", { by, ...(reason !== undefined ? { detail: reason } : {}) })],
+    )) as Reply;
+    return this.runReply(runId, r);
+  }
+
+  /** {@inheritDoc Journal.resetRun} */
+  async resetRun(runId: string, toSeq: number, by: string): Promise<RunRecord> {
+    checkResetSeq(runId, toSeq);
+    const r = (await this.exec(
+      "reset",
+      runId,
+      SCRIPTS.reset,
+      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events")],
+      [toSeq, this.eventJson("run_reset", { seq: toSeq, by })],
+    )) as Reply;
+    return this.runReply(runId, r);
+  }
+
+  /** {@inheritDoc Journal.retryRun} */
+  async retryRun(runId: string, by: string): Promise<RunRecord> {
+    const r = (await this.exec(
+      "retry",
+      runId,
+      SCRIPTS.retry,
+      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events")],
+      [this.eventJson("run_retried", { by })],
+    )) as Reply;
+    if (r[0] === "refused") throw retryRefused(runId, String(r[1]), Number(r[2]));
+    return this.runReply(runId, r);
   }
 
   /** Deletes every key under this journal's prefix (tests, teardown). @throws {BackendError} */

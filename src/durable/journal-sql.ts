@@ -16,23 +16,36 @@
  * events written so far (`event_count`, migration 2), incremented in the same
  * transaction as the event it numbers.
  *
+ * Time is the database's ({@link SqlDriver.nowMs}, written inline in the
+ * statements): lease expiry is compared with it in the same `UPDATE` that
+ * takes the lease, after the run's row is locked, and `expiresAt`,
+ * `created_at`, `updated_at`, event `at` and signal `sent_at` are stamped
+ * with it. No value of the caller's `Date.now()` reaches the tables, except
+ * the step records' `started_at`/`finished_at`, which the executor writes.
+ *
  * @module
  */
 import type { JsonValue } from "../core/json.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
 import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
+  checkResetSeq,
   checkStepWrite,
+  ENDED_RUN_STATUSES,
   eventFromRow,
   type Journal,
   type JournalEvent,
+  type JournalEventInput,
   type JournalEventType,
   type JournalRow,
   jsonColumn,
   type LeaseResult,
+  leaseMs,
+  RETRYABLE_RUN_STATUSES,
   type RunPatch,
   type RunRecord,
   type RunStatus,
+  retryRefused,
   runFromRow,
   type SignalRecord,
   type StepRecord,
@@ -66,7 +79,10 @@ export interface SqlJournalMigration {
  *
  * - 1: the tables of dumplings-ai 0.1, with `IF NOT EXISTS`, so a journal that
  *   release created (it had no migration ledger) is adopted by running 1 once;
- * - 2: `runs.event_count`, the per-run event counter, backfilled from the events.
+ * - 2: `runs.event_count`, the per-run event counter, backfilled from the events;
+ * - 3: `events.by_name` (who did an operator action: {@link JournalEvent.by}; `by`
+ *   is an SQL keyword) and `events.detail` (a blocked reason, a drift), both
+ *   nullable TEXT, so rows of earlier versions read back unchanged.
  *
  * @param prefix - prefix of the table names, e.g. `durable_`
  * @param dialect - how the database spells names and types
@@ -114,12 +130,20 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
           (SELECT COALESCE(MAX(e.idx) + 1, 0) FROM ${events} e WHERE e.run_id = ${runs}.run_id)`,
       ],
     },
+    {
+      version: 3,
+      name: "event author and detail",
+      up: [`ALTER TABLE ${events} ADD COLUMN by_name TEXT`, `ALTER TABLE ${events} ADD COLUMN detail TEXT`],
+    },
   ];
 }
 
 type Row = JournalRow;
 
 const what = (verb: string, runId: string) => `cannot ${verb} run ${JSON.stringify(runId)}`;
+
+/** Columns a reset or a retry clears (besides the lease). */
+const RESET_COLUMNS = ["output_json", "error_json", "waiting_for", "wake_at"] as const;
 
 function requireRun(runId: string, row: Row | undefined): Row {
   if (!row) throw new RunNotFoundError(runId);
@@ -185,7 +209,15 @@ export class SqlJournal implements Journal {
     return this.read(verb, runId, `SELECT * FROM ${table} WHERE run_id = $1 ORDER BY ${order}`, [runId]);
   }
 
-  /** Appends an audit event: its index is the run's `event_count`, incremented in the same transaction. */
+  /** The database's clock in epoch ms, as an SQL expression (one value per statement). */
+  private get nowSql(): string {
+    return this.driver.nowMs;
+  }
+
+  /**
+   * Appends an audit event: its index is the run's `event_count`, incremented
+   * in the same transaction; `at` is the database's clock.
+   */
   private async event(query: SqlQuery, runId: string, type: JournalEventType, e: Partial<JournalEvent> = {}) {
     const counted = await query(
       `UPDATE ${this.t.runs} SET event_count = event_count + 1 WHERE run_id = $1 RETURNING event_count`,
@@ -193,9 +225,19 @@ export class SqlJournal implements Journal {
     );
     const insert = (idx: number) =>
       query(
-        `INSERT INTO ${this.t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (run_id, idx) DO NOTHING`,
-        [runId, idx, type, Date.now(), e.seq ?? null, e.name ?? null, e.attempt ?? null, e.fencingToken ?? null],
+        `INSERT INTO ${this.t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token, by_name, detail)
+         VALUES ($1, $2, $3, ${this.nowSql}, $4, $5, $6, $7, $8, $9) ON CONFLICT (run_id, idx) DO NOTHING`,
+        [
+          runId,
+          idx,
+          type,
+          e.seq ?? null,
+          e.name ?? null,
+          e.attempt ?? null,
+          e.fencingToken ?? null,
+          e.by ?? null,
+          e.detail ?? null,
+        ],
       );
     if ((await insert(Number(counted.rows[0]?.event_count) - 1)).rowCount) return;
     // The index is taken: a process of the previous release (which counted the events instead) wrote
@@ -208,16 +250,25 @@ export class SqlJournal implements Journal {
     if (!(await insert(idx)).rowCount) throw new Error(`event #${idx} of run ${JSON.stringify(runId)} is taken`);
   }
 
+  /** {@inheritDoc Journal.now} */
+  async now(): Promise<number> {
+    const { rows } = await this.driver.query(
+      "cannot read the database clock",
+      undefined,
+      `SELECT ${this.nowSql} AS now`,
+    );
+    return Number(rows[0]?.now);
+  }
+
   /** {@inheritDoc Journal.createRun} */
   async createRun(init: { runId: string; workflow: string; input: JsonValue }) {
     const input = jsonColumn(init.input, "run input") ?? "null";
     return this.change("create", init.runId, async (query, existing) => {
       if (existing) return { created: false, run: runFromRow(existing) };
-      const now = Date.now();
       const { rows } = await query(
         `INSERT INTO ${this.t.runs} (run_id, workflow, status, input_json, fencing_token, created_at, updated_at)
-         VALUES ($1, $2, 'pending', $3, 0, $4, $4) ON CONFLICT (run_id) DO NOTHING RETURNING *`,
-        [init.runId, init.workflow, input, now],
+         VALUES ($1, $2, 'pending', $3, 0, ${this.nowSql}, ${this.nowSql}) ON CONFLICT (run_id) DO NOTHING RETURNING *`,
+        [init.runId, init.workflow, input],
       );
       const created = rows[0];
       if (!created) {
@@ -257,23 +308,29 @@ export class SqlJournal implements Journal {
     return rows.map(runFromRow);
   }
 
-  /** {@inheritDoc Journal.acquireLease} */
+  /**
+   * {@inheritDoc Journal.acquireLease}
+   *
+   * One conditional `UPDATE` after the row is locked: the expiry is compared
+   * with the database's clock in its `WHERE`, and the new expiry is that clock
+   * + `ttlMs`.
+   */
   async acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult> {
     return this.change("lease", runId, async (query, row): Promise<LeaseResult> => {
       const run = requireRun(runId, row);
-      const now = Date.now();
-      const heldBy = run.lease_owner === null ? undefined : String(run.lease_owner);
-      const expiresAt = run.lease_expires_at === null ? undefined : Number(run.lease_expires_at);
-      if (heldBy !== undefined && expiresAt !== undefined && expiresAt > now && heldBy !== owner) {
-        return { acquired: false, owner: heldBy, expiresAt };
-      }
-      const token = Number(run.fencing_token) + 1;
-      await query(
-        `UPDATE ${this.t.runs} SET fencing_token = $1, lease_owner = $2, lease_expires_at = $3, updated_at = $4 WHERE run_id = $5`,
-        [token, owner, now + ttlMs, now, runId],
+      const { rows } = await query(
+        `UPDATE ${this.t.runs} SET fencing_token = fencing_token + 1, lease_owner = $2,
+           lease_expires_at = ${this.nowSql} + $3, updated_at = ${this.nowSql}
+         WHERE run_id = $1
+           AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ${this.nowSql} OR lease_owner = $2)
+         RETURNING fencing_token, lease_expires_at`,
+        [runId, owner, leaseMs(ttlMs)],
       );
+      const taken = rows[0];
+      if (!taken) return { acquired: false, owner: String(run.lease_owner), expiresAt: Number(run.lease_expires_at) };
+      const token = Number(taken.fencing_token);
       await this.event(query, runId, "lease_acquired", { name: owner, fencingToken: token });
-      return { acquired: true, fencingToken: token, expiresAt: now + ttlMs };
+      return { acquired: true, fencingToken: token, expiresAt: Number(taken.lease_expires_at) };
     });
   }
 
@@ -281,9 +338,11 @@ export class SqlJournal implements Journal {
   async renewLease(runId: string, token: number, ttlMs: number): Promise<number> {
     return this.change("renew the lease of", runId, async (query, row) => {
       requireToken(runId, token, row);
-      const expiresAt = Date.now() + ttlMs;
-      await query(`UPDATE ${this.t.runs} SET lease_expires_at = $1 WHERE run_id = $2`, [expiresAt, runId]);
-      return expiresAt;
+      const { rows } = await query(
+        `UPDATE ${this.t.runs} SET lease_expires_at = ${this.nowSql} + $2 WHERE run_id = $1 RETURNING lease_expires_at`,
+        [runId, leaseMs(ttlMs)],
+      );
+      return Number(rows[0]?.lease_expires_at);
     });
   }
 
@@ -361,12 +420,14 @@ export class SqlJournal implements Journal {
         if (rows[0]) return { ok: false, signal: signalFromRow(rows[0]) };
       }
       await query(
-        `UPDATE ${this.t.runs} SET status = $1, output_json = $2, error_json = $3, waiting_for = $4, wake_at = $5, updated_at = $6 WHERE run_id = $7`,
-        [patch.status, output, error, patch.waitingFor ?? null, patch.wakeAt ?? null, Date.now(), runId],
+        `UPDATE ${this.t.runs} SET status = $1, output_json = $2, error_json = $3, waiting_for = $4, wake_at = $5,
+           updated_at = ${this.nowSql} WHERE run_id = $6`,
+        [patch.status, output, error, patch.waitingFor ?? null, patch.wakeAt ?? null, runId],
       );
       await this.event(query, runId, `run_${patch.status}` as JournalEventType, {
         name: patch.waitingFor,
         fencingToken: token,
+        detail: patch.status === "blocked" ? patch.error?.message : undefined,
       });
       return { ok: true };
     });
@@ -378,9 +439,9 @@ export class SqlJournal implements Journal {
     return this.change("signal", runId, async (query, row) => {
       const run = requireRun(runId, row);
       const inserted = await query(
-        `INSERT INTO ${this.t.signals} (run_id, name, value_json, sent_at) VALUES ($1, $2, $3, $4)
+        `INSERT INTO ${this.t.signals} (run_id, name, value_json, sent_at) VALUES ($1, $2, $3, ${this.nowSql})
          ON CONFLICT (run_id, name) DO NOTHING`,
-        [runId, name, text, Date.now()],
+        [runId, name, text],
       );
       if (!inserted.rowCount) throw new SignalConflictError(runId, name);
       await this.event(query, runId, "signal_received", { name });
@@ -413,6 +474,75 @@ export class SqlJournal implements Journal {
   async deleteRun(runId: string): Promise<void> {
     await this.change("delete", runId, async (query) => {
       for (const table of Object.values(this.t)) await query(`DELETE FROM ${table} WHERE run_id = $1`, [runId]);
+    });
+  }
+
+  /** {@inheritDoc Journal.appendEvent} */
+  async appendEvent(runId: string, event: JournalEventInput): Promise<void> {
+    await this.change("append an event to", runId, async (query, row) => {
+      requireRun(runId, row);
+      await this.event(query, runId, event.type, event);
+    });
+  }
+
+  /**
+   * The operators' common write: the run becomes `status` with the fencing
+   * token incremented and the lease cleared (so its executor's next write is
+   * refused), `clear` columns set to NULL.
+   */
+  private async takeOver(query: SqlQuery, runId: string, status: RunStatus, clear: readonly string[]): Promise<Row> {
+    const { rows } = await query(
+      `UPDATE ${this.t.runs} SET status = $2, fencing_token = fencing_token + 1, lease_owner = NULL, lease_expires_at = NULL,
+         ${clear.map((c) => `${c} = NULL, `).join("")}updated_at = ${this.nowSql}
+       WHERE run_id = $1 RETURNING *`,
+      [runId, status],
+    );
+    return requireRun(runId, rows[0]);
+  }
+
+  /** {@inheritDoc Journal.cancelRun} */
+  async cancelRun(runId: string, by: string, reason?: string): Promise<RunRecord> {
+    return this.change("cancel", runId, async (query, row) => {
+      const run = requireRun(runId, row);
+      if (ENDED_RUN_STATUSES.has(String(run.status) as RunStatus)) return runFromRow(run);
+      const after = await this.takeOver(query, runId, "cancelled", ["waiting_for", "wake_at"]);
+      await this.event(query, runId, "run_cancelled", {
+        by,
+        detail: reason,
+        fencingToken: Number(after.fencing_token),
+      });
+      return runFromRow(after);
+    });
+  }
+
+  /** {@inheritDoc Journal.resetRun} */
+  async resetRun(runId: string, toSeq: number, by: string): Promise<RunRecord> {
+    checkResetSeq(runId, toSeq);
+    return this.change("reset", runId, async (query, row) => {
+      requireRun(runId, row);
+      await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq > $2`, [runId, toSeq]);
+      const after = await this.takeOver(query, runId, "pending", RESET_COLUMNS);
+      await this.event(query, runId, "run_reset", { seq: toSeq, by, fencingToken: Number(after.fencing_token) });
+      return runFromRow(after);
+    });
+  }
+
+  /** {@inheritDoc Journal.retryRun} */
+  async retryRun(runId: string, by: string): Promise<RunRecord> {
+    return this.change("retry", runId, async (query, row) => {
+      const run = requireRun(runId, row);
+      const last = (
+        await query(`SELECT seq, name, status FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, [
+          runId,
+        ])
+      ).rows[0];
+      const status = String(run.status) as RunStatus;
+      if (!RETRYABLE_RUN_STATUSES.has(status)) throw retryRefused(runId, status, last ? Number(last.seq) : -1);
+      const dropped = last?.status === "failed" ? { seq: Number(last.seq), name: String(last.name) } : undefined;
+      if (dropped) await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2`, [runId, dropped.seq]);
+      const after = await this.takeOver(query, runId, "pending", RESET_COLUMNS);
+      await this.event(query, runId, "run_retried", { ...dropped, by, fencingToken: Number(after.fencing_token) });
+      return runFromRow(after);
     });
   }
 

@@ -10,8 +10,19 @@
  * distributed locking", 2016: the storage checks the token, not the lock).
  * Each operation is atomic (one SQL transaction or one Lua script).
  *
+ * Time comes from the store, never from the caller's `Date.now()`: lease
+ * expiry is judged, and `expiresAt`, `createdAt`, `updatedAt`, event `at` and
+ * signal `sentAt` are stamped, by the store's clock inside the operation
+ * itself (PostgreSQL `statement_timestamp()`, Redis `TIME` inside the Lua
+ * script, the host's clock as SQLite reads it). A worker whose clock runs
+ * ahead can therefore not take over a live lease (case pb-32). Step records'
+ * `startedAt`/`finishedAt` are the executor's (they describe, they decide
+ * nothing).
+ *
  * One implementation per file (`journal-sqlite.ts`, `journal-postgres.ts`,
- * `journal-redis.ts`); all pass one conformance suite (`test/durable/journal-conformance.ts`).
+ * `journal-redis.ts`); all pass one conformance suite
+ * (`src/testing/journal-conformance.ts`, public as `runJournalConformance` in
+ * `dumplings-ai/testing`).
  *
  * @module
  */
@@ -21,8 +32,18 @@ import { JournalIntegrityError, StaleFencingTokenError } from "./errors.js";
 
 /** Status of one step record. */
 export type StepStatus = "started" | "completed" | "failed" | "waiting";
-/** Status of a run. */
-export type RunStatus = "pending" | "running" | "waiting" | "completed" | "failed";
+/**
+ * Status of a run:
+ * - `pending`: created (or reset/retried by an operator), not started yet;
+ * - `running`: an executor holds (or held) its lease;
+ * - `waiting`: suspended on a signal or a timer;
+ * - `blocked`: it cannot continue as the program stands (a structural replay
+ *   divergence after a deploy): `error` says why; resumable once fixed
+ *   (`retryRun`, `resetRun`);
+ * - `completed`, `failed`: ended (`failed` can be retried by an operator);
+ * - `cancelled`: ended by an operator; takes no more steps.
+ */
+export type RunStatus = "pending" | "running" | "waiting" | "blocked" | "completed" | "failed" | "cancelled";
 
 /** An error as stored in the journal (JSON). */
 export interface RecordedError {
@@ -78,11 +99,11 @@ export interface RunRecord {
   fencingToken: number;
   /** Owner of the current lease (worker id), if any. */
   leaseOwner?: string;
-  /** Epoch ms at which the current lease expires (absent: no lease). */
+  /** Epoch ms (store clock) at which the current lease expires (absent: no lease). */
   leaseExpiresAt?: number;
-  /** Epoch ms. */
+  /** Epoch ms (store clock). */
   createdAt: number;
-  /** Epoch ms of the last change. */
+  /** Epoch ms (store clock) of the last change of status, lease or input. */
   updatedAt: number;
 }
 
@@ -91,7 +112,7 @@ export interface SignalRecord {
   runId: string;
   name: string;
   value: JsonValue;
-  /** Epoch ms. */
+  /** Epoch ms (store clock). */
   sentAt: number;
 }
 
@@ -107,14 +128,24 @@ export type JournalEventType =
   | "run_running"
   | "run_waiting"
   | "run_completed"
-  | "run_failed";
+  | "run_failed"
+  /** A run could not continue (`blocked`); `detail` says why. */
+  | "run_blocked"
+  /** An operator cancelled the run; `by` says who. */
+  | "run_cancelled"
+  /** An operator dropped the journal after a step (`seq`); `by` says who. */
+  | "run_reset"
+  /** An operator retried a failed or blocked run; `by` says who (`seq`, `name`: the failed step dropped, if any). */
+  | "run_retried"
+  /** A replayed step's input differs from the recorded one; the recorded result was used (`seq`, `name`, `detail`). */
+  | "step_drift";
 
 /** One audit event (append-only, per run, 0-based `index`). */
 export interface JournalEvent {
   runId: string;
   index: number;
   type: JournalEventType;
-  /** Epoch ms. */
+  /** Epoch ms (store clock). */
   at: number;
   /** Step seq, for step events. */
   seq?: number;
@@ -122,17 +153,27 @@ export interface JournalEvent {
   name?: string;
   /** Attempt number, for step events. */
   attempt?: number;
-  /** Fencing token of the writer (lease and step events). */
+  /** Fencing token of the writer (lease and step events), or the token an operator event set (`run_cancelled`, `run_reset`, `run_retried`). */
   fencingToken?: number;
+  /** Who did it, for operator events (`run_cancelled`, `run_reset`, `run_retried`), e.g. `alice@host`. */
+  by?: string;
+  /** Free text: a blocked reason, a drift description. */
+  detail?: string;
 }
+
+/** Fields of an event appended by {@link Journal.appendEvent} (the store numbers it and stamps `at`). */
+export type JournalEventInput = Omit<JournalEvent, "runId" | "index" | "at">;
 
 /** Result of {@link Journal.acquireLease}. */
 export type LeaseResult =
+  /** `expiresAt`: epoch ms, store clock. */
   | { acquired: true; fencingToken: number; expiresAt: number }
+  /** The live holder and its lease's expiry (epoch ms, store clock). */
   | { acquired: false; owner: string; expiresAt: number };
 
 /** Fields {@link Journal.updateRun} may change. */
 export interface RunPatch {
+  /** New status; with `blocked`, `error` carries the reason. */
   status: RunStatus;
   output?: JsonValue;
   error?: RecordedError;
@@ -170,13 +211,15 @@ export interface Journal {
   listRuns(filter?: { status?: RunStatus; limit?: number }): Promise<RunRecord[]>;
   /**
    * Takes the run's lease for `owner` for `ttlMs` when it is free, expired, or
-   * already `owner`'s; taking it increments the fencing token.
+   * already `owner`'s; taking it increments the fencing token. Expiry is
+   * judged by the store's clock, and the new lease expires at store now +
+   * `ttlMs` (the caller's clock plays no part).
    * @throws {RunNotFoundError}
    */
   acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult>;
   /**
-   * Extends the lease held with `token` to now + `ttlMs`.
-   * @returns the new expiry (epoch ms)
+   * Extends the lease held with `token` to store now + `ttlMs`.
+   * @returns the new expiry (epoch ms, store clock)
    * @throws {StaleFencingTokenError} when `token` is not current
    */
   renewLease(runId: string, token: number, ttlMs: number): Promise<number>;
@@ -194,9 +237,11 @@ export interface Journal {
    */
   writeStep(token: number, record: StepRecord): Promise<void>;
   /**
-   * Changes the run's status. With `status: "waiting"` and `waitingFor`, the
-   * run is suspended only if that signal has not arrived (checked atomically
-   * with {@link sendSignal}, so a wake-up is never lost).
+   * Changes the run's status and records `run_<status>`. With `status:
+   * "waiting"` and `waitingFor`, the run is suspended only if that signal has
+   * not arrived (checked atomically with {@link sendSignal}, so a wake-up is
+   * never lost). With `status: "blocked"`, `error` is the reason and the
+   * `run_blocked` event's `detail` its message.
    * @throws {StaleFencingTokenError}
    */
   updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult>;
@@ -215,6 +260,50 @@ export interface Journal {
   readEvents(runId: string): Promise<JournalEvent[]>;
   /** Removes the run and everything recorded for it. */
   deleteRun(runId: string): Promise<void>;
+  /**
+   * The store's clock, epoch ms: PostgreSQL `statement_timestamp()`, Redis
+   * `TIME`, the host's clock for SQLite (one machine; read by SQLite, not
+   * through the process's `Date.now()`). Leases and timers are judged by it,
+   * so a worker whose clock is skewed can neither take over a live lease nor
+   * fire a timer early.
+   * @throws {BackendError} when the store cannot be reached
+   */
+  now(): Promise<number>;
+  /**
+   * Appends an audit event (no token: events describe, they never decide).
+   * @throws {RunNotFoundError}
+   */
+  appendEvent(runId: string, event: JournalEventInput): Promise<void>;
+  /**
+   * Operator: ends the run as `cancelled` (from any status but `completed`,
+   * `failed` and `cancelled`), increments the fencing token so the executor
+   * holding the lease loses it (its next write is refused), clears the lease,
+   * and records `run_cancelled` with `by` and `reason`.
+   * @returns the run as it is after the call (unchanged when it had already ended)
+   * @throws {RunNotFoundError}
+   */
+  cancelRun(runId: string, by: string, reason?: string): Promise<RunRecord>;
+  /**
+   * Operator: keeps the step records `0..toSeq` and deletes every later one,
+   * sets the run `pending` (clearing output, error, wait and lease), increments
+   * the fencing token, and records `run_reset` with `seq: toSeq` and `by`.
+   * `toSeq = -1` drops every step (the run starts over). Allowed from any
+   * status: a `completed`, `failed` or `cancelled` run re-runs from step
+   * `toSeq + 1` on its next resume; a running executor is fenced off.
+   * Signals already sent are kept (a dropped wait is satisfied by them again).
+   * @throws {RunNotFoundError}
+   * @throws {JournalIntegrityError} when `toSeq` is not an integer ≥ -1
+   */
+  resetRun(runId: string, toSeq: number, by: string): Promise<RunRecord>;
+  /**
+   * Operator: a `failed` or `blocked` run becomes `pending` again. The failed
+   * step record at the end of the journal (if any) is deleted, so the step runs
+   * again with a fresh retry budget. Increments the fencing token; records
+   * `run_retried` with `by`.
+   * @throws {RunNotFoundError}
+   * @throws {JournalIntegrityError} when the run is neither failed nor blocked
+   */
+  retryRun(runId: string, by: string): Promise<RunRecord>;
   /** Releases connections the journal created (never injected clients). */
   close(): Promise<void>;
 }
@@ -333,7 +422,48 @@ export function eventFromRow(r: JournalRow): JournalEvent {
   if (str(r.name) !== undefined) e.name = String(r.name);
   if (num(r.attempt) !== undefined) e.attempt = Number(r.attempt);
   if (num(r.fencing_token) !== undefined) e.fencingToken = Number(r.fencing_token);
+  if (str(r.by_name) !== undefined) e.by = String(r.by_name);
+  if (str(r.detail) !== undefined) e.detail = String(r.detail);
   return e;
+}
+
+/** A lease duration as the stores write it: whole milliseconds (rounded up), at least 1. */
+export function leaseMs(ttlMs: number): number {
+  return Math.max(1, Math.ceil(ttlMs));
+}
+
+/** Statuses {@link Journal.cancelRun} leaves as they are (the run has ended). */
+export const ENDED_RUN_STATUSES: ReadonlySet<RunStatus> = new Set<RunStatus>(["completed", "failed", "cancelled"]);
+
+/** Statuses {@link Journal.retryRun} accepts. */
+export const RETRYABLE_RUN_STATUSES: ReadonlySet<RunStatus> = new Set<RunStatus>(["failed", "blocked"]);
+
+/**
+ * Checks the `toSeq` of {@link Journal.resetRun} (shared by the stores).
+ * @throws {JournalIntegrityError} when it is not an integer ≥ -1
+ */
+export function checkResetSeq(runId: string, toSeq: number): void {
+  if (!Number.isInteger(toSeq) || toSeq < -1) {
+    throw new JournalIntegrityError(
+      runId,
+      Number.isFinite(toSeq) ? toSeq : -1,
+      `cannot reset to step ${String(toSeq)}: give the seq of the last step to keep (an integer ≥ -1; -1 drops every step)`,
+    );
+  }
+}
+
+/**
+ * The error of {@link Journal.retryRun} on a run that is neither failed nor
+ * blocked (shared by the stores).
+ *
+ * @param lastSeq - seq of the run's last step record, -1 when it has none
+ */
+export function retryRefused(runId: string, status: string, lastSeq: number): JournalIntegrityError {
+  return new JournalIntegrityError(
+    runId,
+    lastSeq,
+    `cannot retry the run: it is ${status}; only a failed or blocked run can be retried (reset it to re-run steps)`,
+  );
 }
 
 /** Serialises an optional JSON value for a TEXT column (validated first). */

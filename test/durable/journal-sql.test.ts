@@ -206,6 +206,7 @@ describe("SqliteJournal", () => {
       expect(ledger).toEqual([
         { component: "journal", version: 1 },
         { component: "journal", version: 2 },
+        { component: "journal", version: 3 },
       ]);
     } finally {
       await journal.close();
@@ -327,6 +328,7 @@ describe.skipIf(!!pgSkip)(`PostgresJournal${pgSkip ? ` (skipped: ${pgSkip})` : "
       expect(ledger.rows).toEqual([
         { component: "journal", version: 1 },
         { component: "journal", version: 2 },
+        { component: "journal", version: 3 },
       ]);
     }),
   );

@@ -6,6 +6,11 @@
  * any number of processes and machines. A server that is down gives a
  * `BackendError`, and the same journal works once it is back.
  *
+ * Time is the server's (`statement_timestamp()`): a lease's expiry is compared
+ * with it inside the transaction that takes the lease, and every stored time
+ * is stamped with it, so workers whose clocks disagree still agree on who
+ * holds a run (case pb-32).
+ *
  * @module
  */
 import {

@@ -4,6 +4,13 @@
  * when missing), WAL mode, every change one `BEGIN IMMEDIATE` transaction, so
  * several processes on one machine share the file safely.
  *
+ * A SQLite journal is single-machine: its file is shared by the processes of
+ * one host (never through a network file system, whose locks SQLite cannot
+ * trust). Its clock is therefore the host's, read by SQLite itself
+ * (`julianday('now')` inside each statement) rather than through a process's
+ * `Date.now()`: lease expiry and every stored time come from it, so a process
+ * that patches or fakes `Date.now()` cannot take over a live lease either.
+ *
  * @module
  */
 import type BetterSqlite3 from "better-sqlite3";

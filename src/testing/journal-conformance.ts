@@ -9,8 +9,20 @@
  * among 12 concurrent takers), step records in seq order (gaps, renames,
  * rewrites of completed steps and stale tokens refused; JSON outputs exact),
  * the audit log, signals (one per name, a wait not suspended when its signal
- * already arrived, one winner among racing senders, timers), and deleting a run
- * with everything recorded for it.
+ * already arrived, one winner among racing senders, timers), deleting a run
+ * with everything recorded for it, and:
+ *
+ * - **time from the store**: `now()` is monotone and close to this machine's
+ *   clock; a live lease stays refused to another owner, and every time the
+ *   journal stamps (`createdAt`, `updatedAt`, `leaseExpiresAt`, event `at`,
+ *   signal `sentAt`) stays the store's, while the caller's `Date.now()` is
+ *   two minutes ahead or behind (the suite patches `Date.now` in its own
+ *   process around the journal calls: a journal must not read it, case pb-32);
+ * - **operators**: `cancelRun`, `resetRun`, `retryRun` (status transitions,
+ *   the fencing token bumped so the former executor's writes are refused,
+ *   events with `by`), a `blocked` run through `updateRun` (reason in `error`,
+ *   `run_blocked` with `detail`), `appendEvent`, and a cancel atomic with the
+ *   executor's writes.
  *
  * The suite imports no test runner: the caller passes its test functions as
  * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).
@@ -32,9 +44,34 @@ import { type ConformanceSuiteOptions, suiteGroup } from "./test-api.js";
 export interface JournalConformanceOptions<J extends Journal = Journal> extends ConformanceSuiteOptions {
   /** Called after each test with the journal the factory made (drop a schema, delete a key prefix, remove a temp dir…). @default calls `journal.close()` */
   destroy?: (journal: J) => unknown;
+  /**
+   * How far the store's clock (`journal.now()`) may be from this machine's
+   * `Date.now()`, in ms: servers on this machine or a synchronised network
+   * are within a few ms.
+   * @default 2000
+   */
+  clockToleranceMs?: number;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Runs `fn` with `Date.now()` of this process shifted by `shiftMs` (a worker whose clock is skewed), then restores it. */
+async function withShiftedClock<T>(shiftMs: number, fn: () => Promise<T>): Promise<T> {
+  const real = Date.now;
+  Date.now = () => real.call(Date) + shiftMs;
+  try {
+    return await fn();
+  } finally {
+    Date.now = real;
+  }
+}
+
+/** Takes a lease that must be granted; returns its token. */
+async function lease(j: Journal, runId: string, owner: string, ttlMs = 10_000): Promise<number> {
+  const l = await j.acquireLease(runId, owner, ttlMs);
+  if (!l.acquired) throw new Error(`lease of ${runId} for ${owner} was refused (held by ${l.owner})`);
+  return l.fencingToken;
+}
 
 function rec(runId: string, seq: number, token: number, patch: Partial<StepRecord> = {}): StepRecord {
   return {
@@ -247,6 +284,267 @@ export function runJournalConformance<J extends Journal>(
       ]);
       expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
       for (const r of results) if (r.status === "rejected") expect(r.reason).toBeInstanceOf(SignalConflictError);
+    });
+
+    it("now() is the store's clock: monotone and close to this machine's clock", async () => {
+      const j = journal;
+      const tolerance = options.clockToleranceMs ?? 2000;
+      const readings: number[] = [];
+      for (let i = 0; i < 20; i++) readings.push(await j.now());
+      for (const t of readings) expect(Number.isInteger(t)).toBe(true);
+      for (let i = 1; i < readings.length; i++) expect(readings[i]!).not.toBeLessThan(readings[i - 1]!);
+      const before = Date.now();
+      const t = await j.now();
+      const after = Date.now();
+      expect(t).toBeGreaterThan(before - tolerance);
+      expect(t).toBeLessThan(after + tolerance);
+      await sleep(30);
+      expect((await j.now()) - t).toBeGreaterThan(20);
+    });
+
+    it("time comes from the store: a worker whose clock is 2 minutes ahead cannot take a live lease, and stamps nothing with its clock", async () => {
+      const j = journal;
+      const id = newRunId();
+      const t0 = await j.now();
+      const token = await withShiftedClock(120_000, async () => {
+        await j.createRun({ runId: id, workflow: "wf", input: null });
+        const a = await lease(j, id, "A", 60_000);
+        // B's clock is 2 minutes ahead: by its clock A's lease expired a minute ago; by the store's it is live
+        const b = await j.acquireLease(id, "B", 60_000);
+        expect(b).toMatchObject({ acquired: false, owner: "A" });
+        await j.sendSignal(id, "go", 1);
+        await j.appendEvent(id, { type: "step_drift", seq: 0, name: "s0", detail: "input changed" });
+        return a;
+      });
+      const t1 = await j.now();
+      const within = (t: number | undefined, lo: number, hi: number, what: string) => {
+        expect(t, what).not.toBeUndefined();
+        expect(t!, what).not.toBeLessThan(lo);
+        expect(t!, what).toBeLessThanOrEqual(hi);
+      };
+      const run = await j.getRun(id);
+      within(run?.createdAt, t0, t1, "createdAt");
+      within(run?.updatedAt, t0, t1, "updatedAt");
+      within(run?.leaseExpiresAt, t0 + 60_000, t1 + 60_000, "leaseExpiresAt");
+      within((await j.getSignal(id, "go"))?.sentAt, t0, t1, "sentAt");
+      const events = await j.readEvents(id);
+      expect(events.map((e) => e.type)).toEqual(["run_created", "lease_acquired", "signal_received", "step_drift"]);
+      for (const e of events) within(e.at, t0, t1, `event ${e.type}`);
+      // a clock 2 minutes behind neither shortens a renewed lease nor lets the holder keep an expired one longer
+      const renewedAt = await j.now();
+      const expiresAt = await withShiftedClock(-120_000, () => j.renewLease(id, token, 60_000));
+      within(expiresAt, renewedAt + 60_000, (await j.now()) + 60_000, "renewed expiresAt");
+      // and a short lease expires by the store's clock even for a caller whose clock is behind
+      const short = newRunId();
+      await j.createRun({ runId: short, workflow: "wf", input: null });
+      await lease(j, short, "A", 100);
+      await sleep(150);
+      const taken = await withShiftedClock(-120_000, () => j.acquireLease(short, "B", 1000));
+      expect(taken).toMatchObject({ acquired: true, fencingToken: 2 });
+    });
+
+    it("updateRun blocked: the run keeps its reason in error, records run_blocked with the reason as detail", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const t = await lease(j, id, "A");
+      const reason = {
+        name: "ReplayMismatchError",
+        message: 'step #1 is "tool:x" in the journal',
+        code: "REPLAY_MISMATCH",
+      };
+      expect(await j.updateRun(t, id, { status: "blocked", error: reason })).toEqual({ ok: true });
+      expect(await j.getRun(id)).toMatchObject({ status: "blocked", error: reason });
+      expect((await j.listRuns({ status: "blocked" })).map((r) => r.runId)).toContain(id);
+      expect((await j.listRuns({ status: "running" })).map((r) => r.runId)).not.toContain(id);
+      const last = (await j.readEvents(id)).at(-1);
+      expect(last).toMatchObject({ type: "run_blocked", detail: reason.message, fencingToken: t });
+    });
+
+    it("appendEvent: numbered after the others, stamped by the store, every field kept; a missing run is refused", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const detail = 'input of "llm" changed: système prompt \u2028 ✓';
+      await j.appendEvent(id, { type: "step_drift", seq: 3, name: "llm", attempt: 2, detail });
+      await j.appendEvent(id, { type: "run_reset", seq: -1, by: "ops@host" });
+      const events = await j.readEvents(id);
+      expect(events.map((e) => e.index)).toEqual([0, 1, 2]);
+      expect(events[1]).toMatchObject({ runId: id, type: "step_drift", seq: 3, name: "llm", attempt: 2, detail });
+      expect(events[1]?.by).toBeUndefined();
+      expect(events[2]).toMatchObject({ type: "run_reset", seq: -1, by: "ops@host" });
+      expect(events[2]?.detail).toBeUndefined();
+      await expect(j.appendEvent(`${id}-x`, { type: "step_drift" })).rejects.toBeInstanceOf(RunNotFoundError);
+    });
+
+    it("cancelRun: a waiting run ends cancelled, its executor is fenced off, the event names who and why; an ended run is left as it is", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const t = await lease(j, id, "A");
+      await j.writeStep(t, rec(id, 0, t, { status: "completed", output: 1, finishedAt: Date.now() }));
+      await j.updateRun(t, id, { status: "waiting", waitingFor: "approval" });
+      const cancelled = await j.cancelRun(id, "alice@ops", "customer withdrew");
+      expect(cancelled).toMatchObject({ runId: id, status: "cancelled", fencingToken: t + 1 });
+      expect(cancelled.leaseOwner).toBeUndefined();
+      expect(cancelled.leaseExpiresAt).toBeUndefined();
+      expect(cancelled.waitingFor).toBeUndefined();
+      expect(await j.getRun(id)).toEqual(cancelled);
+      // the executor that held the lease can write nothing more
+      await expect(j.writeStep(t, rec(id, 1, t))).rejects.toBeInstanceOf(StaleFencingTokenError);
+      await expect(j.updateRun(t, id, { status: "completed", output: 1 })).rejects.toBeInstanceOf(
+        StaleFencingTokenError,
+      );
+      await expect(j.renewLease(id, t, 1000)).rejects.toBeInstanceOf(StaleFencingTokenError);
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([0]);
+      const events = await j.readEvents(id);
+      expect(events.at(-1)).toMatchObject({
+        type: "run_cancelled",
+        by: "alice@ops",
+        detail: "customer withdrew",
+        fencingToken: t + 1,
+      });
+      expect((await j.listRuns({ status: "cancelled" })).map((r) => r.runId)).toContain(id);
+      // cancelling again, or cancelling a completed run, changes nothing and records nothing
+      expect(await j.cancelRun(id, "bob", "again")).toEqual(cancelled);
+      const done = newRunId();
+      await j.createRun({ runId: done, workflow: "wf", input: null });
+      const td = await lease(j, done, "A");
+      await j.updateRun(td, done, { status: "completed", output: "ok" });
+      const before = await j.readEvents(done);
+      expect(await j.cancelRun(done, "bob")).toMatchObject({ status: "completed", output: "ok", fencingToken: td });
+      expect(await j.readEvents(done)).toEqual(before);
+      expect((await j.readEvents(id)).length).toBe(events.length);
+      // a pending run without any lease is cancelled too; reason is optional
+      const fresh = newRunId();
+      await j.createRun({ runId: fresh, workflow: "wf", input: null });
+      expect(await j.cancelRun(fresh, "carol")).toMatchObject({ status: "cancelled", fencingToken: 1 });
+      expect((await j.readEvents(fresh)).at(-1)?.detail).toBeUndefined();
+      await expect(j.cancelRun(`${id}-x`, "bob")).rejects.toBeInstanceOf(RunNotFoundError);
+    });
+
+    it("cancelRun is atomic with the executor's writes: each write lands before the cancel or is refused", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const t = await lease(j, id, "A");
+      let written = 0;
+      let cancel: Promise<unknown> | undefined;
+      const writer = (async () => {
+        for (let seq = 0; seq < 400; seq++) {
+          // the operator's cancel is sent while the executor keeps writing
+          if (seq === 3) cancel = j.cancelRun(id, "alice");
+          try {
+            await j.writeStep(t, rec(id, seq, t, { status: "completed", output: seq, finishedAt: Date.now() }));
+            written++;
+          } catch (e) {
+            return e;
+          }
+          await new Promise((r) => setImmediate(r));
+        }
+        return undefined;
+      })();
+      expect(await writer).toBeInstanceOf(StaleFencingTokenError);
+      await cancel;
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual(Array.from({ length: written }, (_, i) => i));
+      const types = (await j.readEvents(id)).map((e) => e.type);
+      expect(types.filter((x) => x === "step_completed")).toHaveLength(written);
+      expect(types.at(-1)).toBe("run_cancelled");
+    });
+
+    it("resetRun: keeps steps 0..toSeq, the run is pending again with a new token (a completed run too), the event names who", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: { q: 1 } });
+      const t = await lease(j, id, "A");
+      for (let seq = 0; seq < 4; seq++) {
+        await j.writeStep(t, rec(id, seq, t, { status: "completed", output: { seq }, finishedAt: Date.now() }));
+      }
+      await j.updateRun(t, id, { status: "completed", output: { done: true } });
+      // reset of a completed run is allowed: it re-runs from step toSeq + 1 on its next resume
+      const reset = await j.resetRun(id, 1, "bob@ops");
+      expect(reset).toMatchObject({ runId: id, status: "pending", input: { q: 1 }, fencingToken: t + 1 });
+      for (const field of ["output", "error", "waitingFor", "wakeAt", "leaseOwner", "leaseExpiresAt"] as const) {
+        expect(reset[field], field).toBeUndefined();
+      }
+      expect(await j.getRun(id)).toEqual(reset);
+      expect((await j.readSteps(id)).map((s) => [s.seq, s.status, s.output])).toEqual([
+        [0, "completed", { seq: 0 }],
+        [1, "completed", { seq: 1 }],
+      ]);
+      expect((await j.readEvents(id)).at(-1)).toMatchObject({ type: "run_reset", seq: 1, by: "bob@ops" });
+      await expect(j.writeStep(t, rec(id, 2, t))).rejects.toBeInstanceOf(StaleFencingTokenError);
+      await expect(j.updateRun(t, id, { status: "running" })).rejects.toBeInstanceOf(StaleFencingTokenError);
+      // the next executor continues at seq 2: no gap, and the kept steps stay completed
+      const t2 = await lease(j, id, "B");
+      expect(t2).toBe(t + 2);
+      await expect(j.writeStep(t2, rec(id, 1, t2, { attempt: 2 }))).rejects.toBeInstanceOf(JournalIntegrityError);
+      await j.writeStep(t2, rec(id, 2, t2, { name: "another" }));
+      // -1 drops every step
+      expect(await j.resetRun(id, -1, "carol")).toMatchObject({ status: "pending", fencingToken: t2 + 1 });
+      expect(await j.readSteps(id)).toEqual([]);
+      // a seq beyond the journal keeps everything
+      const t3 = await lease(j, id, "C");
+      await j.writeStep(t3, rec(id, 0, t3));
+      await j.resetRun(id, 99, "carol");
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([0]);
+      // bad seqs change nothing
+      const before = await j.getRun(id);
+      for (const bad of [-2, 0.5, Number.NaN]) {
+        await expect(j.resetRun(id, bad, "x")).rejects.toBeInstanceOf(JournalIntegrityError);
+      }
+      expect(await j.getRun(id)).toEqual(before);
+      await expect(j.resetRun(`${id}-x`, 0, "x")).rejects.toBeInstanceOf(RunNotFoundError);
+    });
+
+    it("retryRun: a failed run is pending again without its failed last step; a blocked run keeps its steps; others are refused", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const t = await lease(j, id, "A");
+      await j.writeStep(t, rec(id, 0, t, { status: "completed", output: 0, finishedAt: Date.now() }));
+      await j.writeStep(t, rec(id, 1, t, { name: "tool:pay", status: "started" }));
+      // a running run cannot be retried
+      const refused = await j.retryRun(id, "bob").catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(JournalIntegrityError);
+      expect(refused).toMatchObject({ runId: id });
+      expect((await j.getRun(id))?.fencingToken).toBe(t);
+      const error = { name: "Error", message: "card declined" };
+      await j.writeStep(t, rec(id, 1, t, { name: "tool:pay", status: "failed", attempt: 3, error }));
+      await j.updateRun(t, id, { status: "failed", error });
+      const retried = await j.retryRun(id, "bob@ops");
+      expect(retried).toMatchObject({ status: "pending", fencingToken: t + 1 });
+      expect(retried.error).toBeUndefined();
+      expect(retried.leaseOwner).toBeUndefined();
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([0]);
+      expect((await j.readEvents(id)).at(-1)).toMatchObject({
+        type: "run_retried",
+        by: "bob@ops",
+        seq: 1,
+        name: "tool:pay",
+        fencingToken: t + 1,
+      });
+      await expect(j.writeStep(t, rec(id, 1, t, { name: "tool:pay" }))).rejects.toBeInstanceOf(StaleFencingTokenError);
+      // the step runs again at the same seq with a fresh attempt count
+      const t2 = await lease(j, id, "B");
+      await j.writeStep(t2, rec(id, 1, t2, { name: "tool:pay", attempt: 1 }));
+      // blocked: the steps are kept (the last one did not fail)
+      await j.writeStep(
+        t2,
+        rec(id, 1, t2, { name: "tool:pay", status: "completed", output: 1, finishedAt: Date.now() }),
+      );
+      await j.updateRun(t2, id, { status: "blocked", error: { name: "ReplayMismatchError", message: "diverged" } });
+      expect(await j.retryRun(id, "carol")).toMatchObject({ status: "pending", fencingToken: t2 + 1 });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([0, 1]);
+      const last = (await j.readEvents(id)).at(-1);
+      expect(last).toMatchObject({ type: "run_retried", by: "carol" });
+      expect(last?.seq).toBeUndefined();
+      // pending, completed and cancelled runs are refused
+      await expect(j.retryRun(id, "carol")).rejects.toBeInstanceOf(JournalIntegrityError);
+      await j.cancelRun(id, "carol");
+      await expect(j.retryRun(id, "carol")).rejects.toBeInstanceOf(JournalIntegrityError);
+      expect((await j.getRun(id))?.status).toBe("cancelled");
+      await expect(j.retryRun(`${id}-x`, "x")).rejects.toBeInstanceOf(RunNotFoundError);
     });
 
     it("deletes a run with everything recorded for it", async () => {

@@ -126,6 +126,17 @@ async function continuesLegacyRun(journal: Journal, runId: string, otherRunId: s
   expect((await journal.readEvents(otherRunId)).map((e) => e.index)).toEqual([]);
   await journal.createRun({ runId: `${runId}-new`, workflow: "wf", input: null });
   expect((await journal.readEvents(`${runId}-new`)).map((e) => [e.index, e.type])).toEqual([[0, "run_created"]]);
+  // migration 3: the old events read back without author or detail; an operator's event keeps both
+  for (const e of await journal.readEvents(runId)) expect([e.by, e.detail]).toEqual([undefined, undefined]);
+  await journal.cancelRun(runId, "ops@host", "moved to the new cluster");
+  expect((await journal.readEvents(runId)).at(-1)).toMatchObject({
+    index: 7,
+    type: "run_cancelled",
+    by: "ops@host",
+    detail: "moved to the new cluster",
+    fencingToken: 3,
+  });
+  await expect(journal.writeStep(2, rec(runId, 2, 2))).rejects.toBeInstanceOf(StaleFencingTokenError);
 }
 
 /**
@@ -213,7 +224,7 @@ describe("SqliteJournal", () => {
     }
     // a second open runs nothing again and reads the same
     const again = new SqliteJournal({ path: file });
-    expect((await again.readEvents("legacy-1")).length).toBe(7);
+    expect((await again.readEvents("legacy-1")).length).toBe(8);
     await again.close();
   });
 

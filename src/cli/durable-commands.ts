@@ -5,7 +5,9 @@
  *   wait for (with the command that releases an approval), or print one run's journal;
  * - `dumplings approve RUN_ID TOOL_CALL_ID` / `dumplings reject RUN_ID TOOL_CALL_ID --reason …`
  *   — decide a tool call a durable agent waits on;
- * - `dumplings signal RUN_ID NAME [JSON]` — send any signal.
+ * - `dumplings signal RUN_ID NAME [JSON]` — send any signal;
+ * - `dumplings cancel RUN_ID [--reason …]`, `dumplings reset RUN_ID --to-step N`,
+ *   `dumplings retry RUN_ID` — operator actions, journaled with who did them.
  *
  * The journal is chosen with `--journal` (`sqlite:PATH`, `postgres://…`,
  * `redis://…`) or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplings-durable.db`.
@@ -18,14 +20,26 @@
  *
  * @module
  */
+import { hostname, userInfo } from "node:os";
 import { Command } from "commander";
 import { DumplingsError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { RunNotFoundError } from "../durable/errors.js";
-import type { Journal, RunRecord, StepRecord } from "../durable/journal.js";
+import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
 import { UsageError } from "./errors.js";
 import { printJson, renderTable } from "./output.js";
+
+/** Every run status, for `--status`. */
+const RUN_STATUSES: readonly RunStatus[] = [
+  "pending",
+  "running",
+  "waiting",
+  "blocked",
+  "completed",
+  "failed",
+  "cancelled",
+];
 
 /** Default journal spec. */
 export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";
@@ -86,6 +100,9 @@ const when = (ms: number | undefined) => (ms === undefined ? "" : new Date(ms).t
 
 /** What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`. */
 export function describeWait(run: RunRecord): string {
+  if (run.status === "blocked")
+    return `blocked: ${run.error?.message ?? "no reason recorded"} (fix, then dumplings retry ${run.runId})`;
+  if (run.status === "cancelled") return run.error ? `cancelled: ${run.error.message}` : "cancelled";
   if (run.status !== "waiting") return "";
   if (run.waitingFor?.startsWith("approval:")) {
     const id = run.waitingFor.slice("approval:".length);
@@ -118,7 +135,7 @@ export async function renderRuns(
       { header: "status" },
       { header: "steps", align: "right" },
       { header: "updated" },
-      { header: "waiting for" },
+      { header: "waiting for / reason" },
     ],
     rows.map((r) => [r.runId, r.workflow, r.status, String(r.steps), when(r.updatedAt), r.waiting]),
   );
@@ -161,6 +178,39 @@ export function renderJournal(steps: StepRecord[]): string {
 }
 
 /**
+ * Renders what an operator needs beside the journal: drift (steps whose input
+ * changed since they were recorded, the recorded result being used) and
+ * operator actions, from the run's audit events.
+ *
+ * @param events - the run's events
+ * @returns lines of text (empty when there is nothing to say)
+ */
+export function renderNotes(events: JournalEvent[]): string[] {
+  const lines: string[] = [];
+  for (const e of events) {
+    if (e.type === "step_drift")
+      lines.push(`drift at step ${e.seq} (${e.name ?? "?"}): ${e.detail ?? "input changed"}`);
+    else if (e.type === "run_blocked") lines.push(`blocked: ${e.detail ?? "no reason recorded"}`);
+    else if (e.type === "run_cancelled" || e.type === "run_reset" || e.type === "run_retried") {
+      const what = e.type === "run_reset" ? `reset to step ${e.seq}` : e.type.slice("run_".length);
+      lines.push(`${what} by ${e.by ?? "?"} at ${when(e.at)}${e.detail ? `: ${e.detail}` : ""}`);
+    }
+  }
+  return lines;
+}
+
+/** Who an operator action is recorded as: `user@host`. */
+export function operatorName(): string {
+  let user = "unknown";
+  try {
+    user = userInfo().username;
+  } catch {
+    // no passwd entry (containers): keep "unknown"
+  }
+  return `${user}@${hostname()}`;
+}
+
+/**
  * Sends a signal the way `dumplings approve/reject/signal` do, re-enqueuing
  * the run on `queue` when it was waiting for it.
  *
@@ -182,7 +232,7 @@ export async function sendDecision(
 ): Promise<SignalResult> {
   // A finished run will never wait again: a decision sent to it would be recorded and never taken.
   const run = await journal.getRun(runId);
-  if (run && (run.status === "completed" || run.status === "failed")) {
+  if (run && (run.status === "completed" || run.status === "failed" || run.status === "cancelled")) {
     throw new UsageError(
       `run ${JSON.stringify(runId)} is ${run.status}; it waits for nothing, so ${name} was not recorded`,
     );
@@ -216,19 +266,27 @@ export function runsCommand(): Command {
   return withJournalOptions(new Command("runs"))
     .description("list durable runs (status, waiting approvals), or print one run's journal")
     .argument("[runId]", "print this run's journal")
-    .option("--status <status>", "only runs with this status (pending, running, waiting, completed, failed)")
+    .option("--status <status>", `only runs with this status (${RUN_STATUSES.join(", ")})`)
     .option("--json", "print JSON")
     .action(async (runId: string | undefined, options: JournalCliOptions & { status?: RunRecord["status"] }) => {
+      if (options.status !== undefined && !RUN_STATUSES.includes(options.status)) {
+        throw new UsageError(
+          `--status ${JSON.stringify(options.status)} is not a run status: use one of ${RUN_STATUSES.join(", ")}`,
+        );
+      }
       const journal = await openJournal(options);
       try {
         if (runId) {
           const run = await journal.getRun(runId);
           if (!run) throw new RunNotFoundError(runId);
           const steps = await journal.readSteps(runId);
-          if (options.json) printJson({ run, steps, signals: await journal.listSignals(runId) });
+          const events = await journal.readEvents(runId);
+          const notes = renderNotes(events);
+          if (options.json) printJson({ run, steps, signals: await journal.listSignals(runId), notes });
           else
             process.stdout.write(
-              `${run.runId}  ${run.workflow}  ${run.status}  ${describeWait(run)}\n${renderJournal(steps)}\n`,
+              `${run.runId}  ${run.workflow}  ${run.status}  ${describeWait(run)}\n${renderJournal(steps)}\n` +
+                notes.map((n) => `${n}\n`).join(""),
             );
           return;
         }
@@ -313,11 +371,100 @@ export function signalCommand(): Command {
     });
 }
 
+/** Puts a run back on a BullMQ queue after an operator made it pending again. */
+async function requeue(journal: Journal, runId: string, queue: string | undefined): Promise<boolean> {
+  if (!queue) return false;
+  const { DurableQueue } = await import("../durable/worker.js");
+  const q = new DurableQueue({ journal, queueName: queue });
+  try {
+    await q.wake(runId);
+    return true;
+  } finally {
+    await q.close();
+  }
+}
+
+type OperatorAction = "cancel" | "reset" | "retry";
+
+function operatorCommand(action: OperatorAction): Command {
+  const descriptions: Record<OperatorAction, string> = {
+    cancel: "cancel a durable run: it takes no more steps (a running step is aborted, a waiting run released)",
+    reset: "drop a run's journal after step N; the run continues from step N+1 on its next resume",
+    retry: "retry a failed or blocked run (its failed step runs again with a fresh retry budget)",
+  };
+  const command = withJournalOptions(new Command(action))
+    .description(descriptions[action])
+    .argument("<runId>", "the run");
+  if (action === "cancel") command.option("--reason <text>", "why (recorded with the cancellation)");
+  if (action === "reset") command.requiredOption("--to-step <n>", "last step to keep (-1: start over)");
+  if (action !== "cancel")
+    command.option("--queue <name>", "BullMQ queue to put the run back on (Redis at $REDIS_URL)");
+  return command
+    .option("--by <name>", "who is acting (recorded in the journal; default: user@host)")
+    .option("--json", "print JSON")
+    .action(async (runId: string, options: JournalCliOptions & { reason?: string; toStep?: string; by?: string }) => {
+      let toSeq = 0;
+      if (action === "reset") {
+        toSeq = Number(options.toStep);
+        if (!Number.isInteger(toSeq) || toSeq < -1) {
+          throw new UsageError(`--to-step ${JSON.stringify(options.toStep)} is not a step number (an integer ≥ -1)`);
+        }
+      }
+      const by = options.by ?? operatorName();
+      const journal = await openJournal(options);
+      try {
+        if (!(await journal.getRun(runId))) throw new RunNotFoundError(runId);
+        const run =
+          action === "cancel"
+            ? await journal.cancelRun(runId, by, options.reason)
+            : action === "reset"
+              ? await journal.resetRun(runId, toSeq, by)
+              : await journal.retryRun(runId, by);
+        const queued = action === "cancel" ? false : await requeue(journal, runId, options.queue);
+        if (options.json) printJson({ run, queued });
+        else {
+          const next =
+            action === "cancel"
+              ? ""
+              : queued
+                ? "; queued again"
+                : "; it continues on its next resume (runDurable, its worker, or pass --queue)";
+          process.stdout.write(`${runId} is ${run.status} (${action} by ${by})${next}\n`);
+        }
+      } finally {
+        await journal.close();
+      }
+    });
+}
+
+/** `dumplings cancel RUN_ID [--reason …]`. @returns the commander command */
+export function cancelCommand(): Command {
+  return operatorCommand("cancel");
+}
+
+/** `dumplings reset RUN_ID --to-step N [--queue NAME]`. @returns the commander command */
+export function resetCommand(): Command {
+  return operatorCommand("reset");
+}
+
+/** `dumplings retry RUN_ID [--queue NAME]`. @returns the commander command */
+export function retryCommand(): Command {
+  return operatorCommand("retry");
+}
+
 /**
  * All durable commands, for `program.addCommand(...)`.
  *
- * @returns `[runs, approve, reject, signal]`
+ * @returns `[runs, approve, reject, signal, cancel, reset, retry]`
  */
 export function durableCommands(): Command[] {
-  return [runsCommand(), approveCommand(), rejectCommand(), signalCommand()];
+  return [
+    runsCommand(),
+    approveCommand(),
+    rejectCommand(),
+    signalCommand(),
+    cancelCommand(),
+    resetCommand(),
+    retryCommand(),
+  ];
 }

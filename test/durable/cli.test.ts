@@ -3,7 +3,6 @@
  * real processes: a waiting approval is listed with the command that releases
  * it, approving it records the signal, a second decision fails with a typed error.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -12,28 +11,13 @@ import { describeWait, renderJournal, renderRuns } from "../../src/cli/durable-c
 import { step, waitForSignal } from "../../src/durable/context.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
-import { fixture } from "../fixtures/durable/spawn.js";
+import { runCli } from "../fixtures/durable/cli-run.js";
 
 let dir: string;
 let db: string;
 let journal: SqliteJournal;
 
-function cli(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", fixture("cli-main.ts"), ...args], {
-      env: { ...process.env, DUMPLINGS_DURABLE_JOURNAL: `sqlite:${db}` },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on("data", (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.on("close", (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const cli = (...args: string[]) => runCli(db, ...args);
 
 const workflow = async () => {
   await step("prepare", () => ({ ok: true }));
@@ -45,8 +29,8 @@ beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), "dumplings-cli-durable-"));
   db = path.join(dir, "j.db");
   journal = new SqliteJournal({ path: db });
-  await runDurable("run-a", workflow, { journal, workflow: "approval-demo" });
-  await runDurable("run-b", async () => "done", { journal, workflow: "quick" });
+  await runDurable("run-a", workflow, { journal, input: null, workflow: "approval-demo" });
+  await runDurable("run-b", async () => "done", { journal, input: null, workflow: "quick" });
 });
 afterAll(async () => {
   await journal.close();

@@ -49,6 +49,7 @@ if (process.env.DEMO_MODE === "bullmq") {
 } else {
   const result = await runDurable(need("DEMO_RUN_ID"), workflow, {
     journal,
+    input: null,
     workflow: DEMO_WORKFLOW,
     leaseTtlMs: 2000,
     leaseWaitMs: 10_000,

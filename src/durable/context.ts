@@ -4,11 +4,18 @@
  * `AsyncLocalStorage`, so workflow code is ordinary async code.
  *
  * Replay (after Temporal's and Inngest's "memoised steps"): the n-th durable
- * call of a run looks up journal record n. A completed record returns its
- * recorded JSON without calling the body; a different name or input hash is a
- * {@link ReplayMismatchError}; a record that was started but never finished
- * (the process died) runs the body again with the next attempt number — the
+ * call of a run looks up journal record n, matched by position and name (the
+ * name carries the kind: `llm`, `tool:x`, `signal:x`, `sleep:x`, `patch:x`).
+ * A completed record returns its recorded JSON without calling the body; a
+ * different name is a structural divergence ({@link ReplayMismatchError}: the
+ * run is recorded `blocked`); a different input hash is not an error — after a
+ * deploy the recorded result stands and a `step_drift` event is recorded; a
+ * record that was started but never finished (the process died) runs the body
+ * again with the next attempt number, within the step's retry budget — the
  * body is at-least-once, the recorded result exactly-once.
+ *
+ * Changing a running program on purpose: {@link patched} and
+ * {@link deprecatePatch} (after Temporal's patching API).
  *
  * @module
  */
@@ -19,6 +26,8 @@ import { assertJson, type JsonValue } from "../core/json.js";
 import {
   NoRunContextError,
   ReplayMismatchError,
+  RetryBudgetExhaustedError,
+  RunCancelledError,
   RunWaitingError,
   StaleFencingTokenError,
   StepFailedError,
@@ -40,7 +49,10 @@ export interface RunContext {
   readonly stream: RunEventStream | undefined;
   /** Timers shorter than this (ms) are slept in-process instead of suspending the run. */
   readonly inlineSleepMaxMs: number;
-  /** Aborted when the lease is lost (another executor took the run). */
+  /**
+   * Aborted when the lease is lost (another executor took the run; reason: a
+   * {@link StaleFencingTokenError}) or the run was cancelled (reason: a {@link RunCancelledError}).
+   */
   readonly abortSignal: AbortSignal;
   /** Serialises journal writes so seqs are inserted in order even for parallel steps. */
   writeChain: Promise<unknown>;
@@ -67,6 +79,12 @@ export interface StepInfo {
    * to the workflow layer's `IdempotencyGuard` so an attempt re-run after a crash has no second effect.
    */
   idempotencyKey: string;
+  /**
+   * Aborted when the run is cancelled (reason: {@link RunCancelledError}) or this executor lost the
+   * run's lease (reason: {@link StaleFencingTokenError}). Pass it to `fetch`, the AI SDK
+   * (`abortSignal`), or any cancellable call; the step's result would be refused anyway.
+   */
+  signal: AbortSignal;
 }
 
 /**
@@ -83,8 +101,8 @@ export interface StepInfo {
  * @returns the step, or undefined outside a step body
  * @example
  * await step("charge", async () => {
- *   const { idempotencyKey } = currentStep()!;
- *   return payments.charge({ amount: 42, idempotencyKey });
+ *   const { idempotencyKey, signal } = currentStep()!;
+ *   return payments.charge({ amount: 42, idempotencyKey }, { signal });
  * });
  */
 export function currentStep(): StepInfo | undefined {
@@ -132,24 +150,78 @@ export function currentRun():
   };
 }
 
-function write(ctx: RunContext, record: StepRecord): Promise<void> {
-  if (ctx.abortSignal.aborted) {
-    const reason = ctx.abortSignal.reason;
-    return Promise.reject(
-      reason instanceof StaleFencingTokenError ? reason : new StaleFencingTokenError(ctx.runId, ctx.fencingToken, -1),
-    );
-  }
-  const p = ctx.writeChain.then(() => ctx.journal.writeStep(ctx.fencingToken, record));
-  ctx.writeChain = p.catch(() => undefined);
-  return p.then(() => {
-    ctx.records[record.seq] = record;
-  });
+/** Why the run stopped under this executor: the abort's reason (cancelled, or the lease was lost). */
+function abortReason(ctx: RunContext): Error {
+  const reason: unknown = ctx.abortSignal.reason;
+  return reason instanceof RunCancelledError || reason instanceof StaleFencingTokenError
+    ? reason
+    : new StaleFencingTokenError(ctx.runId, ctx.fencingToken, -1);
 }
 
-function matchOrThrow(ctx: RunContext, seq: number, name: string, inputHash: string): StepRecord | undefined {
+/**
+ * @internal The {@link RunCancelledError} of a cancelled run (with who and why, from its
+ * `run_cancelled` event), or undefined when the run is not cancelled.
+ */
+export async function cancellationOf(journal: Journal, runId: string): Promise<RunCancelledError | undefined> {
+  const run = await journal.getRun(runId);
+  if (run?.status !== "cancelled") return undefined;
+  const events = await journal.readEvents(runId).catch(() => []);
+  const event = events.filter((e) => e.type === "run_cancelled").pop();
+  return new RunCancelledError(runId, event?.by, event?.detail ?? run.error?.message);
+}
+
+/** A refused write: a {@link RunCancelledError} when the run was cancelled, else the error itself. */
+async function refusal(ctx: RunContext, error: unknown): Promise<never> {
+  if (error instanceof StaleFencingTokenError) throw (await cancellationOf(ctx.journal, ctx.runId)) ?? error;
+  throw error;
+}
+
+function write(ctx: RunContext, record: StepRecord): Promise<void> {
+  if (ctx.abortSignal.aborted) return Promise.reject(abortReason(ctx));
+  const p = ctx.writeChain.then(() => ctx.journal.writeStep(ctx.fencingToken, record));
+  ctx.writeChain = p.catch(() => undefined);
+  return p.then(
+    () => {
+      ctx.records[record.seq] = record;
+    },
+    (error: unknown) => refusal(ctx, error),
+  );
+}
+
+/** A step about to start (or replay) in a run that stopped under this executor throws why. */
+function assertLive(ctx: RunContext): void {
+  if (ctx.abortSignal.aborted) throw abortReason(ctx);
+}
+
+/**
+ * The journal record at `seq`, checked against the program: another name is a
+ * {@link ReplayMismatchError}; another input hash is drift, recorded as a
+ * `step_drift` event (the recorded result stands).
+ */
+async function replayed(
+  ctx: RunContext,
+  seq: number,
+  name: string,
+  inputHash: string,
+): Promise<StepRecord | undefined> {
   const rec = ctx.records[seq];
-  if (rec && (rec.name !== name || rec.inputHash !== inputHash)) {
+  if (!rec) return undefined;
+  if (rec.name !== name) {
     throw new ReplayMismatchError(ctx.runId, seq, { name: rec.name, inputHash: rec.inputHash }, { name, inputHash });
+  }
+  if (rec.inputHash !== inputHash) {
+    const outcome =
+      rec.status === "completed"
+        ? "the recorded result was used"
+        : rec.status === "failed"
+          ? "the recorded failure stands"
+          : "the step continues with the new input";
+    await ctx.journal.appendEvent(ctx.runId, {
+      type: "step_drift",
+      seq,
+      name,
+      detail: `input changed: ${rec.inputHash.slice(0, 12)} → ${inputHash.slice(0, 12)}; ${outcome}`,
+    });
   }
   return rec;
 }
@@ -163,14 +235,124 @@ const delay = (ms: number, signal?: AbortSignal) =>
     });
   });
 
-/** Retry policy of a step. */
+/**
+ * Retry policy of a step. Budgets count every *started* attempt, read from
+ * the journal, so they hold across process deaths and workers:
+ *
+ * - an attempt that throws is retried while fewer than `maxAttempts`
+ *   attempts have started (interrupted ones included);
+ * - an attempt interrupted by a crash (its process died: OOM, SIGKILL, a
+ *   deploy; or it lost its lease) is run again on resume — the body is
+ *   at-least-once — while fewer than `maxStartedAttempts` attempts have
+ *   started; then the step and the run fail with a
+ *   {@link RetryBudgetExhaustedError} instead of crashing for ever. With
+ *   `maxAttempts: 3`, a body that kills its process runs 3 times in all.
+ *
+ * Delays use "full jitter" (AWS Architecture Blog, "Exponential Backoff And
+ * Jitter"): before attempt n+1 the step waits a uniformly random time in
+ * `[0, min(maxBackoffMs, backoffMs × 2^(n-1))]` ms.
+ *
+ * Errors no retry can fix fail the step at once: {@link NonRetryableError},
+ * an `AbortError` (or an aborted step signal), validation errors
+ * (`NonJsonValueError`, zod errors from `schema`), an error with
+ * `isRetryable: false` (AI SDK `APICallError`), and an HTTP-like error whose
+ * `status`/`statusCode` is 4xx other than 408, 409 and 429 (see {@link isRetryableError}).
+ */
 export interface RetryPolicy {
-  /** Attempts in total (1 = no retry). @default 1 */
+  /** Attempts in total for errors the body throws, counting attempts interrupted by a crash (1 = no retry). @default 1 */
   maxAttempts?: number;
-  /** Delay (ms) before the 2nd attempt; doubled before each later one. @default 100 */
+  /**
+   * Attempts that may be started in all, however they ended: a step resumed
+   * with this many attempts started, the last one interrupted by a crash, fails
+   * instead of running again. `1`: a body that must never start twice (an
+   * interrupted attempt fails the step). @default max(maxAttempts, 3)
+   */
+  maxStartedAttempts?: number;
+  /** Base delay (ms): the cap of the random delay before the 2nd attempt, doubled before each later one. @default 100 */
   backoffMs?: number;
   /** Upper bound of one delay (ms). @default 30000 */
   maxBackoffMs?: number;
+}
+
+/**
+ * The delay before the attempt after `attempt` ("full jitter"): uniformly
+ * random in `[0, min(maxBackoffMs, backoffMs × 2^(attempt-1))]`.
+ *
+ * @param policy - the step's retry policy (defaults as in {@link RetryPolicy})
+ * @param attempt - the 1-based number of the attempt that just failed
+ * @param random - a source of uniform numbers in [0, 1) @default Math.random
+ * @returns milliseconds (an integer ≥ 0)
+ * @example
+ * retryDelayMs({ backoffMs: 100, maxBackoffMs: 1000 }, 3) // somewhere in 0..400
+ */
+export function retryDelayMs(policy: RetryPolicy, attempt: number, random: () => number = Math.random): number {
+  const base = Math.max(0, policy.backoffMs ?? 100);
+  const cap = Math.min(Math.max(0, policy.maxBackoffMs ?? 30_000), base * 2 ** Math.max(0, attempt - 1));
+  return Math.round(random() * cap);
+}
+
+const FATAL_CODES = new Set(["NON_RETRYABLE", "NON_JSON_VALUE", "NESTED_STEP", "RUN_CANCELLED"]);
+
+/** The verdict of one error in a cause chain: true/false, or undefined when it says nothing. */
+function verdictOf(e: object): boolean | undefined {
+  const { name, code, isRetryable } = e as { name?: unknown; code?: unknown; isRetryable?: unknown };
+  if (typeof code === "string" && FATAL_CODES.has(code)) return false;
+  if (name === "AbortError" || name === "ZodError") return false;
+  if (typeof isRetryable === "boolean") return isRetryable;
+  const { status, statusCode } = e as { status?: unknown; statusCode?: unknown };
+  const http = typeof statusCode === "number" ? statusCode : typeof status === "number" ? status : undefined;
+  if (http !== undefined && http >= 400 && http < 500) return http === 408 || http === 409 || http === 429;
+  if (http !== undefined && http >= 500 && http < 600) return true;
+  return undefined;
+}
+
+/**
+ * Whether a step should retry after this error. Walks the error, its AI SDK
+ * `lastError` and its `cause` chain; the first error that says something
+ * decides:
+ * - not retryable: {@link NonRetryableError} (code `NON_RETRYABLE`), an
+ *   `AbortError`, `NonJsonValueError`, a `ZodError`, `isRetryable: false`,
+ *   an HTTP-like `status`/`statusCode` 4xx other than 408, 409, 429;
+ * - retryable: `isRetryable: true`, a 5xx, 408, 409, 429;
+ * - anything else is retryable.
+ *
+ * @param error - anything thrown by a step body
+ * @returns false when no retry can help
+ * @example
+ * isRetryableError(Object.assign(new Error("unauthorized"), { statusCode: 401 })) // false
+ * isRetryableError(Object.assign(new Error("slow down"), { status: 429 }))         // true
+ */
+export function isRetryableError(error: unknown): boolean {
+  let e: unknown = error;
+  for (let depth = 0; depth < 8 && e !== null && typeof e === "object"; depth++) {
+    const verdict = verdictOf(e);
+    if (verdict !== undefined) return verdict;
+    const next = e as { lastError?: unknown; cause?: unknown };
+    e = next.lastError ?? next.cause;
+  }
+  return true;
+}
+
+/**
+ * How many of a step's `attempts` started attempts were interrupted (their
+ * process died or lost the lease): attempt k was interrupted when attempt k+1
+ * started under another fencing token (the last one, about to be replaced by
+ * this executor, always was). Read from the `step_started` events.
+ */
+async function interruptedAttempts(ctx: RunContext, seq: number, attempts: number): Promise<number> {
+  const tokens = new Map<number, number | undefined>();
+  for (const e of await ctx.journal.readEvents(ctx.runId)) {
+    if (e.type !== "step_started" || e.seq !== seq || e.attempt === undefined) continue;
+    if (e.attempt === 1) tokens.clear(); // the step was started over (an operator reset or retried it)
+    tokens.set(e.attempt, e.fencingToken);
+  }
+  let interrupted = 1;
+  for (let k = 1; k < attempts; k++) {
+    const a = tokens.get(k);
+    const b = tokens.get(k + 1);
+    if (a !== undefined && b !== undefined && a !== b) interrupted++;
+  }
+  return interrupted;
 }
 
 /** Options of {@link step}. */
@@ -191,13 +373,22 @@ export interface StepOptions<T> {
  * returned is always the JSON copy, so the first execution and every replay
  * see the same value.
  *
+ * A replay whose `input` differs from the recorded one (the program changed
+ * under a paused run) returns the recorded output and records a `step_drift`
+ * event; only another step name at this position is a divergence.
+ *
  * @param name - step name (recorded; replay compares it)
- * @param fn - the body; receives `input` (default `null`) and runs at least once per completed step
- * @param options - `input` (JSON, hashed), `retry: { maxAttempts, backoffMs, maxBackoffMs }`, `schema` (zod)
+ * @param fn - the body; receives `input` (default `null`) and runs at least once per completed step;
+ *   `currentStep()` gives its attempt, idempotency key and abort `signal`
+ * @param options - `input` (JSON, hashed), `retry: { maxAttempts, maxStartedAttempts, backoffMs, maxBackoffMs }` (see
+ *   {@link RetryPolicy}), `schema` (zod)
  * @returns the step's output (JSON)
- * @throws {ReplayMismatchError} when record n has another name or input hash
- * @throws {StepFailedError} when every attempt failed (also on replay of a failed step)
+ * @throws {ReplayMismatchError} when record n has another name
+ * @throws {StepFailedError} when the step failed: every attempt failed, a non-retryable error (see
+ *   {@link isRetryableError}), the retry budget spent by interrupted attempts
+ *   ({@link RetryBudgetExhaustedError} as its cause), or on replay of a failed step
  * @throws {NonJsonValueError} wrapped in StepFailedError when the output is not JSON
+ * @throws {RunCancelledError} when the run was cancelled
  * @throws {StaleFencingTokenError} when another executor took the run over
  * @throws {NoRunContextError} outside {@link runDurable}
  * @example
@@ -211,20 +402,40 @@ export async function step<T = JsonValue>(
   const { ctx } = requireScope(`step("${name}")`);
   const input = options.input ?? null;
   const inputHash = hashInput(input, `step "${name}" input`);
+  assertLive(ctx);
   const seq = ctx.nextSeq++;
-  const rec = matchOrThrow(ctx, seq, name, inputHash);
+  const rec = await replayed(ctx, seq, name, inputHash);
   const parse = (v: JsonValue): T => (options.schema ? options.schema.parse(v) : (v as T));
   if (rec?.status === "completed") return parse(rec.output ?? null);
   if (rec?.status === "failed") {
     throw new StepFailedError(ctx.runId, seq, name, rec.attempt, rec.error ?? { name: "Error", message: "failed" });
   }
-  const maxAttempts = Math.max(1, options.retry?.maxAttempts ?? 1);
-  const backoffMs = options.retry?.backoffMs ?? 100;
-  const maxBackoffMs = options.retry?.maxBackoffMs ?? 30_000;
+  const retry = options.retry ?? {};
+  const maxAttempts = Math.max(1, Math.floor(retry.maxAttempts ?? 1));
+  const maxStarted = Math.max(1, Math.floor(retry.maxStartedAttempts ?? Math.max(maxAttempts, 3)));
   let attempt = (rec?.attempt ?? 0) + 1;
-  let failures = 0;
   let lastError = rec?.error;
+  if (rec && attempt > maxStarted) {
+    // every allowed attempt was started and the last one never finished: the budget is spent
+    const interrupted = await interruptedAttempts(ctx, seq, rec.attempt);
+    const spent = new RetryBudgetExhaustedError(ctx.runId, seq, name, rec.attempt, maxStarted, interrupted, lastError);
+    const recorded = recordError(spent);
+    await write(ctx, {
+      runId: ctx.runId,
+      seq,
+      name,
+      inputHash,
+      status: "failed",
+      attempt: rec.attempt,
+      startedAt: rec.startedAt,
+      finishedAt: Date.now(),
+      fencingToken: ctx.fencingToken,
+      error: recorded,
+    });
+    throw new StepFailedError(ctx.runId, seq, name, rec.attempt, recorded, spent);
+  }
   for (;;) {
+    assertLive(ctx);
     const started: StepRecord = {
       runId: ctx.runId,
       seq,
@@ -240,22 +451,29 @@ export async function step<T = JsonValue>(
     let output: JsonValue;
     let value: T;
     try {
-      const info: StepInfo = { runId: ctx.runId, seq, name, attempt, idempotencyKey: `${ctx.runId}:${seq}` };
+      const info: StepInfo = {
+        runId: ctx.runId,
+        seq,
+        name,
+        attempt,
+        idempotencyKey: `${ctx.runId}:${seq}`,
+        signal: ctx.abortSignal,
+      };
       const raw = await storage.run({ ctx, inStep: name, step: info }, () => Promise.resolve(fn(input)));
       const out = raw === undefined ? null : raw;
       assertJson(out, `step "${name}" output`);
       output = JSON.parse(JSON.stringify(out)) as JsonValue;
       value = parse(output);
     } catch (error) {
-      if (error instanceof StaleFencingTokenError || ctx.abortSignal.aborted) throw error;
-      failures++;
+      if (ctx.abortSignal.aborted) throw abortReason(ctx);
+      if (error instanceof StaleFencingTokenError) return refusal(ctx, error);
       lastError = recordError(error);
-      const retryable = !(error instanceof NonJsonValueError) && failures < maxAttempts;
-      if (!retryable) {
+      const spent = attempt >= maxAttempts || attempt >= maxStarted;
+      if (spent || error instanceof NonJsonValueError || !isRetryableError(error)) {
         await write(ctx, { ...started, status: "failed", error: lastError, finishedAt: Date.now() });
         throw new StepFailedError(ctx.runId, seq, name, attempt, lastError, error);
       }
-      await delay(Math.min(maxBackoffMs, backoffMs * 2 ** (failures - 1)), ctx.abortSignal);
+      await delay(retryDelayMs(retry, attempt), ctx.abortSignal);
       attempt++;
       continue;
     }
@@ -297,7 +515,9 @@ export const signalStepName = (name: string) => `signal:${name}`;
  * @param name - signal name, e.g. `approval:call_1`
  * @returns the signal's JSON value
  * @throws {RunWaitingError} to suspend the run (do not catch it)
- * @throws {ReplayMismatchError} @throws {NoRunContextError}
+ * @throws {ReplayMismatchError} when the journal holds another step at this position
+ * @throws {RunCancelledError} when the run was cancelled
+ * @throws {NoRunContextError} outside a run
  * @example
  * const decision = await waitForSignal("manager-approval");
  */
@@ -305,8 +525,9 @@ export async function waitForSignal<T = JsonValue>(name: string): Promise<T> {
   const { ctx } = requireScope(`waitForSignal("${name}")`);
   const stepName = signalStepName(name);
   const inputHash = hashInput(null);
+  assertLive(ctx);
   const seq = ctx.nextSeq++;
-  const rec = matchOrThrow(ctx, seq, stepName, inputHash);
+  const rec = await replayed(ctx, seq, stepName, inputHash);
   if (rec?.status === "completed") return rec.output as T;
   const base: StepRecord = {
     runId: ctx.runId,
@@ -326,7 +547,9 @@ export async function waitForSignal<T = JsonValue>(name: string): Promise<T> {
   const arrived = await ctx.journal.getSignal(ctx.runId, name);
   if (arrived) return complete(arrived.value);
   if (rec?.status !== "waiting") await write(ctx, { ...base, finishedAt: Date.now() });
-  const suspended = await ctx.journal.updateRun(ctx.fencingToken, ctx.runId, { status: "waiting", waitingFor: name });
+  const suspended = await ctx.journal
+    .updateRun(ctx.fencingToken, ctx.runId, { status: "waiting", waitingFor: name })
+    .catch((e: unknown) => refusal(ctx, e));
   if (!suspended.ok) {
     // the signal arrived between the read and the suspension: continue without suspending
     return complete(suspended.signal.value);
@@ -353,11 +576,14 @@ export async function sleep(name: string, ms: number): Promise<void> {
   }
   const stepName = `sleep:${name}`;
   const inputHash = hashInput({ ms });
+  assertLive(ctx);
   const seq = ctx.nextSeq++;
-  const rec = matchOrThrow(ctx, seq, stepName, inputHash);
+  const rec = await replayed(ctx, seq, stepName, inputHash);
   if (rec?.status === "completed") return;
+  // the store's clock, not this machine's: a worker whose clock runs ahead cannot fire a timer early
+  const now = await ctx.journal.now();
   const recordedWake = (rec?.output as { wakeAt?: number } | undefined)?.wakeAt;
-  const wakeAt = typeof recordedWake === "number" ? recordedWake : Date.now() + ms;
+  const wakeAt = typeof recordedWake === "number" ? recordedWake : now + ms;
   const base: StepRecord = {
     runId: ctx.runId,
     seq,
@@ -365,16 +591,124 @@ export async function sleep(name: string, ms: number): Promise<void> {
     inputHash,
     status: "waiting",
     attempt: 1,
-    startedAt: rec?.startedAt ?? Date.now(),
+    startedAt: rec?.startedAt ?? now,
     fencingToken: ctx.fencingToken,
     output: { wakeAt },
   };
   if (rec?.status !== "waiting") await write(ctx, base);
-  const remaining = wakeAt - Date.now();
+  const remaining = wakeAt - now;
   if (remaining > ctx.inlineSleepMaxMs) {
-    await ctx.journal.updateRun(ctx.fencingToken, ctx.runId, { status: "waiting", wakeAt });
+    await ctx.journal
+      .updateRun(ctx.fencingToken, ctx.runId, { status: "waiting", wakeAt })
+      .catch((e: unknown) => refusal(ctx, e));
     throw new RunWaitingError(ctx.runId, { kind: "timer", name, wakeAt });
   }
   if (remaining > 0) await delay(remaining, ctx.abortSignal);
-  await write(ctx, { ...base, status: "completed", finishedAt: Date.now() });
+  await write(ctx, { ...base, status: "completed", finishedAt: now + Math.max(0, remaining) });
+}
+
+/** Name of the marker step {@link patched} records: `patch:<id>`. */
+export const patchStepName = (id: string) => `patch:${id}`;
+
+function checkPatchId(id: string, what: string): void {
+  if (typeof id !== "string" || id.length === 0 || id.length > 200) {
+    throw new DumplingsError("INVALID_OPTION", `${what} needs a patch id of 1 to 200 characters`);
+  }
+}
+
+/**
+ * Versioning (after Temporal's `patched`): lets a deploy change what a
+ * workflow does without breaking the runs already in flight. Call it where
+ * the new code path starts; it answers "does this run take the new path?":
+ *
+ * - at a new position (no history here: a new run, or a run past its
+ *   recorded history) it records a marker step `patch:<id>` and returns `true`;
+ * - replaying a run that recorded the marker here, it consumes it and returns `true`;
+ * - replaying a run whose history here is anything else (recorded before the
+ *   patch existed) it consumes nothing and returns `false`: keep the old code
+ *   path for that run.
+ *
+ * Changing a step's *input* (a prompt sentence, a tool added to the list) does
+ * not need a patch: completed steps replay by position and name, the recorded
+ * result stands and a `step_drift` event is recorded. Use a patch to keep a
+ * run on the program it started with, or to add, remove or reorder steps
+ * (which would otherwise be a {@link ReplayMismatchError} and a `blocked` run).
+ *
+ * Retiring a patch, once no run without the marker is in flight: replace
+ * `if (await patched(id))` by `deprecatePatch(id)` followed by the new code
+ * only (runs that recorded the marker still replay); once no run with the
+ * marker is in flight either, delete the `deprecatePatch` call.
+ *
+ * @param id - the change's name (1–200 characters), unique within the workflow
+ * @returns whether this run takes the new code path
+ * @throws {NoRunContextError} outside a run, or inside a step body (NESTED_STEP)
+ * @throws {RunCancelledError} when the run was cancelled
+ * @throws {StaleFencingTokenError} when another executor took the run over
+ * @example
+ * // v1 — runs are paused on approvals for days:
+ * //   const agent = new DurableAgent({ model, system: "You are a support agent.", tools: { lookup, refund } });
+ * //   export const support = agent.workflow();
+ * // v2 — a sentence added to the prompt and a tool added. Paused v1 runs would replay fine
+ * // (the changed llm input is drift, not an error); this keeps them on v1 for their whole life,
+ * // and new runs take v2:
+ * const v1 = new DurableAgent({ model, system: "You are a support agent.", tools: { lookup, refund } });
+ * const v2 = new DurableAgent({
+ *   model,
+ *   system: "You are a support agent. Never promise a delivery date.",
+ *   tools: { lookup, refund, weather },
+ * });
+ * export const support = async (input) => ((await patched("prompt-v2")) ? v2 : v1).workflow()(input);
+ *
+ * // a step added in the middle: only runs that reach this point under the new code run it
+ * if (await patched("fraud-check")) await step("fraud-check", () => fraud.check(order), { input: order });
+ * // … later, once every run without the marker has ended:
+ * deprecatePatch("fraud-check");
+ * await step("fraud-check", () => fraud.check(order), { input: order });
+ */
+export async function patched(id: string): Promise<boolean> {
+  const { ctx } = requireScope(`patched("${id}")`);
+  checkPatchId(id, "patched()");
+  assertLive(ctx);
+  const name = patchStepName(id);
+  const seq = ctx.nextSeq;
+  const rec = ctx.records[seq];
+  if (rec) {
+    if (rec.name !== name) return false; // history from before the patch: the old code path
+    ctx.nextSeq++;
+    return true;
+  }
+  ctx.nextSeq++;
+  const now = Date.now();
+  await write(ctx, {
+    runId: ctx.runId,
+    seq,
+    name,
+    inputHash: hashInput(null),
+    status: "completed",
+    output: null,
+    attempt: 1,
+    startedAt: now,
+    finishedAt: now,
+    fencingToken: ctx.fencingToken,
+  });
+  return true;
+}
+
+/**
+ * Retires a {@link patched} call (after Temporal's `deprecatePatch`): when the
+ * run's history holds the marker `patch:<id>` at this position, consumes it;
+ * otherwise does nothing (and records nothing). Replace
+ * `if (await patched(id)) { new } else { old }` by `deprecatePatch(id); new`
+ * once no run that took the old path is in flight.
+ *
+ * @param id - the id given to `patched`
+ * @throws {NoRunContextError} outside a run, or inside a step body (NESTED_STEP)
+ * @example
+ * deprecatePatch("fraud-check");
+ * await step("fraud-check", () => fraud.check(order), { input: order });
+ */
+export function deprecatePatch(id: string): void {
+  const { ctx } = requireScope(`deprecatePatch("${id}")`);
+  checkPatchId(id, "deprecatePatch()");
+  if (ctx.records[ctx.nextSeq]?.name === patchStepName(id)) ctx.nextSeq++;
 }

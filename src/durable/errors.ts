@@ -7,9 +7,14 @@
 import { DumplingsError } from "../core/errors.js";
 
 /**
- * Replay diverged from the journal: at position `seq` the program asks for a
- * different step (name or input hash) than the one recorded. The program was
- * changed incompatibly while runs were in flight; the stored journal is untouched.
+ * Replay diverged from the journal structurally: at position `seq` the program
+ * asks for another step (another name or kind: `llm`, `tool:x`, `signal:x`,
+ * `sleep:x`, `patch:x`) than the one recorded. The program was changed
+ * incompatibly while runs were in flight; the stored journal is untouched and
+ * `runDurable` records the run `blocked` with this error as the reason (resume
+ * it with the old program, guard the change with `patched(id)`, or have an
+ * operator reset it). A changed step *input* at a recorded position is not a
+ * mismatch: the recorded result is used and a `step_drift` event is recorded.
  */
 export class ReplayMismatchError extends DumplingsError {
   readonly runId: string;
@@ -147,9 +152,126 @@ export class LeaseHeldError extends DumplingsError {
 /** No run with this id exists in the journal. */
 export class RunNotFoundError extends DumplingsError {
   readonly runId: string;
-  constructor(runId: string) {
-    super("RUN_NOT_FOUND", `[dumplings:durable] no run "${runId}" in the journal`);
+  /**
+   * @param runId - the id looked up
+   * @param hint - what to do about it, appended to the message (e.g. "pass `input` to start it")
+   */
+  constructor(runId: string, hint?: string) {
+    super("RUN_NOT_FOUND", `[dumplings:durable] no run "${runId}" in the journal${hint ? `; ${hint}` : ""}`);
     this.runId = runId;
+  }
+}
+
+/**
+ * A run id was reused with another input: the run exists and was created with
+ * an input whose hash differs from the one offered. Nothing was run or changed;
+ * the stored result is never returned as the answer to a different request.
+ * Pass `attach: true` to `runDurable` to resume the existing run with its
+ * stored input on purpose.
+ *
+ * @example
+ * try { await runDurable("order-38", wf, { journal, input: { amount: 500 } }); }
+ * catch (e) { if (e instanceof RunInputMismatchError) console.log(e.storedHash, e.offeredHash); }
+ */
+export class RunInputMismatchError extends DumplingsError {
+  readonly runId: string;
+  /** sha256 (hex) of the canonical JSON of the input the run was created with. */
+  readonly storedHash: string;
+  /** sha256 (hex) of the canonical JSON of the input offered now. */
+  readonly offeredHash: string;
+  constructor(runId: string, storedHash: string, offeredHash: string) {
+    super(
+      "RUN_INPUT_MISMATCH",
+      `[dumplings:durable] run "${runId}" exists with another input (stored input hash ${storedHash.slice(0, 12)}…, offered ${offeredHash.slice(0, 12)}…); use another run id, or pass attach: true to resume the existing run with its stored input`,
+    );
+    this.runId = runId;
+    this.storedHash = storedHash;
+    this.offeredHash = offeredHash;
+  }
+}
+
+/**
+ * The run was cancelled by an operator (`cancel()`, `dumplings runs cancel`):
+ * the reason of the step signal's abort, and what a step started after the
+ * cancellation throws. `runDurable` returns `{ status: "cancelled" }` instead
+ * of throwing it.
+ */
+export class RunCancelledError extends DumplingsError {
+  readonly runId: string;
+  /** Who cancelled it, when recorded. */
+  readonly by: string | undefined;
+  /** Why, when given. */
+  readonly reason: string | undefined;
+  constructor(runId: string, by?: string, reason?: string) {
+    super(
+      "RUN_CANCELLED",
+      `[dumplings:durable] run "${runId}" was cancelled${by ? ` by ${by}` : ""}${reason ? `: ${reason}` : ""}; it takes no more steps`,
+    );
+    this.runId = runId;
+    this.by = by;
+    this.reason = reason;
+  }
+}
+
+/**
+ * Thrown by user code in a step body for an error that no retry can fix (a
+ * declined card, a refused request): the step fails at once, whatever its
+ * `retry.maxAttempts`.
+ *
+ * @example
+ * await step("charge", async () => {
+ *   const res = await payments.charge(order);
+ *   if (res.declined) throw new NonRetryableError(`card declined: ${res.reason}`);
+ *   return res.id;
+ * }, { retry: { maxAttempts: 5 } });
+ */
+export class NonRetryableError extends DumplingsError {
+  /**
+   * @param message - what failed
+   * @param options - `cause`: the underlying error
+   */
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("NON_RETRYABLE", message, options);
+  }
+}
+
+/**
+ * A step's retry budget was spent by attempts that never finished: on resume,
+ * its journal record shows that `attempts` attempts were started (the budget,
+ * `retry.maxStartedAttempts`, default `max(maxAttempts, 3)`) and the last one
+ * was interrupted (its process died — OOM, SIGKILL, a deploy — or lost its
+ * lease during it). The body is not run again; this is the step's recorded
+ * error, and the run fails with it.
+ */
+export class RetryBudgetExhaustedError extends DumplingsError {
+  readonly runId: string;
+  readonly seq: number;
+  readonly stepName: string;
+  /** Attempts started (from the journal). */
+  readonly attempts: number;
+  /** The budget: the step's `retry.maxStartedAttempts` (default `max(maxAttempts, 3)`). */
+  readonly budget: number;
+  /** How many of those attempts were interrupted (their process died or lost the lease) rather than throwing. */
+  readonly interrupted: number;
+  constructor(
+    runId: string,
+    seq: number,
+    stepName: string,
+    attempts: number,
+    budget: number,
+    interrupted: number,
+    lastError?: { name: string; message: string },
+  ) {
+    super(
+      "RETRY_BUDGET_EXHAUSTED",
+      `[dumplings:durable] step "${stepName}" (#${seq}) of run "${runId}": retry budget spent, ${attempts} attempt(s) started of ${budget} allowed (retry.maxStartedAttempts), ${interrupted} of them interrupted by a crash (the process died or lost its lease before the attempt finished); not running it again${lastError ? `; last error: ${lastError.name}: ${lastError.message}` : ""}`,
+    );
+    this.runId = runId;
+    this.seq = seq;
+    this.stepName = stepName;
+    this.attempts = attempts;
+    this.budget = budget;
+    this.interrupted = interrupted;
   }
 }
 

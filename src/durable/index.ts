@@ -16,7 +16,12 @@ export {
   currentRun,
   currentStep,
   defineStep,
+  deprecatePatch,
+  isRetryableError,
+  patched,
+  patchStepName,
   type RetryPolicy,
+  retryDelayMs,
   type StepInfo,
   type StepOptions,
   signalStepName,
@@ -27,8 +32,12 @@ export {
 export {
   JournalIntegrityError,
   LeaseHeldError,
+  NonRetryableError,
   NoRunContextError,
   ReplayMismatchError,
+  RetryBudgetExhaustedError,
+  RunCancelledError,
+  RunInputMismatchError,
   RunNotFoundError,
   RunWaitingError,
   SignalConflictError,
@@ -55,7 +64,15 @@ export {
 export { type PgPoolLike, PostgresJournal, type PostgresJournalOptions } from "./journal-postgres.js";
 export { RedisJournal, type RedisJournalOptions } from "./journal-redis.js";
 export { SqliteJournal, type SqliteJournalOptions } from "./journal-sqlite.js";
-export { defaultOwner, type RunDurableOptions, type RunResult, runDurable, type WorkflowFn } from "./run.js";
+export {
+  cancel,
+  defaultOwner,
+  ensureRun,
+  type RunDurableOptions,
+  type RunResult,
+  runDurable,
+  type WorkflowFn,
+} from "./run.js";
 export {
   type ApprovalDecision,
   approvalSignalName,

@@ -3,23 +3,28 @@
  * lease (a new fencing token), replays the workflow function against the
  * journal, keeps the lease alive while it runs, and records the outcome:
  * `completed` with the JSON output, `waiting` for a signal or timer (the
- * process may exit), or `failed` with the error.
+ * process may exit), `failed` with the error, or `blocked` when the program
+ * diverged from the journal (a deploy changed the steps under the run). An
+ * operator's {@link cancel} stops it.
  *
  * @module
  */
 import { randomUUID } from "node:crypto";
-import { hostname } from "node:os";
+import { hostname, userInfo } from "node:os";
 import { DumplingsError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
-import { type RunContext, withRunContext } from "./context.js";
+import { cancellationOf, type RunContext, withRunContext } from "./context.js";
 import {
   JournalIntegrityError,
   LeaseHeldError,
   ReplayMismatchError,
+  RunCancelledError,
+  RunInputMismatchError,
+  RunNotFoundError,
   RunWaitingError,
   StaleFencingTokenError,
 } from "./errors.js";
-import { type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
+import { hashInput, type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
 import type { RunEventStream } from "./stream.js";
 
 /** A workflow function: ordinary async code calling durable primitives. */
@@ -29,13 +34,27 @@ export type WorkflowFn<I extends JsonValue = JsonValue, O = JsonValue> = (input:
 export interface RunDurableOptions {
   /** The journal (source of truth). */
   journal: Journal;
-  /** Input of a new run (ignored when the run exists: its stored input is used). @default null */
+  /**
+   * Input of the run. A run that does not exist is created with it; a run that
+   * exists must have been created with the same input (compared by
+   * {@link hashInput}), else {@link RunInputMismatchError} — unless `attach`.
+   * Omitted: the run must exist ({@link RunNotFoundError} otherwise, and
+   * nothing is created) and resumes with its stored input.
+   */
   input?: JsonValue;
+  /**
+   * Resume an existing run with its stored input even when `input` differs
+   * (the offered input is ignored). @default false
+   */
+  attach?: boolean;
   /** Workflow name stored with a new run. @default the function's name, or "workflow" */
   workflow?: string;
   /** Lease owner id. @default `<hostname>:<pid>:<random>` */
   owner?: string;
-  /** Lease duration (ms); renewed every third of it while the run executes. @default 30000 */
+  /**
+   * Lease duration (ms); renewed every third of it while the run executes. A
+   * cancellation is noticed at a renewal, so within a third of it. @default 30000
+   */
   leaseTtlMs?: number;
   /**
    * When another live owner holds the lease: wait up to this many ms for it
@@ -57,7 +76,15 @@ export type RunResult =
       runId: string;
       status: "waiting";
       waitingFor: { kind: "signal"; name: string } | { kind: "timer"; name: string; wakeAt: number };
-    };
+    }
+  /**
+   * The program diverged from the journal (`error`: the {@link ReplayMismatchError}); the run is
+   * recorded `blocked`. Resume it with the program it was recorded with, or after a fix (a
+   * `patched()` guard), or after an operator's `retryRun`/`resetRun`.
+   */
+  | { runId: string; status: "blocked"; error: RecordedError }
+  /** An operator cancelled the run: nothing ran. */
+  | { runId: string; status: "cancelled" };
 
 const sleepMs = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -71,22 +98,104 @@ function finished(run: RunRecord): RunResult | undefined {
   if (run.status === "failed") {
     return { runId: run.runId, status: "failed", error: run.error ?? { name: "Error", message: "failed" } };
   }
+  if (run.status === "cancelled") return { runId: run.runId, status: "cancelled" };
   return undefined;
 }
+
+/**
+ * Finds or creates the run `runId`, enforcing run identity: a run id names
+ * one request. With `input`, a missing run is created and an existing one must
+ * have been created with the same input (its {@link hashInput}), unless
+ * `attach`. Without `input`, the run must exist.
+ *
+ * @param journal - the journal
+ * @param init - `runId`, `workflow` (stored with a new run), `input` (JSON, optional), `attach` (default false)
+ * @returns `created: true` with the new run, or `created: false` with the stored one
+ * @throws {RunNotFoundError} when `input` is omitted and the run does not exist (nothing is created)
+ * @throws {RunInputMismatchError} when the run exists with another input and `attach` is not set
+ * @throws {NonJsonValueError} when `input` is not JSON
+ * @example
+ * const { created } = await ensureRun(journal, { runId: "order-38", workflow: "charge", input: { amount: 5 } });
+ */
+export async function ensureRun(
+  journal: Journal,
+  init: { runId: string; workflow: string; input?: JsonValue; attach?: boolean },
+): Promise<{ created: boolean; run: RunRecord }> {
+  const { runId, input } = init;
+  if (input === undefined) {
+    const run = await journal.getRun(runId);
+    if (!run) throw new RunNotFoundError(runId, "pass `input` to start a new run");
+    return { created: false, run };
+  }
+  assertJson(input, "run input");
+  const { created, run } = await journal.createRun({ runId, workflow: init.workflow, input });
+  if (!created && !init.attach) {
+    const storedHash = hashInput(run.input, "stored run input");
+    const offeredHash = hashInput(input, "run input");
+    if (storedHash !== offeredHash) throw new RunInputMismatchError(runId, storedHash, offeredHash);
+  }
+  return { created, run };
+}
+
+/** Who is acting, for operator records: `<user>@<host>`. */
+function defaultActor(): string {
+  try {
+    return `${userInfo().username}@${hostname()}`;
+  } catch {
+    return `pid ${process.pid}@${hostname()}`;
+  }
+}
+
+/**
+ * Operator: cancels the run. It ends `cancelled` and takes no more steps; a
+ * run waiting for a signal or a timer is released; the executor running it
+ * loses its lease at its next renewal (within a third of its lease TTL), its
+ * steps' `currentStep().signal` is aborted with a {@link RunCancelledError},
+ * and its `runDurable` returns `{ status: "cancelled" }`. Recorded in the
+ * journal as a `run_cancelled` event with `by` and the reason. A run that has
+ * already ended (completed, failed, cancelled) is left as it is.
+ *
+ * @param journal - the run's journal
+ * @param runId - the run
+ * @param options - `by`: who cancels (default `<user>@<host>`); `reason`: why (free text)
+ * @returns the run as it is after the call
+ * @throws {RunNotFoundError} when the run does not exist
+ * @example
+ * await cancel(journal, "chat-1", { by: "alice", reason: "customer withdrew the request" });
+ */
+export function cancel(
+  journal: Journal,
+  runId: string,
+  options: { by?: string; reason?: string } = {},
+): Promise<RunRecord> {
+  return journal.cancelRun(runId, options.by ?? defaultActor(), options.reason);
+}
+
+/** An error that means "this executor must stop": the run was cancelled or taken over. */
+const isStop = (error: unknown) => error instanceof StaleFencingTokenError || error instanceof RunCancelledError;
 
 /**
  * Runs (first time) or resumes (replays) the durable run `runId`.
  *
  * Steps already in the journal return their recorded output without running;
  * execution continues from the first unrecorded step. A finished run returns
- * its recorded outcome without calling `workflowFn`.
+ * its recorded outcome without calling `workflowFn`; a cancelled one returns
+ * `{ status: "cancelled" }`. Replay matches recorded steps by position and
+ * name: a changed step input is used as drift (recorded result, `step_drift`
+ * event); another step name at a recorded position blocks the run (recorded
+ * `blocked` with the {@link ReplayMismatchError}, returned as
+ * `{ status: "blocked", error }`). A blocked run is tried again by the next
+ * `runDurable` (with the fixed program it continues), or after an operator's
+ * `retryRun`/`resetRun`.
  *
  * @param runId - run id (any non-empty string; use a stable id to make starting idempotent)
  * @param workflowFn - the workflow; called with the run's JSON input
- * @param options - `journal` (required), `input`, `workflow` name, `owner`, `leaseTtlMs` (30000),
- *   `leaseWaitMs` (2 × ttl), `stream`, `inlineSleepMaxMs` (1000)
- * @returns `{ status: "completed", output }`, `{ status: "waiting", waitingFor }` or `{ status: "failed", error }`
- * @throws {ReplayMismatchError} when the program diverged from the journal (the run is left as it was)
+ * @param options - `journal` (required), `input` (omitted: the run must exist), `attach`, `workflow` name,
+ *   `owner`, `leaseTtlMs` (30000), `leaseWaitMs` (2 × ttl), `stream`, `inlineSleepMaxMs` (1000)
+ * @returns `{ status: "completed", output }`, `{ status: "waiting", waitingFor }`, `{ status: "failed", error }`,
+ *   `{ status: "blocked", error }` or `{ status: "cancelled" }`
+ * @throws {RunNotFoundError} when `input` is omitted and no run `runId` exists (nothing is created)
+ * @throws {RunInputMismatchError} when the run exists with another input (and `attach` is not set)
  * @throws {StaleFencingTokenError} when another executor took the run over while this one ran
  * @throws {LeaseHeldError} when another owner holds the run longer than `leaseWaitMs`
  * @throws {NonJsonValueError} when a new run's input is not JSON
@@ -96,6 +205,8 @@ function finished(run: RunRecord): RunResult | undefined {
  *   await waitForSignal("approval");
  *   return step("charge", () => payments.charge(quote), { input: quote });
  * }, { journal: new SqliteJournal({ path: "runs.db" }), input: { sku: "x" } });
+ * // later, in any process: resume it (its stored input is used)
+ * await runDurable("order-42", workflow, { journal });
  */
 export async function runDurable<I extends JsonValue = JsonValue, O = JsonValue>(
   runId: string,
@@ -109,12 +220,11 @@ export async function runDurable<I extends JsonValue = JsonValue, O = JsonValue>
   const ttl = options.leaseTtlMs ?? 30_000;
   const owner = options.owner ?? defaultOwner();
   const waitBudget = options.leaseWaitMs ?? 2 * ttl;
-  const input = options.input ?? null;
-  assertJson(input, "run input");
-  const { run } = await journal.createRun({
+  const { run } = await ensureRun(journal, {
     runId,
     workflow: options.workflow ?? (workflowFn.name || "workflow"),
-    input,
+    ...(options.input !== undefined ? { input: options.input } : {}),
+    ...(options.attach ? { attach: true } : {}),
   });
   const done = finished(run);
   if (done) return done;
@@ -132,14 +242,21 @@ export async function runDurable<I extends JsonValue = JsonValue, O = JsonValue>
     const over = now && finished(now);
     if (over) return over;
     if (Date.now() >= deadline) throw new LeaseHeldError(runId, lease.owner, lease.expiresAt);
-    await sleepMs(Math.max(20, Math.min(250, lease.expiresAt - Date.now() + 5, deadline - Date.now())));
+    // the lease's expiry is on the store's clock
+    const left = lease.expiresAt - (await journal.now());
+    await sleepMs(Math.max(20, Math.min(250, left + 5, deadline - Date.now())));
   }
 
   const abort = new AbortController();
   const heartbeat = setInterval(
     () => {
       journal.renewLease(runId, token, ttl).catch((error: unknown) => {
-        if (error instanceof StaleFencingTokenError) abort.abort(error);
+        if (!(error instanceof StaleFencingTokenError) || abort.signal.aborted) return;
+        // lost the lease: cancelled by an operator, or taken over by another executor
+        cancellationOf(journal, runId).then(
+          (cancelled) => abort.abort(cancelled ?? error),
+          () => abort.abort(error),
+        );
       });
     },
     Math.max(10, Math.floor(ttl / 3)),
@@ -150,7 +267,7 @@ export async function runDurable<I extends JsonValue = JsonValue, O = JsonValue>
     const over = current && finished(current);
     if (over) return over;
     await journal.updateRun(token, runId, { status: "running" });
-    const stored = current?.input ?? input;
+    const stored = current?.input ?? run.input;
     const ctx: RunContext = {
       runId,
       journal,
@@ -167,11 +284,16 @@ export async function runDurable<I extends JsonValue = JsonValue, O = JsonValue>
       output = await withRunContext(ctx, () => workflowFn(stored as I));
     } catch (error) {
       if (error instanceof RunWaitingError) return { runId, status: "waiting", waitingFor: error.waitingFor };
+      if (isStop(error) || abort.signal.aborted) throw abort.signal.aborted ? abort.signal.reason : error;
+      if (error instanceof ReplayMismatchError) {
+        // a structural divergence: the run cannot continue as the program stands, and says why
+        const reason = recordError(error);
+        await journal.updateRun(token, runId, { status: "blocked", error: reason });
+        await options.stream?.append(runId, { type: "run-end", status: "blocked" });
+        return { runId, status: "blocked", error: reason };
+      }
       if (
-        error instanceof ReplayMismatchError ||
-        error instanceof StaleFencingTokenError ||
         error instanceof JournalIntegrityError ||
-        abort.signal.aborted ||
         (error instanceof DumplingsError && error.code === "BACKEND_ERROR")
       ) {
         throw error; // not the workflow's failure: leave the run resumable
@@ -187,6 +309,13 @@ export async function runDurable<I extends JsonValue = JsonValue, O = JsonValue>
     await journal.updateRun(token, runId, { status: "completed", output: value });
     await options.stream?.append(runId, { type: "run-end", status: "completed" });
     return { runId, status: "completed", output: JSON.parse(JSON.stringify(value)) as JsonValue };
+  } catch (error) {
+    // a refused write: when an operator cancelled the run, that is the outcome
+    if (isStop(error) && (await cancellationOf(journal, runId))) {
+      await options.stream?.append(runId, { type: "run-end", status: "cancelled" }).catch(() => undefined);
+      return { runId, status: "cancelled" };
+    }
+    throw error;
   } finally {
     clearInterval(heartbeat);
     await journal.releaseLease(runId, token).catch(() => undefined);

@@ -173,7 +173,7 @@ describe("DurableAgent", () => {
       const execute = t.execute as (i: unknown, o: unknown) => Promise<unknown>;
       return (await execute({ a: 1, b: 2 }, { toolCallId: "c1", messages: [] })) as never;
     };
-    expect(await runDurable("a4", wf, { journal })).toMatchObject({ output: { sum: 3 } });
+    expect(await runDurable("a4", wf, { journal, input: null })).toMatchObject({ output: { sum: 3 } });
     expect((await journal.readSteps("a4"))[0]).toMatchObject({ name: "tool:add", output: { sum: 3 } });
     expect(runs).toBe(1);
   });

@@ -77,7 +77,7 @@ describe("step and replay", () => {
         return "done";
       });
     };
-    const a = await runDurable("r2", wf, { journal });
+    const a = await runDurable("r2", wf, { journal, input: null });
     expect(a).toMatchObject({ status: "failed", error: { name: "StepFailedError" } });
     // a failed step replays as failed without running again
     const events = await journal.readEvents("r2");
@@ -104,12 +104,12 @@ describe("step and replay", () => {
           { retry: { maxAttempts: 2, backoffMs: 1 } },
         );
       },
-      { journal },
+      { journal, input: null },
     );
     expect(r).toMatchObject({ status: "completed", output: "k1:1" });
-    expect(seen).toEqual([
-      { runId: "k1", seq: 1, name: "b", attempt: 1, idempotencyKey: "k1:1" },
-      { runId: "k1", seq: 1, name: "b", attempt: 2, idempotencyKey: "k1:1" },
+    expect(seen).toMatchObject([
+      { runId: "k1", seq: 1, name: "b", attempt: 1, idempotencyKey: "k1:1", signal: { aborted: false } },
+      { runId: "k1", seq: 1, name: "b", attempt: 2, idempotencyKey: "k1:1", signal: { aborted: false } },
     ]);
     expect(currentStep()).toBeUndefined();
   });
@@ -128,7 +128,7 @@ describe("step and replay", () => {
           },
           { retry: { maxAttempts: 3, backoffMs: 5 } },
         ),
-      { journal },
+      { journal, input: null },
     );
     expect(result).toMatchObject({ status: "completed", output: 3 });
     const started = (await journal.readEvents("r3")).filter((e) => e.type === "step_started");
@@ -157,7 +157,7 @@ describe("step and replay", () => {
         }
         return "unreachable";
       },
-      { journal },
+      { journal, input: null },
     );
     expect(result).toMatchObject({ status: "completed", output: "handled" });
     expect((await journal.readSteps("r4"))[0]).toMatchObject({ status: "failed", attempt: 2 });
@@ -176,7 +176,7 @@ describe("step and replay", () => {
           },
           { retry: { maxAttempts: 3, backoffMs: 1 } },
         ),
-      { journal },
+      { journal, input: null },
     );
     expect(n).toBe(1);
     expect(result).toMatchObject({ status: "failed" });
@@ -188,34 +188,43 @@ describe("step and replay", () => {
   it("validates outputs with a zod schema on first run and on replay", async () => {
     const schema = z.object({ n: z.number() });
     const wf = () => step("typed", () => ({ n: 1 }), { schema });
-    expect(await runDurable("r6", wf, { journal })).toMatchObject({ output: { n: 1 } });
-    const bad = await runDurable("r6b", () => step("typed", () => ({ n: "x" }) as never, { schema }), { journal });
+    expect(await runDurable("r6", wf, { journal, input: null })).toMatchObject({ output: { n: 1 } });
+    const bad = await runDurable("r6b", () => step("typed", () => ({ n: "x" }) as never, { schema }), {
+      journal,
+      input: null,
+    });
     expect(bad).toMatchObject({ status: "failed" });
   });
 
-  it("a changed program is a ReplayMismatchError naming both steps; the journal is untouched", async () => {
+  it("a renamed step blocks the run with a ReplayMismatchError naming both steps; a changed input is drift; the journal is untouched", async () => {
     const v1 = async () => {
       await step("a", () => 1);
       await waitForSignal("go");
       return step("b", () => 2);
     };
-    expect(await runDurable("r7", v1, { journal })).toMatchObject({ status: "waiting" });
+    expect(await runDurable("r7", v1, { journal, input: null })).toMatchObject({ status: "waiting" });
     const before = await journal.readSteps("r7");
     const renamed = async () => {
       await step("a-renamed", () => 1);
       return 0;
     };
-    const err = await runDurable("r7", renamed, { journal }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(ReplayMismatchError);
-    expect((err as Error).message).toContain('"a"');
-    expect((err as Error).message).toContain('"a-renamed"');
+    const blocked = await runDurable("r7", renamed, { journal });
+    expect(blocked).toMatchObject({
+      status: "blocked",
+      error: { name: ReplayMismatchError.name, code: "REPLAY_MISMATCH" },
+    });
+    const reason = blocked.status === "blocked" ? blocked.error.message : "";
+    expect(reason).toContain('"a"');
+    expect(reason).toContain('"a-renamed"');
+    expect(await journal.getRun("r7")).toMatchObject({ status: "blocked", error: { code: "REPLAY_MISMATCH" } });
     const changedInput = async () => {
       await step("a", () => 1, { input: { v: 2 } });
-      return 0;
+      return waitForSignal("go");
     };
-    const err2 = await runDurable("r7", changedInput, { journal }).catch((e: unknown) => e);
-    expect(err2).toBeInstanceOf(ReplayMismatchError);
-    expect(err2).toMatchObject({ seq: 0, recorded: { name: "a" }, requested: { name: "a" } });
+    expect(await runDurable("r7", changedInput, { journal })).toMatchObject({ status: "waiting" });
+    expect((await journal.readEvents("r7")).filter((e) => e.type === "step_drift")).toMatchObject([
+      { seq: 0, name: "a" },
+    ]);
     expect(await journal.readSteps("r7")).toEqual(before);
     // the original program still resumes it
     await signal("r7", "go", true, { journal });
@@ -231,7 +240,7 @@ describe("signals and timers", () => {
       after++;
       return v;
     };
-    const a = await runDurable("s1", wf, { journal });
+    const a = await runDurable("s1", wf, { journal, input: null });
     expect(a).toEqual({ runId: "s1", status: "waiting", waitingFor: { kind: "signal", name: "approval" } });
     expect(await journal.getRun("s1")).toMatchObject({ status: "waiting", waitingFor: "approval" });
     let woke = 0;
@@ -248,7 +257,7 @@ describe("signals and timers", () => {
       await waitForSignal("first");
       return waitForSignal("second");
     };
-    await runDurable("s2", wf, { journal });
+    await runDurable("s2", wf, { journal, input: null });
     const early = await signal("s2", "second", "early", { journal });
     expect(early.wakes).toBe(false);
     await signal("s2", "first", 1, { journal });
@@ -261,14 +270,14 @@ describe("signals and timers", () => {
       await sleep("long", 60_000);
       return "woke";
     };
-    const r = await runDurable("t1", wf, { journal, inlineSleepMaxMs: 100 });
+    const r = await runDurable("t1", wf, { journal, input: null, inlineSleepMaxMs: 100 });
     expect(r).toMatchObject({ status: "waiting", waitingFor: { kind: "timer", name: "long" } });
     const run = await journal.getRun("t1");
     expect(run?.wakeAt).toBeGreaterThan(Date.now() + 50_000);
     // a replay before the wake-up time keeps waiting, with the same recorded wakeAt
     const r2 = await runDurable("t1", wf, { journal, inlineSleepMaxMs: 100 });
     expect(r2).toMatchObject({ waitingFor: { wakeAt: run?.wakeAt } });
-    const z = await runDurable("t2", async () => sleep("zero", 0), { journal });
+    const z = await runDurable("t2", async () => sleep("zero", 0), { journal, input: null });
     expect(z.status).toBe("completed");
   });
 });
@@ -276,7 +285,7 @@ describe("signals and timers", () => {
 describe("context and fencing", () => {
   it("durable calls outside a run or nested in a step body are refused", async () => {
     await expect(step("x", () => 1)).rejects.toBeInstanceOf(NoRunContextError);
-    const r = await runDurable("c1", () => step("outer", () => step("inner", () => 1)), { journal });
+    const r = await runDurable("c1", () => step("outer", () => step("inner", () => 1)), { journal, input: null });
     expect(r).toMatchObject({ status: "failed", error: { message: expect.stringContaining("cannot nest") } });
   });
 
@@ -295,7 +304,7 @@ describe("context and fencing", () => {
         await currentRun()?.emit({ type: "token", text: "b" });
         return 1;
       },
-      { journal, stream },
+      { journal, input: null, stream },
     );
     await sub;
     expect(got).toEqual([

@@ -50,6 +50,7 @@ export {
   hashInput,
   type Journal,
   type JournalEvent,
+  type JournalEventInput,
   type JournalEventType,
   type LeaseResult,
   type RecordedError,

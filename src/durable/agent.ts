@@ -6,8 +6,22 @@
  * loop replays: recorded model answers and tool results are returned from the
  * journal, so the model is not called (or paid) twice for a completed step.
  *
- * Model tokens travel on the run's side channel (`{ type: "token", text }`
- * events); the journal stores one complete assistant message per `llm` step.
+ * Model tokens travel on the run's side channel (`{ type: "token", seq,
+ * attempt, round, text }` events); the journal stores one complete assistant
+ * message per `llm` step. A retried `llm` attempt first appends
+ * `{ type: "reset", seq, attempt }` for the attempt it abandons, so readers
+ * drop what that attempt streamed (`readText` in `stream.ts`).
+ *
+ * Before every `llm` step the history is repaired with the rules of
+ * `BaseAgent` (`agent/repair.ts`): a tool call without its result gets an
+ * "interrupted" result, an orphaned tool result is removed, an empty assistant
+ * message is removed. The repair is a pure function of the history, so a
+ * replay builds the same request.
+ *
+ * A tool's `needsApproval` function is evaluated once per tool call, as a
+ * durable step (`needs-approval:<tool>`) whose recorded decision every replay
+ * reads: the policy is never asked again for a call it decided, and a policy
+ * change or outage after the pause cannot undo a human's decision.
  *
  * {@link durableTool} wraps a single AI SDK tool so its body is a durable step
  * inside a user's own loop.
@@ -23,12 +37,15 @@ import {
   type ModelMessage,
   streamText,
   type Tool,
+  type ToolResultPart,
   type ToolSet,
 } from "ai";
+import { INTERRUPTED_RESULT, type RepairAction, repairHistory } from "../agent/repair.js";
 import { toWellFormedDeep } from "../agent/well-formed.js";
 import { DumplingsError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
-import { currentRun, type RetryPolicy, step, waitForSignal } from "./context.js";
+import type { OpenAIMessage } from "../core/messages.js";
+import { currentRun, currentStep, type RetryPolicy, step, waitForSignal } from "./context.js";
 import { StepFailedError } from "./errors.js";
 import { type ApprovalDecision, approvalSignalName } from "./signals.js";
 
@@ -48,6 +65,13 @@ export interface DurableAgentOptions {
   llmRetry?: RetryPolicy;
   /** Retry policy of each tool step. @default { maxAttempts: 1 } */
   toolRetry?: RetryPolicy;
+  /**
+   * Retry policy of each `needs-approval:<tool>` step (one call of a tool's
+   * `needsApproval` function). When every attempt throws, the step and the run
+   * fail (an operator can retry the run once the policy works again).
+   * @default { maxAttempts: 3, backoffMs: 200 }
+   */
+  approvalPolicyRetry?: RetryPolicy;
 }
 
 /** Result of {@link DurableAgent.run}. */
@@ -79,6 +103,173 @@ function textOf(message: AssistantModelMessage | undefined): string {
     .filter((p): p is { type: "text"; text: string } => p.type === "text")
     .map((p) => p.text)
     .join("");
+}
+
+/** Result of {@link repairModelMessages}. */
+export interface ModelMessagesRepair {
+  /** The repaired messages (a new array; messages that needed no change are the same objects). */
+  messages: ModelMessage[];
+  /**
+   * What was changed, in `repairHistory`'s terms; `index` is the index of the
+   * message concerned in the ORIGINAL list. Empty when nothing needed repair.
+   */
+  actions: RepairAction[];
+}
+
+type Part = { type: string; [key: string]: unknown };
+const partsOf = (m: ModelMessage): Part[] =>
+  typeof m.content === "string" ? [{ type: "text", text: m.content }] : (m.content as Part[]);
+/** A tool call the client must answer (not one the provider executed itself). */
+const isClientCall = (p: Part) => p.type === "tool-call" && p.providerExecuted !== true;
+
+/**
+ * Repairs an AI SDK message list with the rules `BaseAgent` applies to its
+ * history before every model call (`repairHistory` of `agent/repair.ts`,
+ * policy `"interrupted"`), so that the provider accepts it:
+ *
+ * - a tool call without its result: a result is added right after the
+ *   assistant message's other results (an `error-text` output with
+ *   `INTERRUPTED_RESULT`, marked `providerOptions.dumplings.interrupted`);
+ * - a tool result without its call (an orphan, or a second result for one call): removed;
+ * - an assistant message with neither text nor anything else but blank text: removed;
+ * - a `tool` message left without results: removed.
+ *
+ * The decisions are `repairHistory`'s own, taken on the OpenAI-shaped view
+ * of the list (one `tool` message per result), and applied to the model
+ * messages without re-encoding them: everything else (reasoning, files,
+ * provider options) is kept as it was. Pure and deterministic: the same input
+ * gives the same output, so a replay builds the same request.
+ *
+ * @param messages - AI SDK `ModelMessage`s (not modified)
+ * @returns `{ messages, actions }`
+ * @example
+ * const { messages, actions } = repairModelMessages([
+ *   { role: "user", content: "refund order 7" },
+ *   { role: "assistant", content: [{ type: "tool-call", toolCallId: "c1", toolName: "refund", input: {} }] },
+ * ]);
+ * // messages[2] is { role: "tool", content: [{ type: "tool-result", toolCallId: "c1", … }] }
+ */
+export function repairModelMessages(messages: readonly ModelMessage[]): ModelMessagesRepair {
+  const units: Record<string, unknown>[] = [];
+  const origin: { message: number; part?: number }[] = [];
+  messages.forEach((m, i) => {
+    if (m.role === "tool") {
+      (m.content as Part[]).forEach((p, j) => {
+        if (p.type !== "tool-result") return;
+        units.push({ role: "tool", tool_call_id: String(p.toolCallId), content: "" });
+        origin.push({ message: i, part: j });
+      });
+      return;
+    }
+    if (m.role === "assistant") {
+      const parts = partsOf(m);
+      const calls = parts.filter(isClientCall);
+      const substance = parts.some((p) => (p.type === "text" ? String(p.text).trim() !== "" : !isClientCall(p)));
+      units.push({
+        role: "assistant",
+        content: substance ? "(content)" : "",
+        ...(calls.length > 0
+          ? {
+              tool_calls: calls.map((c) => ({
+                id: String(c.toolCallId),
+                type: "function",
+                function: { name: String(c.toolName), arguments: JSON.stringify(c.input ?? {}) ?? "{}" },
+              })),
+            }
+          : {}),
+      });
+      origin.push({ message: i });
+      return;
+    }
+    units.push({ role: m.role, content: "(content)" });
+    origin.push({ message: i });
+  });
+  const { actions: unitActions } = repairHistory("openai", units as OpenAIMessage[], "interrupted");
+  const actions = unitActions.map((a) => ({ ...a, index: (origin[a.index] as { message: number }).message }));
+  if (actions.length === 0) return { messages: [...messages], actions };
+
+  const droppedMessages = new Set<number>();
+  const droppedParts = new Map<number, Set<number>>();
+  const droppedCalls = new Map<number, Set<string>>();
+  const interrupted = new Map<number, string[]>();
+  const entry = <V>(map: Map<number, V>, key: number, make: () => V): V => {
+    let value = map.get(key);
+    if (value === undefined) {
+      value = make();
+      map.set(key, value);
+    }
+    return value;
+  };
+  for (const a of unitActions) {
+    const at = origin[a.index] as { message: number; part?: number };
+    switch (a.kind) {
+      case "orphan-result-removed":
+        entry(droppedParts, at.message, () => new Set<number>()).add(at.part ?? -1);
+        break;
+      case "empty-assistant-removed":
+        droppedMessages.add(at.message);
+        break;
+      case "invalid-call-removed":
+        entry(droppedCalls, at.message, () => new Set<string>()).add(String(a.toolCallId));
+        break;
+      case "interrupted-result-added":
+        entry(interrupted, at.message, (): string[] => []).push(String(a.toolCallId));
+        break;
+    }
+  }
+
+  const out: ModelMessage[] = [];
+  // interrupted results of the last assistant message, added after its own results
+  let owed: ToolResultPart[] = [];
+  let toolRun = false; // out's last message is a tool message following that assistant message
+  const settle = () => {
+    if (owed.length === 0) return;
+    const last = out[out.length - 1];
+    if (toolRun && last?.role === "tool") out[out.length - 1] = { ...last, content: [...last.content, ...owed] };
+    else out.push({ role: "tool", content: owed });
+    owed = [];
+  };
+  messages.forEach((m, i) => {
+    if (m.role !== "tool") {
+      settle();
+      toolRun = false;
+    }
+    if (droppedMessages.has(i)) return;
+    if (m.role === "tool") {
+      const dropped = droppedParts.get(i);
+      const content = dropped ? m.content.filter((_, j) => !dropped.has(j)) : m.content;
+      if (content.length === 0) return;
+      out.push(content === m.content ? m : { ...m, content });
+      toolRun = true;
+      return;
+    }
+    const calls = droppedCalls.get(i);
+    const message =
+      calls && m.role === "assistant" && typeof m.content !== "string"
+        ? ({
+            ...m,
+            content: (m.content as Part[]).filter((p) => !(isClientCall(p) && calls.has(String(p.toolCallId)))),
+          } as ModelMessage)
+        : m;
+    out.push(message);
+    const ids = interrupted.get(i);
+    if (ids) {
+      const names = new Map(
+        partsOf(m)
+          .filter(isClientCall)
+          .map((p) => [String(p.toolCallId), String(p.toolName)]),
+      );
+      owed = ids.map((id) => ({
+        type: "tool-result",
+        toolCallId: id,
+        toolName: names.get(id) ?? "",
+        output: { type: "error-text", value: INTERRUPTED_RESULT },
+        providerOptions: { dumplings: { interrupted: true } },
+      }));
+    }
+  });
+  settle();
+  return { messages: out, actions };
 }
 
 /**
@@ -120,7 +311,12 @@ export class DurableAgent {
     return out;
   }
 
-  private async llm(history: ModelMessage[], tools: JsonValue, round: number): Promise<AssistantModelMessage> {
+  private async llm(
+    history: ModelMessage[],
+    tools: JsonValue,
+    round: number,
+    repairs: RepairAction[],
+  ): Promise<AssistantModelMessage> {
     const input: JsonValue = {
       model: modelJson(this.options.model),
       system: this.options.system ?? null,
@@ -132,6 +328,15 @@ export class DurableAgent {
       "llm",
       async () => {
         const run = currentRun();
+        const info = currentStep();
+        // Which attempt streams: on the events' data too, for readers that forward only `data`.
+        const origin: { [key: string]: JsonValue } = info ? { seq: info.seq, attempt: info.attempt } : {};
+        if (info && info.attempt > 1) {
+          // the abandoned attempt's tokens are void: readers drop them (pb-35)
+          await run?.emit({ type: "reset", seq: info.seq, attempt: info.attempt - 1 });
+        }
+        if (repairs.length > 0)
+          await run?.emit({ type: "repair", ...origin, actions: repairs as unknown as JsonValue });
         const result = streamText({
           model: this.options.model,
           ...(this.options.system ? { system: this.options.system } : {}),
@@ -140,11 +345,12 @@ export class DurableAgent {
           maxRetries: 0, // retries are journaled step attempts, one model request each
           onError: () => undefined, // the error part below fails the attempt; nothing is logged twice
           ...(this.options.settings ?? {}),
-          ...(run ? { abortSignal: run.abortSignal } : {}),
+          // aborted when the run is cancelled or this executor lost the lease
+          ...(info ? { abortSignal: info.signal } : run ? { abortSignal: run.abortSignal } : {}),
         });
         let failure: unknown;
         for await (const part of result.fullStream) {
-          if (part.type === "text-delta") await run?.emit({ type: "token", round, text: part.text });
+          if (part.type === "text-delta") await run?.emit({ type: "token", ...origin, round, text: part.text });
           else if (part.type === "error") failure = part.error;
         }
         if (failure !== undefined) throw failure;
@@ -159,18 +365,32 @@ export class DurableAgent {
     return assistantModelMessageSchema.parse(message) as AssistantModelMessage;
   }
 
-  private async needsApproval(t: Tool, call: ToolCallPart, history: ModelMessage[]): Promise<boolean> {
-    const flag = t.needsApproval;
-    if (typeof flag === "function") {
-      return await flag(call.input as never, { toolCallId: call.toolCallId, messages: history });
-    }
-    return flag === true;
+  /**
+   * Whether the call waits for a human. A `needsApproval` function runs once
+   * per call, as the step `needs-approval:<tool>` (input `{ toolCallId, input }`,
+   * output `{ needsApproval }`): every replay reads the recorded decision and
+   * never calls the policy again (pb-33).
+   */
+  private async needsApproval(t: Tool, call: ToolCallPart, sent: ModelMessage[]): Promise<boolean> {
+    const policy = t.needsApproval;
+    if (typeof policy !== "function") return policy === true;
+    const decision = await step(
+      `needs-approval:${call.toolName}`,
+      async () => ({
+        needsApproval: Boolean(await policy(call.input as never, { toolCallId: call.toolCallId, messages: sent })),
+      }),
+      {
+        input: { toolCallId: call.toolCallId, input: call.input as JsonValue },
+        retry: this.options.approvalPolicyRetry ?? { maxAttempts: 3, backoffMs: 200 },
+      },
+    );
+    return decision.needsApproval === true;
   }
 
-  private async runTool(call: ToolCallPart, history: ModelMessage[]): Promise<ToolResultOutput> {
+  private async runTool(call: ToolCallPart, sent: ModelMessage[]): Promise<ToolResultOutput> {
     const t = this.options.tools?.[call.toolName];
     if (!t?.execute) return { type: "error-text", value: `unknown tool "${call.toolName}"` };
-    if (await this.needsApproval(t, call, history)) {
+    if (await this.needsApproval(t, call, sent)) {
       const decision = await waitForSignal<ApprovalDecision>(approvalSignalName(call.toolCallId));
       if (!decision?.approved) {
         return { type: "execution-denied", reason: decision?.reason ?? "rejected by a human reviewer" };
@@ -181,7 +401,7 @@ export class DurableAgent {
       const value = await step(
         `tool:${call.toolName}`,
         async () => {
-          const out = await execute(call.input as never, { toolCallId: call.toolCallId, messages: history });
+          const out = await execute(call.input as never, { toolCallId: call.toolCallId, messages: sent });
           return out === undefined ? null : (out as JsonValue);
         },
         {
@@ -202,19 +422,24 @@ export class DurableAgent {
    * passed to `runDurable`, or use {@link DurableAgent.workflow}).
    *
    * @param messages - the conversation so far (AI SDK `ModelMessage`s, JSON)
-   * @returns `{ messages, text, llmSteps }`
+   * @returns `{ messages, text, llmSteps }` (`messages` starts with the input, repaired if it needed it)
    * @throws {RunWaitingError} while a tool call waits for approval (the run is checkpointed)
+   * @throws {StepFailedError} when a `needsApproval` policy failed on every attempt (the run fails)
    * @throws {NoRunContextError} outside a run
    */
   async run(messages: ModelMessage[]): Promise<DurableAgentResult> {
     assertJson(messages, "messages");
-    const history: ModelMessage[] = JSON.parse(JSON.stringify(messages)) as ModelMessage[];
+    let history: ModelMessage[] = JSON.parse(JSON.stringify(messages)) as ModelMessage[];
     const tools = await this.toolDefs();
     const maxSteps = this.options.maxSteps ?? 20;
     let llmSteps = 0;
     let last: AssistantModelMessage | undefined;
     while (llmSteps < maxSteps) {
-      last = await this.llm(history, tools, llmSteps);
+      // BaseAgent's repair rules, before every model call (deterministic: a replay sends the same request)
+      const repaired = repairModelMessages(history);
+      if (repaired.actions.length > 0) history = repaired.messages;
+      const sent = history.slice(); // the messages of this request (what tools and policies receive)
+      last = await this.llm(history, tools, llmSteps, repaired.actions);
       llmSteps++;
       history.push(last);
       const calls =
@@ -224,7 +449,7 @@ export class DurableAgent {
       if (calls.length === 0) break;
       const results = [];
       for (const call of calls) {
-        const output = await this.runTool(call, history);
+        const output = await this.runTool(call, sent);
         results.push({ type: "tool-result" as const, toolCallId: call.toolCallId, toolName: call.toolName, output });
       }
       history.push({ role: "tool", content: results } as ModelMessage);

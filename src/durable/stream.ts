@@ -9,6 +9,19 @@
  * {@link RedisRunStream} (Redis Streams, any number of processes/machines).
  * Indexes are 1-based and dense per run.
  *
+ * **Which attempt said it.** A step's body runs at least once: a failed
+ * attempt is retried, an attempt cut by a crash runs again in another process,
+ * an operator may retry a failed step. Each attempt streams its tokens anew, so
+ * a reader that concatenated every token would show `"Hello,Hello, world"`
+ * (case pb-35). Therefore every event a run appends carries its origin:
+ * `runId`, the `seq` and `attempt` of the step whose body appended it (absent
+ * outside steps), and the `fencingToken` of the executor (a new one per
+ * process that takes the run over, and per operator retry). The durable agent
+ * starts every retried `llm` attempt with a `{ type: "reset", seq, attempt }`
+ * event naming the abandoned attempt, so a live reader can clear what it
+ * showed; {@link readText} / {@link rebuildText} rebuild exactly the text of
+ * the journaled attempts.
+ *
  * @module
  */
 import { EventEmitter } from "node:events";
@@ -22,11 +35,28 @@ import {
   renamedOption,
   runScript,
 } from "../drivers/redis.js";
+import { currentRun, currentStep } from "./context.js";
+import type { Journal, StepRecord } from "./journal.js";
+
+/**
+ * Which part of a run appended an event: the step attempt (`seq`, `attempt`;
+ * absent outside a step body) and the executor (`fencingToken`).
+ */
+export interface EventOrigin {
+  /** 0-based position of the step whose body appended the event. */
+  seq?: number;
+  /** 1-based attempt of that step. */
+  attempt?: number;
+  /** Fencing token of the executor that ran it (orders attempts across processes and operator retries). */
+  fencingToken?: number;
+}
 
 /** One event of a run's side channel. */
-export interface RunStreamEvent {
+export interface RunStreamEvent extends EventOrigin {
   /** 1-based position in the run's stream. */
   index: number;
+  /** The run that appended it (present on every event appended with an origin, i.e. by a run). */
+  runId?: string;
   data: JsonValue;
 }
 
@@ -44,10 +74,21 @@ export interface SubscribeOptions {
 export interface RunEventStream {
   /**
    * Appends an event.
-   * @returns its index
-   * @throws {NonJsonValueError}
+   *
+   * `origin` tags the event with the step attempt and the executor that
+   * produced it. The built-in streams, called without `origin` from inside the
+   * run `runId` (its workflow code or a step body, e.g. through
+   * `currentRun().emit`), take it from the current step; called from outside a
+   * run, the event has no origin and no `runId`.
+   *
+   * @param runId - the run
+   * @param data - the event (JSON)
+   * @param origin - `{ seq?, attempt?, fencingToken? }` (non-negative integers)
+   * @returns its index (1-based)
+   * @throws {NonJsonValueError} when `data` is not JSON
+   * @throws {TypeError} when an origin field is not a non-negative integer
    */
-  append(runId: string, data: JsonValue): Promise<number>;
+  append(runId: string, data: JsonValue, origin?: EventOrigin): Promise<number>;
   /** Events with index > `after` (at most `limit`). */
   read(runId: string, after?: number, limit?: number): Promise<RunStreamEvent[]>;
   /** Live events with index > `options.after`, first the stored ones, then new ones as they arrive. */
@@ -59,6 +100,36 @@ export interface RunEventStream {
 }
 
 /**
+ * The origin of an event appended to `runId`: `origin` when given, else the
+ * current step attempt when the caller runs inside that run, else none.
+ */
+function originOf(runId: string, origin: EventOrigin | undefined): EventOrigin | undefined {
+  if (origin) return origin;
+  const run = currentRun();
+  if (!run || run.runId !== runId) return undefined;
+  const step = currentStep();
+  return {
+    ...(step && step.runId === runId ? { seq: step.seq, attempt: step.attempt } : {}),
+    fencingToken: run.fencingToken,
+  };
+}
+
+type Tags = Omit<RunStreamEvent, "index" | "data">;
+
+/** The tag fields of an event appended to `runId` (only those that are set). */
+function tagsOf(runId: string, origin: EventOrigin | undefined): Tags {
+  if (!origin) return {};
+  const out: Tags = { runId };
+  for (const k of ["seq", "attempt", "fencingToken"] as const) {
+    const v = origin[k];
+    if (v === undefined) continue;
+    if (!Number.isInteger(v) || v < 0) throw new TypeError(`stream event origin: ${k} must be a non-negative integer`);
+    out[k] = v;
+  }
+  return out;
+}
+
+/**
  * In-process side channel (one machine, one process).
  *
  * @example
@@ -66,18 +137,19 @@ export interface RunEventStream {
  * for await (const e of stream.subscribe("run-1", { until: (e) => (e.data as any).type === "end" })) console.log(e);
  */
 export class MemoryRunStream implements RunEventStream {
-  private readonly runs = new Map<string, JsonValue[]>();
+  private readonly runs = new Map<string, (Tags & { data: JsonValue })[]>();
   private readonly emitter = new EventEmitter().setMaxListeners(0);
 
   /** {@inheritDoc RunEventStream.append} */
-  async append(runId: string, data: JsonValue): Promise<number> {
+  async append(runId: string, data: JsonValue, origin?: EventOrigin): Promise<number> {
     assertJson(data, "stream event");
+    const tags = tagsOf(runId, originOf(runId, origin));
     let list = this.runs.get(runId);
     if (!list) {
       list = [];
       this.runs.set(runId, list);
     }
-    list.push(JSON.parse(JSON.stringify(data)) as JsonValue);
+    list.push({ ...tags, data: JSON.parse(JSON.stringify(data)) as JsonValue });
     this.emitter.emit(runId);
     return list.length;
   }
@@ -86,8 +158,10 @@ export class MemoryRunStream implements RunEventStream {
   async read(runId: string, after = 0, limit = Number.POSITIVE_INFINITY): Promise<RunStreamEvent[]> {
     const list = this.runs.get(runId) ?? [];
     const out: RunStreamEvent[] = [];
-    for (let i = after; i < list.length && out.length < limit; i++)
-      out.push({ index: i + 1, data: list[i] as JsonValue });
+    for (let i = after; i < list.length && out.length < limit; i++) {
+      const { data, ...tags } = list[i] as Tags & { data: JsonValue };
+      out.push({ index: i + 1, ...tags, data: JSON.parse(JSON.stringify(data)) as JsonValue });
+    }
     return out;
   }
 
@@ -141,9 +215,12 @@ export interface RedisRunStreamOptions extends RedisConnectionOptions<Redis> {
   blockMs?: number;
 }
 
+// ARGV: data, max length, then the origin's field/value pairs (r runId, s seq, a attempt, t fencing token)
 const APPEND_SCRIPT = redisScript(`
 local n = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], n .. '-1', 'd', ARGV[1])
+local fields = { 'd', ARGV[1] }
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], n .. '-1', unpack(fields))
 return n`);
 
 /**
@@ -180,14 +257,20 @@ export class RedisRunStream implements RunEventStream {
   }
 
   /** {@inheritDoc RunEventStream.append} @throws {BackendError} when Redis fails */
-  async append(runId: string, data: JsonValue): Promise<number> {
+  async append(runId: string, data: JsonValue, origin?: EventOrigin): Promise<number> {
     assertJson(data, "stream event");
+    const tags = tagsOf(runId, originOf(runId, origin));
+    const fields: string[] = [];
+    if (tags.runId !== undefined) fields.push("r", tags.runId);
+    if (tags.seq !== undefined) fields.push("s", String(tags.seq));
+    if (tags.attempt !== undefined) fields.push("a", String(tags.attempt));
+    if (tags.fencingToken !== undefined) fields.push("t", String(tags.fencingToken));
     const n = await this.conn.call(`cannot append to the stream of run "${runId}"`, runId, (c) =>
       runScript(
         c,
         APPEND_SCRIPT,
         [this.key(runId), `${this.prefix}{${runId}}:n`],
-        [JSON.stringify(data), String(this.maxLength)],
+        [JSON.stringify(data), String(this.maxLength), ...fields],
       ),
     );
     return Number(n);
@@ -245,6 +328,162 @@ export class RedisRunStream implements RunEventStream {
 }
 
 function parseEntry([id, fields]: [string, string[]]): RunStreamEvent {
-  const i = fields.indexOf("d");
-  return { index: Number(id.split("-")[0]), data: JSON.parse(fields[i + 1] ?? "null") as JsonValue };
+  const tags: Tags = {};
+  let data: JsonValue = null;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const value = fields[i + 1] as string;
+    const field = fields[i];
+    if (field === "d") data = JSON.parse(value) as JsonValue;
+    else if (field === "r") tags.runId = value;
+    else if (field === "s") tags.seq = Number(value);
+    else if (field === "a") tags.attempt = Number(value);
+    else if (field === "t") tags.fencingToken = Number(value);
+  }
+  return { index: Number(id.split("-")[0]), ...tags, data };
+}
+
+// ---------------------------------------------------------------- rebuilding the text
+
+/** Options of {@link rebuildText}. */
+export interface RebuildTextOptions {
+  /**
+   * The run's step records (`journal.readSteps(runId)`): keep only the events
+   * of each step's completed attempt, so the text is exactly what the journal
+   * recorded (an attempt still streaming, or a failed step, adds nothing).
+   * Without them, the latest attempt of each step is kept (what a live reader shows).
+   */
+  steps?: readonly StepRecord[];
+  /** Only the text streamed by this step (0-based `seq`). @default every step and the events outside steps */
+  seq?: number;
+  /** `data.type` of the events whose `data.text` is the text. @default "token" */
+  type?: string;
+}
+
+/** Options of {@link readText}. */
+export interface ReadTextOptions extends RebuildTextOptions {
+  /** The run's journal: its step records are read and used as `steps` (ignored when `steps` is given). */
+  journal?: Pick<Journal, "readSteps">;
+}
+
+type Obj = { [key: string]: JsonValue };
+const objectOf = (v: JsonValue): Obj | undefined =>
+  v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Obj) : undefined;
+const intOf = (v: JsonValue | undefined): number | undefined =>
+  typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : undefined;
+
+/** The step attempt that appended `e`: its tags, else the `seq`/`attempt` its data carries (a stream that drops tags). */
+function attemptOf(e: RunStreamEvent, data: Obj | undefined) {
+  let seq = e.seq;
+  let attempt = e.attempt;
+  if (seq === undefined && data) {
+    seq = intOf(data.seq);
+    attempt = intOf(data.attempt);
+    // untagged reset: its data names the abandoned attempt; it was appended by the next one
+    if (data.type === "reset" && attempt !== undefined) attempt += 1;
+  }
+  return { seq, attempt, token: e.fencingToken };
+}
+
+/** (fencing token, attempt) ordering: a later executor, then a later attempt, is newer. */
+const newer = (a: [number, number], b: [number, number]) => a[0] > b[0] || (a[0] === b[0] && a[1] > b[1]);
+
+/**
+ * Rebuilds the text a run streamed, from its side-channel events: the
+ * concatenated `data.text` of the `token` events, without the tokens of
+ * abandoned attempts (case pb-35: a retried `llm` step gives `"Hello, world"`,
+ * never `"Hello, Hello, world"`).
+ *
+ * Rules, per step (`seq`):
+ * - with `steps` (the journal's records): only the events of the attempt the
+ *   journal recorded as completed (same `attempt`, same `fencingToken`);
+ * - without: only the events of the latest attempt (highest `fencingToken`,
+ *   then highest `attempt`), minus any attempt a `{ type: "reset", seq, attempt }`
+ *   event abandoned (that attempt and earlier ones, wherever their events
+ *   arrived — a zombie's late tokens included);
+ * - events outside steps (no `seq`) are always kept.
+ *
+ * Pure: a live reader can keep the events it received and call it again.
+ *
+ * @param events - a run's events in stream order (`stream.read(runId)` or those of a subscription)
+ * @param options - `steps` (journal records), `seq` (one step), `type` (default `"token"`)
+ * @returns the text
+ * @example
+ * const events = [];
+ * for await (const e of stream.subscribe(runId, { signal })) {
+ *   events.push(e);
+ *   render(rebuildText(events));
+ * }
+ */
+export function rebuildText(events: readonly RunStreamEvent[], options: RebuildTextOptions = {}): string {
+  const type = options.type ?? "token";
+  const latest = new Map<number, [number, number]>();
+  const resets: { seq: number; attempt: number; token: number }[] = [];
+  for (const e of events) {
+    const data = objectOf(e.data);
+    const { seq, attempt, token } = attemptOf(e, data);
+    if (seq !== undefined && attempt !== undefined) {
+      const key: [number, number] = [token ?? 0, attempt];
+      const seen = latest.get(seq);
+      if (!seen || newer(key, seen)) latest.set(seq, key);
+    }
+    if (data?.type === "reset") {
+      const rSeq = intOf(data.seq);
+      const rAttempt = intOf(data.attempt);
+      if (rSeq !== undefined && rAttempt !== undefined) {
+        resets.push({ seq: rSeq, attempt: rAttempt, token: token ?? Number.POSITIVE_INFINITY });
+      }
+    }
+  }
+  const completed = new Map<number, StepRecord>();
+  for (const s of options.steps ?? []) if (s.status === "completed") completed.set(s.seq, s);
+  let text = "";
+  for (const e of events) {
+    const data = objectOf(e.data);
+    if (data?.type !== type || typeof data.text !== "string") continue;
+    const { seq, attempt, token } = attemptOf(e, data);
+    if (seq === undefined) {
+      if (options.seq === undefined) text += data.text;
+      continue;
+    }
+    if (options.seq !== undefined && seq !== options.seq) continue;
+    if (attempt === undefined) {
+      text += data.text;
+      continue;
+    }
+    if (options.steps) {
+      const rec = completed.get(seq);
+      if (rec && rec.attempt === attempt && (token === undefined || token === rec.fencingToken)) text += data.text;
+      continue;
+    }
+    const best = latest.get(seq);
+    if (best && (best[0] !== (token ?? 0) || best[1] !== attempt)) continue;
+    if (resets.some((r) => r.seq === seq && attempt <= r.attempt && (token ?? 0) <= r.token)) continue;
+    text += data.text;
+  }
+  return text;
+}
+
+/**
+ * Reads a run's side channel and rebuilds the text it streamed, without the
+ * tokens of abandoned attempts (see {@link rebuildText} for the rules). With
+ * `journal`, exactly the text of the journaled (completed) attempts: for a
+ * durable agent's run, the text of its recorded assistant messages.
+ *
+ * Only the events the stream still holds count (a {@link RedisRunStream} keeps
+ * the last `maxLength` events of a run).
+ *
+ * @param stream - the run's side channel
+ * @param runId - the run
+ * @param options - `journal` (or `steps`), `seq` (one step's text), `type` (default `"token"`)
+ * @returns the text (empty when the run streamed nothing)
+ * @throws {BackendError} when the stream or the journal fails
+ * @example
+ * await runDurable("chat-1", agent.workflow(), { journal, stream, input: { messages } });
+ * await readText(stream, "chat-1", { journal }); // "Hello, world" even if the first llm attempt died mid-stream
+ */
+export async function readText(stream: RunEventStream, runId: string, options: ReadTextOptions = {}): Promise<string> {
+  const { journal, ...rest } = options;
+  const events = await stream.read(runId);
+  const steps = rest.steps ?? (journal ? await journal.readSteps(runId) : undefined);
+  return rebuildText(events, { ...rest, ...(steps ? { steps } : {}) });
 }

@@ -34,6 +34,7 @@
  *
  * @module
  */
+import { createHash } from "node:crypto";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
@@ -140,6 +141,8 @@ export class PostgresBackend implements StateBackend {
   /** Schema holding the tables. */
   readonly schema: string;
   private readonly driver: PostgresDriver;
+  /** Name of the prepared append, per schema: a hash keeps it within PostgreSQL's 63-byte identifiers whatever the schema's length. */
+  private readonly appendStatement: string;
   private readonly compress: boolean;
   private readonly compressMinBytes: number;
 
@@ -150,6 +153,7 @@ export class PostgresBackend implements StateBackend {
   constructor(options: PostgresBackendOptions = {}) {
     this.driver = new PostgresDriver("postgres", options, MIGRATIONS);
     this.schema = this.driver.schema;
+    this.appendStatement = `dumplings_append_${createHash("sha1").update(this.schema).digest("hex").slice(0, 16)}`;
     this.compress = options.compressHistory ?? false;
     this.compressMinBytes =
       options.compressMinBytes === undefined ? 1024 : Math.max(0, Math.floor(options.compressMinBytes));
@@ -229,7 +233,7 @@ export class PostgresBackend implements StateBackend {
       const r = await this.call(what, key, () =>
         this.pool.query({
           // Named: the append runs after every turn, so PostgreSQL plans it once per connection.
-          name: `dumplings_append_${this.schema}`,
+          name: this.appendStatement,
           text: this.sql(`WITH upd AS (
               UPDATE {s}.sessions
                  SET meta = $3, config = $4, state = $5, revision = revision + 1, message_count = $6,

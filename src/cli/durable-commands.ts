@@ -24,6 +24,7 @@ import { hostname, userInfo } from "node:os";
 import { Command } from "commander";
 import { DumplingsError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
+import { redactUrl } from "../drivers/options.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
@@ -82,7 +83,7 @@ export async function openJournal(options: JournalCliOptions = {}): Promise<Jour
   }
   throw new DumplingsError(
     "USAGE",
-    `unknown journal ${JSON.stringify(spec)}: use sqlite:PATH, postgres://… or redis://…`,
+    `unknown journal ${JSON.stringify(redactUrl(spec))}: use sqlite:PATH, postgres://… or redis://…`,
   );
 }
 

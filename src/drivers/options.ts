@@ -66,9 +66,43 @@ export function positiveOption(
   );
 }
 
-/** A URL without its password, for messages and labels. */
+/**
+ * Checks a positive whole-number option (a pool size).
+ *
+ * @returns `value`, or `fallback` when undefined
+ * @throws {InvalidOptionError} when `value` is not a positive safe integer
+ */
+export function wholeOption(component: string, option: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value === "number" && Number.isSafeInteger(value) && value > 0) return value;
+  throw new InvalidOptionError(component, option, `must be a positive whole number, got ${String(value)}`);
+}
+
+/**
+ * A URL without its credentials, for messages and labels: the user name is
+ * kept, a password becomes `***`. Anything after the scheme of a text that is
+ * not a parsable URL is dropped (it may hold a password in any shape).
+ *
+ * @example
+ * redactUrl("postgres://app:s3cret@db:5432/x") // "postgres://app:***@db:5432/x"
+ */
 export function redactUrl(url: string): string {
-  return url.replace(/\/\/([^:/@]*):[^@/]*@/, "//$1:***@");
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return describeUnparsable(url);
+  }
+  if (u.password) u.password = "***";
+  return u.href;
+}
+
+/** What may be said of a text that does not parse as a URL: its scheme, never the rest. */
+function describeUnparsable(text: string): string {
+  const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(text)?.[1];
+  return scheme
+    ? `a ${scheme}: URL (not shown: it does not parse, and may hold a password)`
+    : "a text that is not a URL";
 }
 
 /**
@@ -84,13 +118,18 @@ export function redactUrl(url: string): string {
 export function parseUrlOption(component: string, url: unknown, protocols: readonly string[], source?: string): URL {
   const from = source ? ` (read from ${source})` : "";
   if (typeof url !== "string" || url.trim() === "") {
-    throw new InvalidOptionError(component, "url", `must be a URL, got ${JSON.stringify(url)}${from}`);
+    throw new InvalidOptionError(
+      component,
+      "url",
+      `must be a URL, got ${typeof url === "string" ? "an empty text" : typeof url}${from}`,
+    );
   }
   let parsed: URL;
   try {
     parsed = new URL(url);
-  } catch (cause) {
-    throw new InvalidOptionError(component, "url", `${JSON.stringify(redactUrl(url))} is not a URL${from}`, { cause });
+  } catch {
+    // No cause attached: Node's URL error carries the raw input, password included.
+    throw new InvalidOptionError(component, "url", `${describeUnparsable(url)} is not a valid URL${from}`);
   }
   if (!protocols.includes(parsed.protocol)) {
     const names = protocols.map((p) => (p === "unix:" ? p : `${p}//`)).join(", ");

@@ -34,7 +34,7 @@
 import { createRequire } from "node:module";
 import type pg from "pg";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
-import { parseUrlOption, positiveOption, renamedOption } from "./options.js";
+import { parseUrlOption, positiveOption, renamedOption, wholeOption } from "./options.js";
 import type { SqlDriver } from "./sql.js";
 
 /** Default connection URL when neither `url` nor `DATABASE_URL` is set. */
@@ -82,8 +82,16 @@ export interface PgLikePool {
   connect(): Promise<PgLikeClient>;
   /** Optional: close every connection. Called by `close()` only for a pool the library created itself. */
   end?(): Promise<void>;
-  /** Optional (a `pg.Pool` has it): the driver listens for `'error'` of idle clients. */
+  /**
+   * Optional (a `pg.Pool` has it): the driver listens for `'error'` of idle
+   * clients, and for `'connect'`/`'acquire'` to give every client an `'error'`
+   * listener in the same tick it is handed out.
+   */
   on?(event: "error", listener: (err: Error) => void): unknown;
+  on?(event: "connect" | "acquire", listener: (client: PgLikeClient) => void): unknown;
+  /** Optional: the driver removes its listeners at `close()`. */
+  removeListener?(event: "error", listener: (err: Error) => void): unknown;
+  removeListener?(event: "connect" | "acquire", listener: (client: PgLikeClient) => void): unknown;
 }
 
 /**
@@ -152,6 +160,24 @@ const LOCK_CLASS = 1685417316;
 /** SQLSTATEs of "the schema or the ledger does not exist yet". */
 const UNDEFINED = new Set(["42P01", "3F000"]);
 
+/** The last connection error of each client the library has seen (set by a listener every client has from its first use). */
+const clientErrors = new WeakMap<object, Error>();
+const guardedClients = new WeakSet<object>();
+/**
+ * Gives a client a permanent `'error'` listener, synchronously when the pool
+ * creates or hands it out (`'connect'`/`'acquire'` are emitted before the pool
+ * removes its own idle listener), so there is no instant at which a
+ * connection-level error (a `pg_terminate_backend`, a failover) finds a client
+ * with no listener and crashes the process.
+ */
+function guardClient(client: { on?(event: "error", listener: (err: Error) => void): unknown }): void {
+  if (guardedClients.has(client)) return;
+  guardedClients.add(client);
+  client.on?.("error", (err: Error) => {
+    clientErrors.set(client, err);
+  });
+}
+
 const requireCjs = createRequire(import.meta.url);
 let pgModule: typeof pg | undefined;
 /** Loads `pg` on first use, so importing the library never loads it. */
@@ -207,6 +233,8 @@ export class PostgresDriver implements SqlDriver {
   private readonly migrations: PostgresMigrations;
   private readying: Promise<void> | undefined;
   private closed = false;
+  /** Discards of the clients checked out now (see {@link connectClient}). */
+  private readonly checkedOutClients = new Set<() => void>();
   /** The last error an idle pooled connection reported (for diagnostics). */
   lastIdleError: Error | undefined;
 
@@ -221,42 +249,45 @@ export class PostgresDriver implements SqlDriver {
     this.schema = checkSchemaName(o.schema ?? DEFAULT_SCHEMA, component);
     this.quotedSchema = `"${this.schema}"`;
     this.migrations = migrations;
-    const onIdleError = (err: Error) => {
-      // An idle connection died (restart, failover, pg_terminate_backend): the pool drops it, the next call reconnects.
-      this.lastIdleError = err;
-    };
+    const fromEnv = o.url === undefined && o.connectionString === undefined && process.env.DATABASE_URL !== undefined;
+    const url =
+      renamedOption(component, "url", o.url, "connectionString", o.connectionString) ??
+      process.env.DATABASE_URL ??
+      DEFAULT_POSTGRES_URL;
+    // Checked even beside an injected pool (where they are unused), so a typo is never silently accepted.
+    if (!o.pool || o.url !== undefined || o.connectionString !== undefined) {
+      parseUrlOption(component, url, ["postgres:", "postgresql:"], fromEnv ? "DATABASE_URL" : undefined);
+    }
+    const max = wholeOption(
+      component,
+      "maxConnections",
+      renamedOption(component, "maxConnections", o.maxConnections, "max", o.max),
+      10,
+    );
+    const connectTimeout = positiveOption(component, "connectTimeoutMs", o.connectTimeoutMs, 5000);
+    const statementTimeout = positiveOption(component, "statementTimeoutMs", o.statementTimeoutMs, 30_000);
     if (o.pool) {
       this.pool = o.pool;
       this.owned = false;
-      this.pool.on?.("error", onIdleError);
     } else {
-      const fromEnv = o.url === undefined && o.connectionString === undefined && process.env.DATABASE_URL !== undefined;
-      const url =
-        renamedOption(component, "url", o.url, "connectionString", o.connectionString) ??
-        process.env.DATABASE_URL ??
-        DEFAULT_POSTGRES_URL;
-      parseUrlOption(component, url, ["postgres:", "postgresql:"], fromEnv ? "DATABASE_URL" : undefined);
-      const max = positiveOption(
-        component,
-        "maxConnections",
-        renamedOption(component, "maxConnections", o.maxConnections, "max", o.max),
-        10,
-        "",
-      );
-      const connectTimeout = positiveOption(component, "connectTimeoutMs", o.connectTimeoutMs, 5000);
-      const statementTimeout = positiveOption(component, "statementTimeoutMs", o.statementTimeoutMs, 30_000);
       const { Pool } = loadPg();
-      const pool = new Pool({
+      this.pool = new Pool({
         connectionString: url,
         max,
         connectionTimeoutMillis: connectTimeout,
         statement_timeout: statementTimeout,
-      });
-      pool.on("error", onIdleError);
-      this.pool = pool as unknown as PgLikePool;
+      }) as unknown as PgLikePool;
       this.owned = true;
     }
+    this.pool.on?.("error", this.onIdleError);
+    this.pool.on?.("connect", guardClient);
+    this.pool.on?.("acquire", guardClient);
   }
+
+  /** An idle connection died (restart, failover, pg_terminate_backend): the pool drops it, the next call reconnects. */
+  private readonly onIdleError = (err: Error): void => {
+    this.lastIdleError = err;
+  };
 
   /** Replaces `{s}` in SQL text with the quoted schema. */
   sql(text: string): string {
@@ -373,6 +404,11 @@ export class PostgresDriver implements SqlDriver {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // A client still checked out (an abandoned iterHistory) is discarded, so ending the pool never waits on it.
+    for (const discard of [...this.checkedOutClients]) discard();
+    this.pool.removeListener?.("error", this.onIdleError);
+    this.pool.removeListener?.("connect", guardClient);
+    this.pool.removeListener?.("acquire", guardClient);
     if (this.owned) await this.pool.end?.();
   }
 
@@ -421,34 +457,39 @@ export class PostgresDriver implements SqlDriver {
     } catch (e) {
       throw this.wrap(e, what, key);
     }
-    let broken: Error | undefined;
+    // A pool without 'acquire' events (a custom shape) gets its listener here.
+    guardClient(client);
+    clientErrors.delete(client);
+    let failed: Error | undefined;
     let released = false;
-    const onError = (err: Error) => {
-      broken = err;
+    const broken = () => failed ?? clientErrors.get(client);
+    const release = (discard?: Error) => {
+      if (released) return;
+      released = true;
+      this.checkedOutClients.delete(onClose);
+      try {
+        client.release(discard ?? broken());
+      } catch {
+        // releasing a client whose connection is gone must not mask the call's own outcome
+      }
     };
-    client.on?.("error", onError);
+    const onClose = () => release(new Error("the store was closed while this connection was checked out"));
+    this.checkedOutClients.add(onClose);
     return {
       query: async (text, values) => {
-        if (broken) throw broken;
+        if (this.closed || released) throw this.closedError(what, key);
+        const dead = broken();
+        if (dead) throw dead;
         try {
           return await client.query(text, values);
         } catch (e) {
           // A failed statement leaves the connection usable after ROLLBACK; a connection-level
           // failure (no SQLSTATE) means the client must not go back to the pool.
-          if (sqlState(e) === undefined) broken ??= e instanceof Error ? e : new Error(String(e));
+          if (sqlState(e) === undefined) failed ??= e instanceof Error ? e : new Error(String(e));
           throw e;
         }
       },
-      release: () => {
-        if (released) return;
-        released = true;
-        client.removeListener?.("error", onError);
-        try {
-          client.release(broken);
-        } catch {
-          // releasing a client whose connection is gone must not mask the call's own outcome
-        }
-      },
+      release: () => release(),
     };
   }
 

@@ -174,7 +174,7 @@ export function parseRedisUrl(url: unknown, source?: string): RedisTarget {
   const db = u.protocol === "unix:" ? u.searchParams.get("db") : u.pathname.replace(/^\//, "");
   if (db && !/^\d+$/.test(db)) refuse(`${JSON.stringify(redactUrl(text))} names database ${JSON.stringify(db)}`);
   if (u.protocol === "unix:") {
-    if (!u.pathname || u.pathname === "/") refuse(`${JSON.stringify(text)} names no socket path`);
+    if (!u.pathname || u.pathname === "/") refuse(`${JSON.stringify(redactUrl(text))} names no socket path`);
     return db ? { path: u.pathname, db: Number(db) } : { path: u.pathname };
   }
   if (!u.hostname) refuse(`${JSON.stringify(redactUrl(text))} names no host`);

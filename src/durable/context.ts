@@ -145,7 +145,15 @@ export function currentRun():
     fencingToken: ctx.fencingToken,
     abortSignal: ctx.abortSignal,
     async emit(data: JsonValue) {
-      if (ctx.stream) await ctx.stream.append(ctx.runId, data);
+      if (!ctx.stream) return;
+      // Tagged with the step and attempt that produced it (and the executor's token), so a reader can
+      // drop what an abandoned attempt streamed (see readText in stream.ts).
+      const s = scope.step;
+      await ctx.stream.append(
+        ctx.runId,
+        data,
+        s ? { seq: s.seq, attempt: s.attempt, fencingToken: ctx.fencingToken } : { fencingToken: ctx.fencingToken },
+      );
     },
   };
 }

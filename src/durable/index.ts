@@ -11,7 +11,14 @@
  *
  * @module
  */
-export { DurableAgent, type DurableAgentOptions, type DurableAgentResult, durableTool } from "./agent.js";
+export {
+  DurableAgent,
+  type DurableAgentOptions,
+  type DurableAgentResult,
+  durableTool,
+  type ModelMessagesRepair,
+  repairModelMessages,
+} from "./agent.js";
 export {
   currentRun,
   currentStep,
@@ -84,11 +91,16 @@ export {
   signal,
 } from "./signals.js";
 export {
+  type EventOrigin,
   MemoryRunStream,
+  type ReadTextOptions,
+  type RebuildTextOptions,
   RedisRunStream,
   type RedisRunStreamOptions,
   type RunEventStream,
   type RunStreamEvent,
+  readText,
+  rebuildText,
   type SubscribeOptions,
 } from "./stream.js";
 export {

@@ -28,9 +28,9 @@ import { hostname } from "node:os";
 import type { Job, Queue, Worker } from "bullmq";
 import type { JsonValue } from "../core/json.js";
 import { loadBullmq, RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
-import { LeaseHeldError, ReplayMismatchError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
+import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
-import { type RunResult, runDurable, type WorkflowFn } from "./run.js";
+import { ensureRun, type RunResult, runDurable, type WorkflowFn } from "./run.js";
 import { type SignalResult, signal } from "./signals.js";
 import type { RunEventStream } from "./stream.js";
 
@@ -127,24 +127,26 @@ export class DurableQueue {
   }
 
   /**
-   * Creates the run in the journal (unless it exists) and queues it.
+   * Creates the run in the journal (unless it exists) and queues it, with the
+   * run-identity rules of `runDurable` (see `ensureRun`): a run id names one
+   * request.
    *
-   * @param run - `{ runId, workflow, input }` (`workflow` names a function registered on the workers)
+   * @param run - `{ runId, workflow, input, attach }` (`workflow` names a function registered on the
+   *   workers; `input` is required to create a run; `attach: true` queues an existing run whatever its input)
    * @param options - `delayMs` before it may start
-   * @returns `created: false` when the run already existed (it is queued again anyway; duplicates are harmless)
+   * @returns `outcome`: `"created"` (a new run), `"existing"` (the same request was already there: it is
+   *   queued again, duplicates are harmless); `created` says the same as a boolean
+   * @throws {RunInputMismatchError} when the run exists with another input and `attach` is not set
+   * @throws {RunNotFoundError} when `input` is omitted and the run does not exist (nothing is created)
    * @throws {NonJsonValueError} when `input` is not JSON
    */
   async enqueue(
-    run: { runId: string; workflow: string; input?: JsonValue },
+    run: { runId: string; workflow: string; input?: JsonValue; attach?: boolean },
     options: { delayMs?: number } = {},
-  ): Promise<{ created: boolean }> {
-    const { created } = await this.journal.createRun({
-      runId: run.runId,
-      workflow: run.workflow,
-      input: run.input ?? null,
-    });
+  ): Promise<{ created: boolean; outcome: "created" | "existing" }> {
+    const { created } = await ensureRun(this.journal, run);
     await this.wake(run.runId, options.delayMs);
-    return { created };
+    return { created, outcome: created ? "created" : "existing" };
   }
 
   /**
@@ -309,7 +311,8 @@ export class DurableWorker extends DurableQueue {
         inlineSleepMaxMs: this.options.inlineSleepMaxMs ?? 1000,
       });
       if (result.status === "waiting" && result.waitingFor.kind === "timer") {
-        await this.wake(runId, result.waitingFor.wakeAt - Date.now());
+        // The wake-up time is the store's clock; so is the delay.
+        await this.wake(runId, result.waitingFor.wakeAt - (await this.journal.now()));
       }
       this.options.onResult?.(result);
       return { runId, status: result.status };
@@ -323,7 +326,6 @@ export class DurableWorker extends DurableQueue {
         this.options.onResult?.({ runId, status: "skipped", reason: "taken over by another worker" });
         return { runId, status: "taken-over" };
       }
-      if (error instanceof ReplayMismatchError) throw new UnrecoverableError(error.message);
       throw error;
     }
   }

@@ -307,9 +307,10 @@ describe("context and fencing", () => {
       { journal, input: null, stream },
     );
     await sub;
+    const token = (await journal.getRun("m1"))?.fencingToken;
     expect(got).toEqual([
-      { index: 1, data: { type: "token", text: "a" } },
-      { index: 2, data: { type: "token", text: "b" } },
+      { index: 1, runId: "m1", fencingToken: token, data: { type: "token", text: "a" } },
+      { index: 2, runId: "m1", fencingToken: token, data: { type: "token", text: "b" } },
       { index: 3, data: { type: "run-end", status: "completed" } },
     ]);
     expect(await stream.read("m1", 2)).toEqual([{ index: 3, data: { type: "run-end", status: "completed" } }]);

@@ -9,7 +9,7 @@
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StaleFencingTokenError } from "../../src/durable/errors.js";
+import { RunInputMismatchError, RunNotFoundError, StaleFencingTokenError } from "../../src/durable/errors.js";
 import type { StepRecord } from "../../src/durable/journal.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { DurableQueue } from "../../src/durable/worker.js";
@@ -61,7 +61,22 @@ describe.skipIf(!!skip)(`DurableWorker on BullMQ${skip ? ` (skipped: ${skip})` :
 
   it("60 runs on three workers, one SIGKILLed mid-way: each run completes exactly once with a gapless journal", async () => {
     const ids = Array.from({ length: RUNS }, (_, i) => `tiny-${i}`);
-    for (const runId of ids) await queue.enqueue({ runId, workflow: "tiny", input: { runId } });
+    for (const runId of ids) {
+      expect(await queue.enqueue({ runId, workflow: "tiny", input: { runId } })).toEqual({
+        created: true,
+        outcome: "created",
+      });
+    }
+    // Run identity: the same request again is "existing"; another input under the same id is refused;
+    // a mistyped id without input creates nothing.
+    expect(await queue.enqueue({ runId: ids[0]!, workflow: "tiny", input: { runId: ids[0]! } })).toMatchObject({
+      outcome: "existing",
+    });
+    await expect(queue.enqueue({ runId: ids[0]!, workflow: "tiny", input: { other: 1 } })).rejects.toBeInstanceOf(
+      RunInputMismatchError,
+    );
+    await expect(queue.enqueue({ runId: "tiny-typo", workflow: "tiny" })).rejects.toBeInstanceOf(RunNotFoundError);
+    expect(await journal.getRun("tiny-typo")).toBeUndefined();
 
     // kill w1 while it holds a run, after some runs are done
     let victim: string | undefined;
@@ -127,8 +142,8 @@ describe.skipIf(!!skip)(`DurableWorker on BullMQ${skip ? ` (skipped: ${skip})` :
 
   it("runs waiting for a signal hold no worker; the signal re-enqueues them; timers come back after their delay", async () => {
     const gated = ["gated-0", "gated-1", "gated-2"];
-    for (const runId of gated) await queue.enqueue({ runId, workflow: "gated" });
-    await queue.enqueue({ runId: "timer-0", workflow: "timer" });
+    for (const runId of gated) await queue.enqueue({ runId, workflow: "gated", input: null });
+    await queue.enqueue({ runId: "timer-0", workflow: "timer", input: null });
     for (let i = 0; i < 300; i++) {
       const waiting = await journal.listRuns({ status: "waiting" });
       if (gated.every((g) => waiting.some((r) => r.runId === g && r.waitingFor === "go"))) break;

@@ -364,7 +364,10 @@ export class SQLiteBackend implements StateBackend {
    * @throws {SQLiteBusyError} / {BackendError} as {@link SQLiteBackend.save}
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
-    return this.#write(key, state, options);
+    // In the file's queue: waits for a journal's or cold store's transaction of this process on the same file.
+    return this.#driver.serialize(`cannot save ${JSON.stringify(key)}`, key, () =>
+      this.#write(key, state, options, true),
+    );
   }
 
   /**
@@ -375,7 +378,7 @@ export class SQLiteBackend implements StateBackend {
    * @throws {FormatError} / {BackendError} as {@link SQLiteBackend.load}
    */
   async read(key: string): Promise<ReadResult | undefined> {
-    return this.#read(key);
+    return this.#driver.serialize(`cannot load ${JSON.stringify(key)}`, key, () => this.#read(key, true));
   }
 
   /**
@@ -390,7 +393,8 @@ export class SQLiteBackend implements StateBackend {
    */
   async readHeader(key: string): Promise<HeaderResult | undefined> {
     validateKey(key);
-    const row = this.#run(`cannot read ${JSON.stringify(key)}`, key, () => this.#s.row.get(key));
+    const what = `cannot read ${JSON.stringify(key)}`;
+    const row = await this.#driver.serialize(what, key, () => this.#run(what, key, () => this.#s.row.get(key), true));
     if (!row) return undefined;
     const [meta, config, runtime] = this.#headerParts(key, row);
     const count = row.message_count ?? this.#parseLegacyHistory(key, row.history).length;
@@ -410,10 +414,10 @@ export class SQLiteBackend implements StateBackend {
   async *iterHistory(key: string): AsyncGenerator<Message> {
     validateKey(key);
     const what = `cannot read history of ${JSON.stringify(key)}`;
-    const head = this.#run(what, key, () => this.#s.head.get(key));
+    const head = await this.#driver.serialize(what, key, () => this.#run(what, key, () => this.#s.head.get(key), true));
     if (!head) throw new StateNotFoundError(key, this.name);
     if (head.message_count === null) {
-      const found = this.#read(key);
+      const found = await this.#driver.serialize(what, key, () => this.#read(key, true));
       if (!found) throw new StateNotFoundError(key, this.name);
       yield* found.state.history;
       return;
@@ -421,7 +425,9 @@ export class SQLiteBackend implements StateBackend {
     const total = head.message_count;
     for (let from = 0; from < total; from += PAGE_SIZE) {
       const to = Math.min(total, from + PAGE_SIZE);
-      const page = this.#run(what, key, () => this.#pageTx(key, from, to));
+      const page = await this.#driver.serialize(what, key, () =>
+        this.#run(what, key, () => this.#pageTx(key, from, to), true),
+      );
       if (page.head?.revision !== head.revision) {
         throw new ConflictError(key, head.revision, page.head?.revision ?? null, this.name);
       }
@@ -475,7 +481,9 @@ export class SQLiteBackend implements StateBackend {
 
   // -------------------------------------------------------------------------
 
-  #run<T>(what: string, key: string | undefined, fn: () => T): T {
+  #run<T>(what: string, key: string | undefined, fn: () => T, queued = false): T {
+    // A synchronous call cannot wait for another component's async transaction on this file: refuse at once.
+    if (!queued) this.#driver.assertFileFree(what, key);
     try {
       return fn();
     } catch (cause) {
@@ -525,9 +533,9 @@ export class SQLiteBackend implements StateBackend {
     return value as Message;
   }
 
-  #read(key: string): ReadResult | undefined {
+  #read(key: string, queued = false): ReadResult | undefined {
     validateKey(key);
-    const found = this.#run(`cannot load ${JSON.stringify(key)}`, key, () => this.#readTx(key));
+    const found = this.#run(`cannot load ${JSON.stringify(key)}`, key, () => this.#readTx(key), queued);
     if (!found) return undefined;
     const { row, bodies } = found;
     const [meta, config, runtime] = this.#headerParts(key, row);
@@ -568,7 +576,7 @@ export class SQLiteBackend implements StateBackend {
     return splitLegacyHistory(text).map((line, i) => this.#decodeMessage(key, i, line));
   }
 
-  #write(key: string, state: AgentState, options: WriteOptions): WriteResult {
+  #write(key: string, state: AgentState, options: WriteOptions, queued = false): WriteResult {
     validateKey(key);
     const [meta, config, runtime] = encodeHeaderParts(state);
     const { expectedRevision, baseLength, force = false } = options;
@@ -588,8 +596,11 @@ export class SQLiteBackend implements StateBackend {
       baseLength <= history.length;
     const from = appendable ? (baseLength as number) : 0;
     const bodies = this.#encodeRange(history, from, history.length);
-    const result = this.#run(`cannot save ${JSON.stringify(key)}`, key, () =>
-      this.#writeTx.immediate({ key, meta, config, runtime, history, from, bodies, expectedRevision, force }),
+    const result = this.#run(
+      `cannot save ${JSON.stringify(key)}`,
+      key,
+      () => this.#writeTx.immediate({ key, meta, config, runtime, history, from, bodies, expectedRevision, force }),
+      queued,
     );
     const last = bodies.length > 0 ? bodies[bodies.length - 1] : undefined;
     this.#remember(key, result.revision, history.length, typeof last === "string" ? last : undefined, history);

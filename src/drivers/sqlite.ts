@@ -28,7 +28,7 @@
  *
  * @module
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, realpathSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import type BetterSqlite3 from "better-sqlite3";
@@ -101,6 +101,18 @@ export interface SqliteOpenSettings {
 
 /** Tail of the call queue of each database file open in this process, shared by every driver on that file. */
 const fileQueues = new Map<string, Promise<unknown>>();
+/** Async transactions open now on each file in this process (they hold its write lock across awaits). */
+const openTransactions = new Map<string, number>();
+
+/** The key of a database file for the per-file queue: its real path, so a file reached through a symlink is one file. */
+function fileKey(db: BetterSqlite3.Database): string | undefined {
+  if (db.memory || db.name === "") return undefined;
+  try {
+    return realpathSync(db.name);
+  } catch {
+    return path.resolve(db.name);
+  }
+}
 
 const requireCjs = createRequire(import.meta.url);
 let driverModule: typeof BetterSqlite3 | undefined;
@@ -143,6 +155,8 @@ export class SqliteDriver implements SqlDriver {
   readonly path: string;
   private readonly owned: boolean;
   private readonly statements = new Map<string, Compiled>();
+  /** The file's queue key (real path), undefined in memory. */
+  private file: string | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -182,6 +196,7 @@ export class SqliteDriver implements SqlDriver {
       this.path = "(injected)";
       try {
         this.db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+        this.file = fileKey(this.db);
         this.runMigrations(migrations);
       } catch (cause) {
         throw cause instanceof DumplingsError ? cause : this.error(cause, `cannot open the ${component} tables`);
@@ -213,6 +228,7 @@ export class SqliteDriver implements SqlDriver {
       }
       for (const p of settings.pragmas ?? []) db.pragma(p);
       this.db = db;
+      this.file = fileKey(db);
       this.runMigrations(migrations);
     } catch (cause) {
       db?.close();
@@ -240,6 +256,8 @@ export class SqliteDriver implements SqlDriver {
   transaction<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T> {
     return this.exclusive(what, key, async () => {
       this.db.exec("BEGIN IMMEDIATE");
+      const file = this.file;
+      if (file !== undefined) openTransactions.set(file, (openTransactions.get(file) ?? 0) + 1);
       try {
         const result = await fn(async (text, values) => this.run(text, values));
         this.db.exec("COMMIT");
@@ -247,8 +265,45 @@ export class SqliteDriver implements SqlDriver {
       } catch (e) {
         if (this.db.inTransaction) this.db.exec("ROLLBACK");
         throw e;
+      } finally {
+        if (file !== undefined) {
+          const n = (openTransactions.get(file) ?? 1) - 1;
+          if (n > 0) openTransactions.set(file, n);
+          else openTransactions.delete(file);
+        }
       }
     });
+  }
+
+  /**
+   * Runs a synchronous body in this file's queue (after every call queued
+   * before it by any driver of this process on this file), for components
+   * whose work is synchronous (the session backend's async methods).
+   *
+   * @throws what `fn` throws, mapped as {@link error} does
+   */
+  serialize<T>(what: string, key: string | undefined, fn: () => T): Promise<T> {
+    return this.exclusive(what, key, fn);
+  }
+
+  /**
+   * For a synchronous caller that cannot wait: throws a {@link SQLiteBusyError}
+   * at once when an async transaction of this process holds the file (on this
+   * connection or another), where SQLite's busy handler would block the whole
+   * thread until `busyTimeoutMs` and fail anyway — or, on a shared connection,
+   * the write would silently join (and roll back with) the other transaction.
+   *
+   * @throws {SQLiteBusyError}
+   */
+  assertFileFree(what: string, key?: string): void {
+    const file = this.file;
+    if (this.db.inTransaction || (file !== undefined && (openTransactions.get(file) ?? 0) > 0)) {
+      throw new SQLiteBusyError(
+        this.name,
+        `${what}: another component of this process holds ${JSON.stringify(this.path)} in a transaction; use the async method (write/read), which waits for it`,
+        { key },
+      );
+    }
   }
 
   /** The plan of a query (`EXPLAIN QUERY PLAN`), one line per step. */
@@ -300,7 +355,7 @@ export class SqliteDriver implements SqlDriver {
    * could never finish (a self-deadlock ending in `SQLiteBusyError`).
    */
   private exclusive<T>(what: string, key: string | undefined, fn: () => T | Promise<T>): Promise<T> {
-    const file = this.db.memory || this.db.name === "" ? undefined : path.resolve(this.db.name);
+    const file = this.file;
     const before = file === undefined ? this.queue : (fileQueues.get(file) ?? Promise.resolve());
     const next = before.then(async () => {
       if (this.closed || !this.db.open) throw new BackendError(this.name, `${what}: the database is closed`, { key });

@@ -82,7 +82,9 @@ export class SqliteJournal extends SqlJournal {
           keyed: " WITHOUT ROWID",
         }),
       },
-      { defaultPath: DEFAULT_PATH },
+      // Incremental auto-vacuum on a new file, whichever component creates it, so a checkpoint store sharing
+      // the file can give pruned pages back to the file system.
+      { defaultPath: DEFAULT_PATH, incrementalVacuum: true },
     );
     super(driver, prefix);
     this.db = driver.db;

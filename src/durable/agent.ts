@@ -23,11 +23,24 @@
  * reads: the policy is never asked again for a call it decided, and a policy
  * change or outage after the pause cannot undo a human's decision.
  *
+ * Tool results: a tool's `toModelOutput` is applied to the recorded result (on
+ * replay too) to build what the model sees; a generator (async iterable) tool's
+ * last yielded value is its result; the calls of one round run concurrently, at
+ * most `maxParallelTools` at once, each its own step, started in call order so
+ * their seqs are deterministic. A result must be JSON: unlike the AI SDK, which
+ * sends `JSON.stringify` of any value (a `Date` becomes its ISO string), a
+ * `Date`, `BigInt`, `Map` or class instance fails the tool step with a
+ * `NonJsonValueError` (`step "tool:<name>" output…`, inside a `StepFailedError`),
+ * and the model receives that message as the tool's error: the journal never
+ * holds a value that would replay differently. Return `date.toISOString()`.
+ *
  * {@link durableTool} wraps a single AI SDK tool so its body is a durable step
  * inside a user's own loop.
  *
  * @module
  */
+
+import type { ProviderOptions } from "@ai-sdk/provider-utils";
 import {
   type AssistantModelMessage,
   tool as aiTool,
@@ -35,8 +48,12 @@ import {
   assistantModelMessageSchema,
   type LanguageModel,
   type ModelMessage,
+  type PrepareStepFunction,
+  type StepResult,
+  type StopCondition,
   streamText,
   type Tool,
+  type ToolChoice,
   type ToolResultPart,
   type ToolSet,
 } from "ai";
@@ -72,6 +89,44 @@ export interface DurableAgentOptions {
    * @default { maxAttempts: 3, backoffMs: 200 }
    */
   approvalPolicyRetry?: RetryPolicy;
+  /**
+   * Which tool the model must call (AI SDK `ToolChoice`: `"auto"`, `"none"`, `"required"` or
+   * `{ type: "tool", toolName }`). Recorded in each `llm` step's input.
+   */
+  toolChoice?: ToolChoice<ToolSet>;
+  /** Provider-specific options of every model call (JSON, e.g. `{ openai: { reasoningEffort: "low" } }`). Recorded. */
+  providerOptions?: ProviderOptions;
+  /** Maximum tokens the model may generate per call; overrides `settings.maxOutputTokens`. Recorded. */
+  maxOutputTokens?: number;
+  /**
+   * AI SDK stop conditions (`stepCountIs(n)`, `hasToolCall(name)`, or your own
+   * `({ steps }) => boolean`), evaluated after each round that ran tools, on the
+   * rounds of this run (recorded ones on replay, so the decision replays too).
+   * The loop also stops when the model calls no tool, and after `maxSteps` model calls.
+   * Each `steps[i]` carries `stepNumber`, `content`, `text`, `toolCalls`,
+   * `toolResults`, `finishReason` and `response.messages`; other `StepResult` fields are absent.
+   */
+  stopWhen?: StopCondition<ToolSet> | StopCondition<ToolSet>[];
+  /**
+   * Called before each model call (on replay too: keep it a pure function of its
+   * arguments) with `{ stepNumber, steps, model, messages }`; its result may set
+   * `model`, `system` (a string), `messages`, `toolChoice`, `activeTools` and
+   * `providerOptions` for that call only. The effective request is what the `llm`
+   * step's input records and hashes.
+   */
+  prepareStep?: PrepareStepFunction<ToolSet>;
+  /**
+   * How many tool calls of one round run at once. Each call is its own step; the
+   * steps are started in the order of the calls, so their seqs (and the replay) are
+   * deterministic. Approvals of a round are decided first, in call order. @default 4
+   */
+  maxParallelTools?: number;
+}
+
+/** Input of {@link DurableAgent.workflow}: the conversation so far. */
+export interface DurableAgentInput {
+  /** AI SDK `ModelMessage`s (JSON only; checked at run time). */
+  messages: ModelMessage[];
 }
 
 /** Result of {@link DurableAgent.run}. */
@@ -85,11 +140,20 @@ export interface DurableAgentResult {
 }
 
 type ToolCallPart = { type: "tool-call"; toolCallId: string; toolName: string; input: unknown };
-type ToolResultOutput =
-  | { type: "json"; value: JsonValue }
-  | { type: "text"; value: string }
-  | { type: "error-text"; value: string }
-  | { type: "execution-denied"; reason?: string };
+type ToolResultOutput = ToolResultPart["output"];
+/** A tool call's outcome: what the model sees, and the tool's recorded value when it ran. */
+type ToolRun = { output: ToolResultOutput; value?: JsonValue };
+
+/** One round's effective model request (after `prepareStep`). */
+interface LlmRequest {
+  model: LanguageModel;
+  system?: string;
+  messages: ModelMessage[];
+  tools: ToolSet;
+  toolDefs: JsonValue;
+  toolChoice?: ToolChoice<ToolSet>;
+  providerOptions?: ProviderOptions;
+}
 
 function modelJson(model: LanguageModel): JsonValue {
   if (typeof model === "string") return { modelId: model };
@@ -289,9 +353,10 @@ export class DurableAgent {
     this.options = options;
   }
 
-  private async toolDefs(): Promise<JsonValue> {
+  private async toolDefs(names: string[]): Promise<JsonValue> {
     const defs: JsonValue[] = [];
     for (const [name, t] of Object.entries(this.options.tools ?? {})) {
+      if (!names.includes(name)) continue;
       const schema = await asSchema(t.inputSchema).jsonSchema;
       defs.push({ name, description: t.description ?? "", inputSchema: JSON.parse(JSON.stringify(schema)) });
     }
@@ -299,9 +364,10 @@ export class DurableAgent {
   }
 
   /** The tools as sent to the model: without `execute` (the loop runs them as steps) and without approval flags. */
-  private modelTools(): ToolSet {
+  private modelTools(names: string[]): ToolSet {
     const out: ToolSet = {};
     for (const [name, t] of Object.entries(this.options.tools ?? {})) {
+      if (!names.includes(name)) continue;
       out[name] = aiTool({
         description: t.description,
         inputSchema: t.inputSchema,
@@ -311,18 +377,20 @@ export class DurableAgent {
     return out;
   }
 
-  private async llm(
-    history: ModelMessage[],
-    tools: JsonValue,
-    round: number,
-    repairs: RepairAction[],
-  ): Promise<AssistantModelMessage> {
+  private async llm(req: LlmRequest, round: number, repairs: RepairAction[]): Promise<AssistantModelMessage> {
+    const settings = {
+      ...(this.options.settings ?? {}),
+      ...(this.options.maxOutputTokens !== undefined ? { maxOutputTokens: this.options.maxOutputTokens } : {}),
+    };
     const input: JsonValue = {
-      model: modelJson(this.options.model),
-      system: this.options.system ?? null,
-      messages: history as unknown as JsonValue,
-      tools,
-      settings: (this.options.settings ?? {}) as JsonValue,
+      model: modelJson(req.model),
+      system: req.system ?? null,
+      messages: req.messages as unknown as JsonValue,
+      tools: req.toolDefs,
+      settings: settings as JsonValue,
+      // only when set, so runs recorded before these options replay with the same hash
+      ...(req.toolChoice !== undefined ? { toolChoice: req.toolChoice as JsonValue } : {}),
+      ...(req.providerOptions !== undefined ? { providerOptions: req.providerOptions as JsonValue } : {}),
     };
     const message = await step(
       "llm",
@@ -338,13 +406,15 @@ export class DurableAgent {
         if (repairs.length > 0)
           await run?.emit({ type: "repair", ...origin, actions: repairs as unknown as JsonValue });
         const result = streamText({
-          model: this.options.model,
-          ...(this.options.system ? { system: this.options.system } : {}),
-          messages: toWellFormedDeep(history), // the journal keeps strings exactly; the request never carries a lone surrogate (pb-06)
-          tools: this.modelTools(),
+          model: req.model,
+          ...(req.system ? { system: req.system } : {}),
+          messages: toWellFormedDeep(req.messages), // the journal keeps strings exactly; the request never carries a lone surrogate (pb-06)
+          tools: req.tools,
+          ...(req.toolChoice !== undefined ? { toolChoice: req.toolChoice } : {}),
+          ...(req.providerOptions !== undefined ? { providerOptions: req.providerOptions } : {}),
           maxRetries: 0, // retries are journaled step attempts, one model request each
           onError: () => undefined, // the error part below fails the attempt; nothing is logged twice
-          ...(this.options.settings ?? {}),
+          ...settings,
           // aborted when the run is cancelled or this executor lost the lease
           ...(info ? { abortSignal: info.signal } : run ? { abortSignal: run.abortSignal } : {}),
         });
@@ -363,6 +433,34 @@ export class DurableAgent {
     );
     // validated on the way back from the journal, too
     return assistantModelMessageSchema.parse(message) as AssistantModelMessage;
+  }
+
+  /** The request of round `round`: the options, then what `prepareStep` changes for this round. */
+  private async request(round: number, messages: ModelMessage[], steps: StepResult<ToolSet>[]): Promise<LlmRequest> {
+    const o = this.options;
+    const prepared = o.prepareStep
+      ? await o.prepareStep({ stepNumber: round, steps, model: o.model, messages, experimental_context: undefined })
+      : undefined;
+    if (prepared?.system !== undefined && typeof prepared.system !== "string") {
+      throw new DumplingsError("INVALID_OPTION", "DurableAgent: prepareStep may set `system` only to a string");
+    }
+    const active = prepared?.activeTools?.map(String);
+    const all = this.options.tools ?? {};
+    const names = Object.keys(all).filter((n) => !active || active.includes(n));
+    const toolChoice = prepared?.toolChoice ?? o.toolChoice;
+    const providerOptions = prepared?.providerOptions ?? o.providerOptions;
+    const system = (prepared?.system as string | undefined) ?? o.system;
+    const chosen = prepared?.messages ?? messages;
+    assertJson(chosen, "prepareStep messages");
+    return {
+      model: prepared?.model ?? o.model,
+      ...(system !== undefined ? { system } : {}),
+      messages: chosen,
+      tools: this.modelTools(names),
+      toolDefs: await this.toolDefs(names),
+      ...(toolChoice !== undefined ? { toolChoice } : {}),
+      ...(providerOptions !== undefined ? { providerOptions } : {}),
+    };
   }
 
   /**
@@ -387,7 +485,11 @@ export class DurableAgent {
     return decision.needsApproval === true;
   }
 
-  private async runTool(call: ToolCallPart, sent: ModelMessage[]): Promise<ToolResultOutput> {
+  /**
+   * Whether the call may run: `undefined` when it may, else the output the model
+   * receives instead (unknown tool, or a human's rejection). Waits for approval.
+   */
+  private async admit(call: ToolCallPart, sent: ModelMessage[]): Promise<ToolResultOutput | undefined> {
     const t = this.options.tools?.[call.toolName];
     if (!t?.execute) return { type: "error-text", value: `unknown tool "${call.toolName}"` };
     if (await this.needsApproval(t, call, sent)) {
@@ -396,12 +498,29 @@ export class DurableAgent {
         return { type: "execution-denied", reason: decision?.reason ?? "rejected by a human reviewer" };
       }
     }
-    const execute = t.execute;
+    return undefined;
+  }
+
+  /**
+   * Runs an admitted call as the step `tool:<name>` (input `{ toolCallId, input }`).
+   * Call synchronously in call order: `step()` takes its seq before its first `await`.
+   */
+  private async runTool(call: ToolCallPart, sent: ModelMessage[]): Promise<ToolRun> {
+    const t = this.options.tools?.[call.toolName] as Tool;
+    const execute = t.execute as NonNullable<Tool["execute"]>;
+    let value: JsonValue;
     try {
-      const value = await step(
+      value = await step(
         `tool:${call.toolName}`,
         async () => {
-          const out = await execute(call.input as never, { toolCallId: call.toolCallId, messages: sent });
+          const info = currentStep();
+          const out = await finalValue(
+            execute(call.input as never, {
+              toolCallId: call.toolCallId,
+              messages: sent,
+              ...(info ? { abortSignal: info.signal } : {}),
+            }),
+          );
           return out === undefined ? null : (out as JsonValue);
         },
         {
@@ -409,12 +528,49 @@ export class DurableAgent {
           retry: this.options.toolRetry ?? { maxAttempts: 1 },
         },
       );
-      // as the AI SDK does: a string result is sent as text, anything else as JSON
-      return typeof value === "string" ? { type: "text", value } : { type: "json", value };
     } catch (error) {
-      if (error instanceof StepFailedError) return { type: "error-text", value: error.recordedError.message };
+      if (error instanceof StepFailedError)
+        return { output: { type: "error-text", value: error.recordedError.message } };
       throw error;
     }
+    if (t.toModelOutput) {
+      // a pure function of the recorded result: applied again on replay
+      const output = await t.toModelOutput({ toolCallId: call.toolCallId, input: call.input, output: value });
+      return { output, value };
+    }
+    // as the AI SDK does: a string result is sent as text, anything else as JSON
+    return { output: typeof value === "string" ? { type: "text", value } : { type: "json", value }, value };
+  }
+
+  /**
+   * Runs one round's calls: approvals first, in call order; then the admitted calls,
+   * at most `maxParallelTools` at once, started in call order (deterministic seqs).
+   */
+  private async runTools(calls: ToolCallPart[], sent: ModelMessage[]): Promise<ToolRun[]> {
+    const results: (ToolRun | undefined)[] = [];
+    for (const call of calls) {
+      const refused = await this.admit(call, sent);
+      results.push(refused ? { output: refused } : undefined);
+    }
+    const limit = Math.max(1, Math.floor(this.options.maxParallelTools ?? 4));
+    const pending = calls.map((_, i) => i).filter((i) => results[i] === undefined);
+    let next = 0;
+    const failures: unknown[] = [];
+    const lane = async (): Promise<void> => {
+      while (next < pending.length) {
+        const i = pending[next++] as number;
+        try {
+          results[i] = await this.runTool(calls[i] as ToolCallPart, sent);
+        } catch (error) {
+          failures.push(error);
+          next = pending.length; // start nothing more; let the running calls finish
+        }
+      }
+    };
+    // each lane starts its first call synchronously, so call i takes its seq before call i + 1
+    await Promise.all(Array.from({ length: Math.min(limit, pending.length) }, lane));
+    if (failures.length > 0) throw failures[0];
+    return results as ToolRun[];
   }
 
   /**
@@ -430,16 +586,19 @@ export class DurableAgent {
   async run(messages: ModelMessage[]): Promise<DurableAgentResult> {
     assertJson(messages, "messages");
     let history: ModelMessage[] = JSON.parse(JSON.stringify(messages)) as ModelMessage[];
-    const tools = await this.toolDefs();
     const maxSteps = this.options.maxSteps ?? 20;
+    const stopWhen = this.options.stopWhen;
+    const stops = stopWhen === undefined ? [] : Array.isArray(stopWhen) ? stopWhen : [stopWhen];
+    const steps: StepResult<ToolSet>[] = [];
     let llmSteps = 0;
     let last: AssistantModelMessage | undefined;
     while (llmSteps < maxSteps) {
       // BaseAgent's repair rules, before every model call (deterministic: a replay sends the same request)
       const repaired = repairModelMessages(history);
       if (repaired.actions.length > 0) history = repaired.messages;
-      const sent = history.slice(); // the messages of this request (what tools and policies receive)
-      last = await this.llm(history, tools, llmSteps, repaired.actions);
+      const req = await this.request(llmSteps, history.slice(), steps);
+      const sent = req.messages.slice(); // the messages of this request (what tools and policies receive)
+      last = await this.llm(req, llmSteps, repaired.actions);
       llmSteps++;
       history.push(last);
       const calls =
@@ -447,14 +606,36 @@ export class DurableAgent {
           ? []
           : (last.content.filter((p) => p.type === "tool-call") as unknown as ToolCallPart[]);
       if (calls.length === 0) break;
-      const results = [];
-      for (const call of calls) {
-        const output = await this.runTool(call, sent);
-        results.push({ type: "tool-result" as const, toolCallId: call.toolCallId, toolName: call.toolName, output });
-      }
-      history.push({ role: "tool", content: results } as ModelMessage);
+      const ran = await this.runTools(calls, sent);
+      const results = calls.map((call, i) => ({
+        type: "tool-result" as const,
+        toolCallId: call.toolCallId,
+        toolName: call.toolName,
+        output: (ran[i] as ToolRun).output,
+      }));
+      const toolMessage = { role: "tool", content: results } as ModelMessage;
+      history.push(toolMessage);
+      steps.push(roundResult(steps.length, last, calls, ran, [last, toolMessage]));
+      if (stops.length > 0 && (await Promise.all(stops.map((c) => c({ steps })))).some(Boolean)) break;
     }
     return { messages: history, text: textOf(last), llmSteps };
+  }
+
+  /**
+   * The input of a run of {@link DurableAgent.workflow}, typed for `runDurable`'s
+   * `input` (JSON) without a cast: `ModelMessage[]` is checked to be JSON here,
+   * at run time, instead of by the type.
+   *
+   * @param messages - AI SDK `ModelMessage`s: plain JSON (file data as base64 strings, no `Uint8Array`/`URL`/`Date`)
+   * @returns `{ messages }` as a `JsonValue` (a deep copy)
+   * @throws {NonJsonValueError} naming the path of the first value JSON cannot carry
+   * @example
+   * await runDurable("chat-1", agent.workflow(), { journal, input: agent.input([{ role: "user", content: "hi" }]) });
+   */
+  input(messages: ModelMessage[]): JsonValue {
+    const input: DurableAgentInput = { messages };
+    assertJson(input, "input");
+    return JSON.parse(JSON.stringify(input)) as JsonValue;
   }
 
   /**
@@ -471,6 +652,63 @@ export class DurableAgent {
       return (await this.run(messages as ModelMessage[])) as unknown as JsonValue;
     };
   }
+}
+
+/** The final value of a tool's result: the last value an async iterable (generator) tool yields. */
+async function finalValue(out: unknown): Promise<unknown> {
+  const value = await out;
+  if (value !== null && typeof value === "object" && Symbol.asyncIterator in value) {
+    let lastValue: unknown;
+    for await (const v of value as AsyncIterable<unknown>) lastValue = v;
+    return lastValue;
+  }
+  return value;
+}
+
+/** A round as an AI SDK `StepResult` (the fields stop conditions read). */
+function roundResult(
+  stepNumber: number,
+  assistant: AssistantModelMessage,
+  calls: ToolCallPart[],
+  ran: ToolRun[],
+  messages: ModelMessage[],
+): StepResult<ToolSet> {
+  const toolCalls = calls.map((c) => ({
+    type: "tool-call",
+    toolCallId: c.toolCallId,
+    toolName: c.toolName,
+    input: c.input,
+  }));
+  const toolResults = calls.flatMap((c, i) =>
+    ran[i]?.value === undefined
+      ? []
+      : [
+          {
+            type: "tool-result",
+            toolCallId: c.toolCallId,
+            toolName: c.toolName,
+            input: c.input,
+            output: ran[i]?.value,
+          },
+        ],
+  );
+  const content = [
+    ...(typeof assistant.content === "string" ? [{ type: "text", text: assistant.content }] : assistant.content),
+    ...toolResults,
+  ];
+  return {
+    stepNumber,
+    content,
+    text: textOf(assistant),
+    toolCalls,
+    staticToolCalls: toolCalls,
+    dynamicToolCalls: [],
+    toolResults,
+    staticToolResults: toolResults,
+    dynamicToolResults: [],
+    finishReason: "tool-calls",
+    response: { messages },
+  } as unknown as StepResult<ToolSet>;
 }
 
 /**

@@ -7,6 +7,13 @@
  * (after a short delay standing in for I/O). The first write-like tool
  * (`book_…`, `update_…`, `cancel_…`) needs a human approval.
  *
+ * The program has two versions, to show a deploy under a paused run: `v2`
+ * appends {@link V2_SYSTEM_SENTENCE} to the system prompt and adds the tool
+ * {@link V2_TOOL} (both change the `llm` steps' input: a run started under v1
+ * replays them as drift), and screens the customer before the first model
+ * call, a new step (a structural change) behind `patched(`{@link V2_PATCH}`)`
+ * so runs recorded without it skip it instead of being blocked.
+ *
  * @module
  */
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
@@ -14,6 +21,7 @@ import { jsonSchema, type ModelMessage, type ToolSet, tool } from "ai";
 import type { JsonValue } from "../core/json.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { DurableAgent } from "../durable/agent.js";
+import { patched, step } from "../durable/context.js";
 import type { RecordedRequest, ScriptedTurn } from "../testing/model-server.js";
 import { loadSampleConversations, type SampleConversation } from "../testing/samples.js";
 
@@ -21,6 +29,15 @@ import { loadSampleConversations, type SampleConversation } from "../testing/sam
 export const DEFAULT_DEMO_CONVERSATION = "taubench-airline-gpt-4o-task07-trial0";
 /** Workflow name the demo's runs are stored under. */
 export const DEMO_WORKFLOW = "recorded-airline-agent";
+
+/** The demo program's versions: v2 is the deploy made while a v1 run waits for its approval. */
+export type DemoProgram = "v1" | "v2";
+/** The sentence v2 appends to the system prompt. */
+export const V2_SYSTEM_SENTENCE = "Before changing a reservation, restate the new flights and the fare difference.";
+/** The tool v2 adds (the recorded model never calls it). */
+export const V2_TOOL = "get_loyalty_tier";
+/** The patch id guarding v2's new step (`fraud-screen`, before the first model call). */
+export const V2_PATCH = "fraud-screen-v2";
 
 /** Text of an OpenAI message content. */
 export function contentText(content: unknown): string {
@@ -96,14 +113,22 @@ function userTurns(recording: readonly OpenAIMessage[]): number[] {
  *
  * @param conv - the recorded conversation
  * @param modelUrl - base URL of the local model server (`…/v1`)
- * @param options - `toolDelayMs`: time each tool body takes (default 150); `onTool(name, id)`: called when a body starts
+ * @param options - `toolDelayMs`: time each tool body takes (default 150); `onTool(name, id)`: called when a
+ *   body starts; `program`: `"v1"` (default) or `"v2"` (see the module doc); `onPatch(id, taken)`: called with
+ *   what v2's `patched()` answered
  * @returns the workflow function (input ignored; output `{ messages, turns }`)
  */
 export function conversationWorkflow(
   conv: SampleConversation,
   modelUrl: string,
-  options: { toolDelayMs?: number; onTool?: (name: string, toolCallId: string) => void } = {},
+  options: {
+    toolDelayMs?: number;
+    onTool?: (name: string, toolCallId: string) => void;
+    program?: DemoProgram;
+    onPatch?: (id: string, taken: boolean) => void;
+  } = {},
 ): (input: JsonValue) => Promise<JsonValue> {
+  const v2 = options.program === "v2";
   const recording = conv.messages as OpenAIMessage[];
   const outputs = new Map<string, string>();
   const names = new Set<string>();
@@ -127,16 +152,36 @@ export function conversationWorkflow(
       },
     });
   }
+  if (v2) {
+    tools[V2_TOOL] = tool({
+      description: "the customer's loyalty tier (gold, silver, regular)",
+      inputSchema: jsonSchema<{ user_id: string }>({
+        type: "object",
+        properties: { user_id: { type: "string" } },
+        required: ["user_id"],
+      }),
+      execute: async ({ user_id }) => JSON.stringify({ user_id, tier: "gold" }),
+    });
+  }
   const first = recording[0];
+  const recordedSystem = first?.role === "system" ? contentText(first.content) : undefined;
+  const system = v2 ? [recordedSystem, V2_SYSTEM_SENTENCE].filter(Boolean).join(" ") : recordedSystem;
   const agent = new DurableAgent({
     model: createOpenAICompatible({ name: "recorded", baseURL: modelUrl, apiKey: "not-a-secret" })("recorded-gpt-4o"),
-    ...(first?.role === "system" ? { system: contentText(first.content) } : {}),
+    ...(system !== undefined ? { system } : {}),
     tools,
     maxSteps: 50,
     llmRetry: { maxAttempts: 2, backoffMs: 200 },
   });
   const turns = userTurns(recording);
   return async () => {
+    if (v2) {
+      // a new step before the first model call: structural, so behind a patch (a run recorded
+      // without it gets false here and skips it, instead of a ReplayMismatchError and a blocked run)
+      const taken = await patched(V2_PATCH);
+      options.onPatch?.(V2_PATCH, taken);
+      if (taken) await step("fraud-screen", () => ({ risk: "low" }), { input: { conversation: conv.id } });
+    }
     let messages: ModelMessage[] = [];
     for (const i of turns) {
       messages = [...messages, { role: "user", content: contentText(recording[i]?.content) }];

@@ -8,7 +8,10 @@
  * - `DEMO_MODE=bullmq`: a `DurableWorker` consuming `DEMO_QUEUE` on
  *   `REDIS_URL` until SIGTERM; prints `READY` once connected.
  *
- * env: DEMO_DB, DEMO_MODEL_URL, DEMO_RUN_ID, DEMO_CONVERSATION, DEMO_MODE, DEMO_QUEUE
+ * `DEMO_PROGRAM=v2` runs the deployed program (see `conversationWorkflow`) and
+ * prints what its `patched()` answered (`PATCH <id> <true|false>`).
+ *
+ * env: DEMO_DB, DEMO_MODEL_URL, DEMO_RUN_ID, DEMO_CONVERSATION, DEMO_MODE, DEMO_QUEUE, DEMO_PROGRAM
  *
  * @module
  */
@@ -27,6 +30,11 @@ const say = (line: string) => process.stdout.write(`${line}\n`);
 const journal = new SqliteJournal({ path: need("DEMO_DB") });
 const workflow = conversationWorkflow(demoConversation(need("DEMO_CONVERSATION")), need("DEMO_MODEL_URL"), {
   onTool: (name, id) => say(`TOOL ${name} ${id}`),
+  program: process.env.DEMO_PROGRAM === "v2" ? "v2" : "v1",
+  onPatch: (id, taken) =>
+    say(
+      `PATCH ${id} ${taken}${taken ? " (a new run: marker recorded, the new step runs)" : " (history from v1: the new step is skipped)"}`,
+    ),
 });
 
 if (process.env.DEMO_MODE === "bullmq") {

@@ -8,12 +8,22 @@
  *    results come from the journal: no model request is repeated) and
  *    continues until a write-like tool call needs a human approval; the run
  *    is checkpointed as `waiting` and holds no process;
- * 3. the demo lists the run as `dumplings runs` does and approves the call as
+ * 3. the demo lists the run as `dumplings runs` does;
+ * 4. a deploy while the run waits: program v2 appends a sentence to the
+ *    system prompt, adds a tool, and adds a step before the first model call
+ *    behind `patched()`; the call is approved as
  *    `dumplings approve RUN_ID TOOL_CALL_ID` does (same functions; the
  *    equivalent commands are printed);
- * 4. the run resumes and completes; the demo prints the journal, the
- *    model-request count against the `llm` steps, and checks the final
- *    messages against the recording. Exit 0 only when everything matches.
+ * 5. a v2 worker resumes the run and completes it: the replayed `llm` steps
+ *    keep their recorded answers (their changed input is recorded as
+ *    `step_drift`, printed as `dumplings runs RUN_ID` does); the demo prints
+ *    the journal, the model-request count against the `llm` steps, and checks
+ *    the final messages against the recording;
+ * 6. a second run, started under v2, waits for its approval and is cancelled
+ *    by an operator (`dumplings cancel`); it is listed as cancelled with who
+ *    and why, and a late approval is refused.
+ *
+ * Exit 0 only when everything matches.
  *
  * Embedded SQLite journal by default; with `REDIS_URL` set, the workers are
  * `DurableWorker` processes on a BullMQ queue (the dead worker's job is
@@ -30,18 +40,23 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import type { ModelMessage } from "ai";
-import { renderJournal, renderRuns, sendDecision } from "../cli/durable-commands.js";
+import { describeWait, renderJournal, renderNotes, renderRuns, sendDecision } from "../cli/durable-commands.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { SqliteJournal } from "../durable/journal-sqlite.js";
+import { cancel } from "../durable/run.js";
 import { approvalSignalName } from "../durable/signals.js";
-import { startModelServer } from "../testing/model-server.js";
+import { type RecordedRequest, startModelServer } from "../testing/model-server.js";
 import {
   approvalTool,
   compareWithRecording,
+  contentText,
   DEFAULT_DEMO_CONVERSATION,
   DEMO_WORKFLOW,
   demoConversation,
   recordedModel,
+  V2_PATCH,
+  V2_SYSTEM_SENTENCE,
+  V2_TOOL,
 } from "./durable-conversation.js";
 
 const { values: args } = parseArgs({
@@ -85,6 +100,81 @@ function startWorker(env: Record<string, string>, label: string, onLine: (line: 
   return w;
 }
 
+/** Polls the run until its status is one of `statuses` (or about 2 minutes pass). */
+async function until(journal: SqliteJournal, runId: string, statuses: string[]) {
+  for (let i = 0; i < 1200; i++) {
+    const run = await journal.getRun(runId);
+    if (run && statuses.includes(run.status)) return run;
+    await pause(100);
+  }
+  return journal.getRun(runId);
+}
+
+/**
+ * Part [6]: a second run under v2 waits for its approval; an operator cancels
+ * it; it is listed as cancelled with who and why; a late approval is refused.
+ *
+ * @returns whether every part behaved
+ */
+async function cancelDemo(o: {
+  journal: SqliteJournal;
+  env: Record<string, string>;
+  runId: string;
+  journalFlag: string;
+  queueClient: import("../durable/worker.js").DurableQueue | undefined;
+}): Promise<boolean> {
+  const { journal, runId, journalFlag, queueClient } = o;
+  log(`\n[6] a second run, ${runId}, starts under v2 and waits for its approval; an operator cancels it`);
+  const env = { ...o.env, DEMO_RUN_ID: runId };
+  if (queueClient) await queueClient.enqueue({ runId, workflow: DEMO_WORKFLOW, input: null });
+  else await startWorker(env, "worker#4", () => undefined).exited;
+  const waiting = await until(journal, runId, ["waiting", "completed", "failed", "blocked", "cancelled"]);
+  if (waiting?.status !== "waiting" || !waiting.waitingFor?.startsWith("approval:")) {
+    log(`the second run is not waiting for an approval: ${JSON.stringify(waiting)}`);
+    return false;
+  }
+  const toolCallId = waiting.waitingFor.slice("approval:".length);
+  const reason = "the customer withdrew the change by phone";
+  log(`\n$ dumplings cancel ${runId} --by demo-operator --reason ${JSON.stringify(reason)} ${journalFlag}`);
+  const after = await cancel(journal, runId, { by: "demo-operator", reason });
+  log(`${runId} is ${after.status} (cancel by demo-operator)`);
+  log(`\n$ dumplings runs ${runId} ${journalFlag}`);
+  const why = describeWait(after);
+  log(`${runId}  ${after.workflow}  ${after.status}${why && why !== after.status ? `  ${why}` : ""}`);
+  const notes = renderNotes(await journal.readEvents(runId));
+  for (const line of notes) log(line);
+  log(`\n$ dumplings approve ${runId} ${toolCallId} ${journalFlag}   (too late)`);
+  let refused = false;
+  try {
+    await sendDecision(journal, runId, approvalSignalName(toolCallId), { approved: true });
+    log("the late approval was recorded: it should have been refused");
+  } catch (error) {
+    refused = true;
+    log(`refused: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  const recorded = await journal.getSignal(runId, approvalSignalName(toolCallId));
+  let resumed = "cancelled";
+  if (!queueClient) {
+    let result = "";
+    await startWorker(env, "worker#5", (line) => {
+      if (line.startsWith("RESULT ")) result = line;
+    }).exited;
+    resumed = (JSON.parse(result.slice("RESULT ".length) || "{}") as { status?: string }).status ?? "?";
+  }
+  const final = await journal.getRun(runId);
+  const ok =
+    after.status === "cancelled" &&
+    final?.status === "cancelled" &&
+    refused &&
+    recorded === undefined &&
+    resumed === "cancelled" &&
+    notes.some((n) => n.startsWith("cancelled by demo-operator") && n.endsWith(reason));
+  log(
+    `cancel: ${runId} is ${final?.status}, by demo-operator (${reason}); the late approval ${recorded ? "WAS recorded" : "was not recorded"}${queueClient ? "" : `; a worker resuming it gets status ${resumed}`}: ${ok ? "ok" : "NOT OK"}`,
+  );
+  return ok;
+}
+
 async function main(): Promise<number> {
   const conv = demoConversation(args.conversation ?? DEFAULT_DEMO_CONVERSATION);
   const recording = conv.messages as OpenAIMessage[];
@@ -93,8 +183,16 @@ async function main(): Promise<number> {
   const dir = mkdtempSync(path.join(tmpdir(), "dumplings-demo-durable-"));
   const db = path.join(dir, "journal.db");
   const runId = `demo-${Date.now().toString(36)}`;
+  const cancelledId = `${runId}-b`;
   const queue = `dumplings-demo-${process.pid}`;
-  const server = await startModelServer({ handler: recordedModel(recording) });
+  const answer = recordedModel(recording);
+  let lastRequest: RecordedRequest | undefined;
+  const server = await startModelServer({
+    handler: (request) => {
+      lastRequest = request;
+      return answer(request);
+    },
+  });
   const journal = new SqliteJournal({ path: db });
   let workerUp: Worker | undefined;
   let queueClient: import("../durable/worker.js").DurableQueue | undefined;
@@ -169,10 +267,28 @@ async function main(): Promise<number> {
     const toolCallId = waiting.waitingFor.slice("approval:".length);
     log(`    worker #2 made ${server.count - requestsBefore} model request(s); the replayed steps made none`);
 
-    // [3] dumplings runs / dumplings approve
+    // [3] dumplings runs
     const journalFlag = `--journal sqlite:${db}`;
     log(`\n[3] the run waits for a human, holding no worker.\n$ dumplings runs ${journalFlag}`);
     log((await renderRuns(journal)).text);
+
+    // [4] a deploy while the run waits, then the approval
+    log("\n[4] deploy while the run waits: program v2 replaces v1 (the run was started and paused under v1)");
+    log(`    v2 system prompt: the recorded prompt + ${JSON.stringify(V2_SYSTEM_SENTENCE)}`);
+    log(`    v2 tools: the recorded tools + ${V2_TOOL}`);
+    log(`    v2 screens the customer before the first model call: a new step, behind patched("${V2_PATCH}")`);
+    const v2env = { ...env, DEMO_PROGRAM: "v2" };
+    if (queueClient && workerUp) {
+      log("    (worker #2, running v1, is stopped; worker #3 runs v2 on the same queue)");
+      workerUp.child.kill("SIGTERM");
+      await workerUp.exited;
+      const w3 = startWorker(v2env, "worker#3", () => undefined);
+      workerUp = w3;
+      await new Promise<void>((resolve) =>
+        w3.child.stdout?.on("data", (d: Buffer) => d.includes("READY") && resolve()),
+      );
+    }
+    const requestsBeforeDeploy = server.count;
     log(`\n$ dumplings approve ${runId} ${toolCallId} ${journalFlag}${queueClient ? ` --queue ${queue}` : ""}`);
     const decision = await sendDecision(
       journal,
@@ -183,23 +299,37 @@ async function main(): Promise<number> {
     );
     log(`released ${runId}: approval recorded${decision.wakes && queueClient ? " and the run queued again" : ""}`);
 
-    // [4] the run resumes and completes
-    log(`\n[4] ${queueClient ? "worker #2 takes the run again" : "worker #3 resumes the run"} and completes it`);
-    if (!queueClient) await startWorker(env, "worker#3", () => undefined).exited;
-    for (let i = 0; i < 1200; i++) {
-      const run = await journal.getRun(runId);
-      if (run?.status === "completed" || run?.status === "failed") break;
-      await pause(100);
-    }
-    const done = await journal.getRun(runId);
+    // [5] the run resumes under v2 and completes
+    log("\n[5] worker #3 (program v2) resumes the run and completes it");
+    if (!queueClient) await startWorker(v2env, "worker#3", () => undefined).exited;
+    const done = await until(journal, runId, ["completed", "failed", "blocked", "cancelled"]);
     const steps = await journal.readSteps(runId);
     log(`\njournal of ${runId} (${steps.length} steps):`);
     log(renderJournal(steps));
     const llmSteps = steps.filter((s) => s.name === "llm");
     const llmAttempts = llmSteps.reduce((n, s) => n + s.attempt, 0);
     const toolReruns = steps.filter((s) => s.name.startsWith("tool:") && s.attempt > 1);
+    const requests = server.count;
+    const afterDeploy = requests - requestsBeforeDeploy;
+    const newLlm = llmSteps.filter((s) => s.seq > (steps.find((x) => x.name.startsWith("signal:"))?.seq ?? 0)).length;
+    const drift = (await journal.readEvents(runId)).filter((e) => e.type === "step_drift");
+    const notes = renderNotes(drift);
     log(
-      `\nmodel requests served: ${server.count} for ${llmSteps.length} llm steps (${llmAttempts} attempts) — no duplicated paid call: ${server.count === llmSteps.length ? "yes" : "NO"}`,
+      `\ndrift the journal recorded (${drift.length} step_drift events; dumplings runs ${runId} prints them): the v1 steps replayed under v2 keep their recorded results`,
+    );
+    for (const line of notes.slice(0, 3)) log(`    ${line}`);
+    if (notes.length > 3) log(`    … ${notes.length - 3} more`);
+    const sent = (lastRequest?.body.messages ?? []) as OpenAIMessage[];
+    const sentSystem = sent[0]?.role === "system" ? contentText(sent[0].content) : "";
+    const sentTools = ((lastRequest?.body.tools ?? []) as { function?: { name?: string } }[]).map(
+      (t) => t.function?.name,
+    );
+    const v2Sent = sentSystem.endsWith(V2_SYSTEM_SENTENCE) && sentTools.includes(V2_TOOL);
+    log(
+      `deploy: the run paused under v1 ${done?.status === "completed" ? "completed" : `ended ${done?.status}`} under v2 with ${afterDeploy} model request(s) after the deploy for ${newLlm} new llm step(s); the last request carried the v2 prompt and ${sentTools.length} tools: ${v2Sent ? "yes" : "NO"}`,
+    );
+    log(
+      `\nmodel requests served: ${requests} for ${llmSteps.length} llm steps (${llmAttempts} attempts) — no duplicated paid call: ${requests === llmSteps.length ? "yes" : "NO"}`,
     );
     log(
       `tool bodies re-run after the crash: ${toolReruns.map((s) => `${s.name} (attempt ${s.attempt})`).join(", ") || "none"} — a body interrupted by the crash runs again (at-least-once); pair external writes with an idempotency key`,
@@ -213,10 +343,15 @@ async function main(): Promise<number> {
     log(
       `final messages ${diff ? `DIFFER from the recording: ${diff}` : `equal the recording (${output.messages.length} messages)`}`,
     );
+    const deployOk = drift.length > 0 && afterDeploy === newLlm && v2Sent;
+
+    // [6] a second run, cancelled by an operator while it waits
+    const cancelOk = await cancelDemo({ journal, env: v2env, runId: cancelledId, journalFlag, queueClient });
+
     log(
       `\nsee it yourself: dumplings runs ${runId} ${journalFlag}${args.keep ? "" : "   (pass --keep to keep the journal)"}`,
     );
-    return diff || server.count !== llmSteps.length ? 1 : 0;
+    return diff || requests !== llmSteps.length || !deployOk || !cancelOk ? 1 : 0;
   } finally {
     if (workerUp && workerUp.child.exitCode === null) {
       workerUp.child.kill("SIGTERM");

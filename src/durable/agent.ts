@@ -40,7 +40,6 @@
  * @module
  */
 
-import type { ProviderOptions } from "@ai-sdk/provider-utils";
 import {
   type AssistantModelMessage,
   tool as aiTool,
@@ -143,6 +142,9 @@ type ToolCallPart = { type: "tool-call"; toolCallId: string; toolName: string; i
 type ToolResultOutput = ToolResultPart["output"];
 /** A tool call's outcome: what the model sees, and the tool's recorded value when it ran. */
 type ToolRun = { output: ToolResultOutput; value?: JsonValue };
+
+/** The AI SDK's `ProviderOptions` (JSON by provider name), as `streamText` takes them. */
+type ProviderOptions = NonNullable<Parameters<typeof streamText>[0]["providerOptions"]>;
 
 /** One round's effective model request (after `prepareStep`). */
 interface LlmRequest {

@@ -13,6 +13,7 @@
  */
 export {
   DurableAgent,
+  type DurableAgentInput,
   type DurableAgentOptions,
   type DurableAgentResult,
   durableTool,
@@ -72,6 +73,7 @@ export {
 export { type PgPoolLike, PostgresJournal, type PostgresJournalOptions } from "./journal-postgres.js";
 export { RedisJournal, type RedisJournalOptions } from "./journal-redis.js";
 export { SqliteJournal, type SqliteJournalOptions } from "./journal-sqlite.js";
+export { type DurableModelBase, type DurableModelOptions, durableModel } from "./model.js";
 export {
   cancel,
   defaultOwner,

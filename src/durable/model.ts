@@ -59,7 +59,10 @@ function callInput(model: DurableModelBase, params: Params): JsonValue {
 function withSignal(params: Params): Params {
   const own = currentStep()?.signal;
   if (!own) return params;
-  return { ...params, abortSignal: params.abortSignal ? AbortSignal.any([params.abortSignal, own]) : own };
+  // AbortSignal.any is Node >= 20.3; on older 20.x the step's signal alone is passed
+  const joined =
+    params.abortSignal && typeof AbortSignal.any === "function" ? AbortSignal.any([params.abortSignal, own]) : own;
+  return { ...params, abortSignal: joined };
 }
 
 /** A recorded `Date` field (ISO string) as a `Date` again. */

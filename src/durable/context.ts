@@ -33,7 +33,7 @@ import {
   StepFailedError,
 } from "./errors.js";
 import { hashInput, type Journal, recordError, type StepRecord } from "./journal.js";
-import type { RunEventStream } from "./stream.js";
+import type { RunEventStream } from "./stream-contract.js";
 
 /** Internal state of one executing run (one per {@link runDurable} call). */
 export interface RunContext {

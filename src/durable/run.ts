@@ -25,7 +25,7 @@ import {
   StaleFencingTokenError,
 } from "./errors.js";
 import { hashInput, type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
-import type { RunEventStream } from "./stream.js";
+import type { RunEventStream } from "./stream-contract.js";
 
 /** A workflow function: ordinary async code calling durable primitives. */
 export type WorkflowFn<I extends JsonValue = JsonValue, O = JsonValue> = (input: I) => Promise<O>;

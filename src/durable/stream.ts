@@ -37,67 +37,9 @@ import {
 } from "../drivers/redis.js";
 import { currentRun, currentStep } from "./context.js";
 import type { Journal, StepRecord } from "./journal.js";
+import type { EventOrigin, RunEventStream, RunStreamEvent, SubscribeOptions } from "./stream-contract.js";
 
-/**
- * Which part of a run appended an event: the step attempt (`seq`, `attempt`;
- * absent outside a step body) and the executor (`fencingToken`).
- */
-export interface EventOrigin {
-  /** 0-based position of the step whose body appended the event. */
-  seq?: number;
-  /** 1-based attempt of that step. */
-  attempt?: number;
-  /** Fencing token of the executor that ran it (orders attempts across processes and operator retries). */
-  fencingToken?: number;
-}
-
-/** One event of a run's side channel. */
-export interface RunStreamEvent extends EventOrigin {
-  /** 1-based position in the run's stream. */
-  index: number;
-  /** The run that appended it (present on every event appended with an origin, i.e. by a run). */
-  runId?: string;
-  data: JsonValue;
-}
-
-/** Options of {@link RunEventStream.subscribe}. */
-export interface SubscribeOptions {
-  /** Deliver events whose index is greater than this (resume point). @default 0 (from the start) */
-  after?: number;
-  /** Stops the subscription. */
-  signal?: AbortSignal;
-  /** Stop after delivering an event for which this returns true (e.g. `{ type: "end" }`). */
-  until?: (event: RunStreamEvent) => boolean;
-}
-
-/** A per-run event stream. */
-export interface RunEventStream {
-  /**
-   * Appends an event.
-   *
-   * `origin` tags the event with the step attempt and the executor that
-   * produced it. The built-in streams, called without `origin` from inside the
-   * run `runId` (its workflow code or a step body, e.g. through
-   * `currentRun().emit`), take it from the current step; called from outside a
-   * run, the event has no origin and no `runId`.
-   *
-   * @param runId - the run
-   * @param data - the event (JSON)
-   * @param origin - `{ seq?, attempt?, fencingToken? }` (non-negative integers)
-   * @returns its index (1-based)
-   * @throws {NonJsonValueError} when `data` is not JSON
-   * @throws {TypeError} when an origin field is not a non-negative integer
-   */
-  append(runId: string, data: JsonValue, origin?: EventOrigin): Promise<number>;
-  /** Events with index > `after` (at most `limit`). */
-  read(runId: string, after?: number, limit?: number): Promise<RunStreamEvent[]>;
-  /** Live events with index > `options.after`, first the stored ones, then new ones as they arrive. */
-  subscribe(runId: string, options?: SubscribeOptions): AsyncIterable<RunStreamEvent>;
-  /** Removes a run's stream. */
-  delete(runId: string): Promise<void>;
-  /** Releases connections the stream created. */
-  close(): Promise<void>;
-}
+export type { EventOrigin, RunEventStream, RunStreamEvent, SubscribeOptions } from "./stream-contract.js";
 
 /**
  * The origin of an event appended to `runId`: `origin` when given, else the

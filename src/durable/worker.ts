@@ -32,7 +32,7 @@ import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./
 import type { Journal } from "./journal.js";
 import { ensureRun, type RunResult, runDurable, type WorkflowFn } from "./run.js";
 import { type SignalResult, signal } from "./signals.js";
-import type { RunEventStream } from "./stream.js";
+import type { RunEventStream } from "./stream-contract.js";
 
 /** Data of a queued job. */
 export interface DurableJobData {

@@ -20,6 +20,7 @@ import type { StateBackend } from "../backends/types.js";
 import { StateNotFoundError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
+import { redactUrl } from "../drivers/options.js";
 import { InputNotFoundError, UsageError } from "./errors.js";
 
 /** Default directory of the file backend (as in the persistence layer). */
@@ -200,10 +201,7 @@ function takeParam(url: URL, name: string): string | undefined {
 
 /** A label for messages that never shows a password from the URL. */
 function redact(spec: string, url: URL, kind: string): string {
-  if (url.password === "") return spec;
-  const copy = new URL(url.href);
-  copy.password = "***";
-  return `${kind}:${copy.href}`;
+  return url.password === "" ? spec : `${kind}:${redactUrl(url.href)}`;
 }
 
 /**

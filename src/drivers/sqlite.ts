@@ -158,6 +158,8 @@ export class SqliteDriver implements SqlDriver {
   /** The file's queue key (real path), undefined in memory. */
   private file: string | undefined;
   private queue: Promise<unknown> = Promise.resolve();
+  /** Calls of this driver queued and not settled yet. */
+  private queuedLocal = 0;
   private closed = false;
 
   /**
@@ -283,7 +285,17 @@ export class SqliteDriver implements SqlDriver {
    * @throws what `fn` throws, mapped as {@link error} does
    */
   serialize<T>(what: string, key: string | undefined, fn: () => T): Promise<T> {
-    return this.exclusive(what, key, fn);
+    if (!this.idle()) return this.exclusive(what, key, fn);
+    // Nothing queued on this file: run now (a synchronous body cannot interleave), sparing the
+    // queue's promises on the session backend's every save.
+    if (this.closed || !this.db.open) {
+      return Promise.reject(new BackendError(this.name, `${what}: the database is closed`, { key }));
+    }
+    try {
+      return Promise.resolve(fn());
+    } catch (e) {
+      return Promise.reject(this.error(e, what, key));
+    }
   }
 
   /**
@@ -354,8 +366,14 @@ export class SqliteDriver implements SqlDriver {
    * wait in SQLite's busy handler, which blocks the thread, so the holder
    * could never finish (a self-deadlock ending in `SQLiteBusyError`).
    */
+  /** Whether no call of any driver of this process is queued on this file (on this connection, in memory). */
+  private idle(): boolean {
+    return this.file === undefined ? this.queuedLocal === 0 : !fileQueues.has(this.file);
+  }
+
   private exclusive<T>(what: string, key: string | undefined, fn: () => T | Promise<T>): Promise<T> {
     const file = this.file;
+    this.queuedLocal++;
     const before = file === undefined ? this.queue : (fileQueues.get(file) ?? Promise.resolve());
     const next = before.then(async () => {
       if (this.closed || !this.db.open) throw new BackendError(this.name, `${what}: the database is closed`, { key });
@@ -365,7 +383,11 @@ export class SqliteDriver implements SqlDriver {
         throw this.error(e, what, key);
       }
     });
-    const tail = next.catch(() => undefined);
+    const tail = next
+      .catch(() => undefined)
+      .then(() => {
+        this.queuedLocal--;
+      });
     this.queue = tail;
     if (file !== undefined) {
       fileQueues.set(file, tail);

@@ -24,7 +24,8 @@
  *
  * @module
  */
-import { BackendError, ConflictError, InvalidOptionError } from "../core/errors.js";
+import { BackendError, ConflictError } from "../core/errors.js";
+import { wholeOption } from "../drivers/options.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
 import type {
   ColdStore,
@@ -194,10 +195,12 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
    * @throws {InvalidOptionError} when `pruneBatchSize` is not a positive integer
    */
   constructor(driver: D, options: SqlColdStoreOptions = {}) {
-    const batch = options.pruneBatchSize ?? 5000;
-    if (typeof batch !== "number" || !Number.isInteger(batch) || batch < 1) {
+    let batch: number;
+    try {
+      batch = wholeOption(driver.name, "pruneBatchSize", options.pruneBatchSize, 5000);
+    } catch (e) {
       void driver.close().catch(() => undefined);
-      throw new InvalidOptionError(driver.name, "pruneBatchSize", `must be a positive integer, got ${String(batch)}`);
+      throw e;
     }
     this.driver = driver;
     this.name = driver.name;

@@ -414,7 +414,23 @@ function operatorCommand(action: OperatorAction): Command {
       const by = options.by ?? operatorName();
       const journal = await openJournal(options);
       try {
-        if (!(await journal.getRun(runId))) throw new RunNotFoundError(runId);
+        const before = await journal.getRun(runId);
+        if (!before) throw new RunNotFoundError(runId);
+        if (
+          action === "cancel" &&
+          (before.status === "completed" || before.status === "failed" || before.status === "cancelled")
+        ) {
+          // cancelRun leaves an ended run as it is: say so instead of reporting a cancel.
+          throw new UsageError(`run ${JSON.stringify(runId)} is ${before.status}; there is nothing to cancel`);
+        }
+        if (action === "reset") {
+          const steps = (await journal.readSteps(runId)).length;
+          if (toSeq >= steps) {
+            throw new UsageError(
+              `run ${JSON.stringify(runId)} has ${steps} step(s) (0..${steps - 1}); --to-step ${toSeq} would keep them all`,
+            );
+          }
+        }
         const run =
           action === "cancel"
             ? await journal.cancelRun(runId, by, options.reason)

@@ -70,6 +70,15 @@ describe("operator commands", () => {
     expect((await cli("runs", "reset-1")).stdout).toMatch(/reset to step 0 by ops@test/);
     const bad = await cli("reset", "reset-1", "--to-step", "x");
     expect(bad.code).toBe(2);
+    // A step beyond the journal would keep everything: refused, nothing recorded.
+    const beyond = await cli("reset", "reset-1", "--to-step", "9");
+    expect(beyond.code).toBe(2);
+    expect(beyond.stderr).toContain("would keep them all");
+    expect((await journal.readEvents("reset-1")).filter((e) => e.type === "run_reset")).toHaveLength(1);
+    // Cancelling an ended run is refused, not reported as done.
+    const ended = await cli("cancel", "reset-1");
+    expect(ended.code).toBe(2);
+    expect(ended.stderr).toContain("nothing to cancel");
   });
 
   it("retry runs a failed step again with a fresh budget", async () => {

@@ -73,6 +73,19 @@
  * blank lines inside `[HISTORY]` are ignored. Bytes that are not valid UTF-8
  * are a {@link FormatError}.
  *
+ * ## Files of the original design (dumplingsAI 0.4.0)
+ *
+ * A file whose `[META]` says `format_version = 1` (an integer: the original
+ * design's spelling; the second line may say `duagent-state/1` too) is read
+ * as version `1.0` with the original's leniencies, which this package's
+ * writer never produces and which are therefore not accepted in `1.0` files:
+ * a `[STATE]` value that does not look like JSON is plain text
+ * (`current_task_id = tid-abc123` is the string `tid-abc123`; empty or `None`
+ * is null), a bare `[STATE]` key other than `current_task_id`/`hooks` is a
+ * subclass field (`notes = ["a"]`, written back as `field.notes`), and
+ * `True`/`False` are booleans. Everything else is checked as in a `1.0` file,
+ * and saving writes the canonical `1.0` form.
+ *
  * `message_count` is always written as `history.length`. `.duas.gz` is the same
  * text gzip-compressed; {@link decodeStateBytes} detects it by its magic bytes.
  *
@@ -90,6 +103,7 @@ import {
   type StateMeta,
   StateMetaSchema,
 } from "./state.js";
+import { normalizeFormatVersion } from "./original.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 
 /** File extension of a plain `.duas` file. */
@@ -462,6 +476,10 @@ export class DuasLineParser {
   private readonly st: Record<string, unknown> = {};
   private readonly fields: Record<string, unknown> = {};
   private formatLineVersion = "";
+  /** The file says `format_version = 1`: written by the original design (see "Files of the original design"). */
+  private original = false;
+  /** `format_version` as written (for errors). */
+  private formatVersionText = "";
   private parsedHeader: ParsedHeader | undefined;
   private schema: ReturnType<typeof messageSchemaFor> | undefined;
   /** Number of history messages parsed so far. */
@@ -510,13 +528,13 @@ export class DuasLineParser {
     if (n === 2) {
       if (!text.startsWith(FORMAT_LINE_PREFIX)) this.fail(`the second line must be "${FORMAT_LINE_PREFIX}<version>"`);
       const v = text.slice(FORMAT_LINE_PREFIX.length);
-      if (!SUPPORTED_FORMAT_VERSIONS.includes(v)) {
+      if (!SUPPORTED_FORMAT_VERSIONS.includes(normalizeFormatVersion(v))) {
         this.fail(
           `unknown format version ${JSON.stringify(v)} (this build reads ${SUPPORTED_FORMAT_VERSIONS.join(", ")})`,
           { version: v },
         );
       }
-      this.formatLineVersion = v;
+      this.formatLineVersion = normalizeFormatVersion(v);
       return undefined;
     }
     if (n === 3) {
@@ -563,6 +581,12 @@ export class DuasLineParser {
     if (previous !== undefined) this.fail(`duplicate key ${key} in [${section}] (first on line ${previous})`);
     this.seen.set(seenKey, this.lineNo);
 
+    if (section === "STATE" && this.original && !KEYS.STATE.has(key) && !key.startsWith("field.")) {
+      // The original design wrote a subclass's persistent fields as plain keys of [STATE].
+      if (!IDENT.test(key)) this.fail(`bad field name ${JSON.stringify(key)}`);
+      setOwn(this.fields, key, this.originalStateValue(rest, key));
+      return;
+    }
     if (section === "STATE" && key.startsWith("field.")) {
       let name = key.slice(6);
       if (name.startsWith('"')) {
@@ -580,7 +604,47 @@ export class DuasLineParser {
     const spec = KEYS[section].get(key);
     if (spec === undefined) this.fail(`unknown key ${JSON.stringify(key)} in [${section}]`);
     const target = section === "META" ? this.meta : section === "CONFIG" ? this.config : this.st;
+    if (section === "META" && key === "format_version") {
+      const written = this.value(rest, "string", key) as string;
+      this.original = /^\d+$/.test(written);
+      this.formatVersionText = written;
+      target[spec[0]] = normalizeFormatVersion(written);
+      return;
+    }
+    if (this.original && section === "STATE") {
+      const t = rest.trim();
+      if (key === "current_task_id" && (t === "" || t === "None")) target[spec[0]] = null;
+      else if (key === "hooks" && t === "") target[spec[0]] = [];
+      else target[spec[0]] = this.originalStateValue(rest, key);
+      return;
+    }
+    if (this.original && spec[1] === "bool") {
+      const t = rest.trim();
+      if (t === "True" || t === "False") {
+        target[spec[0]] = t === "True";
+        return;
+      }
+    }
     target[spec[0]] = this.value(rest, spec[1], key);
+  }
+
+  /**
+   * A `[STATE]` value of a file of the original design: JSON when it looks like
+   * JSON (starts with `"`, `[`, `{`, a digit or `-`, or is `true`/`false`/`null`;
+   * then it must parse), else the plain text (`tid-abc123`), under the plain rules.
+   * A JSON number is kept as its text for `current_task_id` (a string field).
+   */
+  private originalStateValue(rest: string, key: string): unknown {
+    const text = rest.trim();
+    if (text === "") return "";
+    const looksJson = /^["[{\-0-9]/.test(text) || text === "true" || text === "false" || text === "null";
+    if (!looksJson) {
+      if (PLAIN_FORBIDDEN.test(text))
+        this.fail(`bad value of ${key}: a plain value must not contain control characters`);
+      return text;
+    }
+    const v = this.value(rest, "json", key);
+    return key === "current_task_id" && typeof v === "number" ? text : v;
   }
 
   private value(rest: string, kind: Kind, key: string): unknown {
@@ -641,7 +705,7 @@ export class DuasLineParser {
     const formatVersion = this.meta.formatVersion as string;
     if (formatVersion !== this.formatLineVersion) {
       this.fail(
-        `format_version ${JSON.stringify(formatVersion)} does not match the format line (${this.formatLineVersion})`,
+        `format_version ${JSON.stringify(this.formatVersionText)} does not match the format line (${this.formatLineVersion})`,
         { version: formatVersion, line: this.seen.get("META.format_version") },
       );
     }

@@ -13,10 +13,14 @@
  * Loading resolves a name in this order, and runs no code the user did not
  * allow (DESIGN.md principle):
  * 1. the registry filled by `registerAgentClass` / `registerHookFunction`;
- * 2. a dynamic `import()` of the module, only when the module is a file
- *    under the working directory (outside any `node_modules`) or is listed
- *    in `configure({ allowImports })`; the module may register itself when
- *    imported, or simply export the class/function under the saved name;
+ * 2. a dynamic `import()` of the module, only when the module is listed in
+ *    `configure({ allowImports })` (a file, a directory holding it, or a
+ *    package name); the list is empty by default, so a stored state —
+ *    a `.duas` file or a database row from elsewhere — can never make the
+ *    process import a module nobody asked for, not even a file of the
+ *    project itself (its top-level code would run). An allowed module may
+ *    register itself when imported, or simply export the class/function
+ *    under the saved name;
  * 3. for classes, the fallbacks installed by the agent layer (the
  *    `agentList` of live agents, filled by `activateTemplate(name)`);
  * 4. otherwise an {@link AgentNotFoundError} that names the class and says
@@ -334,27 +338,29 @@ function real(p: string): string {
 type ImportDecision = { allowed: true; specifier: string } | { allowed: false; reason: string };
 
 /**
- * Decides whether a saved module may be imported: files under the working
- * directory (outside `node_modules`), or modules/directories listed in
- * `configure({ allowImports })`.
+ * Decides whether a saved module may be imported: only modules listed in
+ * `configure({ allowImports })` — a file, a directory that holds it (paths
+ * absolute or starting with `.`, resolved against the working directory and
+ * through symlinks), or a package name (which also allows its subpaths).
+ * Nothing else, not even a file of the project: the decision is made before
+ * anything touches the module, so a refused module's code never runs.
  */
 export function importDecision(module: string): ImportDecision {
-  const cwd = real(process.cwd());
   const allow = currentSettings().allowImports;
   if (isFileModule(module)) {
     const abs = path.resolve(process.cwd(), module);
-    if (!existsSync(abs)) return { allowed: false, reason: `module file ${abs} does not exist` };
-    const file = real(abs);
-    const inProject = isUnder(file, cwd) && !path.relative(cwd, file).split(path.sep).includes("node_modules");
     const listed = allow.some((entry) => {
       if (!(entry.startsWith(".") || path.isAbsolute(entry))) return false;
-      return isUnder(file, real(path.resolve(process.cwd(), entry)));
+      return isUnder(real(abs), real(path.resolve(process.cwd(), entry)));
     });
-    if (inProject || listed) return { allowed: true, specifier: pathToFileURL(file).href };
-    return {
-      allowed: false,
-      reason: `module ${module} is outside the working directory ${cwd} (or inside node_modules) and not listed in configure({ allowImports })`,
-    };
+    if (!listed) {
+      return {
+        allowed: false,
+        reason: `module ${module} is not listed in configure({ allowImports }), so it was not imported`,
+      };
+    }
+    if (!existsSync(abs)) return { allowed: false, reason: `module file ${abs} does not exist` };
+    return { allowed: true, specifier: pathToFileURL(real(abs)).href };
   }
   if (allow.some((entry) => module === entry || module.startsWith(`${entry}/`))) {
     return { allowed: true, specifier: module };
@@ -425,7 +431,7 @@ export async function resolveAgentClass(meta: StateMeta, label = "state"): Promi
       (importProblem ? `, ${importProblem}` : "") +
       `, and no agent in agentList has uuid ${meta.agentUuid} or name ${JSON.stringify(meta.agentName)}. ` +
       `Fix: import the module that defines ${exportName} and call registerAgentClass(${exportName}, import.meta.url) there before loading, ` +
-      `or allow its module with configure({ allowImports: [...] }), ` +
+      `or let loading import its module with configure({ allowImports: [${JSON.stringify(parts?.module ?? name)}] }), ` +
       `or activateTemplate(${JSON.stringify(meta.agentName)}) for an agent template of that name`,
     { cause: imported?.cause },
   );
@@ -465,7 +471,7 @@ function hookNotFound(name: string, reason: string): PersistenceWarning {
   return {
     code: "HOOK_NOT_FOUND",
     name,
-    message: `tool hook ${JSON.stringify(name)} was skipped: ${reason}; the agent loads without it and keeps the name for its next save. Call registerHookFunction(${exportName}, import.meta.url) in its module and import that module before loading`,
+    message: `tool hook ${JSON.stringify(name)} was skipped: ${reason}; the agent loads without it and keeps the name for its next save. Call registerHookFunction(${exportName}, import.meta.url) in its module and import that module before loading, or let loading import it with configure({ allowImports: [${JSON.stringify(splitName(name)?.module ?? name)}] })`,
   };
 }
 

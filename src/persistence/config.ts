@@ -58,10 +58,17 @@ export interface ConfigureOptions {
   /** Default key of an agent: its `uuid` or its `name`. @default "uuid" (env `DUMPLINGS_PERSISTENCE_KEY`) */
   keyStrategy?: KeyStrategy;
   /**
-   * Modules, besides files under the working directory, that loading may
-   * `import()` to find a saved class or hook: file or directory paths
-   * (absolute or starting with `.`) and package names (a name also allows
-   * its subpaths). Replaces the previous list. @default []
+   * The only modules that loading may `import()` to find a saved class or
+   * hook that is not registered (`registerAgentClass` /
+   * `registerHookFunction`): file or directory paths (absolute or starting
+   * with `.`, relative to the working directory; a directory allows every
+   * file under it) and package names (a name also allows its subpaths).
+   * Empty by default: a stored state then never causes an import, not even
+   * of a file of the project, so a `.duas` file or database row from
+   * elsewhere cannot run code. Replaces the previous list.
+   * @default []
+   * @example
+   * configure({ allowImports: ["./src/agents", "my-agents-pkg"] });
    */
   allowImports?: string[];
   /**

@@ -148,7 +148,8 @@ describe("subclass persistent fields", () => {
 });
 
 describe("class resolution on load", () => {
-  it("imports a module under the working directory that registers itself", async () => {
+  it("imports a module allowImports lists that registers itself", async () => {
+    configure({ allowImports: [FIXTURES] });
     const state = makeState([{ role: "user", content: "hi" }], {
       className: `${FIXTURES}/self-registering-agent.ts:SelfRegisteringAgent`,
       fields: { topic: "tides" },
@@ -159,7 +160,8 @@ describe("class resolution on load", () => {
     expect(a).toBeInstanceOf(BaseAgent);
   });
 
-  it("imports a module under the working directory that only exports the class", async () => {
+  it("imports a module allowImports lists that only exports the class", async () => {
+    configure({ allowImports: [`${FIXTURES}/plain-export-agent.ts`] });
     const state = makeState([{ role: "user", content: [{ type: "text", text: "hi" }] }], {
       protocol: "anthropic",
       className: `${FIXTURES}/plain-export-agent.ts:PlainExportAgent`,
@@ -172,6 +174,7 @@ describe("class resolution on load", () => {
   });
 
   it("an export that is not an agent class is AgentNotFoundError", async () => {
+    configure({ allowImports: [FIXTURES] });
     const state = makeState([], { className: `${FIXTURES}/plain-export-agent.ts:notAClass` });
     const e = await loadStateString(encodeState(state)).catch((x) => x);
     expect(e).toBeInstanceOf(AgentNotFoundError);
@@ -207,7 +210,7 @@ describe("class resolution on load", () => {
     const text = encodeState(makeState([], { className }));
     const e = await loadStateString(text).catch((x) => x);
     expect(e).toBeInstanceOf(AgentNotFoundError);
-    expect(e.message).toContain("outside the working directory");
+    expect(e.message).toContain("not listed in configure({ allowImports })");
     expect(existsSync(marker)).toBe(false); // no code ran
     configure({ allowImports: [dir] });
     const a = await loadStateString(text);
@@ -254,6 +257,7 @@ describe("hooks", () => {
   });
 
   it("a hook exported by an allowed module is found through import", async () => {
+    configure({ allowImports: [`${FIXTURES}/hooks.ts`] });
     const text = encodeState(makeState([], { hooks: [`${FIXTURES}/hooks.ts:lazyHook`] }));
     const a = await loadStateString(text);
     expect(a.hooks).toHaveLength(1);

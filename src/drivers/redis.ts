@@ -193,7 +193,17 @@ export function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** Escapes Redis glob characters so a key prefix matches literally in `SCAN MATCH`. */
+/**
+ * Escapes Redis glob characters (`*`, `?`, `[`, `]`, `\`) so that a user
+ * string — a key prefix, an id — matches literally in a pattern (`SCAN
+ * MATCH`, `KEYS`, `PSUBSCRIBE`). The one helper every Redis component uses:
+ * no user string reaches a pattern without it.
+ *
+ * @param s - the literal text
+ * @returns `s` with each glob character preceded by a backslash
+ * @example
+ * client.scan("0", "MATCH", `${globEscape(keyPrefix)}*`) // keyPrefix "app[1]:" matches only itself
+ */
 export function globEscape(s: string): string {
   return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 }

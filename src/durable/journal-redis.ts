@@ -26,7 +26,6 @@ import type { Redis } from "ioredis";
 import { BackendError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import {
-  globEscape,
   RedisConnection,
   type RedisConnectionOptions,
   type RedisScript,
@@ -553,16 +552,30 @@ export class RedisJournal implements Journal {
     return this.runReply(runId, r);
   }
 
-  /** Deletes every key under this journal's prefix (tests, teardown). @throws {BackendError} */
+  /**
+   * Deletes every run of this journal (tests, teardown): the runs its index
+   * lists, each run's five keys, then the index. No key pattern is involved,
+   * so a prefix holding glob characters (`*`, `?`, `[`) or one that another
+   * journal's prefix starts with never reaches another journal's runs.
+   *
+   * @throws {BackendError} when Redis fails or does not answer in time
+   */
   async clear(): Promise<void> {
-    let cursor = "0";
-    do {
-      const [next, keys] = await this.conn.call("cannot clear the journal", undefined, (c) =>
-        c.scan(cursor, "MATCH", `${globEscape(this.prefix)}*`, "COUNT", 500),
-      );
-      if (keys.length) await this.conn.call("cannot clear the journal", undefined, (c) => c.del(...keys));
-      cursor = next;
-    } while (cursor !== "0");
+    const parts = ["run", "steps", "stepmeta", "signals", "events"] as const;
+    for (;;) {
+      const ids = await this.conn.call("cannot clear the journal", undefined, (c) => c.zrange(this.index, 0, 499));
+      if (ids.length === 0) break;
+      const res = await this.conn.call("cannot clear the journal", undefined, (c) => {
+        const pipe = c.pipeline();
+        for (const id of ids) pipe.del(...parts.map((part) => this.k(id, part)));
+        pipe.zrem(this.index, ...ids);
+        return pipe.exec();
+      });
+      for (const [err] of res ?? []) {
+        if (err) throw new BackendError("redis", "cannot clear the journal", { cause: err });
+      }
+    }
+    await this.conn.call("cannot clear the journal", undefined, (c) => c.del(this.index));
   }
 
   /** Quits the client when this journal created it (an injected client is left open). Idempotent. */

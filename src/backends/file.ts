@@ -139,6 +139,7 @@ import {
 } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
+import { pathIdentity } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
@@ -269,6 +270,10 @@ export class FileBackend implements StateBackend {
   readonly name = "file";
   /** Absolute directory of the files. */
   readonly baseDir: string;
+  /** The store's identity: the directory's real path (instances on one directory share revision tracking). */
+  get storeId(): string {
+    return pathIdentity("file", this.baseDir);
+  }
   private readonly gzip: boolean;
   private readonly lockTimeoutMs: number;
   private readonly staleLockMs: number;

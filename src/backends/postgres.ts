@@ -40,7 +40,9 @@ import { ConflictError, FormatError, InvalidStateError, StateNotFoundError } fro
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
+import { instanceIdentity, urlIdentity } from "../drivers/options.js";
 import {
+  DEFAULT_POSTGRES_URL,
   type PgLikeClient,
   type PgLikePool,
   type PgLikeResult,
@@ -140,6 +142,8 @@ export class PostgresBackend implements StateBackend {
   readonly name = "postgres";
   /** Schema holding the tables. */
   readonly schema: string;
+  /** The store's identity: database (URL without password, or the injected pool) and schema. */
+  readonly storeId: string;
   private readonly driver: PostgresDriver;
   /** Name of the prepared append, per schema: a hash keeps it within PostgreSQL's 63-byte identifiers whatever the schema's length. */
   private readonly appendStatement: string;
@@ -153,6 +157,14 @@ export class PostgresBackend implements StateBackend {
   constructor(options: PostgresBackendOptions = {}) {
     this.driver = new PostgresDriver("postgres", options, MIGRATIONS);
     this.schema = this.driver.schema;
+    this.storeId = options.pool
+      ? `${instanceIdentity("postgres", options.pool)}#${JSON.stringify(this.schema)}`
+      : urlIdentity(
+          "postgres",
+          options.url ?? options.connectionString ?? process.env.DATABASE_URL ?? DEFAULT_POSTGRES_URL,
+          5432,
+          this.schema,
+        );
     this.appendStatement = `dumplings_append_${createHash("sha1").update(this.schema).digest("hex").slice(0, 16)}`;
     this.compress = options.compressHistory ?? false;
     this.compressMinBytes =

@@ -49,6 +49,7 @@ import { BackendError, ConflictError, FormatError, InvalidStateError, StateNotFo
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
+import { instanceIdentity, urlIdentity } from "../drivers/options.js";
 import {
   globEscape,
   positiveMs,
@@ -236,6 +237,8 @@ export class RedisBackend implements StateBackend {
   readonly name = "redis";
   /** Key prefix in use. */
   readonly keyPrefix: string;
+  /** The store's identity: server (URL without password, or the injected client) and key prefix. */
+  readonly storeId: string;
   private readonly conn: RedisConnection<RedisLikeClient>;
   private readonly ttlMs: number;
   private readonly commandTimeoutMs: number;
@@ -257,6 +260,10 @@ export class RedisBackend implements StateBackend {
       },
     });
     this.keyPrefix = this.conn.keyPrefix;
+    this.storeId =
+      options.client !== undefined || this.conn.url === undefined
+        ? `${instanceIdentity("redis", this.conn.client as object)}#${JSON.stringify(this.keyPrefix)}`
+        : urlIdentity("redis", this.conn.url, 6379, this.keyPrefix, "/0");
     this.commandTimeoutMs = this.conn.commandTimeoutMs;
     this.compress = options.compressHistory ?? false;
     this.compressMinBytes =

@@ -12,6 +12,16 @@
  * Names are kept in `Map`s (never plain objects), so a name such as
  * `__proto__` is just a name.
  *
+ * The default backend (used when a call names none) is, in this order:
+ * 1. the last default set in code — {@link setDefaultBackend},
+ *    `registerBackend(name, b, { setAsDefault: true })` or the persistence
+ *    layer's `configure({ backend })`, whichever ran last;
+ * 2. else the backend named by `DUMPLINGS_PERSISTENCE_BACKEND` (read when
+ *    the package is imported, or by `loadEnvironmentConfig()`);
+ * 3. else the built-in `file`.
+ * A backend passed to a call (`{ backend }`) always wins over the default.
+ * {@link defaultBackendName} reports the one that is used.
+ *
  * @module
  */
 import { BackendExistsError, DumplingsError, UnknownBackendError } from "../core/errors.js";
@@ -47,7 +57,10 @@ const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 const custom = new Map<string, StateBackend>();
 const builtins = new Map<BuiltinBackendName, StateBackend>();
 let settings = { baseDir: DEFAULT_BASE_DIR, dbPath: DEFAULT_DB_PATH };
-let defaultName: string = DEFAULT_BACKEND;
+/** The last default set in code (a name or an instance), or undefined. */
+let codeDefault: string | StateBackend | undefined;
+/** The default named by `DUMPLINGS_PERSISTENCE_BACKEND`, set by the persistence layer. */
+let envDefault: string | undefined;
 
 function isBuiltin(name: string): name is BuiltinBackendName {
   return (BUILTIN_BACKENDS as readonly string[]).includes(name);
@@ -123,20 +136,69 @@ export function registerBackend(
   const taken = custom.has(name) || isBuiltin(name);
   if (taken && !options.replace) throw new BackendExistsError(name);
   custom.set(name, backend);
-  if (options.setAsDefault) defaultName = name;
+  if (options.setAsDefault) codeDefault = name;
 }
 
 /**
- * Makes a registered (or built-in) backend the default one.
+ * Makes a backend the default one: it is used by every call that names no
+ * backend, over `DUMPLINGS_PERSISTENCE_BACKEND` and over any default set
+ * before (by this function, `registerBackend(…, { setAsDefault: true })` or
+ * `configure({ backend })`).
  *
- * @param name - a registered or built-in name
- * @throws {UnknownBackendError} listing the known names
+ * @param backend - a registered or built-in name, or a backend instance
+ * @throws {UnknownBackendError} for an unknown name, listing the known names
+ * @throws {InvalidBackendError} for a value that is neither a name nor a backend
  * @example
  * setDefaultBackend("sqlite");
+ * defaultBackendName(); // "sqlite"
  */
-export function setDefaultBackend(name: string): void {
-  if (!custom.has(name) && !isBuiltin(name)) throw new UnknownBackendError(name, listBackendNames());
-  defaultName = name;
+export function setDefaultBackend(backend: string | StateBackend): void {
+  if (typeof backend === "string") {
+    if (!custom.has(backend) && !isBuiltin(backend)) throw new UnknownBackendError(backend, listBackendNames());
+  } else {
+    checkBackend(backend, "(instance)");
+  }
+  codeDefault = backend;
+}
+
+/**
+ * Sets the default named by `DUMPLINGS_PERSISTENCE_BACKEND` (the persistence
+ * layer reads the variable); it applies when no default was set in code.
+ * The name is checked on use: a backend may be registered after import.
+ *
+ * @param name - the variable's value, or undefined when it is not set
+ * @param options - `clearCodeDefault`: also forget the default set in code (a full re-read of the environment)
+ * @internal
+ */
+export function setEnvironmentDefaultBackend(
+  name: string | undefined,
+  options: { clearCodeDefault?: boolean } = {},
+): void {
+  envDefault = name;
+  if (options.clearCodeDefault) codeDefault = undefined;
+}
+
+/**
+ * Where the default backend comes from: `code` (set by {@link setDefaultBackend},
+ * `registerBackend` with `setAsDefault`, or `configure({ backend })`),
+ * `environment` (`DUMPLINGS_PERSISTENCE_BACKEND`) or `builtin` (`file`).
+ *
+ * @returns the source of {@link defaultBackendName}'s answer
+ * @internal
+ * @example
+ * if (defaultBackendSource() === "environment") console.log("from DUMPLINGS_PERSISTENCE_BACKEND");
+ */
+export function defaultBackendSource(): "code" | "environment" | "builtin" {
+  if (codeDefault !== undefined) return "code";
+  return envDefault !== undefined ? "environment" : "builtin";
+}
+
+/**
+ * The default backend as set: the name or instance set in code, else the env var's name, else `"file"`.
+ * @internal
+ */
+export function defaultBackendSetting(): string | StateBackend {
+  return codeDefault ?? envDefault ?? DEFAULT_BACKEND;
 }
 
 /**
@@ -152,10 +214,9 @@ export function setDefaultBackend(name: string): void {
  * await backend.save("k", state);
  */
 export function getBackend(nameOrInstance?: string | StateBackend): StateBackend {
-  if (nameOrInstance !== undefined && typeof nameOrInstance !== "string") {
-    return checkBackend(nameOrInstance, "(instance)");
-  }
-  const name = nameOrInstance ?? defaultName;
+  const target = nameOrInstance ?? defaultBackendSetting();
+  if (typeof target !== "string") return checkBackend(target, "(instance)");
+  const name = target;
   const registered = custom.get(name);
   if (registered) return registered;
   if (!isBuiltin(name)) throw new UnknownBackendError(name, listBackendNames());
@@ -168,12 +229,19 @@ export function getBackend(nameOrInstance?: string | StateBackend): StateBackend
 }
 
 /**
- * The default backend's name.
+ * The name of the backend a call that names none uses (see the module
+ * documentation for the order: default set in code, then
+ * `DUMPLINGS_PERSISTENCE_BACKEND`, then `file`).
  *
- * @returns e.g. `"file"` (the default) or the name last set with {@link setDefaultBackend}
+ * @returns e.g. `"file"`, the name last set with {@link setDefaultBackend} or
+ *   `configure({ backend })`, or, for an instance set as the default, its `name` (`"custom"` when it has none)
+ * @example
+ * setDefaultBackend("memory");
+ * defaultBackendName(); // "memory"
  */
 export function defaultBackendName(): string {
-  return defaultName;
+  const d = defaultBackendSetting();
+  return typeof d === "string" ? d : (d.name ?? "custom");
 }
 
 /**
@@ -217,8 +285,9 @@ export function builtinBackendSettings(): { baseDir: string; dbPath: string } {
 }
 
 /**
- * Forgets every registered backend, closes the built-in instances, and restores the
- * default settings and the default backend (`file`). Meant for tests: exported from
+ * Forgets every registered backend and the default set in code, closes the
+ * built-in instances, and restores the default settings: the default backend is
+ * then `DUMPLINGS_PERSISTENCE_BACKEND`'s, else `file`. Meant for tests: exported from
  * `dumplings-ai/testing`, not from the main entry.
  *
  * @example
@@ -230,5 +299,5 @@ export function resetBackendRegistry(): void {
   builtins.clear();
   custom.clear();
   settings = { baseDir: DEFAULT_BASE_DIR, dbPath: DEFAULT_DB_PATH };
-  defaultName = DEFAULT_BACKEND;
+  codeDefault = undefined;
 }

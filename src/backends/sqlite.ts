@@ -83,6 +83,7 @@ import {
   StateNotFoundError,
 } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
+import { fromOriginalRecord, isOriginalRecord } from "../core/original.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
 import {
@@ -273,7 +274,7 @@ export class SQLiteBackend implements StateBackend {
     this.#s = prepare(db);
     this.#writeTx = db.transaction((args: WriteArgs) => this.#writeInTx(args));
     this.#readTx = db.transaction((key: string) => {
-      const row = this.#s.row.get(key);
+      const row = originalRow(this.#s.row.get(key), key, this.dbPath);
       if (!row) return undefined;
       return { row, bodies: row.message_count === null ? [] : this.#s.bodies.all(key, row.message_count) };
     });
@@ -394,7 +395,9 @@ export class SQLiteBackend implements StateBackend {
   async readHeader(key: string): Promise<HeaderResult | undefined> {
     validateKey(key);
     const what = `cannot read ${JSON.stringify(key)}`;
-    const row = await this.#driver.serialize(what, key, () => this.#run(what, key, () => this.#s.row.get(key), true));
+    const row = await this.#driver.serialize(what, key, () =>
+      this.#run(what, key, () => originalRow(this.#s.row.get(key), key, this.dbPath), true),
+    );
     if (!row) return undefined;
     const [meta, config, runtime] = this.#headerParts(key, row);
     const count = row.message_count ?? this.#parseLegacyHistory(key, row.history).length;
@@ -691,6 +694,65 @@ interface WriteArgs {
   bodies: Body[];
   expectedRevision: number | null | undefined;
   force: boolean;
+}
+
+/** The parts of a `sessions` row {@link originalRow} reads. */
+interface RowTexts {
+  meta: string;
+  config?: string;
+  state?: string;
+  history?: string | null;
+  message_count: number | null;
+}
+
+function jsonObjectOrUndefined(text: string | undefined): Record<string, unknown> | undefined {
+  if (text === undefined) return {};
+  try {
+    const v: unknown = JSON.parse(text);
+    return isObject(v) ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A row written by the original design (dumplingsAI 0.4.0: `meta`, `config`,
+ * `state` as snake_case JSON) with those texts in the current shape, so every
+ * read path checks and returns it like any other row; other rows are returned
+ * as they are. The stored row is not changed (the next save writes the
+ * current shape). A row that is not JSON is left to the usual checks.
+ *
+ * @throws {FormatError} for an unknown `meta`/`config` key, or a `message_count`
+ *   that differs from the stored history's length
+ */
+function originalRow<R extends RowTexts>(row: R | undefined, key: string, file: string): R | undefined {
+  if (row === undefined || (!row.meta.includes('"format_version"') && !row.meta.includes('"agent_uuid"'))) return row;
+  const meta = jsonObjectOrUndefined(row.meta);
+  if (meta === undefined || !isOriginalRecord(meta)) return row;
+  const config = jsonObjectOrUndefined(row.config);
+  const state = jsonObjectOrUndefined(row.state);
+  if (config === undefined || state === undefined) return row;
+  const label = `stored state of key ${JSON.stringify(key)}`;
+  let mapped: ReturnType<typeof fromOriginalRecord>;
+  try {
+    mapped = fromOriginalRecord({ meta, config, state }, label);
+  } catch (cause) {
+    throw new FormatError((cause as Error).message, { file, cause });
+  }
+  const count =
+    row.message_count ?? (row.history ? splitLegacyHistory(row.history).length : row.history === undefined ? -1 : 0);
+  const stored = mapped.meta.messageCount as number | undefined;
+  if (stored === undefined && count >= 0) mapped.meta.messageCount = count;
+  else if (count >= 0 && stored !== count) {
+    throw new FormatError(
+      `${label} is corrupt: meta.message_count is ${String(stored)} but the history holds ${count} messages`,
+      { file },
+    );
+  }
+  const out = { ...row, meta: JSON.stringify(mapped.meta) };
+  if (row.config !== undefined) out.config = JSON.stringify(mapped.config);
+  if (row.state !== undefined) out.state = JSON.stringify(mapped.state);
+  return out;
 }
 
 /** Splits a legacy `history` column: JSONL (the seed's layout), or a JSON array. */

@@ -13,7 +13,8 @@
  * - `readHeader`: the header (meta, config, state) without the history, so
  *   that with `iterHistory` a reader (`dumplings show`/`export`) never holds
  *   a big history in memory;
- * - `close`: release connections/handles.
+ * - `close`: release connections/handles;
+ * - `storeId`: which store the instance reads and writes (revision tracking follows it).
  *
  * Idea after unjs/unstorage's small required driver interface with optional
  * methods the core derives when absent.
@@ -86,6 +87,14 @@ export interface HeaderResult {
 export interface StateBackend {
   /** Short name used in error messages and the registry, e.g. `"sqlite"`. */
   readonly name?: string;
+  /**
+   * Optional: what store this instance reads and writes, e.g. a file
+   * backend's real directory or a database's URL and schema. Two instances
+   * with the same `storeId` hold the same data, so an agent loaded through
+   * one saves through the other with its revision (no `ConflictError`).
+   * Without it, each instance is a store of its own.
+   */
+  readonly storeId?: string;
   /** Stores the whole state under `key` (upsert). */
   save(key: string, state: AgentState): MaybePromise<void>;
   /** Loads the state under `key`; a missing key throws `StateNotFoundError` or returns `undefined`. */

@@ -6,6 +6,8 @@
  *
  * @module
  */
+import { realpathSync } from "node:fs";
+import path from "node:path";
 import { InvalidOptionError } from "../core/errors.js";
 
 /**
@@ -136,4 +138,85 @@ export function parseUrlOption(component: string, url: unknown, protocols: reado
     throw new InvalidOptionError(component, "url", `${JSON.stringify(redactUrl(url))} is not a ${names} URL${from}`);
   }
   return parsed;
+}
+
+const instanceIds = new WeakMap<object, number>();
+let nextInstanceId = 1;
+
+/**
+ * A store identity for a store known only by an object (an injected client,
+ * pool or database handle): the same object gives the same identity, two
+ * objects two identities.
+ *
+ * @param kind - e.g. `redis`, `postgres`
+ * @param handle - the injected object
+ * @returns e.g. `redis:instance#3`
+ */
+export function instanceIdentity(kind: string, handle: object): string {
+  let id = instanceIds.get(handle);
+  if (id === undefined) {
+    id = nextInstanceId++;
+    instanceIds.set(handle, id);
+  }
+  return `${kind}:instance#${id}`;
+}
+
+/**
+ * A store identity for a file or directory: its real path (symbolic links
+ * and `..` resolved, relative paths made absolute), also for a path that does
+ * not exist yet (the real path of its deepest existing ancestor, plus the rest).
+ *
+ * @param kind - e.g. `file`, `sqlite`
+ * @param file - the path as given
+ * @returns e.g. `sqlite:/var/lib/app/sessions.db`
+ */
+export function pathIdentity(kind: string, file: string): string {
+  let dir = path.resolve(file);
+  const rest: string[] = [];
+  for (;;) {
+    try {
+      return `${kind}:${path.join(realpathSync.native(dir), ...rest.reverse())}`;
+    } catch {
+      const parent = path.dirname(dir);
+      if (parent === dir) return `${kind}:${path.resolve(file)}`;
+      rest.push(path.basename(dir));
+      dir = parent;
+    }
+  }
+}
+
+/**
+ * A store identity for a server reached by URL: scheme family, user, lower-case
+ * host, port (the default filled in), database path, and the component's
+ * namespace (schema, key prefix). The password is never part of it.
+ *
+ * @param kind - e.g. `redis`, `postgres`
+ * @param url - the connection URL
+ * @param defaultPort - the scheme's default port, e.g. 6379
+ * @param namespace - what separates stores on one server, e.g. the schema or key prefix
+ * @param defaultPath - the path meaning the default database, e.g. `/0` for Redis
+ * @returns e.g. `postgres://postgres@127.0.0.1:5432/test#dumplings`
+ */
+export function urlIdentity(
+  kind: string,
+  url: string,
+  defaultPort: number,
+  namespace: string,
+  defaultPath = "",
+): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return `${kind}:${JSON.stringify(namespace)}@${redactUrl(url)}`;
+  }
+  if (u.protocol === "unix:") {
+    const db = u.searchParams.get("db") ?? "0";
+    return `${kind}+unix:${u.pathname}?db=${db}#${JSON.stringify(namespace)}`;
+  }
+  const user = decodeURIComponent(u.username);
+  const port = u.port === "" ? String(defaultPort) : u.port;
+  const db = u.pathname === "" || u.pathname === "/" ? defaultPath : u.pathname;
+  const tls = u.protocol === "rediss:" ? "s" : "";
+  return `${kind}${tls}://${user ? `${user}@` : ""}${u.hostname.toLowerCase()}:${port}${db}#${JSON.stringify(namespace)}`;
 }

@@ -6,8 +6,9 @@
  * 1. the key is the one given, else the key the agent was last loaded from
  *    or saved to, else its `uuid` or `name` (key strategy); it is checked
  *    with `validateKey` before any backend call. The backend is the one
- *    given, else the one the agent was last loaded from or saved to, else
- *    the configured default;
+ *    given, else — when saving under the key the agent was last loaded from
+ *    or saved to (or under no key) — that key's backend, else the default
+ *    backend (a new key follows `configure({ backend })`);
  * 2. the state is built (`agent.toState()`), its config checked for
  *    credentials ({@link assertNoCredentials}) and its values for JSON
  *    (a non-JSON value → `NonJsonValueError` naming the message index and
@@ -59,11 +60,19 @@ import {
 import { backendLabel, currentSettings, resolveBackend } from "./config.js";
 import { applyToolArgumentPolicy, assertNoCredentials, resolveApiKey } from "./credentials.js";
 import { UnsupportedOperationError } from "./errors.js";
-import { agentHome, computeBaseLength, forgetTrack, getTrack, recordLoaded, recordSaved } from "./tracker.js";
+import {
+  agentHome,
+  computeBaseLength,
+  forgetTrack,
+  getTrack,
+  type Home,
+  recordLoaded,
+  recordSaved,
+} from "./tracker.js";
 
 /** Options of {@link saveState}. */
 export interface SaveOptions {
-  /** Backend name or instance. @default the backend the agent was last loaded from or saved to, else the configured default */
+  /** Backend name or instance. @default for the key the agent was last loaded from or saved to (or no key): that backend; for another key: the default backend */
   backend?: string | StateBackend;
   /**
    * Compare-and-set: save only if the stored revision is this one (`null`:
@@ -135,6 +144,16 @@ function serialize<T>(agent: object, task: () => Promise<T>): Promise<T> {
 function wrap(backend: StateBackend, what: string, key: string | undefined, e: unknown): never {
   if (e instanceof DumplingsError) throw e;
   throw new BackendError(backendLabel(backend), what, { key, cause: e });
+}
+
+/**
+ * The agent's home backend when a call on `key` should use it: no backend
+ * given, and no key or the home key (a session keeps saving where it lives).
+ * A new key follows the current default backend instead.
+ */
+function homeBackend(home: Home | undefined, key: string | undefined, given: unknown): StateBackend | undefined {
+  if (given !== undefined || home === undefined) return undefined;
+  return key === undefined || key === home.key ? home.backend : undefined;
 }
 
 function defaultKey(agent: PersistableAgent): string {
@@ -220,7 +239,7 @@ export function saveState(agent: PersistableAgent, key?: string, options: SaveOp
 
 async function doSave(agent: PersistableAgent, key: string | undefined, options: SaveOptions): Promise<SaveResult> {
   const home = agentHome(agent);
-  const backend = options.backend === undefined && home !== undefined ? home.backend : resolveBackend(options.backend);
+  const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = validateKey(key ?? home?.key ?? defaultKey(agent));
   const state = agent.toState();
   checkHeader(state);
@@ -534,7 +553,7 @@ export async function autoSave(agent: PersistableAgent): Promise<boolean> {
  *
  * @param agent - the agent
  * @param key - the key @default the agent's last key
- * @param options - `backend` @default the agent's last backend
+ * @param options - `backend` @default the agent's last backend for its last key, else the default backend
  * @returns the revision, or undefined when unknown (never loaded/saved there, or no revisions)
  * @example
  * const rev = trackedRevision(agent); await saveState(agent, undefined, { ifRevision: rev });
@@ -545,7 +564,7 @@ export function trackedRevision(
   options: BackendOptions = {},
 ): number | undefined {
   const home = agentHome(agent);
-  const backend = options.backend !== undefined ? resolveBackend(options.backend) : (home?.backend ?? resolveBackend());
+  const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = key ?? home?.key;
   if (k === undefined) return undefined;
   return getTrack(agent, backend, k)?.revision;
@@ -557,11 +576,11 @@ export function trackedRevision(
  *
  * @param agent - the agent
  * @param key - the key @default the agent's last key
- * @param options - `backend` @default the agent's last backend
+ * @param options - `backend` @default the agent's last backend for its last key, else the default backend
  */
 export function forgetStoredState(agent: PersistableAgent, key?: string, options: BackendOptions = {}): void {
   const home = agentHome(agent);
-  const backend = options.backend !== undefined ? resolveBackend(options.backend) : (home?.backend ?? resolveBackend());
+  const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = key ?? home?.key;
   if (k !== undefined) forgetTrack(agent, backend, k);
 }

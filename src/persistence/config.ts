@@ -13,7 +13,11 @@
  * | `DUMPLINGS_PERSISTENCE_DB` | path | `./.dumplingsAI_sessions.db` |
  * | `DUMPLINGS_PERSISTENCE_KEY` | `uuid` / `name` | `uuid` |
  *
- * `configure()` overrides them. A malformed variable does not throw at
+ * `configure()` overrides them. The default backend follows one order: a
+ * backend passed to a call, else the last default set in code
+ * (`setDefaultBackend`, `registerBackend(…, { setAsDefault: true })`,
+ * `configure({ backend })`, whichever ran last), else
+ * `DUMPLINGS_PERSISTENCE_BACKEND`, else `file`. A malformed variable does not throw at
  * import time (that would break every `import` of the package with a stack
  * trace); it is remembered and thrown as an {@link InvalidConfigError}
  * naming the variable by the first call that depends on it, unless
@@ -22,7 +26,15 @@
  * @module
  */
 
-import { configureBuiltinBackends, getBackend, listBackendNames, setDefaultBackend } from "../backends/registry.js";
+import {
+  configureBuiltinBackends,
+  defaultBackendSetting,
+  defaultBackendSource,
+  getBackend,
+  listBackendNames,
+  setDefaultBackend,
+  setEnvironmentDefaultBackend,
+} from "../backends/registry.js";
 import type { StateBackend } from "../backends/types.js";
 import { UnknownBackendError } from "../core/errors.js";
 import type { ToolArgumentSecretsPolicy } from "./credentials.js";
@@ -35,7 +47,10 @@ export type KeyStrategy = "uuid" | "name";
 export interface PersistenceSettings {
   /** Auto-save after every outermost conversation turn. */
   enabled: boolean;
-  /** Backend name or instance used when a call names none; `undefined`: the registry's default. */
+  /**
+   * Backend name or instance used when a call names none: the last default set in code, else
+   * `DUMPLINGS_PERSISTENCE_BACKEND`, else `"file"` (what `defaultBackendName()` names).
+   */
   backend: string | StateBackend | undefined;
   /** Default key of an agent never loaded or saved before. */
   keyStrategy: KeyStrategy;
@@ -49,7 +64,11 @@ export interface PersistenceSettings {
 export interface ConfigureOptions {
   /** Turn auto-save on or off. @default false (env `DUMPLINGS_PERSISTENCE`) */
   enabled?: boolean;
-  /** A registered backend name (`file`, `sqlite`, `memory`, …) or a backend instance. @default "file" (env `DUMPLINGS_PERSISTENCE_BACKEND`) */
+  /**
+   * The default backend: a registered name (`file`, `sqlite`, `memory`, …) or a backend instance.
+   * Same as `setDefaultBackend(backend)`: the last default set in code wins, over the env var.
+   * @default "file" (env `DUMPLINGS_PERSISTENCE_BACKEND`)
+   */
   backend?: string | StateBackend;
   /** Directory of the `file` backend. @default "./.dumplingsAI_sessions" (env `DUMPLINGS_PERSISTENCE_DIR`) */
   baseDir?: string;
@@ -116,14 +135,16 @@ function checkPath(value: unknown, setting: string): string {
 
 /**
  * Re-reads the `DUMPLINGS_PERSISTENCE*` environment variables, resetting
- * every setting first (what happens once at import). Exposed for tests and
- * long-running tools that change their environment.
+ * every setting first (what happens once at import), the default backend set
+ * in code included. Exposed for tests and long-running tools that change
+ * their environment.
  *
  * @param env - the environment to read @default process.env
  */
 export function loadEnvironmentConfig(env: NodeJS.ProcessEnv = process.env): void {
   envErrors.clear();
   settings = defaults();
+  setEnvironmentDefaultBackend(undefined, { clearCodeDefault: true });
   const attempt = (setting: keyof typeof ENV, apply: (raw: string) => void) => {
     const raw = env[ENV[setting]];
     if (raw === undefined) return;
@@ -144,7 +165,7 @@ export function loadEnvironmentConfig(env: NodeJS.ProcessEnv = process.env): voi
     const name = raw.trim();
     if (name === "") throw new InvalidConfigError(ENV.backend, "expected a backend name, got an empty string");
     // Checked against the registry on first use: a custom backend may be registered after import.
-    settings.backend = name;
+    setEnvironmentDefaultBackend(name);
   });
   const dirs: { baseDir?: string; dbPath?: string } = {};
   attempt("baseDir", (raw) => {
@@ -207,14 +228,13 @@ export function configure(options: ConfigureOptions): void {
     } else {
       getBackend(options.backend); // checks the contract
     }
-    next.backend = options.backend;
     cleared.push("backend");
   }
   // Everything validated: apply.
   if (dirs.baseDir !== undefined) cleared.push("baseDir");
   if (dirs.dbPath !== undefined) cleared.push("dbPath");
   if (dirs.baseDir !== undefined || dirs.dbPath !== undefined) configureBuiltinBackends(dirs);
-  if (typeof next.backend === "string" && options.backend !== undefined) setDefaultBackend(next.backend);
+  if (options.backend !== undefined) setDefaultBackend(options.backend);
   settings = next;
   for (const c of cleared) envErrors.delete(c);
 }
@@ -237,6 +257,11 @@ export function currentSettings(...depends: EnvSetting[]): Readonly<PersistenceS
   return settings;
 }
 
+/** The env-var errors a use of the default backend depends on: the backend variable's only when no default was set in code. */
+function throwDefaultBackendErrors(): void {
+  if (defaultBackendSource() !== "code") throwEnvError("backend");
+}
+
 function throwEnvError(...which: (keyof typeof ENV)[]): void {
   for (const w of which) {
     const e = envErrors.get(w);
@@ -251,8 +276,9 @@ function throwEnvError(...which: (keyof typeof ENV)[]): void {
  * @throws {InvalidConfigError} when a `DUMPLINGS_PERSISTENCE*` env var was malformed and not overridden
  */
 export function persistenceSettings(): Readonly<PersistenceSettings> {
-  throwEnvError("enabled", "backend", "keyStrategy", "baseDir", "dbPath");
-  return settings;
+  throwEnvError("enabled", "keyStrategy", "baseDir", "dbPath");
+  throwDefaultBackendErrors();
+  return { ...settings, backend: defaultBackendSetting() };
 }
 
 /**
@@ -280,7 +306,8 @@ export function disable(): void {
 }
 
 /**
- * The backend a call uses: the one given, else the configured one, else the registry's default.
+ * The backend a call uses: the one given, else the default (the last set in code, else
+ * `DUMPLINGS_PERSISTENCE_BACKEND`'s, else `file`; see the module documentation).
  *
  * @param backend - a name, an instance, or undefined
  * @returns the backend instance
@@ -291,8 +318,9 @@ export function disable(): void {
  */
 export function resolveBackend(backend?: string | StateBackend): StateBackend {
   if (backend !== undefined) return getBackend(backend);
-  throwEnvError("backend", "baseDir", "dbPath");
-  return getBackend(settings.backend);
+  throwEnvError("baseDir", "dbPath");
+  throwDefaultBackendErrors();
+  return getBackend();
 }
 
 /**

@@ -3,7 +3,7 @@
  * each agent instance so that a save is a compare-and-set against the
  * revision it last loaded or saved, and costs O(new messages).
  *
- * For every (agent, backend, key) it keeps, in a `WeakMap` (nothing is
+ * For every (agent, store, key) it keeps, in a `WeakMap` (nothing is
  * retained once the agent is garbage):
  * - the stored revision (from `read`/`write` of a revision-aware backend);
  * - the history message OBJECTS known to be stored, in order (references,
@@ -22,6 +22,12 @@
  * an in-place mutation of an older message (not the last stored one) is not
  * detected and would not reach an append-only store.
  *
+ * The store is the backend's `storeId` when it has one (a directory, a
+ * database file, a database URL and schema, a Redis server and prefix), so
+ * two backend instances of one store share what is tracked: an agent
+ * loaded through one instance saves through another with its revision.
+ * A backend without `storeId` is a store of its own (tracked by instance).
+ *
  * It also remembers each agent's "home" (the backend and key it was last
  * loaded from or saved to): `saveState(agent)` and `autoSave(agent)` without
  * a key save there, so a session loaded under a key keeps saving under it.
@@ -31,7 +37,7 @@
 import type { StateBackend } from "../backends/types.js";
 import type { Message } from "../core/messages.js";
 
-/** What is known to be stored for one (agent, backend, key). */
+/** What is known to be stored for one (agent, store, key). */
 export interface Track {
   /** Stored revision last seen, or undefined for a backend without revisions. */
   revision: number | undefined;
@@ -47,7 +53,13 @@ export interface Home {
   key: string;
 }
 
-const tracks = new WeakMap<object, WeakMap<StateBackend, Map<string, Track>>>();
+/** Per agent: tracks by store identity (backends with `storeId`) and by instance (backends without). */
+interface AgentTracks {
+  byStore: Map<string, Map<string, Track>>;
+  byInstance: WeakMap<StateBackend, Map<string, Track>>;
+}
+
+const tracks = new WeakMap<object, AgentTracks>();
 const homes = new WeakMap<object, Home>();
 
 function fingerprint(message: Message | undefined): string | undefined {
@@ -55,28 +67,43 @@ function fingerprint(message: Message | undefined): string | undefined {
 }
 
 /**
- * The tracked record of (agent, backend, key), if any.
+ * The tracked record of (agent, store of `backend`, key), if any.
  *
  * @param agent - the agent instance
  * @param backend - the backend instance
  * @param key - the state key
  */
 export function getTrack(agent: object, backend: StateBackend, key: string): Track | undefined {
-  return tracks.get(agent)?.get(backend)?.get(key);
+  return keysOf(agent, backend, false)?.get(key);
+}
+
+/** The store identity of a backend: its `storeId` when it declares one (a non-empty string), else none. */
+function storeIdOf(backend: StateBackend): string | undefined {
+  const id = (backend as { storeId?: unknown }).storeId;
+  return typeof id === "string" && id !== "" ? id : undefined;
+}
+
+function keysOf(agent: object, backend: StateBackend, create: true): Map<string, Track>;
+function keysOf(agent: object, backend: StateBackend, create: false): Map<string, Track> | undefined;
+function keysOf(agent: object, backend: StateBackend, create: boolean): Map<string, Track> | undefined {
+  let mine = tracks.get(agent);
+  if (!mine) {
+    if (!create) return undefined;
+    mine = { byStore: new Map(), byInstance: new WeakMap() };
+    tracks.set(agent, mine);
+  }
+  const id = storeIdOf(backend);
+  let byKey = id === undefined ? mine.byInstance.get(backend) : mine.byStore.get(id);
+  if (!byKey && create) {
+    byKey = new Map();
+    if (id === undefined) mine.byInstance.set(backend, byKey);
+    else mine.byStore.set(id, byKey);
+  }
+  return byKey;
 }
 
 function setTrack(agent: object, backend: StateBackend, key: string, track: Track): void {
-  let byBackend = tracks.get(agent);
-  if (!byBackend) {
-    byBackend = new WeakMap();
-    tracks.set(agent, byBackend);
-  }
-  let byKey = byBackend.get(backend);
-  if (!byKey) {
-    byKey = new Map();
-    byBackend.set(backend, byKey);
-  }
-  byKey.set(key, track);
+  keysOf(agent, backend, true).set(key, track);
 }
 
 /**
@@ -151,14 +178,14 @@ export function recordSaved(
 }
 
 /**
- * Forgets what is tracked for (agent, backend, key), e.g. after the key was deleted through this agent.
+ * Forgets what is tracked for (agent, store of `backend`, key), e.g. after the key was deleted through this agent.
  *
  * @param agent - the agent
  * @param backend - the backend
  * @param key - the key
  */
 export function forgetTrack(agent: object, backend: StateBackend, key: string): void {
-  tracks.get(agent)?.get(backend)?.delete(key);
+  keysOf(agent, backend, false)?.delete(key);
 }
 
 /**

@@ -245,12 +245,16 @@ describe("default keys and the agent's home", () => {
     expect((await loadState("session-1")).history).toHaveLength(2);
   });
 
-  it("keeps using the backend it was loaded from, also for a new key", async () => {
+  it("keeps its key's backend for that key; a new key goes to the default backend, where loadState finds it", async () => {
     const home = new MemoryBackend();
     await saveState(agentFor("openai", [], "dave"), "d1", { backend: home });
     const loaded = await loadState("d1", { backend: home });
+    loaded.history.push({ role: "user", content: "again" });
+    await loaded.saveState();
+    expect((await loadState("d1", { backend: home })).history).toHaveLength(1);
     await loaded.saveState("d2");
-    expect((await home.listKeys()).sort()).toEqual(["d1", "d2"]);
+    expect((await home.listKeys()).sort()).toEqual(["d1"]);
+    expect((await loadState("d2")).uuid).toBe(loaded.uuid);
   });
 
   it("refuses an agent name that is not a valid key under the name strategy", async () => {

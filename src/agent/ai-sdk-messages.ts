@@ -436,7 +436,7 @@ function toolResultFromAnthropic(b: Obj, toolNames: Map<string, string>): ToolRe
         value: blocks.map((x) =>
           x.type === "image" && (x.source as Obj | undefined)?.type === "base64"
             ? {
-                type: "media" as const,
+                type: "image-data" as const,
                 data: String((x.source as Obj).data),
                 mediaType: String((x.source as Obj).media_type),
               }

@@ -93,7 +93,7 @@
  * @module
  */
 
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import {
   closeSync,
   constants,
@@ -116,7 +116,6 @@ import {
 } from "node:fs";
 import { hostname } from "node:os";
 import path from "node:path";
-import { createInterface } from "node:readline";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
 import {
   DUAS_EXTENSION,
@@ -126,6 +125,9 @@ import {
   decodeUtf8,
   encodeHeader,
   encodeHistoryLines,
+  HISTORY_CHAIN_START,
+  historyChain,
+  historyChainOfLines,
   isGzip,
   type ParsedHeader,
 } from "../core/codec.js";
@@ -173,6 +175,9 @@ interface FileInfo {
   /** Compact JSON of the first and the last stored message (checked against `baseLength` before appending). */
   firstLine: string | undefined;
   lastLine: string | undefined;
+  /** `[META] generation` and `history_sha256` (absent in files of older versions: those are rewritten whole). */
+  generation: string | undefined;
+  historySha256: string | undefined;
 }
 
 function sleep(ms: number): Promise<void> {
@@ -211,13 +216,18 @@ function readHead(fd: number): Buffer | undefined {
 
 /**
  * Scans a plain `.duas` file's bytes: parses the header and finds the end of
- * the `message_count`-th history line (the committed end).
+ * the `message_count`-th history line (the committed end). With `verify`, the
+ * committed lines are also checked against `history_sha256` (a writer does so
+ * before it truncates what follows them: a duplicated or edited line must not
+ * turn a real message into a "tail" that is cut off).
  *
- * @throws {FormatError} for a bad header, or fewer complete history lines than `message_count`
+ * @throws {FormatError} for a bad header, fewer complete history lines than `message_count`,
+ *   or (with `verify`) lines that do not match `history_sha256`
  */
 function scanPlain(
   buf: Buffer,
   source: string,
+  verify = false,
 ): { header: ParsedHeader; headerEnd: number; end: number; first: [number, number]; last: [number, number] } {
   const parser = new DuasLineParser(source);
   let pos = 0;
@@ -237,6 +247,7 @@ function scanPlain(
   let n = 0;
   let first: [number, number] = [pos, pos];
   let last: [number, number] = [pos, pos];
+  let chain = verify && header.historySha256 !== undefined ? HISTORY_CHAIN_START : undefined;
   while (n < header.meta.messageCount) {
     const nl = buf.indexOf(0x0a, pos);
     if (nl < 0) {
@@ -249,10 +260,19 @@ function scanPlain(
       if (n === 0) first = [pos, nl];
       last = [pos, nl];
       n++;
+      if (chain !== undefined) chain = historyChain(chain, buf.subarray(pos, buf[nl - 1] === 0x0d ? nl - 1 : nl));
     }
     pos = nl + 1;
   }
-  return { header, headerEnd, end: pos, first, last };
+  if (chain !== undefined && chain !== header.historySha256) {
+    throw new FormatError(
+      "the history does not match history_sha256 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
+      { file: source, line: header.historyLine },
+    );
+  }
+  // Only files written by FileBackend (they carry a revision) can have an uncommitted tail after the
+  // message_count-th line. Any other file is read whole, with decodeState's rules (no extra lines).
+  return { header, headerEnd, end: header.revision === undefined ? buf.length : pos, first, last };
 }
 
 /**
@@ -552,7 +572,10 @@ export class FileBackend implements StateBackend {
       got += n;
     }
     let data: Buffer = buf.subarray(0, got);
-    if (journal) {
+    if (journal && journal.generation !== fileGeneration(data)) {
+      // another incarnation's journal (a crash between a delete's two unlinks): garbage, never applied
+      safeUnlink(this.journalOf(key));
+    } else if (journal) {
       const patched = applyJournal(data, journal, st.ino);
       if (patched) {
         // roll the interrupted save forward (we hold the lock); the tail check below truncates what follows
@@ -563,7 +586,7 @@ export class FileBackend implements StateBackend {
         got = Math.max(got, journal.dataOffset + journal.lines.length);
       }
     }
-    const scan = scanPlain(data, file);
+    const scan = scanPlain(data, file, true);
     if (got > scan.end) {
       // An interrupted append left lines beyond message_count: drop them (we hold the lock).
       ftruncateSync(fd, scan.end);
@@ -578,6 +601,8 @@ export class FileBackend implements StateBackend {
       protocol: scan.header.meta.protocol,
       firstLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.first) : undefined,
       lastLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.last) : undefined,
+      generation: scan.header.generation,
+      historySha256: scan.header.historySha256,
     };
     this.cache.set(key, info);
     return info;
@@ -593,6 +618,8 @@ export class FileBackend implements StateBackend {
     base: number,
   ): WriteResult | undefined {
     const count = state.history.length;
+    // A file of an older version has no history chain to extend: it is rewritten whole once.
+    if (info.generation === undefined || info.historySha256 === undefined) return undefined;
     // "Stored unchanged" is checked, not assumed: the first and the boundary message must match what is on disk.
     if (base > 0) {
       try {
@@ -602,10 +629,19 @@ export class FileBackend implements StateBackend {
         return undefined; // not JSON: the whole-file path reports it with its path
       }
     }
+    const linesText = encodeHistoryLines(state.history.slice(base), state.meta.protocol, base);
+    const historySha256 = historyChainOfLines(info.historySha256, linesText);
     let header: Buffer;
     try {
       header = Buffer.from(
-        encodeHeader(state, count, { revision, fixedWidth: true, padTo: info.header.length }),
+        encodeHeader(state, count, {
+          revision,
+          fixedWidth: true,
+          padTo: info.header.length,
+          generation: info.generation,
+          historySha256,
+          checksum: true,
+        }),
         "utf8",
       );
     } catch (e) {
@@ -618,10 +654,17 @@ export class FileBackend implements StateBackend {
     let last = header.length;
     while (last > first && header[last - 1] === info.header[last - 1]) last--;
     const multiPage = last > first && Math.floor(first / PAGE) !== Math.floor((last - 1) / PAGE);
-    const lines = Buffer.from(encodeHistoryLines(state.history.slice(base), state.meta.protocol, base), "utf8");
+    const lines = Buffer.from(linesText, "utf8");
     if (multiPage) {
       // the journal is the commit point; then the file is patched and synced once
-      this.writeJournal(key, { ino: info.ino, revision, header, dataOffset: info.end, lines });
+      this.writeJournal(key, {
+        ino: info.ino,
+        generation: info.generation,
+        revision,
+        header,
+        dataOffset: info.end,
+        lines,
+      });
       if (lines.length > 0) writeAll(fd, lines, info.end);
       writeAll(fd, header.subarray(first, last), first);
       fdatasyncSync(fd);
@@ -644,6 +687,8 @@ export class FileBackend implements StateBackend {
       protocol: info.protocol,
       firstLine: base === 0 ? jsonOf(state.history[0]) : info.firstLine,
       lastLine: count > base ? jsonOf(state.history[count - 1]) : info.lastLine,
+      generation: info.generation,
+      historySha256,
     });
     return { revision, written: count - base, rewritten: false };
   }
@@ -706,12 +751,16 @@ export class FileBackend implements StateBackend {
   ): WriteResult {
     const count = state.history.length;
     const lines = encodeHistoryLines(state.history, state.meta.protocol);
+    // A new incarnation of the file: a header journal of any earlier one never applies to it.
+    const generation = randomBytes(16).toString("hex");
+    const historySha256 = historyChainOfLines(HISTORY_CHAIN_START, lines);
+    const sealed = { revision, generation, historySha256, checksum: true };
     let header: string;
     if (this.gzip) {
-      header = encodeHeader(state, count, { revision });
+      header = encodeHeader(state, count, sealed);
     } else {
-      const natural = Buffer.byteLength(encodeHeader(state, count, { revision, fixedWidth: true }));
-      header = encodeHeader(state, count, { revision, fixedWidth: true, padTo: natural + this.headerSlack + 2 });
+      const natural = Buffer.byteLength(encodeHeader(state, count, { ...sealed, fixedWidth: true }));
+      header = encodeHeader(state, count, { ...sealed, fixedWidth: true, padTo: natural + this.headerSlack + 2 });
     }
     const text = Buffer.from(header + lines, "utf8");
     const bytes = this.gzip ? gzipSync(text) : text;
@@ -737,6 +786,8 @@ export class FileBackend implements StateBackend {
     }
     if (current && current.file !== target) safeUnlink(current.file);
     this.syncDir();
+    // The old incarnation's journal is garbage now (it could never apply: other generation); tidy it up.
+    safeUnlink(this.journalOf(key));
     if (this.gzip) {
       this.cache.delete(key);
       this.gzCache.set(key, { ino, size: bytes.length, revision });
@@ -752,6 +803,8 @@ export class FileBackend implements StateBackend {
         protocol: state.meta.protocol,
         firstLine: jsonOf(state.history[0]),
         lastLine: jsonOf(state.history[count - 1]),
+        generation,
+        historySha256,
       });
     }
     return { revision, written: count, rewritten: true };
@@ -889,23 +942,46 @@ export class FileBackend implements StateBackend {
       return;
     }
     const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
-    const stream = createReadStream("", { fd, highWaterMark: 64 * 1024 });
+    // As the whole-file path: a `.duas.gz` name holding plain text is read as plain text.
+    const magic = Buffer.alloc(2);
+    let stream: ReturnType<typeof createReadStream>;
+    try {
+      const compressed = gz && readSync(fd, magic, 0, 2, 0) === 2 && isGzip(magic);
+      stream = createReadStream("", { fd, start: 0, highWaterMark: 64 * 1024 });
+      gz = compressed;
+    } catch (e) {
+      closeSync(fd);
+      throw e;
+    }
     const input = gz ? stream.pipe(createGunzip()) : stream;
     if (gz) stream.on("error", (e) => input.destroy(e));
-    const rl = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
-    let sawNewline = false;
+    // Same rules as decodeState over the whole text: lines split on "\n" only, strict UTF-8 per line,
+    // the last line must end with "\n", message_count and history_sha256 checked at the end. Only a
+    // FileBackend file (it has a revision) may carry an uncommitted tail after its message_count lines.
+    let any = false;
     try {
-      for await (const text of rl) {
-        sawNewline = true;
+      for await (const { bytes, terminated } of splitLines(input)) {
+        any = true;
         const header = parser.header;
-        if (header !== undefined && parser.messages >= header.meta.messageCount && !gz) {
+        if (
+          header !== undefined &&
+          !gz &&
+          header.revision !== undefined &&
+          parser.messages >= header.meta.messageCount
+        ) {
+          parser.end();
           return; // the rest is an uncommitted tail
+        }
+        const text = decodeUtf8(bytes, file, parser.line + 1, parser.line > 0);
+        if (!terminated) {
+          parser.feed(text);
+          parser.fail("truncated: the last line does not end with a newline");
         }
         const m = parser.feed(text);
         if (parser.header !== undefined && headerOnly) return;
         if (m !== undefined) yield m;
       }
-      if (!sawNewline) parser.fail("empty file: not a .duas file", { line: 1 });
+      if (!any) parser.fail("empty file: not a .duas file", { line: 1 });
       parser.end();
     } catch (e) {
       if ((e as { code?: string }).code?.startsWith("Z_")) {
@@ -913,7 +989,6 @@ export class FileBackend implements StateBackend {
       }
       throw e;
     } finally {
-      rl.close();
       input.destroy();
       stream.destroy();
     }
@@ -1034,6 +1109,28 @@ export class FileBackend implements StateBackend {
   }
 }
 
+/**
+ * Splits a byte stream into lines on `\n` (nothing else), each with whether it
+ * was terminated by one; a long line is joined once, not chunk by chunk.
+ */
+async function* splitLines(input: AsyncIterable<Buffer>): AsyncGenerator<{ bytes: Buffer; terminated: boolean }> {
+  let pending: Buffer[] = [];
+  for await (const chunk of input) {
+    let pos = 0;
+    for (;;) {
+      const nl = chunk.indexOf(0x0a, pos);
+      if (nl < 0) break;
+      const piece = chunk.subarray(pos, nl);
+      const bytes = pending.length > 0 ? Buffer.concat([...pending, piece]) : piece;
+      pending = [];
+      yield { bytes, terminated: true };
+      pos = nl + 1;
+    }
+    if (pos < chunk.length) pending.push(chunk.subarray(pos));
+  }
+  if (pending.length > 0) yield { bytes: Buffer.concat(pending), terminated: false };
+}
+
 function nextRevision(actual: number | null): number {
   return (actual ?? 0) + 1;
 }
@@ -1041,6 +1138,8 @@ function nextRevision(actual: number | null): number {
 /** A durable copy of a save (new header + appended lines) about to be written in place across several pages. */
 interface Journal {
   ino: number;
+  /** `[META] generation` of the file it patches (undefined in a journal of an older version, `/2`). */
+  generation: string | undefined;
   revision: number;
   header: Buffer;
   /** Offset where `lines` go (the committed end before the save). */
@@ -1048,7 +1147,9 @@ interface Journal {
   lines: Buffer;
 }
 
-const JOURNAL_MAGIC = "duas-header-journal/2";
+const JOURNAL_MAGIC = "duas-header-journal/3";
+/** Journals of older versions: no generation; they apply only to files without one. */
+const JOURNAL_MAGIC_V2 = "duas-header-journal/2";
 
 function sha256(bytes: Buffer): string {
   return createHash("sha256").update(bytes).digest("hex");
@@ -1056,29 +1157,44 @@ function sha256(bytes: Buffer): string {
 
 function encodeJournal(j: Journal): Buffer {
   const body = Buffer.concat([j.header, j.lines]);
-  const head = `${JOURNAL_MAGIC} ${j.ino} ${j.revision} ${j.header.length} ${j.dataOffset} ${j.lines.length} ${sha256(body)}\n`;
-  return Buffer.concat([Buffer.from(head, "latin1"), body]);
+  const fields = [JOURNAL_MAGIC, j.ino, j.generation ?? "-", j.revision, j.header.length, j.dataOffset, j.lines.length];
+  // The checksum covers the identity fields too: a flipped inode or generation digit makes the journal torn.
+  const head = fields.join(" ");
+  return Buffer.concat([Buffer.from(`${head} ${sha256(Buffer.concat([Buffer.from(head, "latin1"), body]))}\n`), body]);
 }
 
 /** The journal record, or undefined when it is torn (a crash while it was written) or not ours. */
 function decodeJournal(bytes: Buffer): Journal | undefined {
   const nl = bytes.indexOf(0x0a);
   if (nl < 0) return undefined;
-  const [magic, ino, revision, headerLength, dataOffset, linesLength, hash] = bytes
-    .toString("latin1", 0, nl)
-    .split(" ");
+  const first = bytes.toString("latin1", 0, nl);
+  const parts = first.split(" ");
+  const v2 = parts[0] === JOURNAL_MAGIC_V2;
+  if (!v2 && parts[0] !== JOURNAL_MAGIC) return undefined;
+  const [ino, generation, revision, headerLength, dataOffset, linesLength, hash] = v2
+    ? [parts[1], "-", ...parts.slice(2)]
+    : parts.slice(1);
   const h = Number(headerLength);
   const total = h + Number(linesLength);
-  if (magic !== JOURNAL_MAGIC || !Number.isSafeInteger(total) || nl + 1 + total > bytes.length) return undefined;
+  if (!Number.isSafeInteger(total) || h < 0 || total < h || nl + 1 + total > bytes.length) return undefined;
   const body = bytes.subarray(nl + 1, nl + 1 + total);
-  if (sha256(body) !== hash) return undefined;
+  const sealed = v2 ? body : Buffer.concat([Buffer.from(first.slice(0, first.lastIndexOf(" ")), "latin1"), body]);
+  if (sha256(sealed) !== hash) return undefined;
   return {
     ino: Number(ino),
+    generation: generation === "-" ? undefined : generation,
     revision: Number(revision),
     header: Buffer.from(body.subarray(0, h)),
     dataOffset: Number(dataOffset),
     lines: Buffer.from(body.subarray(h)),
   };
+}
+
+/** `[META] generation` in a file's (possibly torn) header bytes; undefined in files of older versions. */
+function fileGeneration(head: Buffer): string | undefined {
+  const end = head.indexOf("\n[CONFIG]");
+  const m = /\ngeneration = ([0-9a-f]+)\n/.exec(head.toString("latin1", 0, end < 0 ? head.length : end));
+  return m?.[1];
 }
 
 /**
@@ -1108,6 +1224,9 @@ function journalApplies(head: Buffer, dataAt: Buffer, size: number, journal: Jou
   if (journal.ino !== ino || size < dataOffset || dataOffset < header.length || head.length < header.length) {
     return false;
   }
+  // Bound to the file's incarnation: a journal left by a deleted session never applies to a new file that
+  // reuses the inode and the revision numbers (a generation never changes within one file).
+  if (journal.generation !== fileGeneration(head)) return false;
   const m = /\nrevision = (\d+)/.exec(head.toString("latin1"));
   // A journal applies only on top of the revision it was written for (or a torn header of its own save):
   // an older journal never rolls a newer file back, nor a newer journal an older file.

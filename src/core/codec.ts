@@ -18,7 +18,10 @@
  * class = dumplings-ai:BaseAgent
  * saved_at = 2026-01-02T03:04:05.678Z
  * message_count = 3                 ← checked on load: a cut file is caught
- * revision = 7                      ← only in files written by FileBackend
+ * revision = 7                      ← only in files written by FileBackend,
+ * generation = 3f0c…                ←   as are these three (see "Integrity" below)
+ * history_sha256 = 9a4e…
+ * checksum = 51d2…
  *
  * [CONFIG]
  * prompt = "You are terse.\nAnswer in French."
@@ -44,8 +47,33 @@
  * Every line ends with `\n` (the last one too). Sections appear exactly once,
  * in this order. Before `[HISTORY]`, blank lines and lines starting with `#`
  * or `;` are comments; a comment never follows a value on the same line.
- * Every key is required except `revision` and the `field.*` keys; unknown
- * and duplicate keys are errors (nothing is ever silently dropped).
+ * Every key is required except `revision`, `generation`, `history_sha256`,
+ * `checksum` and the `field.*` keys; unknown and duplicate keys are errors
+ * (nothing is ever silently dropped).
+ *
+ * ## Integrity (files written by FileBackend)
+ *
+ * A structurally valid file can still hold other data than was saved: a
+ * swapped or duplicated history line, a flipped byte inside a string. Files
+ * written by FileBackend therefore carry, in `[META]`:
+ *
+ * - `history_sha256`: a hash chain over the history lines
+ *   (`h0 = 64 zeros`, `h(i+1) = sha256(h(i) + "\n" + line)`, blank lines
+ *   skipped, a `\r` before `\n` removed), so an append extends it from the
+ *   stored value in O(new messages);
+ * - `generation`: a random id of the file's incarnation (new with every
+ *   whole-file write), which binds FileBackend's header journal to the file;
+ * - `checksum`: SHA-256 of the canonical header — the header as
+ *   {@link encodeHeader} writes it without fixed-width padding, without the
+ *   padding comment and without the `checksum` line — recomputed from the
+ *   parsed values on read.
+ *
+ * Every reader of this module verifies both when present ({@link decodeState},
+ * and {@link DuasLineParser} for streaming readers: the header before the
+ * first message, the chain in {@link DuasLineParser.end}); a mismatch is a
+ * {@link FormatError}. A header with `generation` or `history_sha256` but no
+ * `checksum` is refused. Text without them (written by {@link encodeState},
+ * by the original design or by hand) is checked structurally only.
  *
  * ## Escaping rule (string values of `[META]` and `[CONFIG]`)
  *
@@ -91,10 +119,12 @@
  *
  * @module
  */
+import { createHash } from "node:crypto";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { FormatError, InvalidStateError } from "./errors.js";
 import { assertJson } from "./json.js";
 import { type Message, messageSchemaFor, type Protocol } from "./messages.js";
+import { normalizeFormatVersion } from "./original.js";
 import {
   type AgentConfig,
   AgentConfigSchema,
@@ -103,7 +133,6 @@ import {
   type StateMeta,
   StateMetaSchema,
 } from "./state.js";
-import { normalizeFormatVersion } from "./original.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 
 /** File extension of a plain `.duas` file. */
@@ -214,6 +243,12 @@ export interface HeaderLayout {
   fixedWidth?: boolean;
   /** Total byte length to pad the header to with a final `#   …` comment line (must be large enough). */
   padTo?: number;
+  /** Write `[META] generation = <id>`: the identity of this file's incarnation (FileBackend). */
+  generation?: string;
+  /** Write `[META] history_sha256 = <hex>`: the {@link historyChain} of the history lines. */
+  historySha256?: string;
+  /** Write `[META] checksum = <hex>`: SHA-256 of the canonical header (module doc, "Integrity"). @default false */
+  checksum?: boolean;
 }
 
 /** Widths of the fixed-width META values written when {@link HeaderLayout.fixedWidth} is set. */
@@ -290,9 +325,30 @@ export function encodeHeader(state: AgentState, messageCount: number, layout: He
   const { meta, config, st: checked } = checkHeader(state);
   // zod's record copy would drop (or misuse) a field named "__proto__": keep the caller's own, already checked, object.
   const st = { ...checked, fields: state.state.fields };
-  const fw = layout.fixedWidth === true;
+  const prefix = headerPrefix(meta);
+  const body = headerBody(config, st);
+  let out = prefix + metaLines(meta, messageCount, layout, layout.fixedWidth === true);
+  if (layout.checksum === true) {
+    const canonical = metaLines(meta, messageCount, layout, false);
+    out += line("checksum", sha256Hex([prefix, canonical, body]));
+  }
+  out += body;
+  if (layout.padTo !== undefined) {
+    const used = Buffer.byteLength(out) + "[HISTORY]\n".length;
+    const pad = layout.padTo - used;
+    if (pad < 2) throw new RangeError(`header needs ${used + 2} bytes, more than padTo=${layout.padTo}`);
+    out += `#${" ".repeat(pad - 2)}\n`;
+  }
+  return `${out}[HISTORY]\n`;
+}
+
+function headerPrefix(meta: StateMeta): string {
+  return `${DUAS_MAGIC_LINE}\n${FORMAT_LINE_PREFIX}${meta.formatVersion}\n${DUAS_WARNING_LINE}\n\n[META]\n`;
+}
+
+/** The `[META]` key lines (without `checksum`), fixed-width or canonical. */
+function metaLines(meta: StateMeta, messageCount: number, layout: HeaderLayout, fw: boolean): string {
   let out =
-    `${DUAS_MAGIC_LINE}\n${FORMAT_LINE_PREFIX}${meta.formatVersion}\n${DUAS_WARNING_LINE}\n\n[META]\n` +
     line("format_version", encodeIniString(meta.formatVersion)) +
     line("schema_version", encodeIniString(meta.schemaVersion)) +
     line("agent_uuid", encodeIniString(meta.agentUuid)) +
@@ -304,7 +360,14 @@ export function encodeHeader(state: AgentState, messageCount: number, layout: He
   if (layout.revision !== undefined) {
     out += line("revision", fixed(String(layout.revision), fw ? FIXED_WIDTHS.revision : undefined));
   }
-  out +=
+  if (layout.generation !== undefined) out += line("generation", encodeIniString(layout.generation));
+  if (layout.historySha256 !== undefined) out += line("history_sha256", encodeIniString(layout.historySha256));
+  return out;
+}
+
+/** `[CONFIG]` and `[STATE]` with the blank line after them. */
+function headerBody(config: AgentConfig, st: AgentState["state"]): string {
+  let out =
     "\n[CONFIG]\n" +
     line("prompt", encodeIniString(config.prompt)) +
     line("api_provider", encodeIniString(config.apiProvider)) +
@@ -321,14 +384,48 @@ export function encodeHeader(state: AgentState, messageCount: number, layout: He
   for (const name of Object.keys(st.fields)) {
     out += line(fieldKey(name), JSON.stringify(st.fields[name]));
   }
-  out += "\n";
-  if (layout.padTo !== undefined) {
-    const used = Buffer.byteLength(out) + "[HISTORY]\n".length;
-    const pad = layout.padTo - used;
-    if (pad < 2) throw new RangeError(`header needs ${used + 2} bytes, more than padTo=${layout.padTo}`);
-    out += `#${" ".repeat(pad - 2)}\n`;
+  return `${out}\n`;
+}
+
+function sha256Hex(parts: readonly string[]): string {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p, "utf8");
+  return h.digest("hex");
+}
+
+/** The value of `[META] history_sha256` for an empty history. @internal */
+export const HISTORY_CHAIN_START = "0".repeat(64);
+
+/**
+ * One step of the history chain: `sha256(previous + "\n" + line)` in hex, where
+ * `line` is a `[HISTORY]` line without its `\n` (and without a `\r` before it).
+ * `[META] history_sha256` is the chain over every message line in order,
+ * starting from {@link HISTORY_CHAIN_START}, so an append extends it from the
+ * stored value without reading the history again. @internal
+ *
+ * @param previous - the chain so far
+ * @param text - one history line (a string, or its UTF-8 bytes: the same value)
+ * @returns the new chain value (64 hex digits)
+ */
+export function historyChain(previous: string, text: string | Uint8Array): string {
+  const h = createHash("sha256").update(previous, "utf8").update("\n");
+  return (typeof text === "string" ? h.update(text, "utf8") : h.update(text)).digest("hex");
+}
+
+/**
+ * {@link historyChain} over the lines of `text` (history lines as written by
+ * {@link encodeHistoryLines}: each ends with `\n`). @internal
+ */
+export function historyChainOfLines(previous: string, text: string): string {
+  let chain = previous;
+  let pos = 0;
+  while (pos < text.length) {
+    const nl = text.indexOf("\n", pos);
+    const end = nl < 0 ? text.length : nl;
+    chain = historyChain(chain, text.slice(pos, end));
+    pos = end + 1;
   }
-  return `${out}[HISTORY]\n`;
+  return chain;
 }
 
 /**
@@ -409,6 +506,10 @@ export interface ParsedHeader {
   state: AgentState["state"];
   /** `[META] revision`, when present. */
   revision: number | undefined;
+  /** `[META] generation` (FileBackend: the file's incarnation), when present. */
+  generation?: string;
+  /** `[META] history_sha256` (verified against the history by {@link DuasLineParser.end}), when present. */
+  historySha256?: string;
   /** 1-based line number of the `[HISTORY]` line. */
   historyLine: number;
 }
@@ -427,7 +528,13 @@ const META_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
   ["saved_at", ["savedAt", "string"]],
   ["message_count", ["messageCount", "int"]],
   ["revision", ["revision", "int"]],
+  ["generation", ["generation", "string"]],
+  ["history_sha256", ["historySha256", "string"]],
+  ["checksum", ["checksum", "string"]],
 ]);
+/** `[META]` keys a file may leave out (files not written by FileBackend have none of them). */
+const OPTIONAL_META = new Set(["revision", "generation", "history_sha256", "checksum"]);
+const HEX64 = /^[0-9a-f]{64}$/;
 const CONFIG_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
   ["prompt", ["prompt", "string"]],
   ["api_provider", ["apiProvider", "string"]],
@@ -482,6 +589,8 @@ export class DuasLineParser {
   private formatVersionText = "";
   private parsedHeader: ParsedHeader | undefined;
   private schema: ReturnType<typeof messageSchemaFor> | undefined;
+  /** The history chain so far, when the header has `history_sha256`. */
+  private chain: string | undefined;
   /** Number of history messages parsed so far. */
   messages = 0;
 
@@ -695,7 +804,7 @@ export class DuasLineParser {
     };
     const missing = (section: "META" | "CONFIG" | "STATE") => {
       for (const key of KEYS[section].keys()) {
-        if (key === "revision") continue;
+        if (section === "META" && OPTIONAL_META.has(key)) continue;
         if (!this.seen.has(`${section}.${key}`)) this.fail(`missing key ${key} in [${section}]`);
       }
     };
@@ -710,7 +819,25 @@ export class DuasLineParser {
       );
     }
     const revision = this.meta.revision as number | undefined;
+    const generation = this.meta.generation as string | undefined;
+    const historySha256 = this.meta.historySha256 as string | undefined;
+    const checksum = this.meta.checksum as string | undefined;
     delete this.meta.revision;
+    delete this.meta.generation;
+    delete this.meta.historySha256;
+    delete this.meta.checksum;
+    for (const [k, v] of [
+      ["history_sha256", historySha256],
+      ["checksum", checksum],
+    ] as const) {
+      if (v !== undefined && !HEX64.test(v)) {
+        this.fail(`${k} must be 64 lowercase hex digits`, { line: this.seen.get(`META.${k}`) });
+      }
+    }
+    if (checksum === undefined && (generation !== undefined || historySha256 !== undefined)) {
+      // the writer seals every header that carries these: one without its seal was edited or cut
+      this.fail("the header has generation/history_sha256 but no checksum (edited or corrupted file)");
+    }
     this.st.fields = this.fields;
     let header: ParsedHeader;
     try {
@@ -719,10 +846,26 @@ export class DuasLineParser {
       // keep our own fields object (own properties only, "__proto__" included), validated by the schema above
       const st = { ...p.state, fields: this.fields as AgentState["state"]["fields"] };
       header = { meta: p.meta, config: p.config, state: st, revision, historyLine: this.lineNo };
+      if (generation !== undefined) header.generation = generation;
+      if (historySha256 !== undefined) header.historySha256 = historySha256;
     } catch (e) {
       if (e instanceof InvalidStateError) this.fail(e.message, { cause: e, line: lineOf(e.path) });
       throw e;
     }
+    if (checksum !== undefined) {
+      const layout = { revision, generation, historySha256 };
+      const expected = sha256Hex([
+        headerPrefix(header.meta),
+        metaLines(header.meta, header.meta.messageCount, layout, false),
+        headerBody(header.config, header.state),
+      ]);
+      if (expected !== checksum) {
+        this.fail("the header does not match its checksum (edited or corrupted file)", {
+          line: this.seen.get("META.checksum"),
+        });
+      }
+    }
+    this.chain = historySha256 === undefined ? undefined : HISTORY_CHAIN_START;
     this.parsedHeader = header;
     this.schema = messageSchemaFor(header.meta.protocol);
   }
@@ -743,14 +886,16 @@ export class DuasLineParser {
       this.fail(`history[${index}]${path}: ${issue?.message ?? "not a valid message"}`, { cause: r.error });
     }
     this.messages++;
+    if (this.chain !== undefined) this.chain = historyChain(this.chain, text);
     return value as Message;
   }
 
   /**
-   * Checks the end of input: the header is complete and the number of
-   * messages equals `message_count`.
+   * Checks the end of input: the header is complete, the number of
+   * messages equals `message_count` and, when the header has
+   * `history_sha256`, the messages fed match it.
    *
-   * @throws {FormatError} when truncated or when the count differs
+   * @throws {FormatError} when truncated, when the count differs or the history does not match its hash
    */
   end(): ParsedHeader {
     const h = this.parsedHeader;
@@ -760,6 +905,12 @@ export class DuasLineParser {
     if (this.messages !== h.meta.messageCount) {
       this.fail(
         `message_count is ${h.meta.messageCount} but [HISTORY] holds ${this.messages} messages (truncated or edited file)`,
+      );
+    }
+    if (this.chain !== undefined && this.chain !== h.historySha256) {
+      this.fail(
+        "the history does not match history_sha256 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
+        { line: h.historyLine },
       );
     }
     return h;
@@ -853,6 +1004,7 @@ export function isGzip(bytes: Uint8Array): boolean {
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
+const utf8KeepBom = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /**
  * Decodes strict UTF-8 (a leading BOM is removed). @internal
@@ -860,11 +1012,12 @@ const utf8 = new TextDecoder("utf-8", { fatal: true });
  * @param bytes - the bytes
  * @param source - file name for errors
  * @param firstLine - line number of the first byte's line, for errors
+ * @param keepBom - keep a leading U+FEFF (for a piece that does not start the text) @default false
  * @throws {FormatError} naming the line holding the first invalid byte
  */
-export function decodeUtf8(bytes: Uint8Array, source?: string, firstLine = 1): string {
+export function decodeUtf8(bytes: Uint8Array, source?: string, firstLine = 1, keepBom = false): string {
   try {
-    return utf8.decode(bytes);
+    return (keepBom ? utf8KeepBom : utf8).decode(bytes);
   } catch (e) {
     let lineNo = firstLine;
     let start = 0;

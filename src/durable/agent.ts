@@ -63,6 +63,7 @@ import { assertJson, type JsonValue } from "../core/json.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { currentRun, currentStep, type RetryPolicy, step, waitForSignal } from "./context.js";
 import { StepFailedError } from "./errors.js";
+import type { WorkflowFn } from "./run.js";
 import { type ApprovalDecision, approvalSignalName } from "./signals.js";
 
 /** Options of {@link DurableAgent}. */
@@ -120,6 +121,13 @@ export interface DurableAgentOptions {
    * deterministic. Approvals of a round are decided first, in call order. @default 4
    */
   maxParallelTools?: number;
+  /**
+   * AI SDK 7's per-tool context, by tool name: `toolsContext[name]` is passed as
+   * `context` to that tool's `execute`, its `needsApproval` function and a
+   * function `description` (as `generateText({ toolsContext })` does). Not
+   * recorded: keep it the same across replays. AI SDK 6 tools ignore it.
+   */
+  toolsContext?: Record<string, unknown>;
 }
 
 /** Input of {@link DurableAgent.workflow}: the conversation so far. */
@@ -140,6 +148,8 @@ export interface DurableAgentResult {
 
 type ToolCallPart = { type: "tool-call"; toolCallId: string; toolName: string; input: unknown };
 type ToolResultOutput = ToolResultPart["output"];
+/** What a tool's `execute` receives besides its input (AI SDK 6 and 7: 7 adds `context`). */
+type ToolCallOptions = Parameters<NonNullable<Tool["execute"]>>[1];
 /** A tool call's outcome: what the model sees, and the tool's recorded value when it ran. */
 type ToolRun = { output: ToolResultOutput; value?: JsonValue };
 
@@ -360,9 +370,26 @@ export class DurableAgent {
     for (const [name, t] of Object.entries(this.options.tools ?? {})) {
       if (!names.includes(name)) continue;
       const schema = await asSchema(t.inputSchema).jsonSchema;
-      defs.push({ name, description: t.description ?? "", inputSchema: JSON.parse(JSON.stringify(schema)) });
+      defs.push({ name, description: this.describe(name, t), inputSchema: JSON.parse(JSON.stringify(schema)) });
     }
     return defs;
+  }
+
+  /** A tool's description: a string, or (AI SDK 7) a function of the tool's context. */
+  private describe(name: string, t: Tool): string {
+    const d = (t as { description?: unknown }).description;
+    if (typeof d === "function") return String(d({ context: this.options.toolsContext?.[name] }));
+    return typeof d === "string" ? d : "";
+  }
+
+  /** The options of a tool's `execute` / `needsApproval` call (AI SDK 7 adds `context`). */
+  private toolCallOptions(call: ToolCallPart, sent: ModelMessage[], signal?: AbortSignal): ToolCallOptions {
+    return {
+      toolCallId: call.toolCallId,
+      messages: sent,
+      ...(signal ? { abortSignal: signal } : {}),
+      context: this.options.toolsContext?.[call.toolName],
+    } as ToolCallOptions;
   }
 
   /** The tools as sent to the model: without `execute` (the loop runs them as steps) and without approval flags. */
@@ -371,7 +398,7 @@ export class DurableAgent {
     for (const [name, t] of Object.entries(this.options.tools ?? {})) {
       if (!names.includes(name)) continue;
       out[name] = aiTool({
-        description: t.description,
+        description: this.describe(name, t),
         inputSchema: t.inputSchema,
         ...(t.providerOptions ? { providerOptions: t.providerOptions } : {}),
       } as Tool);
@@ -477,7 +504,7 @@ export class DurableAgent {
     const decision = await step(
       `needs-approval:${call.toolName}`,
       async () => ({
-        needsApproval: Boolean(await policy(call.input as never, { toolCallId: call.toolCallId, messages: sent })),
+        needsApproval: Boolean(await policy(call.input as never, this.toolCallOptions(call, sent))),
       }),
       {
         input: { toolCallId: call.toolCallId, input: call.input as JsonValue },
@@ -516,13 +543,7 @@ export class DurableAgent {
         `tool:${call.toolName}`,
         async () => {
           const info = currentStep();
-          const out = await finalValue(
-            execute(call.input as never, {
-              toolCallId: call.toolCallId,
-              messages: sent,
-              ...(info ? { abortSignal: info.signal } : {}),
-            }),
-          );
+          const out = await finalValue(execute(call.input as never, this.toolCallOptions(call, sent, info?.signal)));
           return out === undefined ? null : (out as JsonValue);
         },
         {
@@ -629,29 +650,31 @@ export class DurableAgent {
    * at run time, instead of by the type.
    *
    * @param messages - AI SDK `ModelMessage`s: plain JSON (file data as base64 strings, no `Uint8Array`/`URL`/`Date`)
-   * @returns `{ messages }` as a `JsonValue` (a deep copy)
+   * @returns `{ messages }` (a deep copy, checked to be JSON)
    * @throws {NonJsonValueError} naming the path of the first value JSON cannot carry
    * @example
    * await runDurable("chat-1", agent.workflow(), { journal, input: agent.input([{ role: "user", content: "hi" }]) });
    */
-  input(messages: ModelMessage[]): JsonValue {
+  input(messages: ModelMessage[]): DurableAgentInput {
     const input: DurableAgentInput = { messages };
     assertJson(input, "input");
-    return JSON.parse(JSON.stringify(input)) as JsonValue;
+    return JSON.parse(JSON.stringify(input)) as DurableAgentInput;
   }
 
   /**
    * The agent as a workflow function for `runDurable` / `DurableWorker`: input `{ messages }`.
    *
-   * @returns `(input: { messages }) => Promise<DurableAgentResult>` (JSON)
+   * @returns `(input: { messages }) => Promise<DurableAgentResult>` (JSON); typed so that
+   *   `runDurable(id, agent.workflow(), { input: { messages } })` takes `ModelMessage[]` without a cast
+   *   (the input is checked to be JSON when the run is created)
    */
-  workflow(): (input: JsonValue) => Promise<JsonValue> {
-    return async (input: JsonValue) => {
+  workflow(): WorkflowFn<DurableAgentInput, DurableAgentResult> {
+    return async (input: DurableAgentInput) => {
       const messages = (input as { messages?: unknown } | null)?.messages;
       if (!Array.isArray(messages)) {
         throw new DumplingsError("INVALID_INPUT", "a DurableAgent run needs the input { messages: ModelMessage[] }");
       }
-      return (await this.run(messages as ModelMessage[])) as unknown as JsonValue;
+      return await this.run(messages as ModelMessage[]);
     };
   }
 }

@@ -27,11 +27,22 @@ import {
 import { hashInput, type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
 import type { RunEventStream } from "./stream-contract.js";
 
-/** A workflow function: ordinary async code calling durable primitives. */
-export type WorkflowFn<I extends JsonValue = JsonValue, O = JsonValue> = (input: I) => Promise<O>;
+/**
+ * A workflow function: ordinary async code calling durable primitives.
+ * `I` is the run's input type: any type whose values are JSON at run time
+ * (e.g. `{ messages: ModelMessage[] }`); the input is checked when the run is
+ * created ({@link NonJsonValueError} names the first non-JSON path).
+ */
+export type WorkflowFn<I = JsonValue, O = JsonValue> = (input: I) => Promise<O>;
 
-/** Options of {@link runDurable}. */
-export interface RunDurableOptions {
+/**
+ * A workflow function of any input type, as {@link DurableWorker} registers
+ * them by name (the input arrives from the journal).
+ */
+export type AnyWorkflowFn = (input: never) => Promise<unknown>;
+
+/** Options of {@link runDurable}; `I` is the workflow's input type. */
+export interface RunDurableOptions<I = JsonValue> {
   /** The journal (source of truth). */
   journal: Journal;
   /**
@@ -41,7 +52,7 @@ export interface RunDurableOptions {
    * Omitted: the run must exist ({@link RunNotFoundError} otherwise, and
    * nothing is created) and resumes with its stored input.
    */
-  input?: JsonValue;
+  input?: I;
   /**
    * Resume an existing run with its stored input even when `input` differs
    * (the offered input is ignored). @default false
@@ -119,7 +130,7 @@ function finished(run: RunRecord): RunResult | undefined {
  */
 export async function ensureRun(
   journal: Journal,
-  init: { runId: string; workflow: string; input?: JsonValue; attach?: boolean },
+  init: { runId: string; workflow: string; input?: unknown; attach?: boolean },
 ): Promise<{ created: boolean; run: RunRecord }> {
   const { runId, input } = init;
   if (input === undefined) {
@@ -208,10 +219,10 @@ const isStop = (error: unknown) => error instanceof StaleFencingTokenError || er
  * // later, in any process: resume it (its stored input is used)
  * await runDurable("order-42", workflow, { journal });
  */
-export async function runDurable<I extends JsonValue = JsonValue, O = JsonValue>(
+export async function runDurable<I = JsonValue, O = JsonValue>(
   runId: string,
   workflowFn: WorkflowFn<I, O>,
-  options: RunDurableOptions,
+  options: RunDurableOptions<NoInfer<I>>,
 ): Promise<RunResult> {
   if (typeof runId !== "string" || runId.length === 0 || runId.length > 512) {
     throw new DumplingsError("INVALID_RUN_ID", `invalid run id ${JSON.stringify(runId)}`);

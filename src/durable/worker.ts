@@ -30,7 +30,7 @@ import type { JsonValue } from "../core/json.js";
 import { loadBullmq, RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
 import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
-import { ensureRun, type RunResult, runDurable, type WorkflowFn } from "./run.js";
+import { type AnyWorkflowFn, ensureRun, type RunResult, runDurable, type WorkflowFn } from "./run.js";
 import { type SignalResult, signal } from "./signals.js";
 import type { RunEventStream } from "./stream-contract.js";
 
@@ -141,7 +141,7 @@ export class DurableQueue {
    * @throws {NonJsonValueError} when `input` is not JSON
    */
   async enqueue(
-    run: { runId: string; workflow: string; input?: JsonValue; attach?: boolean },
+    run: { runId: string; workflow: string; input?: unknown; attach?: boolean },
     options: { delayMs?: number } = {},
   ): Promise<{ created: boolean; outcome: "created" | "existing" }> {
     const { created } = await ensureRun(this.journal, run);
@@ -204,7 +204,7 @@ export class DurableQueue {
 /** Options of {@link DurableWorker}. */
 export interface DurableWorkerOptions extends DurableQueueOptions {
   /** Workflow functions by name (the `workflow` of each run). */
-  workflows: Record<string, WorkflowFn> | Map<string, WorkflowFn>;
+  workflows: Record<string, AnyWorkflowFn> | Map<string, AnyWorkflowFn>;
   /** Runs executed at once by this worker. @default 1 */
   concurrency?: number;
   /** Lease owner id. @default `<hostname>:<pid>:<random>` */
@@ -236,7 +236,7 @@ export interface DurableWorkerOptions extends DurableQueueOptions {
  */
 export class DurableWorker extends DurableQueue {
   readonly owner: string;
-  private readonly workflows: Map<string, WorkflowFn>;
+  private readonly workflows: Map<string, AnyWorkflowFn>;
   private readonly options: DurableWorkerOptions;
   private worker: Worker<DurableJobData> | undefined;
   private workerConn: RedisConnection | undefined;
@@ -302,7 +302,7 @@ export class DurableWorker extends DurableQueue {
     const { DelayedError, UnrecoverableError } = loadBullmq();
     if (!fn) throw new UnrecoverableError(new UnknownWorkflowError(run.workflow, [...this.workflows.keys()]).message);
     try {
-      const result = await runDurable(runId, fn, {
+      const result = await runDurable(runId, fn as WorkflowFn, {
         journal: this.journal,
         owner: this.owner,
         leaseTtlMs: this.options.leaseTtlMs ?? 30_000,

@@ -103,7 +103,7 @@ describe("DurableAgent repairs the history before every llm step", () => {
     const r = await runDurable("rep-1", makeAgent(server.url).workflow(), {
       journal,
       stream,
-      input: { messages: input } as never,
+      input: { messages: input },
     });
     expect(r).toMatchObject({ status: "completed", output: { text: "Order 7 totals 42.", llmSteps: 1 } });
     expect(server.count).toBe(1);
@@ -137,7 +137,7 @@ describe("DurableAgent repairs the history before every llm step", () => {
     ];
     const r = await runDurable("rep-2", makeAgent(server.url).workflow(), {
       journal,
-      input: { messages: input } as never,
+      input: { messages: input },
     });
     expect(r).toMatchObject({ status: "completed", output: { text: "Hello again." } });
     expect(server.count).toBe(1);
@@ -156,7 +156,7 @@ describe("DurableAgent repairs the history before every llm step", () => {
     ];
     const first = await runDurable("rep-3", makeAgent(server.url, { approval: true }).workflow(), {
       journal,
-      input: { messages: input } as never,
+      input: { messages: input },
     });
     expect(first).toMatchObject({ status: "waiting", waitingFor: { name: "approval:call_refund" } });
     expect(server.count).toBe(1);

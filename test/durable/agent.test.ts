@@ -77,7 +77,7 @@ describe("DurableAgent", () => {
     const first = await runDurable("a1", agent.workflow(), {
       journal,
       stream,
-      input: { messages: userMessages } as never,
+      input: { messages: userMessages },
     });
     expect(first).toEqual({
       runId: "a1",
@@ -131,9 +131,9 @@ describe("DurableAgent", () => {
     });
     const calls = new Map<string, number>();
     const agent = makeAgent(server.url, calls);
-    expect(
-      (await runDurable("a2", agent.workflow(), { journal, input: { messages: userMessages } as never })).status,
-    ).toBe("waiting");
+    expect((await runDurable("a2", agent.workflow(), { journal, input: { messages: userMessages } })).status).toBe(
+      "waiting",
+    );
     await reject("a2", "call_r", { journal, reason: "amount over the limit" });
     const done = await runDurable("a2", agent.workflow(), { journal });
     expect(done.status).toBe("completed");
@@ -149,7 +149,7 @@ describe("DurableAgent", () => {
     });
     const provider = createOpenAICompatible({ name: "local", baseURL: server.url, apiKey: "k" });
     const agent = new DurableAgent({ model: provider("m"), llmRetry: { maxAttempts: 2, backoffMs: 1 } });
-    const r = await runDurable("a3", agent.workflow(), { journal, input: { messages: userMessages } as never });
+    const r = await runDurable("a3", agent.workflow(), { journal, input: { messages: userMessages } });
     expect(r).toMatchObject({ status: "completed", output: { text: "hello", llmSteps: 1 } });
     expect(server.count).toBe(2);
     const started = (await journal.readEvents("a3")).filter((e) => e.type === "step_started");

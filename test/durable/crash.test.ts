@@ -59,7 +59,7 @@ beforeAll(async () => {
   journal = new SqliteJournal({ path: db });
   // the uninterrupted reference run, in this process
   const agent = makeFixtureAgent(server.url, path.join(dir, "ref.effects"));
-  const r = await runDurable("ref", agent.workflow(), { journal, input: { messages: userMessages("ref") } as never });
+  const r = await runDurable("ref", agent.workflow(), { journal, input: { messages: userMessages("ref") } });
   if (r.status !== "completed") throw new Error(`reference run did not complete: ${JSON.stringify(r)}`);
   reference = r.output as never;
 });

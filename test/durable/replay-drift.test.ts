@@ -15,10 +15,10 @@ import { tool } from "ai";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import type { JsonValue } from "../../src/core/json.js";
-import { DurableAgent } from "../../src/durable/agent.js";
+import { DurableAgent, type DurableAgentInput } from "../../src/durable/agent.js";
 import { deprecatePatch, patched, sleep, step, waitForSignal } from "../../src/durable/context.js";
 import { hashInput } from "../../src/durable/journal.js";
-import { runDurable, type WorkflowFn } from "../../src/durable/run.js";
+import { runDurable } from "../../src/durable/run.js";
 import { approve, signal } from "../../src/durable/signals.js";
 import { type ModelServer, type RecordedRequest, startModelServer } from "../../src/testing/model-server.js";
 import { FINAL_TEXT, modelHandler, requestsOf, userMessages } from "../fixtures/durable/agent-fixture.js";
@@ -97,7 +97,7 @@ for (const store of stores) {
         const journal = open();
         const runId = `pb34-${store.name}`;
         const effects: string[] = [];
-        const input = { messages: userMessages(runId) } as never;
+        const input = { messages: userMessages(runId) };
         const paused = await runDurable(runId, supportAgent(1, effects).workflow(), { journal, input });
         expect(paused).toMatchObject({
           status: "waiting",
@@ -139,7 +139,7 @@ for (const store of stores) {
         const start = async (runId: string) => {
           const r = await runDurable(runId, supportAgent(1, effects).workflow(), {
             journal,
-            input: { messages: userMessages(runId) } as never,
+            input: { messages: userMessages(runId) },
           });
           expect(r.status).toBe("waiting");
           await approve(runId, "call_refund", { journal });
@@ -149,11 +149,11 @@ for (const store of stores) {
         // v3 adds a step before the agent, without a patch: the journal holds "llm" where the program asks "fraud-check"
         let checks = 0;
         const fraudCheck = () => step("fraud-check", () => ++checks);
-        const v3 = async (input: JsonValue) => {
+        const v3 = async (input: DurableAgentInput) => {
           await fraudCheck();
-          return supportAgent(2, effects).workflow()(input as never);
+          return supportAgent(2, effects).workflow()(input);
         };
-        const blocked = await runDurable(blockedId, v3 as WorkflowFn, { journal });
+        const blocked = await runDurable(blockedId, v3, { journal });
         expect(blocked).toMatchObject({
           status: "blocked",
           error: { name: "ReplayMismatchError", code: "REPLAY_MISMATCH" },
@@ -168,20 +168,20 @@ for (const store of stores) {
         expect(effects).toEqual(["lookup"]);
 
         // the fix: the new step behind a patch. The blocked run (history from before the patch) skips it and completes
-        const v3patched = async (input: JsonValue) => {
+        const v3patched = async (input: DurableAgentInput) => {
           if (await patched("fraud-check")) await fraudCheck();
-          return supportAgent(2, effects).workflow()(input as never);
+          return supportAgent(2, effects).workflow()(input);
         };
-        const resumed = await runDurable(blockedId, v3patched as WorkflowFn, { journal });
+        const resumed = await runDurable(blockedId, v3patched, { journal });
         expect(resumed).toMatchObject({ status: "completed", output: { text: FINAL_TEXT } });
         expect(checks).toBe(0);
         expect(effects).toEqual(["lookup", "refund"]);
 
         // a new run takes the new path: the marker is recorded at its position, then the check runs
         const fresh = `pb34-new-${store.name}`;
-        const r = await runDurable(fresh, v3patched as WorkflowFn, {
+        const r = await runDurable(fresh, v3patched, {
           journal,
-          input: { messages: userMessages(fresh) } as never,
+          input: { messages: userMessages(fresh) },
         });
         expect(r.status).toBe("waiting");
         expect(checks).toBe(1);
@@ -192,7 +192,7 @@ for (const store of stores) {
         ]);
         // and keeps it on replay: the marker is consumed, the check is not run again
         await approve(fresh, "call_refund", { journal });
-        expect(await runDurable(fresh, v3patched as WorkflowFn, { journal })).toMatchObject({ status: "completed" });
+        expect(await runDurable(fresh, v3patched, { journal })).toMatchObject({ status: "completed" });
         expect(checks).toBe(1);
       });
 
@@ -203,20 +203,19 @@ for (const store of stores) {
         const v1 = supportAgent(1, effects);
         const v2 = supportAgent(2, effects);
         expect(
-          (await runDurable(oldRun, v1.workflow(), { journal, input: { messages: userMessages(oldRun) } as never }))
-            .status,
+          (await runDurable(oldRun, v1.workflow(), { journal, input: { messages: userMessages(oldRun) } })).status,
         ).toBe("waiting");
-        const support = async (input: JsonValue) => ((await patched("prompt-v2")) ? v2 : v1).workflow()(input as never);
+        const support = async (input: DurableAgentInput) => ((await patched("prompt-v2")) ? v2 : v1).workflow()(input);
         await approve(oldRun, "call_refund", { journal });
-        expect(await runDurable(oldRun, support as WorkflowFn, { journal })).toMatchObject({ status: "completed" });
+        expect(await runDurable(oldRun, support, { journal })).toMatchObject({ status: "completed" });
         const requests = requestsOf(server.requests, oldRun);
         expect(requests.map(systemOf)).toEqual([PROMPT_V1, PROMPT_V1, PROMPT_V1]);
         expect((await journal.readEvents(oldRun)).filter((e) => e.type === "step_drift")).toEqual([]);
 
         const newRun = `pb34-v2-${store.name}`;
-        await runDurable(newRun, support as WorkflowFn, {
+        await runDurable(newRun, support, {
           journal,
-          input: { messages: userMessages(newRun) } as never,
+          input: { messages: userMessages(newRun) },
         });
         expect(requestsOf(server.requests, newRun).map(systemOf)).toEqual([PROMPT_V2, PROMPT_V2]);
         expect((await journal.readSteps(newRun))[0]?.name).toBe("patch:prompt-v2");

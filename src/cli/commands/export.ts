@@ -3,7 +3,12 @@
  * (gzip-compressed for a `.duas.gz` file name or `--gzip`) to a file or to
  * stdout. The history is streamed in batches, so the text is never built in
  * memory as a whole; a file is written to a temporary name, fsync'ed and
- * renamed into place, so a failed export never leaves a partial file.
+ * renamed into place, so a failed export never leaves a partial file. Every
+ * message is read through the backend's own verified read path (for `.duas`
+ * files: strict UTF-8, the final newline, `message_count` and
+ * `history_sha256`, as `loadState`); to stdout, where a partial output cannot
+ * be taken back, the whole history is read and verified once before the
+ * first byte is written.
  *
  * @module
  */
@@ -78,6 +83,17 @@ export function exportCommand(): Command {
     .action(async (key: string, options: ExportOptions) => {
       const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
+        if (options.output === undefined || options.output === "-") {
+          // Nothing reaches stdout before the stored history has passed every check of the read path.
+          const check = await openSession(backend, key, label);
+          let n = 0;
+          for await (const _ of check.history) n++;
+          if (n !== check.header.meta.messageCount) {
+            throw new FormatError(
+              `stored session ${JSON.stringify(key)} says message_count = ${check.header.meta.messageCount} but its history holds ${n} messages`,
+            );
+          }
+        }
         const session = await openSession(backend, key, label);
         const gzip = options.gzip === true || (options.output?.toLowerCase().endsWith(".gz") ?? false);
         const source = Readable.from(duasChunks(session, key));

@@ -140,10 +140,20 @@ import {
   StateNotFoundError,
 } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
 import { pathIdentity } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+
+/** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
+const FILE_OPTIONS = optionKeys<FileBackendOptions>({
+  baseDir: true,
+  gzip: true,
+  lockTimeoutMs: true,
+  staleLockMs: true,
+  headerSlack: true,
+});
 
 /** Options of {@link FileBackend}. */
 export interface FileBackendOptions {
@@ -307,6 +317,7 @@ export class FileBackend implements StateBackend {
    *   (@default 10000), `staleLockMs` (@default 60000), `headerSlack` bytes (@default 256)
    */
   constructor(options: FileBackendOptions) {
+    checkOptions("file", options, FILE_OPTIONS);
     if (!options || typeof options.baseDir !== "string" || options.baseDir === "") {
       throw new TypeError("FileBackend needs { baseDir: string }");
     }

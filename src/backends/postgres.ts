@@ -39,6 +39,7 @@ import { gunzipSync, gzipSync } from "node:zlib";
 import { ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { instanceIdentity, urlIdentity } from "../drivers/options.js";
 import {
@@ -125,6 +126,21 @@ interface Encoded {
   gz: (Buffer | null)[] | undefined;
 }
 
+/** The keys of {@link PostgresBackendOptions}: any other is an `InvalidOptionError`. */
+const POSTGRES_OPTIONS = optionKeys<PostgresBackendOptions>({
+  pool: true,
+  url: true,
+  connectionString: true,
+  schema: true,
+  maxConnections: true,
+  max: true,
+  connectTimeoutMs: true,
+  statementTimeoutMs: true,
+  create: true,
+  compressHistory: true,
+  compressMinBytes: true,
+});
+
 /**
  * PostgreSQL implementation of {@link StateBackend} with revisions, O(new
  * messages) appends, streaming reads and retention (`gc`).
@@ -155,6 +171,7 @@ export class PostgresBackend implements StateBackend {
    * @throws {InvalidOptionError} when the schema name, URL, a timeout or the pool size is not acceptable
    */
   constructor(options: PostgresBackendOptions = {}) {
+    checkOptions("postgres", options, POSTGRES_OPTIONS);
     this.driver = new PostgresDriver("postgres", options, MIGRATIONS);
     this.schema = this.driver.schema;
     this.storeId = options.pool

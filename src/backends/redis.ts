@@ -48,6 +48,7 @@ import { gunzipSync, gzipSync } from "node:zlib";
 import { BackendError, ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { instanceIdentity, urlIdentity } from "../drivers/options.js";
 import {
@@ -221,6 +222,18 @@ interface Header {
   state: string;
 }
 
+/** The keys of {@link RedisBackendOptions}: any other is an `InvalidOptionError`. */
+const REDIS_OPTIONS = optionKeys<RedisBackendOptions>({
+  client: true,
+  url: true,
+  keyPrefix: true,
+  connectTimeoutMs: true,
+  commandTimeoutMs: true,
+  ttlMs: true,
+  compressHistory: true,
+  compressMinBytes: true,
+});
+
 /**
  * Redis implementation of {@link StateBackend} with revisions, O(new messages)
  * appends, streaming reads and an optional TTL.
@@ -251,6 +264,7 @@ export class RedisBackend implements StateBackend {
    * @throws {InvalidOptionError} when `ttlMs` or a timeout is not a positive finite number, or the URL is malformed
    */
   constructor(options: RedisBackendOptions = {}) {
+    checkOptions("redis", options, REDIS_OPTIONS);
     this.ttlMs = positiveMs("ttlMs", options.ttlMs, 0);
     this.conn = new RedisConnection(options, {
       label: "backend",

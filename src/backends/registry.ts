@@ -25,6 +25,7 @@
  * @module
  */
 import { BackendExistsError, DumplingsError, UnknownBackendError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { FileBackend } from "./file.js";
 import { MemoryBackend } from "./memory.js";
 import { SQLiteBackend } from "./sqlite.js";
@@ -51,6 +52,12 @@ export class InvalidBackendError extends DumplingsError {
     this.backendName = name;
   }
 }
+
+const REGISTER_OPTIONS = optionKeys<{ setAsDefault?: boolean; replace?: boolean }>({
+  setAsDefault: true,
+  replace: true,
+});
+const BUILTIN_OPTIONS = optionKeys<{ baseDir?: string; dbPath?: string }>({ baseDir: true, dbPath: true });
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/;
 
@@ -122,6 +129,7 @@ function createBuiltin(name: BuiltinBackendName): StateBackend {
  * @param options - `setAsDefault`: make it the default backend (@default false);
  *   `replace`: allow replacing a registered or built-in name (@default false)
  * @throws {BackendExistsError} when the name is taken (built-in names included) and `replace` is not set
+ * @throws {InvalidOptionError} for an unknown option
  * @throws {InvalidBackendError} for a malformed name or a value missing a contract method
  * @example
  * registerBackend("redis", new RedisBackend({ url: process.env.REDIS_URL }), { setAsDefault: true });
@@ -131,6 +139,7 @@ export function registerBackend(
   backend: StateBackend,
   options: { setAsDefault?: boolean; replace?: boolean } = {},
 ): void {
+  checkOptions("registerBackend", options, REGISTER_OPTIONS);
   checkName(name);
   checkBackend(backend, name);
   const taken = custom.has(name) || isBuiltin(name);
@@ -263,6 +272,7 @@ export function listBackendNames(): string[] {
  * configureBuiltinBackends({ dbPath: "/var/lib/agents/sessions.db" });
  */
 export function configureBuiltinBackends(options: { baseDir?: string; dbPath?: string }): void {
+  checkOptions("configureBuiltinBackends", options, BUILTIN_OPTIONS);
   if (options.baseDir !== undefined && options.baseDir !== settings.baseDir) {
     settings = { ...settings, baseDir: options.baseDir };
     closeQuietly("file", builtins.get("file"));

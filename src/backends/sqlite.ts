@@ -83,9 +83,11 @@ import {
   StateNotFoundError,
 } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { fromOriginalRecord, isOriginalRecord } from "../core/original.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
+import { pathIdentity } from "../drivers/options.js";
 import {
   isBusy,
   SQLiteBusyError,
@@ -117,6 +119,19 @@ export interface SQLiteBackendOptions extends SqliteConnectionOptions {
 }
 
 export type { SqliteConnectionOptions };
+
+/** The keys of {@link SQLiteBackendOptions}: any other is an `InvalidOptionError`. */
+const SQLITE_OPTIONS = optionKeys<SQLiteBackendOptions>({
+  dbPath: true,
+  path: true,
+  database: true,
+  busyTimeoutMs: true,
+  synchronous: true,
+  create: true,
+  compressHistory: true,
+  compressMinBytes: true,
+});
+
 export { SQLiteBusyError };
 
 interface HeadRow {
@@ -212,6 +227,13 @@ function encodeHeaderParts(state: AgentState): [meta: string, config: string, ru
   }) as [string, string, string];
 }
 
+/** A database's store identity: its file's real path; an in-memory or temporary database is its own store. */
+function sqliteIdentity(db: BetterSqlite3.Database): string | undefined {
+  const file = typeof db.name === "string" ? db.name : "";
+  if (db.memory || file === "" || file === ":memory:") return undefined;
+  return pathIdentity("sqlite", file);
+}
+
 /**
  * Stores agent states in an SQLite database (better-sqlite3), WAL mode, one
  * connection per instance. See the module documentation for the schema, the
@@ -231,6 +253,8 @@ export class SQLiteBackend implements StateBackend {
   readonly name = "sqlite";
   /** The database path given to the constructor. */
   readonly dbPath: string;
+  /** The store's identity: the database file's real path (`undefined` in memory: the instance is the store). */
+  readonly storeId: string | undefined;
   readonly #db: BetterSqlite3.Database;
   readonly #driver: SqliteDriver;
   readonly #s: Statements;
@@ -255,6 +279,7 @@ export class SQLiteBackend implements StateBackend {
    * @throws {InvalidOptionError} when an option is not acceptable
    */
   constructor(options: SQLiteBackendOptions) {
+    checkOptions("sqlite", options, SQLITE_OPTIONS);
     this.#compress = options.compressHistory ?? false;
     this.#compressMinBytes = options.compressMinBytes ?? 1024;
     const path = options.path ?? options.dbPath;
@@ -270,6 +295,7 @@ export class SQLiteBackend implements StateBackend {
     });
     this.dbPath = this.#driver.path;
     const db = this.#driver.db;
+    this.storeId = sqliteIdentity(db);
     this.#db = db;
     this.#s = prepare(db);
     this.#writeTx = db.transaction((args: WriteArgs) => this.#writeInTx(args));

@@ -42,6 +42,7 @@ import { decodeState, encodeState } from "../core/codec.js";
 import { BackendError, DumplingsError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import {
   AgentConfigSchema,
   AgentRuntimeStateSchema,
@@ -117,6 +118,23 @@ export interface BackendOptions {
   /** Backend name or instance. @default the configured default */
   backend?: string | StateBackend;
 }
+
+const SAVE_OPTIONS = optionKeys<SaveOptions>({ backend: true, ifRevision: true, force: true });
+const LOAD_OPTIONS = optionKeys<LoadOptions>({
+  backend: true,
+  onWarning: true,
+  register: true,
+  onNameTaken: true,
+  requireSecrets: true,
+});
+const LOAD_STRING_OPTIONS = optionKeys<Omit<LoadOptions, "backend"> & { source?: string }>({
+  onWarning: true,
+  register: true,
+  onNameTaken: true,
+  requireSecrets: true,
+  source: true,
+});
+const BACKEND_OPTIONS = optionKeys<BackendOptions>({ backend: true });
 
 type Registrar = (agent: PersistableAgent, policy: NameTakenPolicy) => PersistableAgent;
 let registrar: Registrar | undefined;
@@ -238,6 +256,7 @@ export function saveState(agent: PersistableAgent, key?: string, options: SaveOp
 }
 
 async function doSave(agent: PersistableAgent, key: string | undefined, options: SaveOptions): Promise<SaveResult> {
+  checkOptions("saveState", options, SAVE_OPTIONS);
   const home = agentHome(agent);
   const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = validateKey(key ?? home?.key ?? defaultKey(agent));
@@ -393,6 +412,7 @@ export async function loadState<A extends PersistableAgent = PersistableAgent>(
   key: string,
   options: LoadOptions = {},
 ): Promise<A> {
+  checkOptions("loadState", options, LOAD_OPTIONS);
   const k = validateKey(key);
   const backend = resolveBackend(options.backend);
   const { state, revision } = await readState(backend, k);
@@ -413,6 +433,7 @@ export async function loadState<A extends PersistableAgent = PersistableAgent>(
  * await deleteState("support-42"); // true
  */
 export async function deleteState(key: string, options: BackendOptions = {}): Promise<boolean> {
+  checkOptions("deleteState", options, BACKEND_OPTIONS);
   const k = validateKey(key);
   const backend = resolveBackend(options.backend);
   try {
@@ -432,6 +453,7 @@ export async function deleteState(key: string, options: BackendOptions = {}): Pr
  * for (const key of await listStates({ backend: "sqlite" })) console.log(key);
  */
 export async function listStates(options: BackendOptions = {}): Promise<string[]> {
+  checkOptions("listStates", options, BACKEND_OPTIONS);
   const backend = resolveBackend(options.backend);
   try {
     return [...(await backend.listKeys())].sort();
@@ -452,6 +474,7 @@ export async function listStates(options: BackendOptions = {}): Promise<string[]
  * for await (const message of iterHistory("support-42")) console.log(message.role);
  */
 export async function* iterHistory(key: string, options: BackendOptions = {}): AsyncGenerator<Message> {
+  checkOptions("iterHistory", options, BACKEND_OPTIONS);
   const k = validateKey(key);
   const backend = resolveBackend(options.backend);
   if (typeof backend.iterHistory === "function") {
@@ -498,6 +521,7 @@ export async function loadStateString<A extends PersistableAgent = PersistableAg
   text: string,
   options: Omit<LoadOptions, "backend"> & { source?: string } = {},
 ): Promise<A> {
+  checkOptions("loadStateString", options, LOAD_STRING_OPTIONS);
   if (typeof text !== "string") throw new FormatError("expected .duas text (a string)", { file: options.source });
   const state = decodeState(text, { source: options.source ?? "string" });
   const agent = await restore(state, options.source ?? "the .duas string", options);
@@ -563,6 +587,7 @@ export function trackedRevision(
   key?: string,
   options: BackendOptions = {},
 ): number | undefined {
+  checkOptions("trackedRevision", options, BACKEND_OPTIONS);
   const home = agentHome(agent);
   const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = key ?? home?.key;
@@ -579,6 +604,7 @@ export function trackedRevision(
  * @param options - `backend` @default the agent's last backend for its last key, else the default backend
  */
 export function forgetStoredState(agent: PersistableAgent, key?: string, options: BackendOptions = {}): void {
+  checkOptions("forgetStoredState", options, BACKEND_OPTIONS);
   const home = agentHome(agent);
   const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = key ?? home?.key;

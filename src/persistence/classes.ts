@@ -42,6 +42,7 @@ import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { AgentNotFoundError } from "../core/errors.js";
 import type { Message, Protocol } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState, StateMeta } from "../core/state.js";
 import { currentSettings } from "./config.js";
 import { RegistrationError } from "./errors.js";
@@ -102,6 +103,8 @@ export interface RegisterOptions {
   /** Replace a different class/function already registered under the same name. @default false */
   replace?: boolean;
 }
+
+const REGISTER_OPTIONS = optionKeys<RegisterOptions>({ replace: true });
 
 const classesByName = new Map<string, AgentClass>();
 const namesByClass = new Map<object, string>();
@@ -196,6 +199,7 @@ export function registerAgentClass(
   exportName?: string,
   options: RegisterOptions = {},
 ): string {
+  checkOptions("registerAgentClass", options, REGISTER_OPTIONS);
   const candidate: unknown = cls;
   if (typeof candidate !== "function" || typeof (candidate as { fromState?: unknown }).fromState !== "function") {
     throw new RegistrationError(
@@ -238,6 +242,7 @@ export function registerHookFunction(
   exportName?: string,
   options: RegisterOptions = {},
 ): string {
+  checkOptions("registerHookFunction", options, REGISTER_OPTIONS);
   if (typeof fn !== "function") throw new RegistrationError(String(fn), "a hook must be a function");
   const name = qualifiedName(moduleUrl, exportName ?? "", fn.name);
   const existing = hooksByName.get(name);

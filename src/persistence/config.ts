@@ -37,6 +37,7 @@ import {
 } from "../backends/registry.js";
 import type { StateBackend } from "../backends/types.js";
 import { UnknownBackendError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import type { ToolArgumentSecretsPolicy } from "./credentials.js";
 import { InvalidConfigError } from "./errors.js";
 
@@ -97,6 +98,16 @@ export interface ConfigureOptions {
    */
   toolArgumentSecrets?: ToolArgumentSecretsPolicy;
 }
+
+const CONFIGURE_OPTIONS = optionKeys<ConfigureOptions>({
+  enabled: true,
+  backend: true,
+  baseDir: true,
+  dbPath: true,
+  keyStrategy: true,
+  allowImports: true,
+  toolArgumentSecrets: true,
+});
 
 const ENV = {
   enabled: "DUMPLINGS_PERSISTENCE",
@@ -183,6 +194,8 @@ export function loadEnvironmentConfig(env: NodeJS.ProcessEnv = process.env): voi
  *
  * @param options - see {@link ConfigureOptions}
  * @throws {InvalidConfigError} for a malformed option (nothing is changed)
+ * @throws {InvalidOptionError} for an option `configure` does not know, e.g. the original design's
+ *   `base_dir` ("did you mean baseDir?"; nothing is changed)
  * @throws {UnknownBackendError} for a backend name that is not registered, listing the known names
  * @example
  * configure({ enabled: true, backend: "sqlite", dbPath: "./agents.db", keyStrategy: "name" });
@@ -191,6 +204,7 @@ export function configure(options: ConfigureOptions): void {
   if (options === null || typeof options !== "object") {
     throw new InvalidConfigError("configure", "expected an options object");
   }
+  checkOptions("configure", options, CONFIGURE_OPTIONS);
   const next: PersistenceSettings = { ...settings };
   const cleared: (keyof typeof ENV)[] = [];
   if (options.enabled !== undefined) {

@@ -182,19 +182,50 @@ function rmCommand(): Command {
 
 function pruneCommand(): Command {
   return withStoreOptions(new Command("prune"))
-    .description("delete old checkpoints, keeping each workflow's newest steps")
+    .description(
+      "delete old checkpoints, keeping each workflow's newest steps; on SQLite, months that end before the cutoff are dropped whole (archived first with --archive-dir)",
+    )
     .requiredOption("--older-than <duration>", "age of the checkpoints to delete, e.g. 30d, 12h")
     .option("--keep-last <n>", "newest steps kept per workflow (>= 1)", "1")
-    .action(async (options: WorkflowCliOptions & { olderThan: string; keepLast: string }) => {
-      const olderThan = parseDuration(options.olderThan);
-      const keepLast = Number(options.keepLast);
-      if (!Number.isInteger(keepLast) || keepLast < 1) throw new UsageError("--keep-last must be an integer >= 1");
-      await withStore(options, async (store) => {
-        const out = await store.prune({ olderThan, keepLast });
-        if (options.json) printJson(out);
-        else process.stdout.write(`deleted ${out.deletedSnapshots} checkpoints and ${out.deletedBlobs} blobs\n`);
-      });
-    });
+    .option(
+      "--archive-dir <dir>",
+      "SQLite: copy each month dropped whole to <dir>/workflow_snapshots_YYYY_MM.db first (never overwritten)",
+    )
+    .option(
+      "--vacuum <mode>",
+      "incremental (give freed pages back) or full (rewrite the whole database: needs free disk about its size)",
+      "incremental",
+    )
+    .action(
+      async (
+        options: WorkflowCliOptions & { olderThan: string; keepLast: string; archiveDir?: string; vacuum: string },
+      ) => {
+        const olderThan = parseDuration(options.olderThan);
+        const keepLast = Number(options.keepLast);
+        if (!Number.isInteger(keepLast) || keepLast < 1) throw new UsageError("--keep-last must be an integer >= 1");
+        if (options.vacuum !== "incremental" && options.vacuum !== "full") {
+          throw new UsageError(`--vacuum must be incremental or full, got ${JSON.stringify(options.vacuum)}`);
+        }
+        const vacuum = options.vacuum;
+        await withStore(options, async (store) => {
+          const out = await store.prune({
+            olderThan,
+            keepLast,
+            vacuum,
+            ...(options.archiveDir === undefined ? {} : { archiveDir: options.archiveDir }),
+          });
+          if (options.json) printJson(out);
+          else {
+            const months = out.droppedMonths.map(
+              (m) => `dropped month ${m.month}${m.archivedTo ? ` (archived to ${m.archivedTo})` : ""}\n`,
+            );
+            process.stdout.write(
+              `${months.join("")}deleted ${out.deletedSnapshots} checkpoints and ${out.deletedBlobs} blobs${vacuum === "full" ? "; database vacuumed" : ""}\n`,
+            );
+          }
+        });
+      },
+    );
 }
 
 /**

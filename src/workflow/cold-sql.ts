@@ -24,13 +24,18 @@
  *
  * @module
  */
-import { BackendError, ConflictError } from "../core/errors.js";
+import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
+import path from "node:path";
+import { BackendError, ConflictError, InvalidOptionError } from "../core/errors.js";
 import { wholeOption } from "../drivers/options.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
 import type {
+  ColdPruneOptions,
   ColdStore,
+  DropMonthResult,
   IdempotencyRecord,
   ListCursor,
+  SnapshotMonth,
   SnapshotWrite,
   StepErrorRecord,
   StoredSnapshot,
@@ -118,6 +123,32 @@ export interface SqlColdStoreOptions {
 }
 
 /** Values bound per statement built from a list (far below both databases' limits). */
+/** Name of the snapshot table of a month (`YYYY-MM`), unquoted. */
+const monthTableName = (month: string): string => `workflow_snapshots_${month.replace("-", "_")}`;
+const MONTH_TABLE = /^workflow_snapshots_(\d{4})_(\d{2})$/;
+const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
+/** The single table of an archive written before the split by month (and of PostgreSQL). */
+const UNPARTITIONED = "unpartitioned";
+
+/**
+ * The UTC month of a time, as `YYYY-MM` (the snapshot table a row created then goes to).
+ *
+ * @param ms - ms since the epoch
+ * @returns e.g. `"2026-11"`
+ * @example
+ * snapshotMonth(Date.UTC(2026, 10, 30)) // "2026-11"
+ */
+export function snapshotMonth(ms: number): string {
+  const d = new Date(ms);
+  return `${String(d.getUTCFullYear()).padStart(4, "0")}-${String(d.getUTCMonth() + 1).padStart(2, "0")}`;
+}
+
+/** A snapshot table: its month (or `unpartitioned`) and its name ready for SQL. */
+interface SnapshotTable {
+  month: string;
+  table: string;
+}
+
 const CHUNK = 500;
 const SNAPSHOT_COLUMNS = "workflow_id, step_index, node_name, state_json, created_at";
 const SUMMARY_COLUMNS =
@@ -185,6 +216,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   private readonly batch: number;
   private readonly snapshots: string;
   private readonly workflows: string;
+  /** Whether snapshots are split into one table per month (SQLite). */
+  private readonly monthly: boolean;
   private readonly stepErrors: string;
   private readonly idempotency: string;
   private readonly blobRefs: string;
@@ -207,6 +240,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     this.batch = batch;
     this.snapshots = driver.table("workflow_snapshots");
     this.workflows = driver.table("workflows");
+    // SQLite splits its archive by month (a table per month, dropped whole); PostgreSQL keeps one table.
+    this.monthly = driver.name === "sqlite";
     this.stepErrors = driver.table("workflow_step_errors");
     this.idempotency = driver.table("workflow_idempotency");
     this.blobRefs = driver.table("workflow_blob_refs");
@@ -233,7 +268,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     const insertSummary = `INSERT INTO ${this.workflows} AS w (${SUMMARY_COLUMNS}) VALUES (${placeholders(8)}, $8)`;
     await this.driver.transaction(`cannot write checkpoint ${row.stepIndex} of workflow "${id}"`, id, async (query) => {
       if (expectedLatest !== undefined) {
-        const actual = await this.latestStep(query, id, this.driver.forUpdate);
+        actual = await this.latestStep(query, id, this.driver.forUpdate);
+      let actual: number | null | undefined;
         if (actual === null && expectedLatest === null) {
           // Two creators race: the primary key decides, the loser's insert does nothing.
           const ins = await query(`${insertSummary} ON CONFLICT (workflow_id) DO NOTHING`, summary);
@@ -243,7 +279,18 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
         }
       }
       await query(
-        `INSERT INTO ${this.snapshots} (${SNAPSHOT_COLUMNS}) VALUES (${placeholders(5)})
+        `INSERT INTO ${target} (${SNAPSHOT_COLUMNS}) VALUES (${placeholders(5)})
+      const target = await this.snapshotTarget(query, row.createdAt);
+      if (this.monthly) {
+        // A step written again (not past the latest) may live in another month: one row per step.
+        actual ??= await this.latestStep(query, id);
+        if (actual !== null && row.stepIndex <= actual) {
+          for (const t of await this.snapshotTables(query)) {
+            if (t.table === target) continue;
+            await query(`DELETE FROM ${t.table} WHERE workflow_id = $1 AND step_index = $2`, [id, row.stepIndex]);
+          }
+        }
+      }
          ON CONFLICT (workflow_id, step_index) DO UPDATE SET
            node_name = excluded.node_name, state_json = excluded.state_json, created_at = excluded.created_at`,
         [id, row.stepIndex, row.nodeName, row.stateJson, row.createdAt],
@@ -269,20 +316,22 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** {@inheritDoc ColdStore.read} */
   async read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined> {
     const r = await this.driver.query(
-      `cannot read step ${stepIndex} of workflow "${workflowId}"`,
+      what,
+    const what = `cannot read step ${stepIndex} of workflow "${workflowId}"`;
       workflowId,
-      `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE workflow_id = $1 AND step_index = $2`,
+      this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1 AND step_index = $2"),
       [workflowId, stepIndex],
     );
     return r.rows[0] && toSnapshot(r.rows[0]);
   }
 
-  /** {@inheritDoc ColdStore.latest} */
+  /** {@inheritDoc ColdStore.latest} (in whichever month it lives) */
   async latest(workflowId: string): Promise<StoredSnapshot | undefined> {
     const r = await this.driver.query(
-      `cannot read latest checkpoint of workflow "${workflowId}"`,
+      what,
+    const what = `cannot read latest checkpoint of workflow "${workflowId}"`;
       workflowId,
-      `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE workflow_id = $1 ORDER BY step_index DESC LIMIT 1`,
+      `${this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1")} ORDER BY step_index DESC LIMIT 1`,
       [workflowId],
     );
     return r.rows[0] && toSnapshot(r.rows[0]);
@@ -302,12 +351,13 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** {@inheritDoc ColdStore.history} */
   async history(workflowId: string): Promise<StoredSnapshot[]> {
     const r = await this.driver.query(
-      `cannot read history of workflow "${workflowId}"`,
+      what,
       workflowId,
-      `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE workflow_id = $1 ORDER BY step_index`,
+      `${this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1")} ORDER BY step_index`,
       [workflowId],
     );
     return r.rows.map(toSnapshot);
+    const what = `cannot read history of workflow "${workflowId}"`;
   }
 
   /** {@inheritDoc ColdStore.list} */
@@ -328,12 +378,13 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     return this.driver.transaction(`cannot delete workflow "${workflowId}"`, workflowId, async (query) => {
       const byId = (table: string) => query(`DELETE FROM ${table} WHERE workflow_id = $1`, [workflowId]);
       const refs = await query(`DELETE FROM ${this.blobRefs} WHERE workflow_id = $1 RETURNING ref`, [workflowId]);
-      const snapshots = await byId(this.snapshots);
+      let snapshots = 0;
+      for (const t of await this.snapshotTables(query)) snapshots += (await byId(t.table)).rowCount ?? 0;
       const summaries = await byId(this.workflows);
       await byId(this.stepErrors);
       await byId(this.idempotency);
       return {
-        existed: (snapshots.rowCount ?? 0) + (summaries.rowCount ?? 0) > 0,
+        existed: snapshots + (summaries.rowCount ?? 0) > 0,
         orphanRefs: await this.orphans(
           query,
           refs.rows.map((r) => text(r.ref)),
@@ -343,16 +394,163 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   }
 
   /** {@inheritDoc ColdStore.prune} */
-  async prune(cutoff: number, keepLast: number): Promise<{ deletedSnapshots: number; orphanRefs: string[] }> {
+  async prune(
+    cutoff: number,
+    keepLast: number,
+    options: ColdPruneOptions = {},
+  ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; droppedMonths: DropMonthResult[] }> {
+    const vacuum = options.vacuum ?? "incremental";
+    if (vacuum !== "incremental" && vacuum !== "full") {
+      throw new InvalidOptionError(
+        this.name,
+        "vacuum",
+        `expected "incremental" or "full", got ${JSON.stringify(vacuum)}`,
+      );
+    }
+    if (options.archiveDir !== undefined && !this.monthly) {
+      throw new InvalidOptionError(
+        this.name,
+        "archiveDir",
+        "this store keeps one snapshot table (no months to archive)",
+      );
+    }
     let deletedSnapshots = 0;
     const orphanRefs = new Set<string>();
     for (;;) {
       const n = await this.driver.transaction("cannot prune workflow snapshots", undefined, async (query) => {
         const del = await query(
-          `DELETE FROM ${this.snapshots} WHERE id IN (
-             SELECT s.id FROM ${this.snapshots} s JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
+          `DELETE FROM ${table} WHERE id IN (
+             SELECT s.id FROM ${table} s JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
              WHERE s.created_at < $1 AND s.step_index <= w.latest_step - $2 LIMIT $3)
            RETURNING workflow_id, step_index`,
+    const droppedMonths: DropMonthResult[] = [];
+    // Months that ended before the cutoff (and before the current month) go whole: no row-by-row deletes.
+    const lastWhole = [snapshotMonth(cutoff), snapshotMonth(Date.now())].sort()[0]!;
+    for (const t of await this.snapshotTables(undefined, "cannot prune workflow snapshots")) {
+      if (t.month === UNPARTITIONED || t.month >= lastWhole) continue;
+      const archiveTo =
+        options.archiveDir === undefined ? undefined : path.join(options.archiveDir, `${monthTableName(t.month)}.db`);
+      const dropped = await this.dropMonth(t.month, { keepLast, archiveTo });
+      droppedMonths.push(dropped);
+      deletedSnapshots += dropped.deletedSnapshots;
+      for (const ref of dropped.orphanRefs) orphanRefs.add(ref);
+    }
+    for (const t of await this.snapshotTables(undefined, "cannot prune workflow snapshots")) {
+      deletedSnapshots += await this.pruneTable(t.table, cutoff, keepLast, orphanRefs);
+    }
+    // Side-effect records of node runs that have finished (before the active step) are never replayed again.
+    for (;;) {
+      const r = await this.driver.query(
+        "cannot prune side-effect records",
+        undefined,
+        `DELETE FROM ${this.idempotency} WHERE idem_key IN (
+           SELECT i.idem_key FROM ${this.idempotency} i JOIN ${this.workflows} w ON w.workflow_id = i.workflow_id
+           WHERE i.started_at < $1 AND i.step_index < w.active_step LIMIT $2)`,
+        [cutoff, this.batch],
+      );
+      if ((r.rowCount ?? 0) < this.batch) break;
+    }
+    await this.afterPrune(vacuum);
+    return { deletedSnapshots, orphanRefs: [...orphanRefs], droppedMonths };
+  }
+
+  /** {@inheritDoc ColdStore.months} */
+  async months(): Promise<SnapshotMonth[]> {
+    const what = "cannot list the snapshot months";
+    const out: SnapshotMonth[] = [];
+    for (const t of await this.snapshotTables(undefined, what)) {
+      const r = await this.driver.query(
+        what,
+        undefined,
+        `SELECT COUNT(*) AS n, MIN(created_at) AS oldest, MAX(created_at) AS newest FROM ${t.table}`,
+      );
+      const row = r.rows[0] ?? {};
+      out.push({
+        month: t.month,
+        snapshots: num(row.n ?? 0),
+        oldestAt: row.oldest === null || row.oldest === undefined ? null : num(row.oldest),
+        newestAt: row.newest === null || row.newest === undefined ? null : num(row.newest),
+      });
+    }
+    return out;
+  }
+
+  /** {@inheritDoc ColdStore.dropMonth} */
+  async dropMonth(month: string, options: { keepLast: number; archiveTo?: string }): Promise<DropMonthResult> {
+    const what = `cannot drop snapshot month ${month}`;
+    const keepLast = options.keepLast;
+    if (!Number.isInteger(keepLast) || keepLast < 1) {
+      throw new InvalidOptionError(this.name, "keepLast", `expected an integer >= 1, got ${keepLast}`);
+    }
+    if (!this.monthly)
+      throw new InvalidOptionError(this.name, "month", "this store keeps one snapshot table (no months)");
+    if (typeof month !== "string" || !MONTH.test(month)) {
+      throw new InvalidOptionError(this.name, "month", `expected YYYY-MM, got ${JSON.stringify(month)}`);
+    }
+    const current = snapshotMonth(Date.now());
+    if (month >= current) {
+      throw new InvalidOptionError(
+        this.name,
+        "month",
+        `${month} is not over yet (the current month is ${current}); only past months can be dropped`,
+      );
+    }
+    const tables = await this.snapshotTables(undefined, what);
+    const t = tables.find((x) => x.month === month);
+    if (t === undefined) {
+      const held = tables.filter((x) => x.month !== UNPARTITIONED).map((x) => x.month);
+      throw new InvalidOptionError(
+        this.name,
+        "month",
+        `no snapshots of ${month} in this store; it holds ${held.length ? held.join(", ") : "no months"}`,
+      );
+    }
+    let archived = -1;
+    const archiveTo = options.archiveTo === undefined ? null : path.resolve(options.archiveTo);
+    if (archiveTo !== null) archived = await this.archiveTable(t.table, archiveTo, what);
+    const drop = this.driver.transaction(what, undefined, async (query) => {
+      const total = num((await query(`SELECT COUNT(*) AS n FROM ${t.table}`)).rows[0]?.n ?? 0);
+      if (archived >= 0 && total !== archived) {
+        throw new BackendError(
+          this.name,
+          `${what}: it changed while it was copied to ${archiveTo} (${archived} rows copied, ${total} now); nothing was dropped, run it again`,
+        );
+      }
+      // Each workflow's newest steps stay resumable: carried to the current month.
+      const target = await this.snapshotTarget(query, Date.now());
+      const carried = await query(
+        `INSERT INTO ${target} (${SNAPSHOT_COLUMNS})
+         SELECT s.workflow_id, s.step_index, s.node_name, s.state_json, s.created_at
+         FROM ${t.table} s JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
+         WHERE s.step_index > w.latest_step - $1
+         ON CONFLICT (workflow_id, step_index) DO NOTHING`,
+        [keepLast],
+      );
+      const refs = await query(
+        `DELETE FROM ${this.blobRefs} WHERE (workflow_id, step_index) IN (
+           SELECT s.workflow_id, s.step_index FROM ${t.table} s LEFT JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
+           WHERE w.workflow_id IS NULL OR s.step_index <= w.latest_step - $1)
+         RETURNING ref`,
+        [keepLast],
+      );
+      const orphanRefs = await this.orphans(
+        query,
+        refs.rows.map((r) => text(r.ref)),
+      );
+      await query(`DROP TABLE ${t.table}`);
+      const carriedForward = carried.rowCount ?? 0;
+      return { month, deletedSnapshots: total - carriedForward, carriedForward, archivedTo: archiveTo, orphanRefs };
+    });
+    // A month that was not dropped leaves no archive behind, so running it again can write one.
+    return drop.catch((e: unknown) => {
+      if (archiveTo !== null) rmSync(archiveTo, { force: true });
+      throw e;
+    });
+  }
+
+  /** Row-by-row retention in one snapshot table, in batches; returns the rows deleted. */
+  private async pruneTable(table: string, cutoff: number, keepLast: number, orphanRefs: Set<string>): Promise<number> {
+    let deletedSnapshots = 0;
           [cutoff, keepLast, this.batch],
         );
         const refs: string[] = [];
@@ -370,20 +568,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       deletedSnapshots += n;
       if (n < this.batch) break;
     }
-    // Side-effect records of node runs that have finished (before the active step) are never replayed again.
-    for (;;) {
-      const r = await this.driver.query(
-        "cannot prune side-effect records",
-        undefined,
-        `DELETE FROM ${this.idempotency} WHERE idem_key IN (
-           SELECT i.idem_key FROM ${this.idempotency} i JOIN ${this.workflows} w ON w.workflow_id = i.workflow_id
-           WHERE i.started_at < $1 AND i.step_index < w.active_step LIMIT $2)`,
-        [cutoff, this.batch],
-      );
-      if ((r.rowCount ?? 0) < this.batch) break;
-    }
-    await this.afterPrune();
-    return { deletedSnapshots, orphanRefs: [...orphanRefs] };
+    return deletedSnapshots;
   }
 
   /** {@inheritDoc ColdStore.recordError} */
@@ -474,9 +659,17 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /**
    * Runs after every {@link prune}, once the deletes are committed: a
    * dialect's clean-up (SQLite returns freed pages to the file system).
-   * Does nothing by default.
+   * By default, `full` runs `VACUUM (FULL)` on each workflow table (PostgreSQL)
+   * and `incremental` does nothing.
+   *
+   * @param vacuum - what the caller asked for
    */
-  protected async afterPrune(): Promise<void> {}
+  protected async afterPrune(vacuum: "incremental" | "full" = "incremental"): Promise<void> {
+    if (vacuum !== "full") return;
+    for (const table of [this.snapshots, this.workflows, this.stepErrors, this.idempotency, this.blobRefs]) {
+      await this.driver.query(`cannot vacuum ${table}`, undefined, `VACUUM (FULL) ${table}`);
+    }
+  }
 
   // ---- internals ----
 
@@ -487,6 +680,106 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
 
   private listQuery(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): [string, unknown[]] {
     const where: string[] = [];
+  /**
+   * The snapshot tables to read: PostgreSQL's one table; on SQLite the single table of an
+   * archive written before the split by month, then every month's table, oldest first.
+   */
+  private async snapshotTables(query?: SqlQuery, what = "cannot list the snapshot months"): Promise<SnapshotTable[]> {
+    const single = { month: UNPARTITIONED, table: this.snapshots };
+    if (!this.monthly) return [single];
+    const run: SqlQuery = query ?? ((sql, values) => this.driver.query(what, undefined, sql, values));
+    const r = await run(
+      `SELECT name FROM sqlite_master WHERE type = 'table'
+         AND (name = 'workflow_snapshots' OR name GLOB 'workflow_snapshots_[0-9][0-9][0-9][0-9]_[0-9][0-9]')`,
+    );
+    const months: SnapshotTable[] = [];
+    let hasSingle = false;
+    for (const row of r.rows) {
+      const name = text(row.name);
+      const m = MONTH_TABLE.exec(name);
+      if (m) months.push({ month: `${m[1]}-${m[2]}`, table: this.driver.table(name) });
+      else hasSingle = true;
+    }
+    months.sort((a, b) => (a.month < b.month ? -1 : a.month > b.month ? 1 : 0));
+    return hasSingle ? [single, ...months] : months;
+  }
+
+  /** The table a row created at `createdAt` goes to (on SQLite, its month's table, created when missing). */
+  private async snapshotTarget(query: SqlQuery, createdAt: number): Promise<string> {
+    if (!this.monthly) return this.snapshots;
+    const name = monthTableName(snapshotMonth(createdAt));
+    const table = this.driver.table(name);
+    await query(
+      `CREATE TABLE IF NOT EXISTS ${table} (
+         id INTEGER PRIMARY KEY,
+         workflow_id TEXT NOT NULL,
+         step_index INTEGER NOT NULL,
+         node_name TEXT NOT NULL,
+         state_json TEXT NOT NULL,
+         created_at INTEGER NOT NULL,
+         UNIQUE (workflow_id, step_index))`,
+    );
+    await query(`CREATE INDEX IF NOT EXISTS ${this.driver.table(`${name}_created_at`)} ON ${table} (created_at)`);
+    return table;
+  }
+
+  /** One query over every snapshot table (`UNION ALL`); `where` may use the same `$n` in each. */
+  private acrossMonths(tables: readonly SnapshotTable[], where: string): string {
+    if (tables.length === 0) return `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE ${where}`;
+    return tables.map((t) => `SELECT ${SNAPSHOT_COLUMNS} FROM ${t.table} WHERE ${where}`).join(" UNION ALL ");
+  }
+
+  /**
+   * Copies a snapshot table whole into a new SQLite file (table `workflow_snapshots`, the
+   * single-table layout any SQLite tool reads); returns the rows copied.
+   * @throws {InvalidOptionError} when the file exists (it is never overwritten)
+   */
+  private async archiveTable(table: string, file: string, what: string): Promise<number> {
+    const q = (sql: string, values?: unknown[]) => this.driver.query(what, undefined, sql, values);
+    try {
+      mkdirSync(path.dirname(file), { recursive: true });
+      // Created here, exclusively (an empty file is an empty database): an existing one is never
+      // overwritten, and the store's connection may attach it even when opened without the right to create.
+      closeSync(openSync(file, "wx"));
+    } catch (cause) {
+      if ((cause as NodeJS.ErrnoException).code === "EEXIST") {
+        throw new InvalidOptionError(
+          this.name,
+          "archiveTo",
+          `${file} exists; it is never overwritten (nothing was dropped)`,
+        );
+      }
+      throw new BackendError(this.name, `${what}: cannot create ${file}`, { cause });
+    }
+    let copied = false;
+    try {
+      await q("ATTACH DATABASE $1 AS dumplings_archive", [file]);
+    } catch (e) {
+      rmSync(file, { force: true });
+      throw e;
+    }
+    try {
+      await q(
+        `CREATE TABLE dumplings_archive.workflow_snapshots (
+           id INTEGER PRIMARY KEY,
+           workflow_id TEXT NOT NULL,
+           step_index INTEGER NOT NULL,
+           node_name TEXT NOT NULL,
+           state_json TEXT NOT NULL,
+           created_at INTEGER NOT NULL,
+           UNIQUE (workflow_id, step_index))`,
+      );
+      const r = await q(
+        `INSERT INTO dumplings_archive.workflow_snapshots (${SNAPSHOT_COLUMNS}) SELECT ${SNAPSHOT_COLUMNS} FROM main.${table}`,
+      );
+      copied = true;
+      return r.rowCount ?? 0;
+    } finally {
+      await q("DETACH DATABASE dumplings_archive");
+      if (!copied) rmSync(file, { force: true }); // a partial archive never stays behind
+    }
+  }
+
     const values: unknown[] = [];
     if (query.status !== undefined) {
       values.push(query.status);

@@ -7,8 +7,21 @@
  * and `BEGIN IMMEDIATE` transactions so the compare-and-set on a workflow's
  * latest step is serialised across processes. New files are created with
  * `auto_vacuum = INCREMENTAL`, so {@link SqliteColdStore.prune} returns freed
- * pages to the file system without a full `VACUUM`. better-sqlite3 is loaded
+ * pages to the file system without a full `VACUUM`; `prune(…, { vacuum:
+ * "full" })` also rewrites the whole file (`VACUUM`). better-sqlite3 is loaded
  * when the first store is created.
+ *
+ * **Split by month.** Snapshot rows go to one table per UTC month of their
+ * `created_at` (`workflow_snapshots_2026_11`), created on the first write of
+ * the month. Reads (`read`, `latest`, `history`) look in every month and in
+ * the single `workflow_snapshots` table of files written before the split,
+ * which are read as they are (nothing is migrated); a step written again
+ * keeps one row. A past month is dropped whole (`DROP TABLE`, no row-by-row
+ * deletes): by `prune` once the month ends before its cutoff, or by
+ * {@link SqliteColdStore.dropMonth}; it can first be copied to its own file
+ * (`archiveDir` / `archiveTo`, a single-table SQLite file), and each
+ * workflow's newest `keepLast` checkpoints in it are carried into the
+ * current month, so a resume still finds every workflow's latest snapshot.
  *
  * @module
  */
@@ -59,10 +72,16 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
     this.db = driver.db;
   }
 
-  /** Returns the pages a prune freed to the file system (`PRAGMA incremental_vacuum`). */
-  protected override afterPrune(): Promise<void> {
-    return this.driver
-      .query("cannot run incremental vacuum", undefined, "PRAGMA incremental_vacuum")
-      .then(() => undefined);
+  /**
+   * Returns the pages a prune freed to the file system (`PRAGMA incremental_vacuum`), or
+   * rewrites the whole file with `full` (`VACUUM`: it needs free disk about the file's size
+   * and holds the write lock while it runs).
+   */
+  protected override async afterPrune(vacuum: "incremental" | "full" = "incremental"): Promise<void> {
+    if (vacuum === "full") {
+      await this.driver.query("cannot vacuum the database", undefined, "VACUUM");
+      // In WAL mode the rewritten pages sit in the WAL: copy them back so the file itself shrinks.
+      await this.driver.query("cannot vacuum the database", undefined, "PRAGMA wal_checkpoint(TRUNCATE)");
+    } else await this.driver.query("cannot run incremental vacuum", undefined, "PRAGMA incremental_vacuum");
   }
 }

@@ -5,7 +5,11 @@
  *
  * Tables (snake_case on disk):
  * - `workflow_snapshots(id, workflow_id, step_index, node_name, state_json, created_at,
- *   UNIQUE(workflow_id, step_index))` — one row per checkpoint;
+ *   UNIQUE(workflow_id, step_index))` — one row per checkpoint. SQLite splits it by
+ *   month: rows go to `workflow_snapshots_YYYY_MM` (the UTC month of `created_at`), so a
+ *   month can be archived or deleted whole ({@link ColdStore.dropMonth}); reads look in
+ *   every month and in the single `workflow_snapshots` table of archives written before
+ *   the split;
  * - `workflows` — one summary row per workflow (status, latest step, updated time),
  *   indexed on `(status, updated_at, workflow_id)` for keyset pagination; its
  *   `latest_step` is the compare-and-set token of the workflow;
@@ -88,6 +92,54 @@ export interface IdempotencyRecord {
   finishedAt: number | null;
 }
 
+/** One month of a cold store that splits its snapshots by month ({@link ColdStore.months}). */
+export interface SnapshotMonth {
+  /**
+   * `YYYY-MM`, the UTC month of the rows' `created_at`; `"unpartitioned"` for the single
+   * `workflow_snapshots` table (an archive written before the split, or PostgreSQL).
+   */
+  month: string;
+  /** Number of snapshot rows. */
+  snapshots: number;
+  /** `created_at` of the oldest row, ms since the epoch; null when empty. */
+  oldestAt: number | null;
+  /** `created_at` of the newest row, ms since the epoch; null when empty. */
+  newestAt: number | null;
+}
+
+/** What {@link ColdStore.dropMonth} did. */
+export interface DropMonthResult {
+  /** `YYYY-MM`. */
+  month: string;
+  /** Rows deleted with the month. */
+  deletedSnapshots: number;
+  /** Each workflow's newest `keepLast` rows that lived in the month, moved to the current month so it stays resumable. */
+  carriedForward: number;
+  /** The file the whole month was copied to before it was dropped, or null. */
+  archivedTo: string | null;
+  /** Blob references no snapshot holds any more (for the blob store to delete). */
+  orphanRefs: string[];
+}
+
+/** Options of {@link ColdStore.prune} beyond the cutoff. */
+export interface ColdPruneOptions {
+  /**
+   * `incremental` (default): SQLite returns the pages the prune freed with
+   * `PRAGMA incremental_vacuum`. `full`: also rewrite the whole database
+   * (`VACUUM` on SQLite — needs free disk about the file's size and holds the
+   * write lock meanwhile; `VACUUM (FULL)` of the workflow tables on PostgreSQL,
+   * which locks them meanwhile).
+   * @default "incremental"
+   */
+  vacuum?: "incremental" | "full";
+  /**
+   * Stores that split by month: months that end before the cutoff are dropped
+   * whole (each workflow's newest `keepLast` rows carried forward), and copied
+   * first to `<archiveDir>/workflow_snapshots_YYYY_MM.db` when this is given.
+   */
+  archiveDir?: string;
+}
+
 /** Keyset position for {@link ColdStore.list}. */
 export interface ListCursor {
   updatedAt: number;
@@ -118,9 +170,24 @@ export interface ColdStore {
   deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }>;
   /**
    * Deletes snapshots created before `cutoff` (ms) except each workflow's newest `keepLast` steps.
-   * @returns number of snapshot rows deleted and blob refs no longer referenced
+   * A store split by month drops the months that end before the cutoff whole (archiving them
+   * first with `options.archiveDir`); `options.vacuum` asks for a full vacuum afterwards.
+   * @returns number of snapshot rows deleted, blob refs no longer referenced, and the months dropped
    */
-  prune(cutoff: number, keepLast: number): Promise<{ deletedSnapshots: number; orphanRefs: string[] }>;
+  prune(
+    cutoff: number,
+    keepLast: number,
+    options?: ColdPruneOptions,
+  ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; droppedMonths?: DropMonthResult[] }>;
+  /** The snapshot tables with their row counts (optional: stores that split by month). */
+  months?(): Promise<SnapshotMonth[]>;
+  /**
+   * Drops one past month whole (optional: stores that split by month), after copying it to
+   * `archiveTo` when given; each workflow's newest `keepLast` rows in it are carried forward.
+   * @throws {InvalidOptionError} for a malformed, current or future month, one the store does
+   *   not hold, or an `archiveTo` file that exists (nothing is changed)
+   */
+  dropMonth?(month: string, options: { keepLast: number; archiveTo?: string }): Promise<DropMonthResult>;
   /** Records a node failure and marks the workflow `failed` (its checkpoints are untouched). */
   recordError(record: StepErrorRecord): Promise<void>;
   errors(workflowId: string): Promise<StepErrorRecord[]>;

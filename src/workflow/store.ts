@@ -21,12 +21,15 @@
  */
 import path from "node:path";
 import type { z } from "zod";
+import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject } from "../core/json.js";
 import { type BlobStore, DEFAULT_BLOB_THRESHOLD, externalizeBlobs, FsBlobStore, internalizeBlobs } from "./blobs.js";
 import {
   type ColdStore,
+  type DropMonthResult,
   decodeCursor,
   encodeCursor,
+  type SnapshotMonth,
   type StepErrorRecord,
   type StoredSnapshot,
   type WorkflowRowStatus,
@@ -435,24 +438,92 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   /**
    * Retention: deletes snapshots older than `olderThan`, always keeping each workflow's newest
    * `keepLast` steps (so every workflow stays resumable), plus unreferenced blobs and the
-   * side-effect records of finished node runs. SQLite then runs an incremental vacuum;
-   * PostgreSQL deletes in batches.
+   * side-effect records of finished node runs.
    *
-   * @param options - `olderThan`: an age in ms or a `Date` cutoff; `keepLast` (default 1, min 1)
-   * @returns `{ deletedSnapshots, deletedBlobs }`
+   * SQLite keeps one snapshot table per month: a month that ends before the cutoff is dropped
+   * whole (each workflow's newest `keepLast` checkpoints in it carried into the current month),
+   * after being copied to `<archiveDir>/workflow_snapshots_YYYY_MM.db` when `archiveDir` is
+   * given; the rest is deleted row by row. SQLite then runs an incremental vacuum, or a full
+   * `VACUUM` with `vacuum: "full"`; PostgreSQL deletes in batches from its one table
+   * (`VACUUM (FULL)` of the workflow tables with `vacuum: "full"`).
+   *
+   * @param options - `olderThan`: an age in ms or a `Date` cutoff; `keepLast` (default 1, min 1);
+   *   `vacuum`: `"incremental"` (default) or `"full"`; `archiveDir`: where whole months are copied
+   *   before they are dropped (SQLite)
+   * @returns `{ deletedSnapshots, deletedBlobs, droppedMonths }` (`droppedMonths`: `YYYY-MM` of each
+   *   month dropped whole, with `archivedTo`)
+   * @throws {RangeError} when `keepLast` is not an integer >= 1
+   * @throws {InvalidOptionError} for a bad `vacuum`, an `archiveDir` on a store without months,
+   *   or an archive file that exists (that month is then left as it was)
+   * @throws {BackendError} when the cold store fails
    * @example
-   * await store.prune({ olderThan: 7 * 24 * 3600_000, keepLast: 5 });
+   * await store.prune({ olderThan: 90 * 24 * 3600_000, keepLast: 5, archiveDir: "./archive", vacuum: "full" });
    */
   async prune(options: {
     olderThan: number | Date;
     keepLast?: number;
-  }): Promise<{ deletedSnapshots: number; deletedBlobs: number }> {
+    vacuum?: "incremental" | "full";
+    archiveDir?: string;
+  }): Promise<{
+    deletedSnapshots: number;
+    deletedBlobs: number;
+    droppedMonths: { month: string; archivedTo: string | null }[];
+  }> {
     const keepLast = options.keepLast ?? 1;
     if (!Number.isInteger(keepLast) || keepLast < 1)
       throw new RangeError(`keepLast must be an integer >= 1, got ${keepLast}`);
     const cutoff = options.olderThan instanceof Date ? options.olderThan.getTime() : Date.now() - options.olderThan;
-    const { deletedSnapshots, orphanRefs } = await this.cold.prune(cutoff, keepLast);
-    return { deletedSnapshots, deletedBlobs: await this.deleteBlobs(orphanRefs) };
+    const extra = {
+      ...(options.vacuum === undefined ? {} : { vacuum: options.vacuum }),
+      ...(options.archiveDir === undefined ? {} : { archiveDir: options.archiveDir }),
+    };
+    const out = await this.cold.prune(cutoff, keepLast, extra);
+    return {
+      deletedSnapshots: out.deletedSnapshots,
+      deletedBlobs: await this.deleteBlobs(out.orphanRefs),
+      droppedMonths: (out.droppedMonths ?? []).map((m) => ({ month: m.month, archivedTo: m.archivedTo })),
+    };
+  }
+
+  /**
+   * The cold store's snapshot tables by month, with row counts (SQLite splits its archive by
+   * month; PostgreSQL reports its one table as `unpartitioned`).
+   *
+   * @returns months oldest first (`unpartitioned`, a file written before the split, first)
+   * @example
+   * for (const m of await store.months()) console.log(m.month, m.snapshots);
+   */
+  async months(): Promise<SnapshotMonth[]> {
+    if (this.cold.months) return this.cold.months();
+    return [];
+  }
+
+  /**
+   * Drops one past month of checkpoints whole (SQLite), after copying it to `archiveTo` when
+   * given. Each workflow's newest `keepLast` checkpoints in that month are carried into the
+   * current month, so every workflow stays resumable; blobs no snapshot references any more
+   * are deleted.
+   *
+   * @param month - `YYYY-MM` (UTC), before the current month
+   * @param options - `keepLast` (default 1, min 1); `archiveTo`: a new SQLite file (never overwritten)
+   * @returns what was dropped, carried forward and archived, and `deletedBlobs`
+   * @throws {InvalidOptionError} for a malformed, current or future month, one the store does not
+   *   hold, an existing `archiveTo` file, or a cold store that does not split by month
+   * @example
+   * await store.dropMonth("2026-01", { archiveTo: "./archive/2026-01.db" });
+   */
+  async dropMonth(
+    month: string,
+    options: { keepLast?: number; archiveTo?: string } = {},
+  ): Promise<Omit<DropMonthResult, "orphanRefs"> & { deletedBlobs: number }> {
+    if (!this.cold.dropMonth) {
+      throw new InvalidOptionError(this.cold.name, "month", "this cold store does not split its snapshots by month");
+    }
+    const { orphanRefs, ...out } = await this.cold.dropMonth(month, {
+      keepLast: options.keepLast ?? 1,
+      ...(options.archiveTo === undefined ? {} : { archiveTo: options.archiveTo }),
+    });
+    return { ...out, deletedBlobs: await this.deleteBlobs(orphanRefs) };
   }
 
   /** Records a node failure with the step it started from; the workflow's status becomes `failed`. */

@@ -61,7 +61,13 @@ export function sqliteColdFixture(hot?: RedisHotTier): ColdStoreFixture<SqliteCo
       tmp.cleanup();
     },
     async ageSnapshots(workflowId, createdAt) {
-      db().prepare("UPDATE workflow_snapshots SET created_at = ? WHERE workflow_id = ?").run(createdAt, workflowId);
+      // Snapshots live in one table per month (and the single table of files written before the split).
+      const tables = db()
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'workflow_snapshots*'")
+        .all() as { name: string }[];
+      for (const { name } of tables) {
+        db().prepare(`UPDATE "${name}" SET created_at = ? WHERE workflow_id = ?`).run(createdAt, workflowId);
+      }
       db().prepare("UPDATE workflow_idempotency SET started_at = ? WHERE workflow_id = ?").run(createdAt, workflowId);
     },
     async countIdempotencyRecords(workflowId) {

@@ -35,7 +35,7 @@ import { createRequire } from "node:module";
 import type pg from "pg";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
 import { parseUrlOption, positiveOption, renamedOption, wholeOption } from "./options.js";
-import type { SqlDriver } from "./sql.js";
+import { type SqlDriver, StoreNotFoundError } from "./sql.js";
 
 /** Default connection URL when neither `url` nor `DATABASE_URL` is set. */
 export const DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test";
@@ -125,6 +125,15 @@ export interface PostgresConnectionOptions {
   connectTimeoutMs?: number;
   /** Server-side `statement_timeout` of the created pool's connections, in ms. @default 30000 */
   statementTimeoutMs?: number;
+  /**
+   * `false`: use an existing store only. When the schema does not hold this
+   * component's tables, the first call throws {@link StoreNotFoundError} and
+   * nothing is created (the setup transaction is rolled back; tables of an
+   * older version are still migrated). For readers that must never create a
+   * schema from a mistyped URL (the CLI's read commands).
+   * @default true
+   */
+  create?: boolean;
 }
 
 /** A query runner handed to migrations and transactions (a checked-out client). */
@@ -232,6 +241,8 @@ export class PostgresDriver implements SqlDriver {
   private readonly owned: boolean;
   private readonly migrations: PostgresMigrations;
   private readying: Promise<void> | undefined;
+  /** `create: false`: a schema without the component's tables is a {@link StoreNotFoundError}. */
+  private readonly mustExist: boolean;
   private closed = false;
   /** Discards of the clients checked out now (see {@link connectClient}). */
   private readonly checkedOutClients = new Set<() => void>();
@@ -249,6 +260,7 @@ export class PostgresDriver implements SqlDriver {
     this.schema = checkSchemaName(o.schema ?? DEFAULT_SCHEMA, component);
     this.quotedSchema = `"${this.schema}"`;
     this.migrations = migrations;
+    this.mustExist = o.create === false;
     const fromEnv = o.url === undefined && o.connectionString === undefined && process.env.DATABASE_URL !== undefined;
     const url =
       renamedOption(component, "url", o.url, "connectionString", o.connectionString) ??
@@ -529,6 +541,10 @@ export class PostgresDriver implements SqlDriver {
         this.checkNotNewer(Math.max(0, ...applied), latest);
         let adopted = 0;
         if (applied.size === 0 && this.migrations.adopt) adopted = await this.migrations.adopt(query, this.schema);
+        if (this.mustExist && applied.size === 0 && adopted === 0) {
+          // Rolled back below with the schema and ledger this transaction may have created.
+          throw new StoreNotFoundError(this.name, `postgres:${this.schema}`, `no ${component} tables in this schema`);
+        }
         for (const m of migrations) {
           if (applied.has(m.version)) continue;
           if (m.version > adopted) for (const statement of m.up) await query(this.sql(statement));

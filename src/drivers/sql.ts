@@ -12,6 +12,7 @@
  *
  * @module
  */
+import { BackendError } from "../core/errors.js";
 
 /** Rows of a query (column names as in the table) and the number of rows written. */
 export interface SqlResult {
@@ -61,4 +62,29 @@ export interface SqlDriver {
   explain(text: string, values?: unknown[]): Promise<string>;
   /** Releases what the driver opened (never an injected pool or database). */
   close(): Promise<void>;
+}
+
+/**
+ * A store opened with `create: false` (an option of every SQLite and
+ * PostgreSQL component) does not exist: no such file, or no schema, or none of
+ * the component's tables in it. Nothing was created or written. Commands that
+ * only read (the CLI's `ls`, `runs`, `workflows ls`, …) open stores this way,
+ * so a mistyped path or URL is an error rather than a new empty store.
+ *
+ * @example
+ * try { new SqliteJournal({ path: "typo.db", create: false }) }
+ * catch (e) { if (e instanceof StoreNotFoundError) console.error(`no journal at ${e.store}`) }
+ */
+export class StoreNotFoundError extends BackendError {
+  /** The store as the caller named it: a file path, or `postgres:<schema>`. */
+  readonly store: string;
+  /**
+   * @param backend - `sqlite` or `postgres`
+   * @param store - the file path or `postgres:<schema>`
+   * @param what - what is missing, e.g. `no such file`
+   */
+  constructor(backend: string, store: string, what: string) {
+    super(backend, `${store}: ${what} (opened with create: false, so nothing was created)`);
+    this.store = store;
+  }
 }

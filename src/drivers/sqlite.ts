@@ -28,12 +28,12 @@
  *
  * @module
  */
-import { mkdirSync, realpathSync } from "node:fs";
+import { existsSync, mkdirSync, realpathSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import type BetterSqlite3 from "better-sqlite3";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
-import type { SqlDriver, SqlQuery, SqlResult } from "./sql.js";
+import { type SqlDriver, type SqlQuery, type SqlResult, StoreNotFoundError } from "./sql.js";
 
 /** Name of the migration ledger table in each file. */
 export const SQLITE_MIGRATIONS_TABLE = "dumplings_migrations";
@@ -61,6 +61,15 @@ export interface SqliteConnectionOptions {
    * `FULL` (fsync at every commit). The default depends on the component.
    */
   synchronous?: "NORMAL" | "FULL";
+  /**
+   * `false`: open an existing store only. The file must exist (neither it nor
+   * its directory is created) and hold this component's tables (a file from
+   * an older version is still migrated); otherwise the constructor throws
+   * {@link StoreNotFoundError} and nothing is written. For readers that must
+   * never create a store from a mistyped path (the CLI's read commands).
+   * @default true
+   */
+  create?: boolean;
 }
 
 /** One versioned migration: SQL statements, or a function for what SQL alone cannot say (moving a legacy layout). */
@@ -199,7 +208,7 @@ export class SqliteDriver implements SqlDriver {
       try {
         this.db.pragma(`busy_timeout = ${busyTimeoutMs}`);
         this.file = fileKey(this.db);
-        this.runMigrations(migrations);
+        this.runMigrations(migrations, o.create === false);
       } catch (cause) {
         throw cause instanceof DumplingsError ? cause : this.error(cause, `cannot open the ${component} tables`);
       }
@@ -212,15 +221,17 @@ export class SqliteDriver implements SqlDriver {
     this.path = file;
     this.owned = true;
     const inMemory = file === ":memory:";
+    const create = o.create !== false;
+    if (!create && !inMemory && !existsSync(file)) throw new StoreNotFoundError(this.name, file, "no such file");
     let db: BetterSqlite3.Database | undefined;
     try {
-      if (!inMemory) mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+      if (!inMemory && create) mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
       const Database = loadBetterSqlite3();
-      db = new Database(file, { timeout: busyTimeoutMs });
+      db = new Database(file, { timeout: busyTimeoutMs, fileMustExist: !create && !inMemory });
       db.pragma(`busy_timeout = ${busyTimeoutMs}`);
       // Only on a brand-new file: on an existing one the pragma changes nothing but needs the write lock,
       // so an open would wait on (and time out behind) another process's writer.
-      if (settings.incrementalVacuum && Number(db.pragma("page_count", { simple: true })) === 0) {
+      if (create && settings.incrementalVacuum && Number(db.pragma("page_count", { simple: true })) === 0) {
         db.pragma("auto_vacuum = INCREMENTAL");
       }
       db.pragma(`synchronous = ${synchronous}`);
@@ -231,7 +242,7 @@ export class SqliteDriver implements SqlDriver {
       for (const p of settings.pragmas ?? []) db.pragma(p);
       this.db = db;
       this.file = fileKey(db);
-      this.runMigrations(migrations);
+      this.runMigrations(migrations, !create);
     } catch (cause) {
       db?.close();
       if (cause instanceof DumplingsError) throw cause;
@@ -429,7 +440,8 @@ export class SqliteDriver implements SqlDriver {
     return c;
   }
 
-  private runMigrations(set: SqliteMigrations): void {
+  /** Applies the missing migrations; with `mustExist`, a file without the component's tables is refused (rolled back). */
+  private runMigrations(set: SqliteMigrations, mustExist = false): void {
     const db = this.db;
     const latest = set.migrations.length === 0 ? 0 : set.migrations[set.migrations.length - 1]!.version;
     const have = (): number | undefined => {
@@ -469,6 +481,10 @@ export class SqliteDriver implements SqlDriver {
       );
       check(Math.max(0, ...applied));
       const adopted = applied.size === 0 && set.adopt ? set.adopt(db) : 0;
+      if (mustExist && applied.size === 0 && adopted === 0) {
+        // Thrown inside the transaction: the ledger created above (and whatever adopt looked at) is rolled back.
+        throw new StoreNotFoundError(this.name, this.path, `no ${set.component} tables in this file`);
+      }
       const record = db.prepare(`INSERT INTO ${SQLITE_MIGRATIONS_TABLE} (component, version, name) VALUES (?, ?, ?)`);
       for (const m of set.migrations) {
         if (applied.has(m.version)) continue;

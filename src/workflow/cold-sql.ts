@@ -122,7 +122,6 @@ export interface SqlColdStoreOptions {
   pruneBatchSize?: number;
 }
 
-/** Values bound per statement built from a list (far below both databases' limits). */
 /** Name of the snapshot table of a month (`YYYY-MM`), unquoted. */
 const monthTableName = (month: string): string => `workflow_snapshots_${month.replace("-", "_")}`;
 const MONTH_TABLE = /^workflow_snapshots_(\d{4})_(\d{2})$/;
@@ -149,6 +148,7 @@ interface SnapshotTable {
   table: string;
 }
 
+/** Values bound per statement built from a list (far below both databases' limits). */
 const CHUNK = 500;
 const SNAPSHOT_COLUMNS = "workflow_id, step_index, node_name, state_json, created_at";
 const SUMMARY_COLUMNS =
@@ -214,10 +214,10 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** The driver the store runs on (closed by {@link close}). */
   protected readonly driver: D;
   private readonly batch: number;
-  private readonly snapshots: string;
-  private readonly workflows: string;
   /** Whether snapshots are split into one table per month (SQLite). */
   private readonly monthly: boolean;
+  private readonly snapshots: string;
+  private readonly workflows: string;
   private readonly stepErrors: string;
   private readonly idempotency: string;
   private readonly blobRefs: string;
@@ -238,10 +238,10 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     this.driver = driver;
     this.name = driver.name;
     this.batch = batch;
-    this.snapshots = driver.table("workflow_snapshots");
-    this.workflows = driver.table("workflows");
     // SQLite splits its archive by month (a table per month, dropped whole); PostgreSQL keeps one table.
     this.monthly = driver.name === "sqlite";
+    this.snapshots = driver.table("workflow_snapshots");
+    this.workflows = driver.table("workflows");
     this.stepErrors = driver.table("workflow_step_errors");
     this.idempotency = driver.table("workflow_idempotency");
     this.blobRefs = driver.table("workflow_blob_refs");
@@ -267,9 +267,9 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     ];
     const insertSummary = `INSERT INTO ${this.workflows} AS w (${SUMMARY_COLUMNS}) VALUES (${placeholders(8)}, $8)`;
     await this.driver.transaction(`cannot write checkpoint ${row.stepIndex} of workflow "${id}"`, id, async (query) => {
+      let actual: number | null | undefined;
       if (expectedLatest !== undefined) {
         actual = await this.latestStep(query, id, this.driver.forUpdate);
-      let actual: number | null | undefined;
         if (actual === null && expectedLatest === null) {
           // Two creators race: the primary key decides, the loser's insert does nothing.
           const ins = await query(`${insertSummary} ON CONFLICT (workflow_id) DO NOTHING`, summary);
@@ -278,8 +278,6 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
           throw new ConflictError(id, expectedLatest, actual, this.name);
         }
       }
-      await query(
-        `INSERT INTO ${target} (${SNAPSHOT_COLUMNS}) VALUES (${placeholders(5)})
       const target = await this.snapshotTarget(query, row.createdAt);
       if (this.monthly) {
         // A step written again (not past the latest) may live in another month: one row per step.
@@ -291,6 +289,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
           }
         }
       }
+      await query(
+        `INSERT INTO ${target} (${SNAPSHOT_COLUMNS}) VALUES (${placeholders(5)})
          ON CONFLICT (workflow_id, step_index) DO UPDATE SET
            node_name = excluded.node_name, state_json = excluded.state_json, created_at = excluded.created_at`,
         [id, row.stepIndex, row.nodeName, row.stateJson, row.createdAt],
@@ -315,9 +315,9 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
 
   /** {@inheritDoc ColdStore.read} */
   async read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined> {
+    const what = `cannot read step ${stepIndex} of workflow "${workflowId}"`;
     const r = await this.driver.query(
       what,
-    const what = `cannot read step ${stepIndex} of workflow "${workflowId}"`;
       workflowId,
       this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1 AND step_index = $2"),
       [workflowId, stepIndex],
@@ -327,9 +327,9 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
 
   /** {@inheritDoc ColdStore.latest} (in whichever month it lives) */
   async latest(workflowId: string): Promise<StoredSnapshot | undefined> {
+    const what = `cannot read latest checkpoint of workflow "${workflowId}"`;
     const r = await this.driver.query(
       what,
-    const what = `cannot read latest checkpoint of workflow "${workflowId}"`;
       workflowId,
       `${this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1")} ORDER BY step_index DESC LIMIT 1`,
       [workflowId],
@@ -350,6 +350,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
 
   /** {@inheritDoc ColdStore.history} */
   async history(workflowId: string): Promise<StoredSnapshot[]> {
+    const what = `cannot read history of workflow "${workflowId}"`;
     const r = await this.driver.query(
       what,
       workflowId,
@@ -357,7 +358,6 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       [workflowId],
     );
     return r.rows.map(toSnapshot);
-    const what = `cannot read history of workflow "${workflowId}"`;
   }
 
   /** {@inheritDoc ColdStore.list} */
@@ -416,13 +416,6 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     }
     let deletedSnapshots = 0;
     const orphanRefs = new Set<string>();
-    for (;;) {
-      const n = await this.driver.transaction("cannot prune workflow snapshots", undefined, async (query) => {
-        const del = await query(
-          `DELETE FROM ${table} WHERE id IN (
-             SELECT s.id FROM ${table} s JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
-             WHERE s.created_at < $1 AND s.step_index <= w.latest_step - $2 LIMIT $3)
-           RETURNING workflow_id, step_index`,
     const droppedMonths: DropMonthResult[] = [];
     // Months that ended before the cutoff (and before the current month) go whole: no row-by-row deletes.
     const lastWhole = [snapshotMonth(cutoff), snapshotMonth(Date.now())].sort()[0]!;
@@ -551,6 +544,13 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** Row-by-row retention in one snapshot table, in batches; returns the rows deleted. */
   private async pruneTable(table: string, cutoff: number, keepLast: number, orphanRefs: Set<string>): Promise<number> {
     let deletedSnapshots = 0;
+    for (;;) {
+      const n = await this.driver.transaction("cannot prune workflow snapshots", undefined, async (query) => {
+        const del = await query(
+          `DELETE FROM ${table} WHERE id IN (
+             SELECT s.id FROM ${table} s JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
+             WHERE s.created_at < $1 AND s.step_index <= w.latest_step - $2 LIMIT $3)
+           RETURNING workflow_id, step_index`,
           [cutoff, keepLast, this.batch],
         );
         const refs: string[] = [];
@@ -673,13 +673,6 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
 
   // ---- internals ----
 
-  private async latestStep(query: SqlQuery, workflowId: string, lock = ""): Promise<number | null> {
-    const r = await query(`SELECT latest_step FROM ${this.workflows} WHERE workflow_id = $1${lock}`, [workflowId]);
-    return r.rows[0] ? num(r.rows[0].latest_step) : null;
-  }
-
-  private listQuery(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): [string, unknown[]] {
-    const where: string[] = [];
   /**
    * The snapshot tables to read: PostgreSQL's one table; on SQLite the single table of an
    * archive written before the split by month, then every month's table, oldest first.
@@ -780,6 +773,13 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     }
   }
 
+  private async latestStep(query: SqlQuery, workflowId: string, lock = ""): Promise<number | null> {
+    const r = await query(`SELECT latest_step FROM ${this.workflows} WHERE workflow_id = $1${lock}`, [workflowId]);
+    return r.rows[0] ? num(r.rows[0].latest_step) : null;
+  }
+
+  private listQuery(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): [string, unknown[]] {
+    const where: string[] = [];
     const values: unknown[] = [];
     if (query.status !== undefined) {
       values.push(query.status);

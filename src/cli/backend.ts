@@ -20,8 +20,8 @@ import type { StateBackend } from "../backends/types.js";
 import { StateNotFoundError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
-import { redactUrl } from "../drivers/options.js";
-import { InputNotFoundError, UsageError } from "./errors.js";
+import { InputNotFoundError, missingStore, UsageError } from "./errors.js";
+import { parseSpec, SESSION_KINDS, type Spec, specForms } from "./spec.js";
 
 /** Default directory of the file backend (as in the persistence layer). */
 export const DEFAULT_DIR = "./.dumplingsAI_sessions";
@@ -54,12 +54,19 @@ export interface OpenedBackend {
  */
 export function withBackendOptions(command: Command): Command {
   return command
-    .option(
-      "--backend <name>",
-      "file, sqlite, a registered name, or a SPEC such as sqlite:./x.db or redis:redis://host:6379 (env DUMPLINGS_PERSISTENCE_BACKEND)",
-    )
+    .option("--backend <spec>", `${specForms(SESSION_KINDS, true)} (env DUMPLINGS_PERSISTENCE_BACKEND; default file)`)
     .option("--dir <path>", "directory of the file backend (env DUMPLINGS_PERSISTENCE_DIR)")
     .option("--db <path>", "database file of the SQLite backend (env DUMPLINGS_PERSISTENCE_DB)");
+}
+
+/** How a command opens its store. */
+export interface OpenIntent {
+  /**
+   * The store must already exist: a `file`/`sqlite` path that does not exist, or a
+   * PostgreSQL schema or SQLite file without session tables, is an {@link InputNotFoundError}
+   * (exit 3) and nothing is created. For commands that only read or delete.
+   */
+  mustExist?: boolean;
 }
 
 /**
@@ -72,16 +79,14 @@ export function withBackendOptions(command: Command): Command {
  * @param env - environment to read @default process.env
  * @returns the backend and its label
  * @throws {UnknownBackendError} when the name is not registered (lists the known names)
+ * @throws {UsageError} for a server SPEC (use {@link openBackendAsync})
  */
 export function openBackend(options: BackendOptions, env: NodeJS.ProcessEnv = process.env): OpenedBackend {
-  const name = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND) ?? "file";
-  if (name.includes(":")) return openLocalSpec(name);
-  const baseDir = options.dir ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DIR) ?? DEFAULT_DIR;
-  const dbPath = options.db ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DB) ?? DEFAULT_DB;
-  configureBuiltinBackends({ baseDir, dbPath });
-  const backend = getBackend(name);
-  const label = name === "file" ? `file:${baseDir}` : name === "sqlite" ? `sqlite:${dbPath}` : name;
-  return { backend, label };
+  const spec = sessionSpec(options, env);
+  if (spec.kind === "postgres" || spec.kind === "redis") {
+    throw new UsageError(`${spec.label}: a server backend is opened with openBackendAsync`);
+  }
+  return openLocal(spec, options, env, {});
 }
 
 /**
@@ -90,118 +95,131 @@ export function openBackend(options: BackendOptions, env: NodeJS.ProcessEnv = pr
  *
  * @param options - `--backend`, `--dir`, `--db` values
  * @param env - environment to read @default process.env
- * @param open - `mustExist`: a `file:`/`sqlite:` SPEC must name an existing path (commands that only read)
+ * @param open - see {@link OpenIntent}
  * @returns the backend and its label
- * @throws {UnknownBackendError} / {UsageError} / {InputNotFoundError} as {@link openBackend} and {@link openSpec}
+ * @throws {UnknownBackendError} / {UsageError} / {InputNotFoundError} as {@link openSpec}
  */
 export async function openBackendAsync(
   options: BackendOptions,
   env: NodeJS.ProcessEnv = process.env,
-  open: { mustExist?: boolean } = {},
+  open: OpenIntent = {},
 ): Promise<OpenedBackend> {
-  const name = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND);
-  if (name?.includes(":")) return openSpec(name, open);
-  return openBackend(options, env);
+  return openParsed(sessionSpec(options, env), options, env, open);
+}
+
+/** The SPEC `--backend` (or the environment) names; a bare name stays a name. */
+function sessionSpec(options: BackendOptions, env: NodeJS.ProcessEnv): Spec {
+  const fromEnv = options.backend === undefined;
+  const text = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND) ?? "file";
+  return parseSpec(text, {
+    kinds: SESSION_KINDS,
+    names: true,
+    option: fromEnv ? "DUMPLINGS_PERSISTENCE_BACKEND" : "--backend",
+  });
 }
 
 /**
- * Opens a backend from a SPEC, as `convert --from/--to` and `--backend` take them.
+ * Opens a backend from a SPEC, as `convert --from/--to` and `--backend` take them
+ * (one syntax for every command, see `spec.ts`):
  *
  * - `file:<dir>` — a {@link FileBackend} on that directory;
  * - `sqlite:<db file>` — an {@link SQLiteBackend} on that database;
- * - `redis:<redis URL>` — a `RedisBackend` (`?prefix=…` sets the key prefix, default `duas:`);
- * - `postgres:<postgres URL>` — a `PostgresBackend` (`?schema=…` sets the schema, default `dumplings`);
+ * - `redis://…` or `redis:redis://…` — a `RedisBackend` (`?prefix=…` sets the key prefix, default `duas:`);
+ * - `postgres://…` or `postgres:postgres://…` — a `PostgresBackend` (`?schema=…` sets the schema, default `dumplings`);
  * - `memory:` — an empty in-process store (useful only as a scratch target);
  * - a bare name — the registered backend of that name.
  *
  * The Redis and PostgreSQL drivers are loaded only when such a SPEC is used.
  *
  * @param spec - the SPEC text
- * @param open - `mustExist`: a `file:`/`sqlite:` path must exist, so a mistyped source is an error
+ * @param open - see {@link OpenIntent}: with `mustExist`, a mistyped source is an error
  *   rather than a new empty store created on the spot (`convert --from`, `ls`, `show`, …)
+ * @param option - the option's name for messages @default "--backend"
  * @returns a new backend instance (or the registered one) and its label
  * @throws {UsageError} for an unknown kind or a missing path/URL
- * @throws {InputNotFoundError} when `mustExist` and the path does not exist (nothing is created)
+ * @throws {InputNotFoundError} when `mustExist` and the store does not exist (nothing is created)
  * @throws {UnknownBackendError} for a bare name that is not registered
  * @example
  * await openSpec("sqlite:./sessions.db")
- * await openSpec("redis:redis://127.0.0.1:6379/0?prefix=agents:")
+ * await openSpec("redis://127.0.0.1:6379/0?prefix=agents:")
  */
-export async function openSpec(spec: string, open: { mustExist?: boolean } = {}): Promise<OpenedBackend> {
-  const colon = spec.indexOf(":");
-  const kind = colon < 0 ? "" : spec.slice(0, colon);
-  const where = spec.slice(colon + 1);
-  const need = (example: string) => {
-    if (where === "") throw new UsageError(`backend spec ${JSON.stringify(spec)} needs a location, e.g. ${example}`);
-  };
-  switch (kind) {
-    case "redis": {
-      need("redis:redis://127.0.0.1:6379");
-      const url = parseUrl(spec, where);
-      const keyPrefix = takeParam(url, "prefix");
-      const { RedisBackend } = await import("../backends/redis.js");
-      return { backend: new RedisBackend({ url: url.href, keyPrefix }), label: redact(spec, url, kind) };
-    }
-    case "postgres":
-    case "postgresql": {
-      need("postgres:postgres://user@127.0.0.1:5432/db");
-      const url = parseUrl(spec, where);
-      const schema = takeParam(url, "schema");
-      const { PostgresBackend } = await import("../backends/postgres.js");
-      return { backend: new PostgresBackend({ connectionString: url.href, schema }), label: redact(spec, url, kind) };
-    }
-    default:
-      return openLocalSpec(spec, open.mustExist === true);
-  }
+export async function openSpec(spec: string, open: OpenIntent = {}, option = "--backend"): Promise<OpenedBackend> {
+  return openParsed(parseSpec(spec, { kinds: SESSION_KINDS, names: true, option }), {}, process.env, open);
 }
 
-/** Opens a bare registered name or a `file:`, `sqlite:` or `memory:` SPEC (see {@link openSpec}). */
-function openLocalSpec(spec: string, mustExist = false): OpenedBackend {
-  const colon = spec.indexOf(":");
-  if (colon < 0) return { backend: getBackend(spec), label: spec };
-  const kind = spec.slice(0, colon);
-  const where = spec.slice(colon + 1);
-  const need = (example: string) => {
-    if (where === "") throw new UsageError(`backend spec ${JSON.stringify(spec)} needs a location, e.g. ${example}`);
-  };
-  if (mustExist && (kind === "file" || kind === "sqlite") && where !== "" && !existsSync(path.resolve(where))) {
-    throw new InputNotFoundError(where);
+async function openParsed(
+  spec: Spec,
+  options: BackendOptions,
+  env: NodeJS.ProcessEnv,
+  open: OpenIntent,
+): Promise<OpenedBackend> {
+  const create = open.mustExist === true ? { create: false } : {};
+  let opened: OpenedBackend;
+  if (spec.kind === "redis") {
+    const { RedisBackend } = await import("../backends/redis.js");
+    opened = { backend: new RedisBackend({ url: spec.url, keyPrefix: spec.param }), label: spec.label };
+  } else if (spec.kind === "postgres") {
+    const { PostgresBackend } = await import("../backends/postgres.js");
+    opened = { backend: new PostgresBackend({ url: spec.url, schema: spec.param, ...create }), label: spec.label };
+  } else {
+    return openLocal(spec, options, env, open);
   }
-  switch (kind) {
+  if (open.mustExist === true) {
+    // A server store is opened lazily: ask it now, so a missing schema is reported before anything is read.
+    try {
+      await opened.backend.listKeys();
+    } catch (error) {
+      await closeBackend(opened.backend).catch(() => undefined);
+      throw missingStore(error, spec.label);
+    }
+  }
+  return opened;
+}
+
+/** Opens a `file:`/`sqlite:`/`memory:` SPEC or a bare registered name. */
+function openLocal(spec: Spec, options: BackendOptions, env: NodeJS.ProcessEnv, open: OpenIntent): OpenedBackend {
+  const mustExist = open.mustExist === true;
+  const check = (where: string, label: string) => {
+    if (mustExist && !existsSync(path.resolve(where))) throw new InputNotFoundError(where, { store: label });
+  };
+  switch (spec.kind) {
     case "file":
-      need("file:./sessions");
-      return { backend: new FileBackend({ baseDir: path.resolve(where) }), label: spec };
+      check(spec.path, spec.text);
+      return { backend: new FileBackend({ baseDir: path.resolve(spec.path) }), label: spec.text };
     case "sqlite":
-      need("sqlite:./sessions.db");
-      return { backend: new SQLiteBackend({ dbPath: path.resolve(where) }), label: spec };
+      check(spec.path, spec.text);
+      return { backend: openSqlite(spec.path, spec.text, mustExist), label: spec.text };
     case "memory":
-      if (where !== "") break;
       return { backend: new MemoryBackend(), label: "memory:" };
+    case "name":
+      break;
+    default:
+      throw new UsageError(`${spec.text}: a server backend is opened with openBackendAsync`);
   }
-  throw new UsageError(
-    `unknown backend spec ${JSON.stringify(spec)}: write file:<dir>, sqlite:<db file>, redis:<url>, postgres:<url>, memory: or a registered backend name`,
-  );
+  const name = spec.name;
+  const baseDir = options.dir ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DIR) ?? DEFAULT_DIR;
+  const dbPath = options.db ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_DB) ?? DEFAULT_DB;
+  if (name === "file") {
+    const label = `file:${baseDir}`;
+    check(baseDir, label);
+    if (mustExist) return { backend: new FileBackend({ baseDir: path.resolve(baseDir) }), label };
+  } else if (name === "sqlite") {
+    const label = `sqlite:${dbPath}`;
+    check(dbPath, label);
+    if (mustExist) return { backend: openSqlite(dbPath, label, true), label };
+  }
+  configureBuiltinBackends({ baseDir, dbPath });
+  const backend = getBackend(name);
+  const label = name === "file" ? `file:${baseDir}` : name === "sqlite" ? `sqlite:${dbPath}` : name;
+  return { backend, label };
 }
 
-function parseUrl(spec: string, text: string): URL {
+function openSqlite(file: string, label: string, mustExist: boolean): SQLiteBackend {
   try {
-    return new URL(text);
-  } catch (e) {
-    throw new UsageError(
-      `backend spec ${JSON.stringify(spec)}: ${JSON.stringify(text)} is not a URL (${(e as Error).message})`,
-    );
+    return new SQLiteBackend({ dbPath: path.resolve(file), ...(mustExist ? { create: false } : {}) });
+  } catch (error) {
+    throw missingStore(error, label);
   }
-}
-
-function takeParam(url: URL, name: string): string | undefined {
-  const value = url.searchParams.get(name) ?? undefined;
-  url.searchParams.delete(name);
-  return value;
-}
-
-/** A label for messages that never shows a password from the URL. */
-function redact(spec: string, url: URL, kind: string): string {
-  return url.password === "" ? spec : `${kind}:${redactUrl(url.href)}`;
 }
 
 /**

@@ -24,12 +24,12 @@ import { hostname, userInfo } from "node:os";
 import { Command } from "commander";
 import { DumplingsError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
-import { redactUrl } from "../drivers/options.js";
 import { RunNotFoundError } from "../durable/errors.js";
-import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
+import type { Journal, JournalEvent, RunRecord, RunStatus, SignalRecord, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
-import { UsageError } from "./errors.js";
+import { missingStore, UsageError } from "./errors.js";
 import { printJson, renderTable } from "./output.js";
+import { oneOf, parseSpec, specForms } from "./spec.js";
 
 /** Every run status, for `--status`. */
 const RUN_STATUSES: readonly RunStatus[] = [
@@ -58,56 +58,178 @@ export interface JournalCliOptions {
   json?: boolean;
 }
 
+/** The store kinds a journal can be in. */
+const JOURNAL_KINDS = ["sqlite", "postgres", "redis"] as const;
+
 /**
- * Opens the journal a spec names.
+ * Opens the journal a spec names (the SPEC syntax of every command, see `spec.ts`):
+ * `sqlite:PATH`, `postgres://…` or `postgres:postgres://…` (`?schema=`), `redis://…` or
+ * `redis:redis://…` (`?prefix=`).
  *
  * @param options - `journal` spec, `schema` (PostgreSQL), `prefix` (Redis)
+ * @param open - `mustExist`: the journal must already exist (an SQLite file or a PostgreSQL schema
+ *   with the journal's tables); nothing is created. What every `dumplings` command uses.
  * @returns the journal (close it when done); only the chosen store's driver is loaded
- * @throws {DumplingsError} `USAGE` for an unknown spec
+ * @throws {UsageError} for an unknown or unsuitable spec
+ * @throws {InputNotFoundError} with `mustExist`, when the journal does not exist
  * @example
  * const journal = await openJournal({ journal: "sqlite:/tmp/runs.db" });
  */
-export async function openJournal(options: JournalCliOptions = {}): Promise<Journal> {
-  const spec = options.journal ?? process.env.DUMPLINGS_DURABLE_JOURNAL ?? DEFAULT_JOURNAL;
-  if (spec.startsWith("sqlite:")) {
+export async function openJournal(
+  options: JournalCliOptions = {},
+  open: { mustExist?: boolean } = {},
+): Promise<Journal> {
+  const fromEnv = options.journal === undefined && nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) !== undefined;
+  const text = options.journal ?? nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) ?? DEFAULT_JOURNAL;
+  const spec = parseSpec(text, { kinds: JOURNAL_KINDS, option: fromEnv ? "DUMPLINGS_DURABLE_JOURNAL" : "--journal" });
+  const create = open.mustExist === true ? { create: false } : {};
+  if (spec.kind === "sqlite") {
     const { SqliteJournal } = await import("../durable/journal-sqlite.js");
-    return new SqliteJournal({ path: spec.slice("sqlite:".length) });
+    try {
+      return new SqliteJournal({ path: spec.path, ...create });
+    } catch (error) {
+      throw missingStore(error, spec.text);
+    }
   }
-  if (spec.startsWith("postgres://") || spec.startsWith("postgresql://")) {
+  if (spec.kind === "postgres") {
     const { PostgresJournal } = await import("../durable/journal-postgres.js");
-    return new PostgresJournal({ url: spec, ...(options.schema ? { schema: options.schema } : {}) });
+    const schema = oneOf(spec.param, options.schema, "schema");
+    const journal = new PostgresJournal({ url: spec.url, ...(schema ? { schema } : {}), ...create });
+    if (open.mustExist === true) {
+      try {
+        await journal.listRuns({ limit: 1 });
+      } catch (error) {
+        await journal.close().catch(() => undefined);
+        throw missingStore(error, spec.label);
+      }
+    }
+    return journal;
   }
-  if (spec.startsWith("redis://") || spec.startsWith("rediss://")) {
+  if (spec.kind === "redis") {
     const { RedisJournal } = await import("../durable/journal-redis.js");
-    return new RedisJournal({ url: spec, ...(options.prefix ? { keyPrefix: options.prefix } : {}) });
+    const keyPrefix = oneOf(spec.param, options.prefix, "key prefix");
+    return new RedisJournal({ url: spec.url, ...(keyPrefix ? { keyPrefix } : {}) });
   }
-  throw new DumplingsError(
-    "USAGE",
-    `unknown journal ${JSON.stringify(redactUrl(spec))}: use sqlite:PATH, postgres://… or redis://…`,
-  );
+  throw new UsageError(`unknown journal ${JSON.stringify(spec.text)}`);
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value === "" ? undefined : value;
 }
 
 function withJournalOptions(command: Command): Command {
   return command
     .option(
       "--journal <spec>",
-      `sqlite:PATH, postgres://… or redis://… (default: $DUMPLINGS_DURABLE_JOURNAL or ${DEFAULT_JOURNAL})`,
+      `${specForms(JOURNAL_KINDS)} (default: $DUMPLINGS_DURABLE_JOURNAL, else ${DEFAULT_JOURNAL})`,
     )
-    .option("--schema <name>", "PostgreSQL schema of the journal (default: dumplings)")
-    .option("--prefix <prefix>", "Redis key prefix of the journal (default: dumplings:durable:)");
+    .option("--schema <name>", "PostgreSQL schema of the journal (default: dumplings; or ?schema= in the URL)")
+    .option(
+      "--prefix <prefix>",
+      "Redis key prefix of the journal (default: dumplings:durable:; or ?prefix= in the URL)",
+    );
 }
 
 const when = (ms: number | undefined) => (ms === undefined ? "" : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
 
-/** What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`. */
-export function describeWait(run: RunRecord): string {
+/** An approval a run waits on (or waited on and was decided, not yet resumed), as a person judges it. */
+export interface ApprovalView {
+  toolCallId: string;
+  /** The tool the model asked to call; undefined when the journal does not say (a bare `waitForSignal`). */
+  toolName?: string;
+  /** The arguments of the call, as the model sent them. */
+  input?: JsonValue;
+  /** The decision, once `dumplings approve/reject` recorded it and before the run resumed. */
+  decision?: { approved: boolean; reason?: string };
+}
+
+/**
+ * The approval a run waits on, with the tool name and arguments of the call
+ * (found in the run's steps: the `llm` step's tool calls, or a
+ * `needs-approval:<tool>` step) and the decision already recorded, if any.
+ *
+ * @param run - the run
+ * @param steps - its step records
+ * @param signals - its signals (to see a decision recorded but not yet taken)
+ * @returns the approvals (at most one today: a run waits on one call at a time), empty when it waits on none
+ */
+export function pendingApprovals(
+  run: RunRecord,
+  steps: readonly StepRecord[],
+  signals: readonly SignalRecord[] = [],
+): ApprovalView[] {
+  if (run.status !== "waiting" || !run.waitingFor?.startsWith("approval:")) return [];
+  const toolCallId = run.waitingFor.slice("approval:".length);
+  const view: ApprovalView = { toolCallId, ...findToolCall(steps, toolCallId) };
+  const sent = signals.find((x) => x.name === run.waitingFor);
+  if (sent) {
+    const v = sent.value as { approved?: unknown; reason?: unknown } | null;
+    view.decision = {
+      approved: v?.approved === true,
+      ...(typeof v?.reason === "string" ? { reason: v.reason } : {}),
+    };
+  }
+  return [view];
+}
+
+/** The tool name and arguments of a tool call: the newest step output holding it (the `llm` step's tool-call parts). */
+function findToolCall(steps: readonly StepRecord[], id: string): { toolName?: string; input?: JsonValue } {
+  for (let i = steps.length - 1; i >= 0; i--) {
+    const found = searchCall(steps[i]?.output, id, 0);
+    if (found) return found;
+  }
+  return {};
+}
+
+/** Depth-first search of a JSON value for `{ toolCallId: id, toolName, input }` (an AI SDK tool-call part). */
+function searchCall(
+  value: JsonValue | undefined,
+  id: string,
+  depth: number,
+): { toolName: string; input?: JsonValue } | undefined {
+  if (value === null || typeof value !== "object" || depth > 8) return undefined;
+  if (Array.isArray(value)) {
+    for (const v of value) {
+      const found = searchCall(v, id, depth + 1);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  if (value.toolCallId === id && typeof value.toolName === "string") {
+    return { toolName: value.toolName, input: value.input ?? value.args };
+  }
+  for (const v of Object.values(value)) {
+    const found = searchCall(v, id, depth + 1);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/** One approval in words: `send_email {"to":"a@b"}` (the arguments cut at `max` characters). */
+export function describeCall(a: ApprovalView, max = 80): string {
+  if (a.toolName === undefined) return "tool call not found in the journal";
+  return `${a.toolName} ${preview(a.input ?? null, max)}`;
+}
+
+/**
+ * What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`.
+ * With the run's `approvals` ({@link pendingApprovals}), an approval names the tool and its arguments,
+ * and a decision already recorded reads `approved call_1 …, pending resume`.
+ */
+export function describeWait(run: RunRecord, approvals?: readonly ApprovalView[]): string {
   if (run.status === "blocked")
     return `blocked: ${run.error?.message ?? "no reason recorded"} (fix, then dumplings retry ${run.runId})`;
   if (run.status === "cancelled") return run.error ? `cancelled: ${run.error.message}` : "cancelled";
   if (run.status !== "waiting") return "";
   if (run.waitingFor?.startsWith("approval:")) {
     const id = run.waitingFor.slice("approval:".length);
-    return `approval of ${id} (dumplings approve ${run.runId} ${id})`;
+    const a = approvals?.find((x) => x.toolCallId === id);
+    if (a?.decision) {
+      const call = a.toolName !== undefined ? `: ${describeCall(a, 40)}` : "";
+      return `${a.decision.approved ? "approved" : "rejected"} ${id}${call}, pending resume (its worker, runDurable, or --queue)`;
+    }
+    const what = a?.toolName !== undefined ? `: ${describeCall(a, 40)}` : "";
+    return `approval of ${id}${what} (dumplings approve ${run.runId} ${id})`;
   }
   if (run.waitingFor !== undefined) return `signal ${JSON.stringify(run.waitingFor)}`;
   if (run.wakeAt !== undefined) return `timer until ${when(run.wakeAt)}`;
@@ -119,16 +241,21 @@ export function describeWait(run: RunRecord): string {
  *
  * @param journal - the journal
  * @param filter - `status` to keep
- * @returns `{ text, runs }`: the table and the rows as JSON
+ * @returns `{ text, runs }`: the table and the rows as JSON (each with its `approvals`)
  */
 export async function renderRuns(
   journal: Journal,
   filter: { status?: RunRecord["status"] } = {},
-): Promise<{ text: string; runs: (RunRecord & { steps: number; waiting: string })[] }> {
+): Promise<{ text: string; runs: (RunRecord & { steps: number; waiting: string; approvals: ApprovalView[] })[] }> {
   const runs = await journal.listRuns(filter.status ? { status: filter.status } : {});
   const rows = [];
-  for (const run of runs)
-    rows.push({ ...run, steps: (await journal.readSteps(run.runId)).length, waiting: describeWait(run) });
+  for (const run of runs) {
+    const steps = await journal.readSteps(run.runId);
+    const approvals = run.waitingFor?.startsWith("approval:")
+      ? pendingApprovals(run, steps, await journal.listSignals(run.runId))
+      : [];
+    rows.push({ ...run, steps: steps.length, waiting: describeWait(run, approvals), approvals });
+  }
   const text = renderTable(
     [
       { header: "run" },
@@ -275,18 +402,22 @@ export function runsCommand(): Command {
           `--status ${JSON.stringify(options.status)} is not a run status: use one of ${RUN_STATUSES.join(", ")}`,
         );
       }
-      const journal = await openJournal(options);
+      const journal = await openJournal(options, { mustExist: true });
       try {
         if (runId) {
           const run = await journal.getRun(runId);
           if (!run) throw new RunNotFoundError(runId);
           const steps = await journal.readSteps(runId);
           const events = await journal.readEvents(runId);
+          const signals = await journal.listSignals(runId);
+          const approvals = pendingApprovals(run, steps, signals);
           const notes = renderNotes(events);
-          if (options.json) printJson({ run, steps, signals: await journal.listSignals(runId), notes });
+          if (options.json) printJson({ run, steps, signals, approvals, notes });
           else
             process.stdout.write(
-              `${run.runId}  ${run.workflow}  ${run.status}  ${describeWait(run)}\n${renderJournal(steps)}\n` +
+              `${run.runId}  ${run.workflow}  ${run.status}  ${describeWait(run, approvals)}\n` +
+                approvals.map((a) => `${renderApproval(run.runId, a)}\n`).join("") +
+                `${renderJournal(steps)}\n` +
                 notes.map((n) => `${n}\n`).join(""),
             );
           return;
@@ -313,8 +444,9 @@ function decisionCommand(name: "approve" | "reject"): Command {
     .option("--queue <name>", "BullMQ queue to put the released run back on (Redis at $REDIS_URL)")
     .option("--json", "print JSON")
     .action(async (runId: string, toolCallId: string, options: JournalCliOptions & { reason?: string }) => {
-      const journal = await openJournal(options);
+      const journal = await openJournal(options, { mustExist: true });
       try {
+        await checkWaitsOn(journal, runId, toolCallId, name);
         const value =
           name === "approve"
             ? { approved: true, ...(options.reason ? { reason: options.reason } : {}) }
@@ -327,6 +459,47 @@ function decisionCommand(name: "approve" | "reject"): Command {
         await journal.close();
       }
     });
+}
+
+/**
+ * The approval block of `dumplings runs RUN`: the tool, its whole arguments (pretty JSON, cut past 40 lines)
+ * and the commands that decide it, or the decision waiting for the run's resume.
+ */
+export function renderApproval(runId: string, a: ApprovalView): string {
+  const lines = [
+    a.decision
+      ? `${a.decision.approved ? "approved" : "rejected"} tool call ${a.toolCallId}${a.decision.reason ? ` (${a.decision.reason})` : ""}; pending resume: the run takes the decision when its worker, runDurable or --queue resumes it`
+      : `pending approval of tool call ${a.toolCallId}: dumplings approve ${runId} ${a.toolCallId}  |  dumplings reject ${runId} ${a.toolCallId} --reason …`,
+  ];
+  if (a.toolName === undefined) lines.push("  tool: (not found in the journal)");
+  else {
+    lines.push(`  tool: ${a.toolName}`);
+    const args = JSON.stringify(a.input ?? null, null, 2).split("\n");
+    const shown =
+      args.length > 40 ? [...args.slice(0, 40), `… (${args.length - 40} more lines; --json for all)`] : args;
+    lines.push(`  arguments: ${shown.join("\n    ")}`);
+  }
+  return lines.join("\n");
+}
+
+/**
+ * Refuses an approve/reject of a call the run does not wait on (a mistyped id would be recorded and never
+ * taken), naming the calls it does wait on. A finished run is left to {@link sendDecision} (its own message).
+ */
+async function checkWaitsOn(journal: Journal, runId: string, toolCallId: string, verb: string): Promise<void> {
+  const run = await journal.getRun(runId);
+  if (!run) throw new RunNotFoundError(runId);
+  if (run.status === "completed" || run.status === "failed" || run.status === "cancelled") return;
+  if (run.status === "waiting" && run.waitingFor === approvalSignalName(toolCallId)) return;
+  const approvals = pendingApprovals(run, await journal.readSteps(runId), await journal.listSignals(runId));
+  const waits =
+    approvals.length > 0
+      ? `it waits on: ${approvals.map((a) => `${a.toolCallId} (${describeCall(a, 60)})`).join(", ")}`
+      : `it waits on no approval (${run.status}${run.waitingFor ? `, waiting for ${JSON.stringify(run.waitingFor)}` : ""})`;
+  throw new UsageError(
+    `run ${JSON.stringify(runId)} does not wait on tool call ${JSON.stringify(toolCallId)}; ${waits}; nothing was recorded` +
+      ` (to record a decision ahead of time: dumplings signal ${runId} ${approvalSignalName(toolCallId)} '{"approved":${verb === "approve"}}')`,
+  );
 }
 
 /** `dumplings approve RUN_ID TOOL_CALL_ID [--reason …] [--queue NAME]`. @returns the commander command */
@@ -361,7 +534,7 @@ export function signalCommand(): Command {
           throw new DumplingsError("USAGE", `the signal value is not JSON: ${json}`, { cause });
         }
       }
-      const journal = await openJournal(options);
+      const journal = await openJournal(options, { mustExist: true });
       try {
         const result = await sendDecision(journal, runId, name, value, options.queue);
         if (options.json) printJson({ runId, signal: name, value, wakes: result.wakes });
@@ -412,7 +585,7 @@ function operatorCommand(action: OperatorAction): Command {
         }
       }
       const by = options.by ?? operatorName();
-      const journal = await openJournal(options);
+      const journal = await openJournal(options, { mustExist: true });
       try {
         const before = await journal.getRun(runId);
         if (!before) throw new RunNotFoundError(runId);

@@ -13,6 +13,7 @@
  * @module
  */
 import { DumplingsError } from "../core/errors.js";
+import { StoreNotFoundError } from "../drivers/sql.js";
 
 /** Exit codes of the `dumplings` command. */
 export const ExitCode = {
@@ -34,34 +35,57 @@ export class UsageError extends DumplingsError {
   }
 }
 
-/** An input file of `dumplings import` does not exist or cannot be read. */
+/**
+ * An input file of `dumplings import` does not exist or cannot be read, or a
+ * store a command reads (`ls`, `runs`, `workflows ls`, `convert --from`, …)
+ * does not exist: no such file or directory, no such schema, or no tables of
+ * that kind in it. Nothing was created.
+ */
 export class InputNotFoundError extends DumplingsError {
-  /** Path of the missing input file. */
+  /** Path of the missing input file, or the store as given on the command line. */
   readonly file: string;
   /**
    * @param file - the path as given on the command line
-   * @param options - `cause`: the file system error
+   * @param options - `cause`: the file system or driver error; `store`: the missing thing is this store
+   *   (a SPEC such as `sqlite:./runs.db`), not an input file
    */
-  constructor(file: string, options?: { cause?: unknown }) {
-    super("INPUT_NOT_FOUND", `cannot read input file ${JSON.stringify(file)}: no such file`, options);
+  constructor(file: string, options?: { cause?: unknown; store?: string }) {
+    super(
+      "INPUT_NOT_FOUND",
+      options?.store !== undefined
+        ? `no store at ${options.store}: ${options.cause instanceof Error ? options.cause.message.replace(/^\[dumplings:\w+\] /, "") : "no such file or directory"} (nothing was created; check the path or URL)`
+        : `cannot read input file ${JSON.stringify(file)}: no such file`,
+      options?.cause === undefined ? undefined : { cause: options.cause },
+    );
     this.file = file;
   }
 }
 
-/** `dumplings import` would overwrite a stored session and `--overwrite` was not given. */
+/** `dumplings import` or `convert` would overwrite a stored session and `--overwrite` was not given. Nothing was written. */
 export class KeyExistsError extends DumplingsError {
-  /** The key that is already stored. */
+  /** The (first) key that is already stored. */
   readonly key: string;
+  /** Every key already stored (`convert`: all of them, not only the first). */
+  readonly keys: readonly string[];
   /**
    * @param key - the stored key
-   * @param file - the input file that maps to it
+   * @param file - the input file that maps to it (`import`), or the source SPEC (`convert`)
+   * @param convert - for `convert`: the `target` label and every clashing key
    */
-  constructor(key: string, file: string) {
+  constructor(key: string, file: string, convert?: { target: string; keys: readonly string[] }) {
+    const keys = convert?.keys ?? [key];
+    const shown = keys
+      .slice(0, 10)
+      .map((k) => JSON.stringify(k))
+      .join(", ");
     super(
       "KEY_EXISTS",
-      `session ${JSON.stringify(key)} already exists (from ${JSON.stringify(file)}); pass --overwrite to replace it or --key to choose another key`,
+      convert
+        ? `${keys.length} session${keys.length === 1 ? "" : "s"} of ${file} already exist${keys.length === 1 ? "s" : ""} in ${convert.target}: ${shown}${keys.length > 10 ? ", …" : ""}; nothing was copied; pass --overwrite to replace them`
+        : `session ${JSON.stringify(key)} already exists (from ${JSON.stringify(file)}); pass --overwrite to replace it or --key to choose another key`,
     );
     this.key = key;
+    this.keys = keys;
   }
 }
 
@@ -88,6 +112,19 @@ export class VerifyError extends DumplingsError {
     );
     this.mismatches = mismatches;
   }
+}
+
+/**
+ * A store that was opened with `create: false` and does not exist, as the CLI reports it
+ * ({@link InputNotFoundError}, exit 3); any other error as it is.
+ *
+ * @param error - what opening or first reading the store threw
+ * @param label - the store as the user named it (password hidden)
+ * @returns the error to throw
+ */
+export function missingStore(error: unknown, label: string): unknown {
+  if (error instanceof StoreNotFoundError) return new InputNotFoundError(label, { store: label, cause: error });
+  return error;
 }
 
 const byCode = new Map<string, ExitCodeValue>([
@@ -131,6 +168,17 @@ export function exitCodeFor(error: unknown): ExitCodeValue {
  * // 'dumplings: [dumplings:file] no state stored under key "k" (STATE_NOT_FOUND)'
  */
 export function errorLine(error: unknown): string {
+  const { message, code } = errorParts(error);
+  return `dumplings: ${message}${code ? ` (${code})` : ""}`;
+}
+
+/**
+ * The code and one-line message of an error, as {@link errorLine} prints them (and `--json` errors carry them).
+ *
+ * @param error - anything thrown by a command
+ * @returns `code`: the `DumplingsError` code, a Node system code or the error's name; `message`: folded to one line
+ */
+export function errorParts(error: unknown): { code: string | undefined; message: string } {
   let message: string;
   let code: string | undefined;
   if (error instanceof DumplingsError) {
@@ -143,6 +191,5 @@ export function errorLine(error: unknown): string {
   } else {
     message = String(error);
   }
-  const oneLine = message.replace(/\s*\r?\n\s*/g, " ").trim();
-  return `dumplings: ${oneLine}${code ? ` (${code})` : ""}`;
+  return { code, message: message.replace(/\s*\r?\n\s*/g, " ").trim() };
 }

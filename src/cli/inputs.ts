@@ -68,24 +68,37 @@ export function protocolOf(stem: string, forced?: Protocol): Protocol {
 /**
  * Reads and parses one import input.
  *
- * @param file - path of the input file
- * @param options - `protocol`: force the message protocol of JSONL/JSON inputs
+ * @param file - path of the input file, or `-` for standard input (its kind is recognised from the
+ *   content: gzip or `.duas` text, a JSON document, else JSONL; its stem is empty: the caller needs a key)
+ * @param options - `protocol`: force the message protocol of JSONL/JSON inputs; `stdin`: the stream `-` reads
+ *   @default process.stdin
  * @returns the parsed input
  * @throws {InputNotFoundError} when the file does not exist
  * @throws {FormatError} when the extension is unknown or the content is malformed
  *   (with the file and 1-based line number)
  */
-export async function readImportInput(file: string, options: { protocol?: Protocol } = {}): Promise<ImportInput> {
-  const kind = classifyInput(file);
-  if (!kind) {
-    throw new FormatError("unknown input type: expected .duas, .duas.gz, .jsonl or .json", { file });
-  }
+export async function readImportInput(
+  file: string,
+  options: { protocol?: Protocol; stdin?: NodeJS.ReadableStream } = {},
+): Promise<ImportInput> {
   let bytes: Buffer;
-  try {
-    bytes = await readFile(file);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new InputNotFoundError(file, { cause: e });
-    throw e;
+  let kind: { kind: InputKind; stem: string } | undefined;
+  if (file === STDIN) {
+    bytes = await readAll(options.stdin ?? process.stdin);
+    kind = { kind: sniffKind(bytes), stem: "" };
+  } else {
+    kind = classifyInput(file);
+    if (!kind) {
+      throw new FormatError("unknown input type: expected .duas, .duas.gz, .jsonl or .json (or - for stdin)", {
+        file,
+      });
+    }
+    try {
+      bytes = await readFile(file);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new InputNotFoundError(file, { cause: e });
+      throw e;
+    }
   }
   if (kind.kind === "duas") {
     return { kind: "duas", file, stem: kind.stem, state: decodeStateBytes(bytes, { source: file }) };
@@ -98,6 +111,33 @@ export async function readImportInput(file: string, options: { protocol?: Protoc
     checkMessage(m.value, protocol, file, m.line, i);
   });
   return { kind: kind.kind, file, stem: kind.stem, protocol, messages: messages.map((m) => m.value as Message) };
+}
+
+/** The file name that means standard input. */
+export const STDIN = "-";
+
+async function readAll(stream: NodeJS.ReadableStream): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Buffer));
+  return Buffer.concat(chunks);
+}
+
+/** The kind of an input read from stdin: gzip or `# dumplingsAI`/`[META]` text is `.duas`, one JSON document is JSON, else JSONL. */
+function sniffKind(bytes: Buffer): InputKind {
+  if (bytes[0] === 0x1f && bytes[1] === 0x8b) return "duas";
+  const head = bytes
+    .subarray(0, 256)
+    .toString("utf8")
+    .replace(/^\uFEFF/, "")
+    .trimStart();
+  if (head.startsWith("#") || head.startsWith("[META]")) return "duas";
+  if (head.startsWith("[")) return "json";
+  try {
+    JSON.parse(bytes.toString("utf8").replace(/^\uFEFF/, ""));
+    return "json";
+  } catch {
+    return "jsonl";
+  }
 }
 
 function decodeUtf8(bytes: Buffer, file: string): string {

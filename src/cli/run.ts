@@ -10,7 +10,7 @@
  * @module
  */
 import { type Command, CommanderError } from "commander";
-import { ExitCode, errorLine, exitCodeFor } from "./errors.js";
+import { ExitCode, errorLine, errorParts, exitCodeFor } from "./errors.js";
 
 /**
  * Makes commander throw instead of exiting, on a command and all its
@@ -48,19 +48,28 @@ export async function runProgram(program: Command, argv: readonly string[] = pro
     // A command that printed its output but met a problem (e.g. `ls -l` with an unreadable session) sets its own code.
     if (typeof process.exitCode === "number") code = process.exitCode;
   } catch (error) {
-    code = report(error);
+    code = report(error, { json: wantsJson(argv) });
   }
   process.exitCode = code;
   return code;
 }
 
+/** Whether the command line asks for JSON output (`--json` before any `--`). */
+function wantsJson(argv: readonly string[]): boolean {
+  const end = argv.indexOf("--");
+  return (end < 0 ? argv : argv.slice(0, end)).includes("--json");
+}
+
 /**
- * Prints the one line for an error (and its stack under `DUMPLINGS_DEBUG=1`).
+ * Prints the one line for an error on stderr (and its stack under `DUMPLINGS_DEBUG=1`);
+ * with `json`, also `{ "error": { "code", "message", "exitCode" } }` on stdout, so a
+ * script that asked for `--json` always reads JSON.
  *
  * @param error - anything thrown while running a command
+ * @param options - `json`: the command line had `--json`
  * @returns the exit code for it
  */
-export function report(error: unknown): number {
+export function report(error: unknown, options: { json?: boolean } = {}): number {
   if (error instanceof CommanderError) {
     if (error.exitCode === 0) return ExitCode.ok; // --help, --version
     const message = error.message
@@ -69,10 +78,15 @@ export function report(error: unknown): number {
       .trim();
     if (error.code === "commander.help" || error.code === "commander.helpDisplayed") return ExitCode.usage;
     process.stderr.write(`dumplings: ${message} (USAGE)\n`);
+    if (options.json) printJsonError("USAGE", message, ExitCode.usage);
     return ExitCode.usage;
   }
   if ((error as NodeJS.ErrnoException)?.code === "EPIPE") return ExitCode.ok;
   process.stderr.write(`${errorLine(error)}\n`);
+  if (options.json) {
+    const { code, message } = errorParts(error);
+    printJsonError(code ?? "ERROR", message, exitCodeFor(error));
+  }
   if (process.env.DUMPLINGS_DEBUG === "1") {
     let e: unknown = error;
     while (e instanceof Error) {
@@ -82,4 +96,8 @@ export function report(error: unknown): number {
     }
   }
   return exitCodeFor(error);
+}
+
+function printJsonError(code: string, message: string, exitCode: number): void {
+  process.stdout.write(`${JSON.stringify({ error: { code, message, exitCode } })}\n`);
 }

@@ -8,7 +8,7 @@
  * - `dumplings workflows rm ID` — delete a workflow from both tiers;
  * - `dumplings workflows prune --older-than 30d [--keep-last N]` — retention.
  *
- * The store is chosen with `--store` (`sqlite:PATH` or `postgres://…`) or
+ * The store is chosen with `--store` (`sqlite:PATH`, `postgres://…` or `postgres:postgres://…`) or
  * `DUMPLINGS_WORKFLOW_STORE`, default `sqlite:./.dumplingsAI_workflows/workflows.db`;
  * `--redis URL` (or `REDIS_URL`) adds the hot tier so `rm` clears it too.
  *
@@ -23,8 +23,9 @@ import { RedisHotTier } from "../workflow/hot-redis.js";
 import type { WorkflowRowStatus } from "../workflow/index.js";
 import { CheckpointStore } from "../workflow/store.js";
 import { parseDuration } from "./duration.js";
-import { UsageError } from "./errors.js";
+import { missingStore, UsageError } from "./errors.js";
 import { printJson, renderTable } from "./output.js";
+import { oneOf, parseSpec, specForms } from "./spec.js";
 
 /** Default store spec of the workflow commands. */
 export const DEFAULT_WORKFLOW_STORE = "sqlite:./.dumplingsAI_workflows/workflows.db";
@@ -42,41 +43,69 @@ export interface WorkflowCliOptions {
   json?: boolean;
 }
 
+/** The store kinds a checkpoint archive can be in. */
+const STORE_KINDS = ["sqlite", "postgres"] as const;
+
 /**
- * Opens the checkpoint store a spec names.
+ * Opens the checkpoint store a spec names (the SPEC syntax of every command, see `spec.ts`):
+ * `sqlite:PATH`, or `postgres://…` / `postgres:postgres://…` (`?schema=`).
  *
  * @param options - `store` spec, `schema`, `redis`, `blobs`
+ * @param open - `mustExist`: the archive must already exist (an SQLite file or a PostgreSQL
+ *   schema with the workflow tables); nothing is created. What every `dumplings workflows` command uses.
  * @returns an open store (close it when done)
  * @throws {UsageError} for an unknown spec
+ * @throws {InputNotFoundError} with `mustExist`, when the archive does not exist
  * @example
  * const store = await openWorkflowStore({ store: "sqlite:/tmp/wf.db" });
  */
-export async function openWorkflowStore(options: WorkflowCliOptions = {}): Promise<CheckpointStore> {
-  const spec = options.store ?? process.env.DUMPLINGS_WORKFLOW_STORE ?? DEFAULT_WORKFLOW_STORE;
+export async function openWorkflowStore(
+  options: WorkflowCliOptions = {},
+  open: { mustExist?: boolean } = {},
+): Promise<CheckpointStore> {
+  const env = process.env.DUMPLINGS_WORKFLOW_STORE === "" ? undefined : process.env.DUMPLINGS_WORKFLOW_STORE;
+  const text = options.store ?? env ?? DEFAULT_WORKFLOW_STORE;
+  const spec = parseSpec(text, {
+    kinds: STORE_KINDS,
+    option: options.store === undefined && env !== undefined ? "DUMPLINGS_WORKFLOW_STORE" : "--store",
+  });
+  const create = open.mustExist === true ? { create: false } : {};
   let cold: SqliteColdStore | PostgresColdStore;
   let blobDir = options.blobs;
-  if (spec.startsWith("sqlite:")) {
-    const file = spec.slice("sqlite:".length);
-    cold = new SqliteColdStore({ path: file });
-    blobDir ??= path.join(path.dirname(path.resolve(file)), "blobs");
-  } else if (spec.startsWith("postgres://") || spec.startsWith("postgresql://")) {
-    cold = new PostgresColdStore({ url: spec, ...(options.schema ? { schema: options.schema } : {}) });
+  let label: string;
+  if (spec.kind === "sqlite") {
+    label = spec.text;
+    try {
+      cold = new SqliteColdStore({ path: spec.path, ...create });
+    } catch (error) {
+      throw missingStore(error, label);
+    }
+    blobDir ??= path.join(path.dirname(path.resolve(spec.path)), "blobs");
+  } else if (spec.kind === "postgres") {
+    label = spec.label;
+    const schema = oneOf(spec.param, options.schema, "schema");
+    cold = new PostgresColdStore({ url: spec.url, ...(schema ? { schema } : {}), ...create });
   } else {
-    throw new UsageError(`unknown workflow store ${JSON.stringify(spec)}: use sqlite:PATH or postgres://…`);
+    throw new UsageError(`unknown workflow store ${JSON.stringify(spec.text)}`);
   }
   const redis = options.redis ?? process.env.REDIS_URL;
-  return CheckpointStore.open({
-    cold,
-    hot: redis ? new RedisHotTier({ url: redis }) : undefined,
-    blobDir: blobDir ?? ".dumplingsAI_workflows/blobs",
-  });
+  try {
+    return await CheckpointStore.open({
+      cold,
+      hot: redis ? new RedisHotTier({ url: redis }) : undefined,
+      blobDir: blobDir ?? ".dumplingsAI_workflows/blobs",
+    });
+  } catch (error) {
+    await cold.close().catch(() => undefined);
+    throw missingStore(error, label);
+  }
 }
 
 function withStoreOptions(command: Command): Command {
   return command
     .option(
       "--store <spec>",
-      `sqlite:PATH or postgres://… (default: $DUMPLINGS_WORKFLOW_STORE or ${DEFAULT_WORKFLOW_STORE})`,
+      `${specForms(STORE_KINDS)} (default: $DUMPLINGS_WORKFLOW_STORE, else ${DEFAULT_WORKFLOW_STORE})`,
     )
     .option("--schema <name>", "PostgreSQL schema (default: dumplings)")
     .option("--redis <url>", "Redis hot tier (default: $REDIS_URL)")
@@ -85,7 +114,8 @@ function withStoreOptions(command: Command): Command {
 }
 
 async function withStore<T>(options: WorkflowCliOptions, fn: (store: CheckpointStore) => Promise<T>): Promise<T> {
-  const store = await openWorkflowStore(options);
+  // Every workflows command reads or removes what exists: a mistyped store is an error, never created.
+  const store = await openWorkflowStore(options, { mustExist: true });
   try {
     return await fn(store);
   } finally {

@@ -348,8 +348,12 @@ async function main(): Promise<number> {
     // [6] a second run, cancelled by an operator while it waits
     const cancelOk = await cancelDemo({ journal, env: v2env, runId: cancelledId, journalFlag, queueClient });
 
+    // The journal is removed below unless --keep: name it only when it will still exist, with a command that
+    // works in this repository (`dumplings` is on the PATH only where the package is installed).
     log(
-      `\nsee it yourself: dumplings runs ${runId} ${journalFlag}${args.keep ? "" : "   (pass --keep to keep the journal)"}`,
+      args.keep
+        ? `\nsee it yourself (the journal is kept): node dist/cli/index.js runs ${runId} ${journalFlag}\n(or npx dumplings runs … where dumplings-ai is installed)`
+        : "\nthe journal is removed now; to look at it yourself: npm run demo:durable -- --keep (it prints the command)",
     );
     return diff || requests !== llmSteps.length || !deployOk || !cancelOk ? 1 : 0;
   } finally {

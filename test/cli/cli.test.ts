@@ -299,7 +299,7 @@ describe("dumplings options and errors", () => {
     const a = path.join(tmp, "two-a.jsonl");
     writeFileSync(a, '{"role":"user","content":"x"}\n');
     expectError(runCli(["import", a, a, "--key", "k", ...fileArgs]), 2, /--key names one session.*\(USAGE\)$/);
-    expectError(runCli(["convert", "--from", "ftp:x", "--to", `file:${dir}`]), 2, /unknown backend spec.*\(USAGE\)$/);
+    expectError(runCli(["convert", "--from", "ftp:x", "--to", `file:${dir}`]), 2, /--from "ftp:x": unknown kind "ftp".*file:DIR, sqlite:PATH.*\(USAGE\)$/);
   });
 
   it("rejects malformed inputs with the file and line, storing nothing", () => {
@@ -312,7 +312,9 @@ describe("dumplings options and errors", () => {
     const jsonl = path.join(tmp, "bad-line.jsonl");
     writeFileSync(jsonl, '{"role":"user","content":"a"}\n{"role":"user",\n');
     expectError(runCli(["import", jsonl, "--dir", badDir]), 4, /bad-line\.jsonl:line 2: .*\(FORMAT_ERROR\)$/);
-    expect(runJson<{ count: number }>(["ls", "--dir", badDir]).count).toBe(0);
+    // nothing was stored: not even the directory was created, so ls finds no store (exit 3)
+    expect(existsSync(badDir)).toBe(false);
+    expectError(runCli(["ls", "--dir", badDir]), 3, /no store at file:.*bad-dir.*\(INPUT_NOT_FOUND\)$/);
   });
 
   it("prints the stack only with DUMPLINGS_DEBUG=1", () => {

@@ -1,5 +1,5 @@
 /**
- * `dumplings export KEY [-o FILE]`: write a stored session as `.duas` text
+ * `dumplings export KEY [-o FILE|-]`: write a stored session as `.duas` text
  * (gzip-compressed for a `.duas.gz` file name or `--gzip`) to a file or to
  * stdout. The history is streamed in batches, so the text is never built in
  * memory as a whole; a file is written to a temporary name, fsync'ed and
@@ -78,7 +78,7 @@ export function exportCommand(): Command {
   return withBackendOptions(new Command("export"))
     .description("write a stored session as .duas (or .duas.gz) to a file or stdout")
     .argument("<key>", "session key")
-    .option("-o, --output <file>", "output file (.duas, or .duas.gz to compress); stdout when omitted")
+    .option("-o, --output <file>", "output file (.duas, or .duas.gz to compress); stdout when omitted or -")
     .option("--gzip", "gzip-compress the output (implied by a .gz output file name)")
     .action(async (key: string, options: ExportOptions) => {
       const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
@@ -97,7 +97,7 @@ export function exportCommand(): Command {
         const session = await openSession(backend, key, label);
         const gzip = options.gzip === true || (options.output?.toLowerCase().endsWith(".gz") ?? false);
         const source = Readable.from(duasChunks(session, key));
-        if (options.output === undefined) {
+        if (options.output === undefined || options.output === "-") {
           if (gzip) await pipeline(source, createGzip(), process.stdout, { end: false });
           else await pipeline(source, process.stdout, { end: false });
           return;

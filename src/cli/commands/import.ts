@@ -4,7 +4,8 @@
  * line) and JSON message arrays become a new session per file, built as a
  * `BaseAgent` (or an `AnthropicAgent` for `*.anthropic.jsonl` /
  * `--protocol anthropic`) and saved with `saveState`. The key is the file
- * stem unless `--key` is given (one file only).
+ * stem unless `--key` is given (one file only). `import - --key K` reads one
+ * session from stdin (its kind recognised from the content).
  *
  * Every file is read and checked before anything is written, so a typo in
  * the third file does not leave the first two imported; an existing key is
@@ -17,7 +18,7 @@ import { validateKey } from "../../backends/keys.js";
 import type { Protocol } from "../../core/messages.js";
 import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
 import { KeyExistsError, UsageError } from "../errors.js";
-import { type ImportInput, readImportInput } from "../inputs.js";
+import { type ImportInput, readImportInput, STDIN } from "../inputs.js";
 import { printJson, renderTable } from "../output.js";
 import { Progress } from "../progress.js";
 import { countToolCalls } from "../stats.js";
@@ -65,7 +66,7 @@ export interface ImportedSession {
 export function importCommand(): Command {
   return withBackendOptions(new Command("import"))
     .description("import .duas, .duas.gz, OpenAI-format JSONL or JSON message arrays (one session per file)")
-    .argument("<files...>", "input files")
+    .argument("<files...>", "input files, or - to read one session from stdin (with --key)")
     .option("--key <key>", "session key (one input file only; default: the file stem)")
     .option("--name <name>", "agent name of sessions built from JSONL/JSON (default: the key)")
     .option("--protocol <protocol>", "message protocol of JSONL/JSON inputs: openai or anthropic", parseProtocol)
@@ -75,6 +76,9 @@ export function importCommand(): Command {
     .action(async (files: string[], options: ImportOptions) => {
       if (options.key !== undefined && files.length > 1) {
         throw new UsageError(`--key names one session but ${files.length} files were given; import them one by one`);
+      }
+      if (files.includes(STDIN) && (files.length > 1 || options.key === undefined)) {
+        throw new UsageError("import - reads one session from stdin: give it alone, with --key <key>");
       }
       const inputs: { input: ImportInput; key: string }[] = [];
       const byKey = new Map<string, string>();

@@ -7,6 +7,7 @@ import { Command } from "commander";
 import { validateKey } from "../../backends/keys.js";
 import { StateNotFoundError } from "../../core/errors.js";
 import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
+import { ExitCode, errorLine } from "../errors.js";
 import { printJson } from "../output.js";
 
 /** Options of `dumplings rm`. */
@@ -42,9 +43,26 @@ export function rmCommand(): Command {
           if (await backend.delete(key)) deleted.push(key);
           else missing.push(key);
         }
-        if (options.json) printJson({ backend: label, deleted, missing });
-        else for (const key of deleted) process.stdout.write(`deleted ${key}\n`);
-        if (missing.length > 0 && !options.force) throw new StateNotFoundError(missing[0] ?? "", label);
+        const failure =
+          missing.length > 0 && !options.force ? new StateNotFoundError(missing[0] ?? "", label) : undefined;
+        if (options.json) {
+          printJson({
+            backend: label,
+            deleted,
+            missing,
+            ...(failure
+              ? { error: { code: failure.code, message: failure.message, exitCode: ExitCode.notFound } }
+              : {}),
+          });
+          if (failure) {
+            // one JSON document on stdout: the report carries the error; the usual line goes to stderr
+            process.stderr.write(`${errorLine(failure)}\n`);
+            process.exitCode = ExitCode.notFound;
+          }
+          return;
+        }
+        for (const key of deleted) process.stdout.write(`deleted ${key}\n`);
+        if (failure) throw failure;
       } finally {
         await closeBackend(backend);
       }

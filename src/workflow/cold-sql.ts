@@ -29,6 +29,7 @@ import path from "node:path";
 import { BackendError, ConflictError, InvalidOptionError } from "../core/errors.js";
 import { wholeOption } from "../drivers/options.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
+import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
 import type {
   ColdPruneOptions,
   ColdStore,
@@ -164,7 +165,8 @@ const toSnapshot = (r: Row): StoredSnapshot => ({
   stepIndex: num(r.step_index),
   nodeName: text(r.node_name),
   stateJson: text(r.state_json),
-  createdAt: num(r.created_at),
+  // Float seconds or date text in rows of the original layout.
+  createdAt: rowCreatedAtMs(r.created_at, text(r.state_json)),
 });
 
 const toSummary = (r: Row): WorkflowSummary => ({
@@ -345,7 +347,12 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       `SELECT ${SUMMARY_COLUMNS} FROM ${this.workflows} WHERE workflow_id = $1`,
       [workflowId],
     );
-    return r.rows[0] && toSummary(r.rows[0]);
+    if (r.rows[0]) return toSummary(r.rows[0]);
+    // A workflow written in the original layout has snapshots but no summary row: derive it (nothing is written).
+    return this.originalSummary(
+      (sql, values) => this.driver.query(`cannot read workflow "${workflowId}"`, workflowId, sql, values),
+      workflowId,
+    );
   }
 
   /** {@inheritDoc ColdStore.history} */
@@ -774,8 +781,48 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   }
 
   private async latestStep(query: SqlQuery, workflowId: string, lock = ""): Promise<number | null> {
-    const r = await query(`SELECT latest_step FROM ${this.workflows} WHERE workflow_id = $1${lock}`, [workflowId]);
-    return r.rows[0] ? num(r.rows[0].latest_step) : null;
+    const select = `SELECT latest_step FROM ${this.workflows} WHERE workflow_id = $1${lock}`;
+    const r = await query(select, [workflowId]);
+    if (r.rows[0]) return num(r.rows[0].latest_step);
+    // Only in a write: a workflow written in the original layout is adopted by giving it its summary row (its
+    // snapshot rows are left as they are), then compared like any other; the re-read under the lock sees a
+    // concurrent adopter's row.
+    const s = await this.originalSummary(query, workflowId);
+    if (!s) return null;
+    await query(
+      `INSERT INTO ${this.workflows} (${SUMMARY_COLUMNS}) VALUES (${placeholders(9)}) ON CONFLICT (workflow_id) DO NOTHING`,
+      [s.workflowId, s.sessionId, s.status, s.latestStep, s.currentNode, s.latestStep, null, s.createdAt, s.updatedAt],
+    );
+    const again = await query(select, [workflowId]);
+    return again.rows[0] ? num(again.rows[0].latest_step) : null;
+  }
+
+  /**
+   * The summary of a workflow written in the original layout (no summary row; its snapshots in the
+   * single `workflow_snapshots` table, `state_json` snake_case), from its first and newest rows.
+   */
+  private async originalSummary(query: SqlQuery, workflowId: string): Promise<WorkflowSummary | undefined> {
+    const row = (order: "ASC" | "DESC") =>
+      query(
+        `SELECT ${SNAPSHOT_COLUMNS} FROM ${this.snapshots} WHERE workflow_id = $1 ORDER BY step_index ${order} LIMIT 1`,
+        [workflowId],
+      );
+    const newest = (await row("DESC")).rows[0];
+    if (!newest) return undefined;
+    const fields = originalSummaryFields(text(newest.state_json));
+    if (!fields) return undefined;
+    const first = (await row("ASC")).rows[0] ?? newest;
+    const latest = toSnapshot(newest);
+    return {
+      workflowId,
+      sessionId: fields.sessionId,
+      status: fields.finished ? "finished" : "running",
+      latestStep: latest.stepIndex,
+      currentNode: fields.currentNode,
+      parentWorkflowId: null,
+      createdAt: toSnapshot(first).createdAt,
+      updatedAt: latest.createdAt,
+    };
   }
 
   private listQuery(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): [string, unknown[]] {

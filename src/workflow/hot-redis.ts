@@ -12,10 +12,30 @@
  * an older step (a Lua compare on `step`), so a slow writer cannot put an old
  * snapshot over a newer one.
  *
+ * The original design (the workflow-snapshot article) kept a plain string
+ * holding the state JSON at the same key. Such an entry is read (as the
+ * step its `step_index` names; the store maps its snake_case state), and a
+ * write replaces it with the hash unless it holds a newer step. A key of
+ * another type, or a string that is not such a state, is never overwritten
+ * or read as a snapshot: both are errors (counted by the store like any
+ * hot-tier failure).
+ *
  * @module
  */
 import type { Redis } from "ioredis";
+import { BackendError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { positiveMs, RedisConnection, type RedisConnectionOptions } from "../drivers/redis.js";
+
+/** The keys of {@link RedisHotTierOptions}: any other is an `InvalidOptionError`. */
+const HOT_REDIS_OPTIONS = optionKeys<RedisHotTierOptions>({
+  client: true,
+  url: true,
+  keyPrefix: true,
+  connectTimeoutMs: true,
+  commandTimeoutMs: true,
+  ttlMs: true,
+});
 
 /** The part of an ioredis client the hot tier uses (any compatible client can be injected). */
 export type RedisClientLike = Pick<Redis, "eval" | "hmget" | "del" | "quit" | "disconnect" | "status">;
@@ -37,14 +57,42 @@ export interface HotEntry {
   stepIndex: number;
   /** Stored state JSON text (as in the cold row). */
   stateJson: string;
+  /** True for a string entry written by the original design (snake_case state JSON). */
+  original?: boolean;
 }
 
-const WRITE_IF_NEWER = `
-local cur = redis.call('HGET', KEYS[1], 'step')
-if cur and tonumber(cur) > tonumber(ARGV[1]) then return 0 end
+/** The step of an original-layout string entry (`nil` when it is not one). */
+const ORIGINAL_STEP = `
+local function original_step(key)
+  local ok, v = pcall(cjson.decode, redis.call('GET', key))
+  if ok and type(v) == 'table' and v['workflow_id'] ~= nil and tonumber(v['step_index']) then
+    return tonumber(v['step_index'])
+  end
+  return nil
+end`;
+
+const WRITE_IF_NEWER = `${ORIGINAL_STEP}
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'hash' then
+  local cur = redis.call('HGET', KEYS[1], 'step')
+  if cur and tonumber(cur) > tonumber(ARGV[1]) then return 0 end
+elseif t == 'string' then
+  local step = original_step(KEYS[1])
+  if step == nil then return redis.error_reply('the key holds a string that is not a workflow state: left as it is') end
+  if step > tonumber(ARGV[1]) then return 0 end
+  redis.call('DEL', KEYS[1])
+elseif t ~= 'none' then
+  return redis.error_reply('the key holds a ' .. t .. ', not a cached workflow: left as it is')
+end
 redis.call('HSET', KEYS[1], 'step', ARGV[1], 'state', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1`;
+
+const READ = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'hash' then return {'hash', redis.call('HGET', KEYS[1], 'step'), redis.call('HGET', KEYS[1], 'state')} end
+if t == 'string' then return {'string', redis.call('GET', KEYS[1])} end
+return {t}`;
 
 /**
  * Hot (cache) tier in Redis.
@@ -66,6 +114,7 @@ export class RedisHotTier {
    * @throws {InvalidOptionError} on a malformed URL, or a TTL or timeout that is not a positive number of ms
    */
   constructor(options: RedisHotTierOptions = {}) {
+    checkOptions("redis", options, HOT_REDIS_OPTIONS);
     this.ttlMs = positiveMs("ttlMs", options.ttlMs, 86_400_000);
     this.conn = new RedisConnection(options, { label: "hot tier", keyPrefix: "" });
     this.client = this.conn.client;
@@ -102,13 +151,31 @@ export class RedisHotTier {
    * @throws {BackendError} when Redis fails
    */
   async get(workflowId: string): Promise<HotEntry | undefined> {
-    const [step, state] = await this.conn.call(
-      `cannot read the cached workflow ${JSON.stringify(workflowId)}`,
-      workflowId,
-      (c) => c.hmget(this.key(workflowId), "step", "state"),
+    const what = `cannot read the cached workflow ${JSON.stringify(workflowId)}`;
+    const reply = (await this.conn.call(what, workflowId, (c) => c.eval(READ, 1, this.key(workflowId)))) as
+      | (string | null)[]
+      | null;
+    const [type, a, b] = reply ?? [];
+    if (type === "none") return undefined;
+    if (type === "hash") return a == null || b == null ? undefined : { stepIndex: Number(a), stateJson: b };
+    if (type === "string" && typeof a === "string") {
+      // The original design's entry: the state JSON itself, its step in step_index.
+      let step: unknown;
+      try {
+        const v = JSON.parse(a) as Record<string, unknown> | null;
+        step = v !== null && typeof v === "object" && "workflow_id" in v ? v.step_index : undefined;
+      } catch {
+        step = undefined;
+      }
+      if (typeof step === "number" && Number.isInteger(step) && step >= 0) {
+        return { stepIndex: step, stateJson: a, original: true };
+      }
+    }
+    throw new BackendError(
+      this.name,
+      `${what}: ${this.key(workflowId)} holds a ${type ?? "value"} that is not a cached workflow (left as it is)`,
+      { key: workflowId },
     );
-    if (step == null || state == null) return undefined;
-    return { stepIndex: Number(step), stateJson: state };
   }
 
   /** Removes a cached snapshot. @throws {BackendError} when Redis fails */

@@ -44,6 +44,17 @@ import {
   type WorkflowState,
 } from "./state.js";
 import type { CheckpointStore } from "./store.js";
+import { checkOptions, optionKeys } from "../core/options.js";
+
+/** The keys of {@link RunnerOptions}: any other is an `InvalidOptionError`. */
+const RUNNER_OPTIONS = optionKeys<RunnerOptions>({
+  store: true,
+  nodes: true,
+  entry: true,
+  reconcile: true,
+  maxSteps: true,
+  onStep: true,
+});
 
 /** What a node returns. */
 export interface NodeResult {
@@ -202,6 +213,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   constructor(options: RunnerOptions<T>) {
     super();
     this.store = options.store;
+    checkOptions("ResumableGraphRunner", options, RUNNER_OPTIONS);
     this.nodes = options.nodes instanceof Map ? new Map(options.nodes) : new Map(Object.entries(options.nodes));
     const first = this.nodes.keys().next();
     if (first.done) throw new RangeError("ResumableGraphRunner needs at least one node");
@@ -531,11 +543,15 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       return this.fail(state, node, error);
     };
     if (thrown !== undefined || !out) {
-      const cause = thrown ?? new TypeError("the node returned nothing (expected { next, updates })");
+      const cause = thrown ?? new TypeError(`the node returned nothing; ${EXPECTED_SHAPE}`);
       return failWith(new NodeFailedError(wf, state.stepIndex, node, cause));
     }
-    if (typeof out.next !== "string" || (out.next !== END && !this.nodes.has(out.next))) {
-      return failWith(new UnknownNodeError(wf, state.stepIndex, String(out.next), [...this.nodes.keys()]));
+    const shapeProblem = resultShapeProblem(out);
+    if (shapeProblem !== undefined) {
+      return failWith(new NodeFailedError(wf, state.stepIndex, node, new TypeError(shapeProblem)));
+    }
+    if (out.next !== END && !this.nodes.has(out.next)) {
+      return failWith(new UnknownNodeError(wf, state.stepIndex, out.next, [...this.nodes.keys()]));
     }
     let next: T;
     try {
@@ -568,6 +584,28 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     });
     return saved;
   }
+}
+
+const EXPECTED_SHAPE =
+  'a node returns { next, updates }: e.g. return { next: "review", updates: { draft } } (next: a node name or END)';
+
+/** Why a node's return value is not a {@link NodeResult}, or `undefined` when it is one. */
+function resultShapeProblem(out: unknown): string | undefined {
+  if (Array.isArray(out)) {
+    const [next] = out as unknown[];
+    return `the node returned an array${typeof next === "string" ? ` (${JSON.stringify(next)}, …)` : ""}, the (next, updates) tuple of the original design; ${EXPECTED_SHAPE}`;
+  }
+  if (typeof out !== "object" || out === null) return `the node returned ${typeof out}; ${EXPECTED_SHAPE}`;
+  const next = (out as { next?: unknown }).next;
+  if (typeof next !== "string") {
+    const keys = Object.keys(out);
+    return `the node returned an object without a string "next" (keys: ${keys.length ? keys.join(", ") : "none"}); ${EXPECTED_SHAPE}`;
+  }
+  const updates = (out as { updates?: unknown }).updates;
+  if (updates !== undefined && updates !== null && (typeof updates !== "object" || Array.isArray(updates))) {
+    return `the node's "updates" is ${Array.isArray(updates) ? "an array" : typeof updates}, not an object; ${EXPECTED_SHAPE}`;
+  }
+  return undefined;
 }
 
 function merge(memory: JsonObject, updates: Record<string, JsonValue | undefined> | undefined): JsonObject {

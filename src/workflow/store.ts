@@ -37,6 +37,7 @@ import {
 } from "./cold.js";
 import { WorkflowNotFoundError, WorkflowStateError } from "./errors.js";
 import type { HotEntry, RedisHotTier } from "./hot-redis.js";
+import { fromOriginalNode, fromOriginalSnapshot, isOriginalSnapshot } from "./original.js";
 import {
   type AnyWorkflowStateSchema,
   END,
@@ -282,7 +283,9 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     }
     if (!isJsonObject(raw))
       throw new WorkflowStateError({ ...where, path: "", problem: "stored snapshot is not an object" });
-    let upgraded = this.migrations.upgrade(raw, where);
+    // Written in the original design's layout (snake_case, float seconds, START/END): read as the current shape.
+    const current = isOriginalSnapshot(raw) ? fromOriginalSnapshot(raw, where) : raw;
+    let upgraded = this.migrations.upgrade(current, where);
     if (isJsonObject(upgraded.sharedMemory)) {
       upgraded = { ...upgraded, sharedMemory: await internalizeBlobs(upgraded.sharedMemory, this.blobs) };
     }
@@ -321,7 +324,8 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
       : Promise.resolve(FAILED);
     const [entry, summary] = await Promise.all([hotRead, this.cold.summary(workflowId)]);
     if (!summary) {
-      if (entry !== FAILED && entry !== undefined && this.hot) {
+      // (An entry in the original layout is left alone: its archive may be another database.)
+      if (entry !== FAILED && entry !== undefined && !entry.original && this.hot) {
         // A hot entry without cold rows is an orphan (e.g. a delete whose hot half failed): remove it.
         await this.hot.delete(workflowId).catch((e: unknown) => this.hotFailed(e, "delete", workflowId));
       }
@@ -370,11 +374,13 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     const rows: StoredSnapshot[] = await this.cold.history(workflowId);
     const out: HistoryEntry<z.infer<S>>[] = [];
     for (const row of rows) {
+      const state = await this.decode(row);
       out.push({
         stepIndex: row.stepIndex,
-        nodeName: row.nodeName,
+        // START/END of rows in the original layout are __start__/__end__ here
+        nodeName: /^\s*\{\s*"workflowId"/.test(row.stateJson) ? row.nodeName : fromOriginalNode(row.nodeName),
         createdAt: row.createdAt,
-        state: await this.decode(row),
+        state,
       });
     }
     return out;

@@ -625,6 +625,16 @@ export class DuasLineParser {
    * @throws {FormatError} with the line number
    */
   feed(raw: string): Message | undefined {
+    try {
+      return this.feedLine(raw);
+    } catch (e) {
+      if (e instanceof FormatError) throw e;
+      // e.g. a RangeError from absurdly deep nesting: every reader gets a FormatError with the line, as decodeState
+      return this.fail(`cannot decode: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+    }
+  }
+
+  private feedLine(raw: string): Message | undefined {
     this.lineNo++;
     let text = raw.charCodeAt(raw.length - 1) === 0x0d ? raw.slice(0, -1) : raw;
     const n = this.lineNo;

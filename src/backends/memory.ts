@@ -20,26 +20,36 @@
  *
  * @module
  */
-import { ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
-import { assertJson } from "../core/json.js";
+import { ConflictError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
+import { assertJson, sameFlatObject } from "../core/json.js";
 import type { Message } from "../core/messages.js";
-import type { AgentState } from "../core/state.js";
+import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { validateKey } from "./keys.js";
+import { decodeStoredMessage, parseHeaderField } from "./stored.js";
 import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 interface StoredSession {
-  /** `JSON.stringify({ meta, config, state })`. */
-  header: string;
+  /** `JSON.stringify` of `meta`, `config` and `state`. */
+  meta: string;
+  config: string;
+  state: string;
+  /** A shallow copy of the config written as `config` (an unchanged config is not serialised again). */
+  configSnapshot: Record<string, unknown>;
   /** One JSON text per history message, in order. */
   history: string[];
   revision: number;
 }
 
 /**
- * Checks the header of a state (meta, config, state) for JSON-only values.
+ * Checks the header of a state (meta, config, state) for JSON-only values and
+ * serialises each part. A config equal to the one stored (`sameFlatObject`) is
+ * not checked or serialised again: a save with a huge prompt costs O(new messages).
  * @internal
  */
-function headerJson(state: AgentState): string {
+function headerJson(
+  state: AgentState,
+  stored: StoredSession | undefined,
+): Pick<StoredSession, "meta" | "config" | "state" | "configSnapshot"> {
   if (state === null || typeof state !== "object") throw new InvalidStateError("", "a state must be an object");
   if (!Array.isArray(state.history)) throw new InvalidStateError("history", "history must be an array");
   for (const name of ["meta", "config", "state"] as const) {
@@ -49,9 +59,19 @@ function headerJson(state: AgentState): string {
     }
   }
   assertJson(state.meta, "meta");
-  assertJson(state.config, "config");
   assertJson(state.state, "state");
-  return JSON.stringify({ meta: state.meta, config: state.config, state: state.state });
+  let config: string;
+  if (stored !== undefined && sameFlatObject(state.config, stored.configSnapshot)) config = stored.config;
+  else {
+    assertJson(state.config, "config");
+    config = JSON.stringify(state.config);
+  }
+  return {
+    meta: JSON.stringify(state.meta),
+    config,
+    state: JSON.stringify(state.state),
+    configSnapshot: { ...state.config },
+  };
 }
 
 /** Serialises history messages `from..end`, refusing non-JSON values with the message index. */
@@ -177,8 +197,9 @@ export class MemoryBackend implements StateBackend {
     const stored = this.#sessions.get(key);
     if (!stored) throw new StateNotFoundError(key, this.name);
     const lines = stored.history; // arrays are replaced or appended to, never edited in place below a reader's length
+    const { protocol } = parseHeaderField(key, "memory", "meta", stored.meta, StateMetaSchema);
     const n = lines.length;
-    for (let i = 0; i < n; i++) yield this.#parse(key, lines[i] as string, i) as Message;
+    for (let i = 0; i < n; i++) yield decodeStoredMessage(key, "memory", lines[i], protocol, i);
   }
 
   /** Drops every stored state. */
@@ -186,28 +207,22 @@ export class MemoryBackend implements StateBackend {
     this.#sessions.clear();
   }
 
-  #parse(key: string, text: string, index?: number): unknown {
-    try {
-      return JSON.parse(text);
-    } catch (cause) {
-      const where = index === undefined ? "header" : `history[${index}]`;
-      throw new FormatError(`stored ${where} of key ${JSON.stringify(key)} is not JSON`, { file: "memory", cause });
-    }
-  }
-
+  /** Every value read is checked by the rules every backend applies (`parseHeaderField`, `decodeStoredMessage`). */
   #read(key: string): ReadResult | undefined {
     validateKey(key);
     const stored = this.#sessions.get(key);
     if (!stored) return undefined;
-    const head = this.#parse(key, stored.header) as Omit<AgentState, "history">;
-    const history = stored.history.map((line, i) => this.#parse(key, line, i) as Message);
-    return { state: { meta: head.meta, config: head.config, state: head.state, history }, revision: stored.revision };
+    const meta = parseHeaderField(key, "memory", "meta", stored.meta, StateMetaSchema);
+    const config = parseHeaderField(key, "memory", "config", stored.config, AgentConfigSchema);
+    const state = parseHeaderField(key, "memory", "state", stored.state, AgentRuntimeStateSchema);
+    const history = stored.history.map((line, i) => decodeStoredMessage(key, "memory", line, meta.protocol, i));
+    return { state: { meta, config, state, history }, revision: stored.revision };
   }
 
   #write(key: string, state: AgentState, options: WriteOptions): WriteResult {
     validateKey(key);
-    const header = headerJson(state);
     const stored = this.#sessions.get(key);
+    const header = headerJson(state, stored);
     const actual = stored ? stored.revision : null;
     const { expectedRevision, baseLength, force = false } = options;
     if (!force && expectedRevision !== undefined && expectedRevision !== actual) {
@@ -232,13 +247,13 @@ export class MemoryBackend implements StateBackend {
         const kept = base === stored.history.length ? stored.history : stored.history.slice(0, base);
         for (const line of added) kept.push(line);
         const revision = stored.revision + 1;
-        this.#sessions.set(key, { header, history: kept, revision });
+        this.#sessions.set(key, { ...header, history: kept, revision });
         return { revision, written: added.length, rewritten: false };
       }
     }
     const lines = messagesJson(history, 0);
     const revision = stored ? stored.revision + 1 : this.#revisionFloor + 1;
-    this.#sessions.set(key, { header, history: lines, revision });
+    this.#sessions.set(key, { ...header, history: lines, revision });
     return { revision, written: lines.length, rewritten: true };
   }
 }

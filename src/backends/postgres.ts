@@ -38,7 +38,7 @@ import { createHash } from "node:crypto";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
-import type { Message } from "../core/messages.js";
+import type { Message, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { instanceIdentity, urlIdentity } from "../drivers/options.js";
@@ -54,7 +54,15 @@ import {
   type PostgresMigrations,
 } from "../drivers/postgres.js";
 import { validateKey } from "./keys.js";
-import { checkRevision, checkStateShape, jsonText, messageDigest, parseHeaderField, tailDigest } from "./stored.js";
+import {
+  checkRevision,
+  checkStateShape,
+  decodeStoredMessage,
+  jsonText,
+  messageDigest,
+  parseHeaderField,
+  tailDigest,
+} from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery, PostgresConnectionOptions };
@@ -392,22 +400,17 @@ export class PostgresBackend implements StateBackend {
     if (rows.length - 1 !== count) {
       throw this.corrupt(key, `${rows.length - 1} messages are stored, the session row says ${count}`);
     }
+    const label = this.label(key);
+    const meta = parseHeaderField(key, label, "meta", head.meta, StateMetaSchema);
+    const config = parseHeaderField(key, label, "config", head.config, AgentConfigSchema);
+    const state = parseHeaderField(key, label, "state", head.state, AgentRuntimeStateSchema);
     const history: Message[] = new Array(count);
     for (let i = 0; i < count; i++) {
       const row = rows[i + 1]!;
       if (row.seq !== i) throw this.corrupt(key, `message seq ${String(row.seq)} found where ${i} was expected`);
-      history[i] = this.decodeMessage(key, row, i);
+      history[i] = this.decodeMessage(key, row, i, meta.protocol);
     }
-    const label = this.label(key);
-    return {
-      state: {
-        meta: parseHeaderField(key, label, "meta", head.meta, StateMetaSchema),
-        config: parseHeaderField(key, label, "config", head.config, AgentConfigSchema),
-        state: parseHeaderField(key, label, "state", head.state, AgentRuntimeStateSchema),
-        history,
-      },
-      revision: Number(head.revision),
-    };
+    return { state: { meta, config, state, history }, revision: Number(head.revision) };
   }
 
   /**
@@ -463,9 +466,11 @@ export class PostgresBackend implements StateBackend {
     };
     try {
       await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-      const head = await run(this.sql("SELECT message_count FROM {s}.sessions WHERE session_key = $1"), [key]);
+      const head = await run(this.sql("SELECT message_count, meta FROM {s}.sessions WHERE session_key = $1"), [key]);
       if (!head.rows[0]) throw new StateNotFoundError(key, this.name);
       const count = Number(head.rows[0].message_count);
+      // Checked as a load checks them: the messages against the protocol's schema, the format version.
+      const { protocol } = parseHeaderField(key, this.label(key), "meta", head.rows[0].meta, StateMetaSchema);
       for (let start = 0; start < count; start += PAGE_SIZE) {
         const page = await run(
           this.sql(`SELECT seq, body, body_gz FROM {s}.messages
@@ -477,7 +482,7 @@ export class PostgresBackend implements StateBackend {
         for (let i = 0; i < want; i++) {
           const row = page.rows[i]!;
           if (row.seq !== start + i) throw this.corrupt(key, `message seq ${String(row.seq)} out of order`);
-          yield this.decodeMessage(key, row, start + i);
+          yield this.decodeMessage(key, row, start + i, protocol);
         }
       }
     } finally {
@@ -556,7 +561,7 @@ export class PostgresBackend implements StateBackend {
     return { bodies, gz };
   }
 
-  private decodeMessage(key: string, row: Record<string, unknown>, index: number): Message {
+  private decodeMessage(key: string, row: Record<string, unknown>, index: number, protocol: Protocol): Message {
     let json: unknown = row.body;
     if (json === null || json === undefined) {
       const gz = row.body_gz;
@@ -568,16 +573,7 @@ export class PostgresBackend implements StateBackend {
       }
     }
     if (typeof json !== "string") throw this.corrupt(key, `message ${index} is not text`);
-    let value: unknown;
-    try {
-      value = JSON.parse(json);
-    } catch (cause) {
-      throw this.corrupt(key, `message ${index} is not valid JSON`, cause);
-    }
-    if (typeof value !== "object" || value === null || Array.isArray(value)) {
-      throw this.corrupt(key, `message ${index} is not a JSON object`);
-    }
-    return value as Message;
+    return decodeStoredMessage(key, this.label(key), json, protocol, index);
   }
 
   private label(key: string): string {

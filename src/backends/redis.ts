@@ -47,7 +47,7 @@
 import { gunzipSync, gzipSync } from "node:zlib";
 import { BackendError, ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
 import { assertJson } from "../core/json.js";
-import type { Message } from "../core/messages.js";
+import type { Message, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { instanceIdentity, urlIdentity } from "../drivers/options.js";
@@ -61,7 +61,15 @@ import {
   runScript,
 } from "../drivers/redis.js";
 import { validateKey } from "./keys.js";
-import { checkRevision, checkStateShape, jsonText, messageDigest, parseHeaderField, tailDigest } from "./stored.js";
+import {
+  checkRevision,
+  checkStateShape,
+  decodeStoredMessage,
+  jsonText,
+  messageDigest,
+  parseHeaderField,
+  tailDigest,
+} from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /**
@@ -450,8 +458,10 @@ export class RedisBackend implements StateBackend {
         { file: `redis:${this.headerKey(key)}` },
       );
     }
-    const history = items.map((item, i) => this.decodeMessage(key, item, i));
-    return { state: this.assemble(key, header, history), revision: header.rev };
+    const state = this.assemble(key, header, []);
+    const protocol = state.meta.protocol;
+    state.history = items.map((item, i) => this.decodeMessage(key, item, i, protocol));
+    return { state, revision: header.rev };
   }
 
   /**
@@ -487,6 +497,7 @@ export class RedisBackend implements StateBackend {
     const keys = [this.headerKey(key), this.historyKey(key)];
     const what = `cannot read the history of ${JSON.stringify(key)}`;
     let header: Header | undefined;
+    let protocol: Protocol = "openai";
     for (let start = 0; header === undefined || start < header.count; start += PAGE_SIZE) {
       const stop = header === undefined ? PAGE_SIZE - 1 : Math.min(start + PAGE_SIZE, header.count) - 1;
       const reply = await this.call(what, key, () => this.run(SCRIPTS.read, keys, [start, stop]));
@@ -496,15 +507,18 @@ export class RedisBackend implements StateBackend {
       }
       const [rawHeader, items] = reply as [unknown[], unknown[]];
       const now = this.decodeHeader(key, rawHeader);
-      if (header === undefined) header = now;
-      else if (now.gen !== header.gen) throw new ConflictError(key, header.rev, now.rev, this.name);
+      if (header === undefined) {
+        header = now;
+        // Checked as a load checks them: the messages against the protocol's schema, the format version.
+        protocol = parseHeaderField(key, `redis:${keys[0]}`, "meta", now.meta, StateMetaSchema).protocol;
+      } else if (now.gen !== header.gen) throw new ConflictError(key, header.rev, now.rev, this.name);
       const expectedItems = Math.max(0, Math.min(stop + 1, header.count) - start);
       if (!Array.isArray(items) || items.length < expectedItems) {
         throw new FormatError(`stored history of ${JSON.stringify(key)} is shorter than its header says`, {
           file: `redis:${keys[0]}`,
         });
       }
-      for (let i = 0; i < expectedItems; i++) yield this.decodeMessage(key, items[i], start + i);
+      for (let i = 0; i < expectedItems; i++) yield this.decodeMessage(key, items[i], start + i, protocol);
     }
   }
 
@@ -527,7 +541,7 @@ export class RedisBackend implements StateBackend {
     return json;
   }
 
-  private decodeMessage(key: string, item: unknown, index: number): Message {
+  private decodeMessage(key: string, item: unknown, index: number, protocol: Protocol): Message {
     const where = { file: `redis:${this.historyKey(key)}` };
     if (typeof item !== "string") throw new FormatError(`history[${index}] is not a string`, where);
     let json = item;
@@ -541,16 +555,7 @@ export class RedisBackend implements StateBackend {
         });
       }
     }
-    let value: unknown;
-    try {
-      value = JSON.parse(json);
-    } catch (cause) {
-      throw new FormatError(`history[${index}] of ${JSON.stringify(key)} is not valid JSON`, { ...where, cause });
-    }
-    if (typeof value !== "object" || value === null || Array.isArray(value)) {
-      throw new FormatError(`history[${index}] of ${JSON.stringify(key)} is not a JSON object`, where);
-    }
-    return value as Message;
+    return decodeStoredMessage(key, where.file, json, protocol, index);
   }
 
   private decodeHeader(key: string, raw: unknown[]): Header {

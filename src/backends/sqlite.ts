@@ -82,11 +82,11 @@ import {
   InvalidStateError,
   StateNotFoundError,
 } from "../core/errors.js";
-import { assertJson } from "../core/json.js";
+import { assertJson, parseStoredJson } from "../core/json.js";
+import type { Message, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { fromOriginalRecord, isOriginalRecord } from "../core/original.js";
-import type { Message } from "../core/messages.js";
-import type { AgentState } from "../core/state.js";
+import { type AgentState, checkFormatVersion, type StateMeta } from "../core/state.js";
 import { pathIdentity } from "../drivers/options.js";
 import {
   isBusy,
@@ -96,6 +96,7 @@ import {
   type SqliteMigrations,
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
+import { decodeStoredMessage } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
@@ -148,6 +149,7 @@ type Body = string | Buffer;
 
 interface Statements {
   head: BetterSqlite3.Statement<[string], HeadRow>;
+  headMeta: BetterSqlite3.Statement<[string], HeadRow & { meta: string }>;
   row: BetterSqlite3.Statement<[string], SessionRow>;
   bodies: BetterSqlite3.Statement<[string, number], Body>;
   page: BetterSqlite3.Statement<[string, number, number], [number, Body]>;
@@ -426,7 +428,7 @@ export class SQLiteBackend implements StateBackend {
     );
     if (!row) return undefined;
     const [meta, config, runtime] = this.#headerParts(key, row);
-    const count = row.message_count ?? this.#parseLegacyHistory(key, row.history).length;
+    const count = row.message_count ?? this.#parseLegacyHistory(key, row.history, (meta as StateMeta).protocol).length;
     const header = { meta: { ...meta, messageCount: count }, config, state: runtime };
     return { header: header as unknown as HeaderResult["header"], revision: row.revision };
   }
@@ -443,8 +445,13 @@ export class SQLiteBackend implements StateBackend {
   async *iterHistory(key: string): AsyncGenerator<Message> {
     validateKey(key);
     const what = `cannot read history of ${JSON.stringify(key)}`;
-    const head = await this.#driver.serialize(what, key, () => this.#run(what, key, () => this.#s.head.get(key), true));
+    const head = await this.#driver.serialize(what, key, () =>
+      this.#run(what, key, () => originalRow(this.#s.headMeta.get(key), key, this.dbPath), true),
+    );
     if (!head) throw new StateNotFoundError(key, this.name);
+    // The messages are checked against the protocol's schema, as a load checks them (the meta row is small).
+    const protocol = (this.#headerParts(key, { ...head, config: "{}", state: "{}", history: null })[0] as StateMeta)
+      .protocol;
     if (head.message_count === null) {
       const found = await this.#driver.serialize(what, key, () => this.#read(key, true));
       if (!found) throw new StateNotFoundError(key, this.name);
@@ -468,7 +475,7 @@ export class SQLiteBackend implements StateBackend {
       for (let i = 0; i < page.rows.length; i++) {
         const [seq, body] = page.rows[i] as [number, Body];
         if (seq !== from + i) throw this.#corrupt(key, `message ${from + i} is missing`);
-        yield this.#decodeMessage(key, seq, body);
+        yield this.#decodeMessage(key, seq, body, protocol);
       }
     }
   }
@@ -550,16 +557,9 @@ export class SQLiteBackend implements StateBackend {
     }
   }
 
-  #decodeMessage(key: string, seq: number, body: Body): Message {
-    let value: unknown;
-    try {
-      value = JSON.parse(this.#bodyText(key, seq, body));
-    } catch (cause) {
-      if (cause instanceof FormatError) throw cause;
-      throw this.#corrupt(key, `message ${seq} is not JSON`, cause);
-    }
-    if (!isObject(value)) throw this.#corrupt(key, `message ${seq} is not a JSON object`);
-    return value as Message;
+  /** One stored message, checked by the rules a save applies (`decodeStoredMessage`: JSON rule and protocol schema). */
+  #decodeMessage(key: string, seq: number, body: Body, protocol: Protocol): Message {
+    return decodeStoredMessage(key, this.dbPath, this.#bodyText(key, seq, body), protocol, seq);
   }
 
   #read(key: string, queued = false): ReadResult | undefined {
@@ -568,15 +568,16 @@ export class SQLiteBackend implements StateBackend {
     if (!found) return undefined;
     const { row, bodies } = found;
     const [meta, config, runtime] = this.#headerParts(key, row);
+    const protocol = (meta as StateMeta).protocol;
     let history: Message[];
     if (row.message_count === null) {
-      history = this.#parseLegacyHistory(key, row.history);
+      history = this.#parseLegacyHistory(key, row.history, protocol);
     } else {
       if (bodies.length !== row.message_count) {
         throw this.#corrupt(key, `${bodies.length} message rows stored, the header says ${row.message_count}`);
       }
       history = new Array(bodies.length);
-      for (let i = 0; i < bodies.length; i++) history[i] = this.#decodeMessage(key, i, bodies[i] as Body);
+      for (let i = 0; i < bodies.length; i++) history[i] = this.#decodeMessage(key, i, bodies[i] as Body, protocol);
       const last = bodies[bodies.length - 1];
       if (typeof last === "string") this.#remember(key, row.revision, bodies.length, last);
     }
@@ -586,23 +587,24 @@ export class SQLiteBackend implements StateBackend {
     };
   }
 
+  /**
+   * meta, config and state of a row: JSON objects by the read rule of `core/json.ts`, and a format
+   * version this build reads. Their schemas are checked by the persistence layer, which first
+   * brings a seed row (e.g. an empty `state`) up to date.
+   */
   #headerParts(key: string, row: SessionRow): Record<string, unknown>[] {
     return (["meta", "config", "state"] as const).map((name) => {
-      let value: unknown;
-      try {
-        value = JSON.parse(row[name]);
-      } catch (cause) {
-        throw this.#corrupt(key, `${name} is not JSON`, cause);
-      }
+      const value = parseStoredJson(row[name], { file: this.dbPath, label: `${name} of key ${JSON.stringify(key)}` });
       if (!isObject(value)) throw this.#corrupt(key, `${name} is not a JSON object`);
+      if (name === "meta") checkFormatVersion(value.formatVersion, this.dbPath);
       return value;
     });
   }
 
   /** A row written by the seed's single-table layout (or a seed process after migration): JSONL in `history`. */
-  #parseLegacyHistory(key: string, text: string | null): Message[] {
+  #parseLegacyHistory(key: string, text: string | null, protocol: Protocol): Message[] {
     if (text === null || text === "") return [];
-    return splitLegacyHistory(text).map((line, i) => this.#decodeMessage(key, i, line));
+    return splitLegacyHistory(text).map((line, i) => this.#decodeMessage(key, i, line, protocol));
   }
 
   #write(key: string, state: AgentState, options: WriteOptions, queued = false): WriteResult {
@@ -798,6 +800,7 @@ function splitLegacyHistory(text: string): string[] {
 function prepare(db: BetterSqlite3.Database): Statements {
   return {
     head: db.prepare("SELECT revision, message_count FROM sessions WHERE key = ?"),
+    headMeta: db.prepare("SELECT revision, message_count, meta FROM sessions WHERE key = ?"),
     row: db.prepare("SELECT meta, config, state, history, revision, message_count FROM sessions WHERE key = ?"),
     // Bounded to [0, message_count): with (session_key, seq) unique, `count === message_count` then means no gap.
     bodies: db

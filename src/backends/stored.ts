@@ -7,8 +7,9 @@
  */
 import { createHash } from "node:crypto";
 import { FormatError, InvalidStateError } from "../core/errors.js";
-import { assertJson } from "../core/json.js";
-import type { AgentState } from "../core/state.js";
+import { assertJson, parseStoredJson } from "../core/json.js";
+import type { Message, Protocol } from "../core/messages.js";
+import { type AgentState, checkFormatVersion, checkStoredMessage } from "../core/state.js";
 
 /**
  * Checks a `WriteOptions.expectedRevision`.
@@ -50,7 +51,10 @@ export function jsonText(value: unknown, path: string): string {
 }
 
 /**
- * Parses a stored header part and validates it against its schema.
+ * Parses a stored header part and validates it: the JSON read rule of
+ * `core/json.ts` (depth limit, numbers in range), for `meta` the format
+ * version ({@link checkFormatVersion}: an unknown one is refused before
+ * anything else), then its schema.
  *
  * @param key - the session key (for the message)
  * @param file - where it is stored, e.g. `postgres:dumplings.sessions["k"]`
@@ -58,7 +62,8 @@ export function jsonText(value: unknown, path: string): string {
  * @param text - the stored text
  * @param schema - a zod schema (anything with `safeParse`)
  * @returns the parsed value
- * @throws {FormatError} naming the key, the place and the field when the text is not JSON or does not match
+ * @throws {FormatError} naming the key, the place and the field when the text is not JSON, breaks the
+ *   read rule, names an unknown format version or does not match its schema
  */
 export function parseHeaderField<T>(
   key: string,
@@ -67,12 +72,9 @@ export function parseHeaderField<T>(
   text: unknown,
   schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: unknown } },
 ): T {
-  let value: unknown;
-  try {
-    if (typeof text !== "string") throw new Error("not text");
-    value = JSON.parse(text);
-  } catch (cause) {
-    throw new FormatError(`header field ${field} of ${JSON.stringify(key)} is not valid JSON`, { file, cause });
+  const value = parseStoredJson(text, { file, label: `header field ${field} of ${JSON.stringify(key)}` });
+  if (field === "meta" && typeof value === "object" && value !== null) {
+    checkFormatVersion((value as { formatVersion?: unknown }).formatVersion, file);
   }
   const r = schema.safeParse(value);
   if (!r.success) {
@@ -82,6 +84,37 @@ export function parseHeaderField<T>(
     });
   }
   return r.data;
+}
+
+/**
+ * Decodes one stored history message by the rules a save applies (see
+ * `checkStoredMessage` in `core/state.ts`): JSON, the read rule (depth,
+ * numbers), a JSON object of the history's protocol.
+ *
+ * @param key - the session key (for the message)
+ * @param file - where it is stored
+ * @param text - the stored JSON text
+ * @param protocol - the history's protocol (`meta.protocol`)
+ * @param index - its index in the history
+ * @returns the message
+ * @throws {FormatError} naming the key, the place and `history[index]`
+ */
+export function decodeStoredMessage(
+  key: string,
+  file: string,
+  text: unknown,
+  protocol: Protocol,
+  index: number,
+): Message {
+  const label = `key ${JSON.stringify(key)}`;
+  let value: unknown;
+  try {
+    if (typeof text !== "string") throw new TypeError("not text");
+    value = JSON.parse(text);
+  } catch (cause) {
+    throw new FormatError(`${label}: history[${index}] is not valid JSON`, { file, cause });
+  }
+  return checkStoredMessage(value, protocol, index, { file, label }); // the JSON read rule, then the schema
 }
 
 /**

@@ -122,7 +122,7 @@
 import { createHash } from "node:crypto";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { FormatError, InvalidStateError } from "./errors.js";
-import { assertJson } from "./json.js";
+import { assertJson, checkStoredJson } from "./json.js";
 import { type Message, messageSchemaFor, type Protocol } from "./messages.js";
 import { normalizeFormatVersion } from "./original.js";
 import {
@@ -788,12 +788,17 @@ export class DuasLineParser {
       case "bool":
         if (text !== "true" && text !== "false") this.fail(`${key} must be true or false, got ${JSON.stringify(text)}`);
         return text === "true";
-      case "json":
+      case "json": {
+        let parsed: unknown;
         try {
-          return JSON.parse(text);
+          parsed = JSON.parse(text);
         } catch (e) {
           return this.fail(`value of ${key} is not JSON: ${(e as Error).message}`, { cause: e });
         }
+        // The JSON read rule (core/json.ts), depth counted from `state` as a save counts it.
+        const source = { file: this.source, line: this.lineNo, label: `value of ${key}` };
+        return checkStoredJson(parsed, source, key.startsWith("field.") ? 2 : 1);
+      }
     }
   }
 
@@ -889,6 +894,8 @@ export class DuasLineParser {
       this.fail(`history line is not JSON: ${(e as Error).message}`, { cause: e });
     }
     const index = this.messages;
+    // The JSON read rule every backend applies (core/json.ts): depth limit, numbers in range, -0 read as 0.
+    checkStoredJson(value, { file: this.source, line: this.lineNo, label: `history[${index}]` });
     const r = (this.schema as NonNullable<typeof this.schema>).safeParse(value);
     if (!r.success) {
       const issue = r.error.issues[0];

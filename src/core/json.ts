@@ -9,10 +9,27 @@
  * level) it is refused. BigInt, functions, symbols, NaN/±Infinity, `-0`
  * (JSON would turn it into `0`), cycles, and non-plain objects (Date, Map,
  * Set, class instances, typed arrays) are refused — never silently changed.
+ * Nesting is limited to {@link MAX_JSON_DEPTH} levels of arrays and objects:
+ * deeper values are refused on write (they would overflow the call stack of
+ * `JSON.stringify` and of every reader) and are a `FormatError` on read.
+ *
+ * Read rule ({@link checkStoredJson}, applied by every backend and the codec to
+ * what they parse): the same limits, so that whatever loads can be saved
+ * again. A number JSON text spells beyond the double range (`1e400`, which
+ * `JSON.parse` turns into `Infinity`) and a value nested too deep are a
+ * `FormatError`; `-0` (valid JSON, written by e.g. Python for `-0.0`) is
+ * read as `0`, the value every JSON writer of this package would store.
  *
  * @module
  */
-import { NonJsonValueError } from "./errors.js";
+import { FormatError, NonJsonValueError } from "./errors.js";
+
+/**
+ * Deepest nesting of arrays and objects a stored value may have, counted from
+ * the stored unit's root (a history message; `meta`, `config` or `state`): the
+ * root object is level 1. Deeper values are refused on write and on read.
+ */
+export const MAX_JSON_DEPTH = 512;
 
 /** A JSON primitive. */
 export type JsonPrimitive = null | boolean | number | string;
@@ -39,6 +56,11 @@ function describe(value: unknown): string | undefined {
     default:
       return undefined;
   }
+}
+
+/** A path of a deeply nested value, cut in the middle when long (a 512-level path is ~1.5 KB). */
+function shortPath(path: string): string {
+  return path.length <= 160 ? path : `${path.slice(0, 100)}…${path.slice(-40)}`;
 }
 
 /** Appends a property name to a path: `a.b`, or `a["x y"]` when not an identifier. */
@@ -69,7 +91,7 @@ export function assertJson(value: unknown, path = "value", messageIndex?: number
     if (extra !== undefined) p = joinPath(p, extra);
     throw new NonJsonValueError(p, what, messageIndex);
   };
-  const visit = (v: unknown): void => {
+  const visit = (v: unknown, depth: number): void => {
     if (v === null) return;
     switch (typeof v) {
       case "string":
@@ -86,12 +108,21 @@ export function assertJson(value: unknown, path = "value", messageIndex?: number
     }
     const obj = v as object;
     if (stack.has(obj)) fail("a cycle (the value contains itself)");
+    if (depth > MAX_JSON_DEPTH) {
+      let p = path;
+      for (const k of keys) p = joinPath(p, k);
+      throw new NonJsonValueError(
+        shortPath(p),
+        `nesting deeper than ${MAX_JSON_DEPTH} levels of arrays/objects`,
+        messageIndex,
+      );
+    }
     if (Array.isArray(obj)) {
       stack.add(obj);
       for (let i = 0; i < obj.length; i++) {
         if (!(i in obj)) fail("a hole in a sparse array", i);
         keys.push(i);
-        visit(obj[i]);
+        visit(obj[i], depth + 1);
         keys.pop();
       }
       stack.delete(obj);
@@ -109,12 +140,12 @@ export function assertJson(value: unknown, path = "value", messageIndex?: number
       const child = (obj as Record<string, unknown>)[key];
       if (child === undefined) continue; // omitted by JSON, as JSON.stringify does
       keys.push(key);
-      visit(child);
+      visit(child, depth + 1);
       keys.pop();
     }
     stack.delete(obj);
   };
-  visit(value);
+  visit(value, 1);
 }
 
 /**
@@ -128,6 +159,152 @@ export function assertJson(value: unknown, path = "value", messageIndex?: number
 export function toJson(value: unknown, path = "value"): string {
   assertJson(value, path);
   return JSON.stringify(value);
+}
+
+/** Where a stored value was read from, for {@link checkStoredJson}'s `FormatError`. */
+export interface StoredJsonSource {
+  /** File or store label (e.g. `postgres:dumplings.sessions["k"]`, a `.duas` path). */
+  file?: string;
+  /** 1-based line of the value in a text file. */
+  line?: number;
+  /** What the value is, e.g. `history[3] of "k"`, `header field config of "k"`. */
+  label: string;
+}
+
+/**
+ * Checks a value read from a store (usually just produced by `JSON.parse`) by
+ * the read rule of this module, and normalises `-0` to `0` in place: after it
+ * returns, `assertJson` accepts the value, so a loaded state can be saved again.
+ *
+ * @param value - the parsed value (modified in place only where it holds `-0`)
+ * @param source - `label` naming the value (and its key), `file` and `line` when known
+ * @param baseDepth - nesting levels above `value` in its stored unit (e.g. 2 for a `[STATE]`
+ *   field value: `state` → `fields` → value) @default 0
+ * @returns `value`
+ * @throws {FormatError} naming the source, the path inside the value and the problem: a number beyond
+ *   the double range (`1e400`), nesting deeper than {@link MAX_JSON_DEPTH}, or a value that is not JSON
+ * @example
+ * checkStoredJson(JSON.parse('{"a":-0}'), { label: "history[0]" }) // { a: 0 }
+ * checkStoredJson(JSON.parse('{"a":1e400}'), { label: "history[0]", line: 12 }) // throws FormatError (line 12)
+ */
+export function checkStoredJson<T>(value: T, source: StoredJsonSource, baseDepth = 0): T {
+  const keys: (string | number)[] = [];
+  const fail = (what: string): never => {
+    let p = "";
+    for (const k of keys) p = joinPath(p, k);
+    p = shortPath(p);
+    throw new FormatError(`${source.label}${p ? ` at ${p}` : ""}: ${what}`, { file: source.file, line: source.line });
+  };
+  // Recursion is bounded by MAX_JSON_DEPTH, so even a value nested a million levels deep fails cleanly.
+  const visit = (v: unknown, depth: number): unknown => {
+    switch (typeof v) {
+      case "string":
+      case "boolean":
+        return v;
+      case "number":
+        if (Number.isFinite(v)) return Object.is(v, -0) ? 0 : v;
+        return fail(`the number ${String(v)} cannot be stored (out of the range of a double, e.g. 1e400)`);
+      case "object":
+        break;
+      default:
+        return fail(`${describe(v) ?? typeof v} is not JSON`);
+    }
+    if (v === null) return v;
+    if (depth > MAX_JSON_DEPTH) fail(`nesting deeper than ${MAX_JSON_DEPTH} levels of arrays/objects`);
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const child = v[i];
+        if (typeof child !== "object" && typeof child !== "number") {
+          if (child === undefined) {
+            keys.push(i);
+            fail("undefined is not JSON");
+          }
+          continue;
+        }
+        keys.push(i);
+        const out = visit(child, depth + 1);
+        if (!Object.is(out, child)) v[i] = out;
+        keys.pop();
+      }
+      return v;
+    }
+    const proto = Object.getPrototypeOf(v);
+    if (proto !== Object.prototype && proto !== null) fail("an object that is not a plain JSON object");
+    const obj = v as Record<string, unknown>;
+    for (const key of Object.keys(obj)) {
+      const child = obj[key];
+      if (typeof child !== "object" && typeof child !== "number" && child !== undefined) continue;
+      if (child === undefined) continue; // a store never returns it; omitted as JSON.stringify does
+      keys.push(key);
+      const out = visit(child, depth + 1);
+      if (!Object.is(out, child)) obj[key] = out;
+      keys.pop();
+    }
+    return v;
+  };
+  return visit(value, baseDepth + 1) as T;
+}
+
+/**
+ * Parses JSON text read from a store and checks it with {@link checkStoredJson}.
+ *
+ * @param text - the stored JSON text
+ * @param source - names the value for errors (`label`, `file`, `line`)
+ * @param baseDepth - see {@link checkStoredJson}
+ * @returns the parsed value (`-0` read as `0`)
+ * @throws {FormatError} when `text` is not a string or not JSON, or breaks the read rule
+ * @example
+ * parseStoredJson('{"role":"user","content":"hi"}', { label: 'history[0] of "k"' })
+ */
+export function parseStoredJson(text: unknown, source: StoredJsonSource, baseDepth = 0): unknown {
+  if (typeof text !== "string") {
+    throw new FormatError(`${source.label} is not JSON text`, { file: source.file, line: source.line });
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (cause) {
+    throw new FormatError(`${source.label} is not valid JSON: ${(cause as Error).message}`, {
+      file: source.file,
+      line: source.line,
+      cause,
+    });
+  }
+  return checkStoredJson(value, source, baseDepth);
+}
+
+/**
+ * True when `a` and `b` are plain objects with the same own keys, in the same
+ * order, holding the same primitive values (`===`, so `-0`/`0` and `NaN` are
+ * not the same): then both serialise to the same JSON text. False as soon as
+ * either holds a nested object or array. A cheap "unchanged since the last
+ * save" test for flat records such as an agent's config: strings are compared
+ * by value, which costs O(1) when both are the same string (a 50 MB prompt
+ * kept by the agent between saves).
+ *
+ * @param a - a candidate (e.g. the config about to be saved)
+ * @param b - the other (e.g. a shallow copy of the config last saved)
+ * @returns whether they are the same flat record
+ * @example
+ * sameFlatObject({ a: 1, b: "x" }, { a: 1, b: "x" }) // true
+ * sameFlatObject({ a: [] }, { a: [] })               // false: not flat
+ */
+export function sameFlatObject(a: unknown, b: unknown): boolean {
+  if (typeof a !== "object" || a === null || typeof b !== "object" || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  if (ka.length !== kb.length) return false;
+  for (let i = 0; i < ka.length; i++) {
+    const k = ka[i] as string;
+    if (k !== kb[i]) return false;
+    const va = (a as Record<string, unknown>)[k];
+    if (va !== null && typeof va === "object") return false;
+    if (va !== (b as Record<string, unknown>)[k] || (va === 0 && !Object.is(va, (b as Record<string, unknown>)[k]))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 /** True for a plain (non-array) JSON object. */

@@ -6,9 +6,10 @@
  * @module
  */
 import { z } from "zod";
-import { InvalidStateError } from "./errors.js";
-import type { JsonValue } from "./json.js";
+import { FormatError, InvalidStateError } from "./errors.js";
+import { checkStoredJson, type JsonValue, type StoredJsonSource } from "./json.js";
 import { type Message, messageSchemaFor, type Protocol, ProtocolSchema } from "./messages.js";
+import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 
 /** Agent configuration (`[CONFIG]`). API keys are never stored: only the env-var name. */
 export const AgentConfigSchema = z.object({
@@ -118,4 +119,66 @@ function zodToError(error: z.ZodError, label: string, prefix = ""): InvalidState
     .join("")
     .replace(/^\./, "");
   return new InvalidStateError(path, `${label}: ${issue?.message ?? "does not match the schema"}`, { cause: error });
+}
+
+/**
+ * Refuses a stored `format_version` this build cannot read. Every read path
+ * (load, a header read by `dumplings show`, a streamed history) checks it
+ * before trusting anything else in the record.
+ *
+ * @param version - the stored `meta.formatVersion` (`undefined` passes: the schema check reports it)
+ * @param file - where it is stored (a file, or a store label naming the key)
+ * @throws {FormatError} with `version` set, naming the versions this build reads
+ * @example
+ * checkFormatVersion("9.0", "postgres:dumplings.sessions[\"k\"]") // throws FormatError
+ */
+export function checkFormatVersion(version: unknown, file: string | undefined): void {
+  if (version === undefined) return;
+  if (typeof version !== "string" || !SUPPORTED_FORMAT_VERSIONS.includes(version)) {
+    throw new FormatError(
+      `unsupported format_version ${JSON.stringify(version)} (this build reads ${SUPPORTED_FORMAT_VERSIONS.join(", ")}); upgrade dumplings-ai to read it`,
+      { file, version: String(version) },
+    );
+  }
+}
+
+/**
+ * Checks one history message read from a store by the rules a save applies:
+ * the JSON read rule of `core/json.ts` (depth limit, numbers in range, `-0`
+ * read as `0`) and the message schema of the history's protocol (an OpenAI
+ * history never loads `{"role":"robot"}`).
+ *
+ * @param value - the parsed message
+ * @param protocol - the history's protocol (`meta.protocol`; when it is not a known one, only
+ *   the JSON rule is checked here: the header check refuses the state and names `meta.protocol`)
+ * @param index - its index in the history
+ * @param source - `label` naming the key, `file`, `line` when known
+ * @returns the message
+ * @throws {FormatError} naming the source, `history[index]` and the offending field
+ * @example
+ * checkStoredMessage({ role: "robot" }, "openai", 3, { label: 'key "k"', file: "redis:…" }) // throws FormatError
+ */
+export function checkStoredMessage(
+  value: unknown,
+  protocol: Protocol,
+  index: number,
+  source: StoredJsonSource,
+): Message {
+  const where = { file: source.file, line: source.line };
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new FormatError(`${source.label}: history[${index}] is not a JSON object`, where);
+  }
+  checkStoredJson(value, { ...source, label: `${source.label}: history[${index}]` });
+  // A header without a known protocol is refused by the header's own check, which names it.
+  if (!ProtocolSchema.options.includes(protocol)) return value as Message;
+  const r = messageSchemaFor(protocol).safeParse(value);
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    const path = (issue?.path ?? []).map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("");
+    throw new FormatError(
+      `${source.label}: history[${index}]${path}: ${issue?.message ?? "not a valid message"} (not a ${protocol} message)`,
+      { ...where, cause: r.error },
+    );
+  }
+  return value as Message;
 }

@@ -40,17 +40,17 @@ import { validateKey } from "../backends/keys.js";
 import type { StateBackend } from "../backends/types.js";
 import { decodeState, encodeState } from "../core/codec.js";
 import { BackendError, DumplingsError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
-import { assertJson } from "../core/json.js";
+import { assertJson, checkStoredJson } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
   AgentConfigSchema,
   AgentRuntimeStateSchema,
   type AgentState,
+  checkFormatVersion,
   parseAgentState,
   StateMetaSchema,
 } from "../core/state.js";
-import { SUPPORTED_FORMAT_VERSIONS } from "../core/version.js";
 import {
   defaultWarn,
   type PersistableAgent,
@@ -319,18 +319,18 @@ function normalizeForeignState(raw: unknown, label: string): AgentState {
       r.state.hooks ??= [];
       r.state.fields ??= {};
     }
+    // The JSON read rule every built-in backend applies (depth, numbers in range, -0 read as 0),
+    // before the schemas (whose recursion a value nested 100,000 deep would overflow).
+    const parts = raw as Record<string, unknown>;
+    for (const part of ["meta", "config", "state"]) {
+      if (parts[part] !== undefined) checkStoredJson(parts[part], { file: label, label: part }); // missing: the schema says so
+    }
+    const history = parts.history;
+    if (Array.isArray(history)) {
+      for (let i = 0; i < history.length; i++) checkStoredJson(history[i], { file: label, label: `history[${i}]` });
+    }
   }
   return parseAgentState(raw, label);
-}
-
-function checkFormatVersion(version: unknown, label: string): void {
-  if (version === undefined) return; // reported by the schema check
-  if (typeof version !== "string" || !SUPPORTED_FORMAT_VERSIONS.includes(version)) {
-    throw new FormatError(
-      `unsupported format_version ${JSON.stringify(version)} (this build reads ${SUPPORTED_FORMAT_VERSIONS.join(", ")}); upgrade dumplings-ai to read it`,
-      { file: label, version: String(version) },
-    );
-  }
 }
 
 const HeaderShape = z.object({ meta: StateMetaSchema, config: AgentConfigSchema, state: AgentRuntimeStateSchema });

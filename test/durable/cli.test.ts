@@ -2,6 +2,10 @@
  * `dumplings runs` / `approve` / `reject` against a real SQLite journal, run as
  * real processes: a waiting approval is listed with the command that releases
  * it, approving it records the signal, a second decision fails with a typed error.
+ * An agent's approval shows the tool and its arguments in `runs` and `runs RUN`
+ * (not only with --json); approving a call the run does not wait on is refused
+ * with the pending ones listed; a recorded decision reads "pending resume"
+ * until the run resumes (issue 11, item 16).
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -25,12 +29,34 @@ const workflow = async () => {
   return decision.approved ? "ran" : "refused";
 };
 
+/**
+ * The journal of a durable agent waiting on an approval: the `llm` step records the assistant message with
+ * its tool-call part (the AI SDK's shape, as `DurableAgent` records it), then the run waits for `approval:<id>`.
+ */
+const agentLike = async () => {
+  await step("llm", () => ({
+    role: "assistant",
+    content: [
+      { type: "text", text: "I will send the refund." },
+      {
+        type: "tool-call",
+        toolCallId: "call_7",
+        toolName: "refund_payment",
+        input: { orderId: "A-1009", amountCents: 4999, note: "damaged on arrival" },
+      },
+    ],
+  }));
+  const decision = await waitForSignal<{ approved: boolean }>("approval:call_7");
+  return decision.approved ? "refunded" : "refused";
+};
+
 beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), "dumplings-cli-durable-"));
   db = path.join(dir, "j.db");
   journal = new SqliteJournal({ path: db });
   await runDurable("run-a", workflow, { journal, input: null, workflow: "approval-demo" });
   await runDurable("run-b", async () => "done", { journal, input: null, workflow: "quick" });
+  await runDurable("run-c", agentLike, { journal, input: null, workflow: "support-agent" });
 });
 afterAll(async () => {
   await journal.close();
@@ -43,6 +69,7 @@ describe("durable CLI commands", () => {
     expect(runs.map((r) => [r.runId, r.status]).sort()).toEqual([
       ["run-a", "waiting"],
       ["run-b", "completed"],
+      ["run-c", "waiting"],
     ]);
     expect(text).toContain("approval of call_42 (dumplings approve run-a call_42)");
     const run = await journal.getRun("run-a");
@@ -83,5 +110,60 @@ describe("durable CLI commands", () => {
     const missing = await cli("runs", "nope");
     expect(missing.code).toBe(3); // the CLI's "not found" class
     expect(missing.stderr).toContain("RUN_NOT_FOUND");
+  });
+
+  it("runs and runs RUN show the tool and arguments of a pending approval, without --json", async () => {
+    const listed = await cli("runs");
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout).toMatch(
+      /run-c .* approval of call_7: refund_payment \{"orderId":"A-1009",.*\(dumplings approve run-c call_7\)/,
+    );
+    const shown = await cli("runs", "run-c");
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toContain("pending approval of tool call call_7: dumplings approve run-c call_7");
+    expect(shown.stdout).toContain("  tool: refund_payment");
+    expect(shown.stdout).toMatch(
+      /arguments: \{\n\s+"orderId": "A-1009",\n\s+"amountCents": 4999,\n\s+"note": "damaged on arrival"\n\s+\}/,
+    );
+    const json = JSON.parse((await cli("runs", "run-c", "--json")).stdout) as { approvals: unknown[] };
+    expect(json.approvals).toEqual([
+      {
+        toolCallId: "call_7",
+        toolName: "refund_payment",
+        input: { orderId: "A-1009", amountCents: 4999, note: "damaged on arrival" },
+      },
+    ]);
+  });
+
+  it("approve of a call the run does not wait on exits 2, lists the pending one and records nothing", async () => {
+    const typo = await cli("approve", "run-c", "call_typo");
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toMatch(
+      /run "run-c" does not wait on tool call "call_typo"; it waits on: call_7 \(refund_payment \{"orderId":"A-1009".*\); nothing was recorded/,
+    );
+    expect(await journal.getSignal("run-c", "approval:call_typo")).toBeUndefined();
+    const onCompleted = await cli("reject", "run-b", "call_7");
+    expect(onCompleted.code).toBe(2);
+    expect(onCompleted.stderr).toContain("is completed");
+    const asJson = await cli("approve", "run-c", "call_typo", "--json");
+    expect(asJson.code).toBe(2);
+    expect(JSON.parse(asJson.stdout)).toMatchObject({ error: { code: "USAGE", exitCode: 2 } });
+    expect((await cli("runs", "--status", "bogus")).code).toBe(2);
+  });
+
+  it("after an approval, runs shows it as approved, pending resume, until the run resumes", async () => {
+    const approved = await cli("approve", "run-c", "call_7", "--reason", "checked the photos");
+    expect(approved.code, approved.stderr).toBe(0);
+    const listed = await cli("runs", "--status", "waiting");
+    expect(listed.stdout).toMatch(/run-c .* approved call_7: refund_payment \{.*, pending resume/);
+    expect(listed.stdout).not.toMatch(/dumplings approve run-c call_7/);
+    const shown = await cli("runs", "run-c");
+    expect(shown.stdout).toContain("approved tool call call_7 (checked the photos); pending resume");
+    expect(await runDurable("run-c", agentLike, { journal })).toMatchObject({
+      status: "completed",
+      output: "refunded",
+    });
+    const after = await cli("runs", "run-c");
+    expect(after.stdout).not.toContain("pending");
   });
 });

@@ -10,11 +10,16 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { type ModelMessage, tool } from "ai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { describeWait, renderJournal, renderRuns } from "../../src/cli/durable-commands.js";
+import { DurableAgent } from "../../src/durable/agent.js";
 import { step, waitForSignal } from "../../src/durable/context.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
+import { startModelServer } from "../../src/testing/model-server.js";
 import { runCli } from "../fixtures/durable/cli-run.js";
 
 let dir: string;
@@ -165,5 +170,40 @@ describe("durable CLI commands", () => {
     });
     const after = await cli("runs", "run-c");
     expect(after.stdout).not.toContain("pending");
+  });
+
+  it("a real DurableAgent's pending approval shows its tool and arguments", async () => {
+    const server = await startModelServer({
+      handler: () => ({
+        toolCalls: [{ id: "call_D1", name: "delete_branch", arguments: { repo: "shop", branch: "main" } }],
+      }),
+    });
+    try {
+      const provider = createOpenAICompatible({ name: "local", baseURL: server.url, apiKey: "test-key" });
+      const agent = new DurableAgent({
+        model: provider("scripted-model"),
+        tools: {
+          delete_branch: tool({
+            description: "Delete a git branch",
+            inputSchema: z.object({ repo: z.string(), branch: z.string() }),
+            needsApproval: true,
+            execute: async () => "deleted",
+          }),
+        },
+      });
+      const paused = await runDurable("run-d", agent.workflow(), {
+        journal,
+        input: { messages: [{ role: "user", content: "clean up" }] as ModelMessage[] } as never,
+        workflow: "ops-agent",
+      });
+      expect(paused).toMatchObject({ status: "waiting" });
+    } finally {
+      await server.close();
+    }
+    const listed = await cli("runs", "--status", "waiting");
+    expect(listed.stdout).toMatch(/run-d .* approval of call_D1: delete_branch \{"repo":"shop","branch":"main"\}/);
+    const shown = await cli("runs", "run-d");
+    expect(shown.stdout).toContain("  tool: delete_branch");
+    expect(shown.stdout).toMatch(/"branch": "main"/);
   });
 });

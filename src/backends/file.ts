@@ -26,8 +26,9 @@
  *
  * ## Appends: O(new messages) (`write(key, state, { expectedRevision, baseLength })`)
  *
- * Files written by this backend carry `[META] revision` and pad `saved_at`,
- * `message_count` and `revision` with trailing spaces to fixed widths, and
+ * Files written by this backend carry `[META] revision`, `generation`,
+ * `history_sha256` and `checksum` (see "Identity and integrity" below), pad
+ * `saved_at`, `message_count` and `revision` with trailing spaces to fixed widths, and
  * end the header with a padding comment line (`#` + spaces) before
  * `[HISTORY]`, so the header can be rewritten in place without moving a byte
  * of history. When `baseLength` equals the stored `message_count` and
@@ -40,8 +41,8 @@
  *
  * When the changed header bytes span more than one 4096-byte page (a long
  * prompt sits between `[META]` and `[STATE]`), the save instead writes a
- * journal, `.<key>.duas.hdr` (inode, revision, data offset, SHA-256, new
- * header, new lines), `fdatasync`s it — that is the commit point — then
+ * journal, `.<key>.duas.hdr` (inode, generation, revision, data offset, SHA-256,
+ * new header, new lines), `fdatasync`s it — that is the commit point — then
  * writes the lines and the header into the file and `fdatasync`s it once.
  *
  * **Crash-safety argument.** `message_count` (with `revision`) is the commit
@@ -61,13 +62,35 @@
  * not hold exactly the journal's header and lines, uses the journal's save
  * (a writer also writes it back: roll-forward). A journal torn by a crash
  * fails its checksum and is ignored (the file was not touched yet); an older
- * journal never applies to a newer header, nor to another inode (whole-file
- * writes make a new inode). Against power loss the one assumption is that
+ * journal never applies to a newer header, nor to another inode, nor to another
+ * `generation` (whole-file writes make a new inode and a new generation). Against power loss the one assumption is that
  * the storage does not tear a single 4096-byte page write (true of drives
  * with 4 KiB atomic writes); the journal path does not even need that.
  *
  * A header that outgrows its padding (e.g. a much longer prompt) makes that
  * save a whole-file write, which re-pads the header.
+ *
+ * ## Identity and integrity
+ *
+ * `generation` is a random id written by every whole-file write and kept by
+ * appends: the identity of one incarnation of the file. The journal records
+ * it and applies only to a file with the same one, because inode and revision
+ * numbers are reused: after a delete (`<key>.duas` unlinked first, the
+ * journal second) killed between the two unlinks, a session created later on
+ * the same key may get the freed inode and the same revisions, and the old
+ * journal would roll the deleted session's header and message into it. With
+ * the generation such a journal is garbage whatever the order of the
+ * unlinks; a writer removes it, and a whole-file write removes any journal of
+ * the previous incarnation.
+ *
+ * `history_sha256` chains the history lines (see `core/codec.ts`): an append
+ * extends it from the stored value, and every reader checks the committed
+ * lines against it, so a duplicated, reordered or edited line is a
+ * `FormatError`, never other data. Only files with a `revision` (written
+ * here) may carry an uncommitted tail; a writer verifies the chain before it
+ * truncates one, so a real message is never cut as a "tail". `checksum`
+ * seals the header. Files of older versions (no generation/chain) load as
+ * before and are rewritten whole on their next save.
  *
  * ## Revisions, compare-and-set and processes
  *

@@ -7,7 +7,9 @@
 import { statSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
+import type { Redis } from "ioredis";
 import type { StateBackend } from "../src/backends/types.js";
+import { globEscape } from "../src/drivers/redis.js";
 import {
   type BenchContext,
   type BenchStore,
@@ -29,6 +31,45 @@ function size(p: string): number {
   } catch {
     return 0;
   }
+}
+
+/** Key prefix of one run of the Redis backend. */
+const redisPrefix = (ctx: BenchContext): string => `bench:${ctx.id}:`;
+
+/** Every key under `prefix`, found with SCAN (never KEYS, which blocks the server), the prefix matched literally. */
+async function scanKeys(redis: Redis, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, batch] = await redis.scan(cursor, "MATCH", `${globEscape(prefix)}*`, "COUNT", 1000);
+    keys.push(...batch);
+    cursor = next;
+  } while (cursor !== "0");
+  return keys;
+}
+
+/** Deletes the run's Redis keys when the store closes, so `npm run bench` leaves nothing behind. */
+function withRedisCleanup(store: BenchStore): BenchStore {
+  let ctx: BenchContext | undefined;
+  return {
+    ...store,
+    async open(c) {
+      ctx = c;
+      await store.open(c);
+    },
+    async close() {
+      await store.close();
+      if (ctx === undefined) return;
+      const { Redis } = await import("ioredis");
+      const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
+      try {
+        const keys = await scanKeys(redis, redisPrefix(ctx));
+        for (let i = 0; i < keys.length; i += 500) await redis.del(...keys.slice(i, i + 500));
+      } finally {
+        await redis.quit();
+      }
+    },
+  };
 }
 
 /** Every store, baselines first within each kind. */
@@ -60,22 +101,25 @@ export async function allStores(): Promise<BenchStore[]> {
       },
     ),
     redisBaseline(),
-    oursStore(
-      "redis",
-      "redis",
-      async (ctx) => new RedisBackend({ url: ctx.redisUrl, keyPrefix: `bench:${ctx.id}:` }) as StateBackend,
-      async (ctx) => {
-        const { Redis } = await import("ioredis");
-        const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
-        try {
-          const keys = (await redis.keys(`bench:${ctx.id}:*`)) as string[];
-          let total = 0;
-          for (const k of keys) total += Number(await redis.call("MEMORY", "USAGE", k, "SAMPLES", "0"));
-          return total;
-        } finally {
-          await redis.quit();
-        }
-      },
+    withRedisCleanup(
+      oursStore(
+        "redis",
+        "redis",
+        async (ctx) => new RedisBackend({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) }) as StateBackend,
+        async (ctx) => {
+          const { Redis } = await import("ioredis");
+          const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
+          try {
+            let total = 0;
+            for (const k of await scanKeys(redis, redisPrefix(ctx))) {
+              total += Number(await redis.call("MEMORY", "USAGE", k, "SAMPLES", "0"));
+            }
+            return total;
+          } finally {
+            await redis.quit();
+          }
+        },
+      ),
     ),
     postgresBaseline(),
     oursStore(

@@ -83,11 +83,16 @@ describe("README examples", () => {
 });
 
 // The custom backend and its conformance call, as the README writes them.
-const mine = path.join(local, "mine.ts");
-writeFileSync(mine, localImports(block("// mine.ts")));
-const suite = path.join(local, "mine.test-suite.ts");
-writeFileSync(
-  suite,
-  localImports(block("import { createMine }")).replaceAll('"./mine.js"', JSON.stringify("./mine.ts")),
-);
-await import(suite);
+try {
+  const mine = path.join(local, "mine.ts");
+  writeFileSync(mine, localImports(block("// mine.ts")));
+  const suite = path.join(local, "mine.test-suite.ts");
+  writeFileSync(
+    suite,
+    localImports(block("import { createMine }")).replaceAll('"./mine.js"', JSON.stringify("./mine.ts")),
+  );
+  await import(suite);
+} catch (e) {
+  rmSync(local, { recursive: true, force: true }); // collection failed: afterAll never runs
+  throw e;
+}

@@ -90,7 +90,7 @@ for (const store of stores) {
             const result = await runDurable(runId, makeHelloAgent(server.url).workflow(), {
               journal,
               stream,
-              input: { messages: helloMessages(runId) } as never,
+              input: { messages: helloMessages(runId) },
             });
             expect(result).toMatchObject({ status: "completed", output: { text: HELLO, llmSteps: 1 } });
             expect(requestsByRun.get(runId)).toBe(2); // the llm step really was retried

@@ -21,9 +21,12 @@ export {
   isBlobReference,
 } from "./blobs.js";
 export type {
+  ColdPruneOptions,
   ColdStore,
+  DropMonthResult,
   IdempotencyRecord,
   ListCursor,
+  SnapshotMonth,
   SnapshotWrite,
   StepErrorRecord,
   StoredSnapshot,

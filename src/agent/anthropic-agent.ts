@@ -9,7 +9,7 @@
  */
 import type { Protocol } from "../core/messages.js";
 import { registerAgentClass } from "../persistence/classes.js";
-import { BaseAgent } from "./base-agent.js";
+import { BaseAgent, STRICT_OPTIONS } from "./base-agent.js";
 
 /**
  * An agent speaking the Anthropic Messages protocol.
@@ -27,3 +27,4 @@ export class AnthropicAgent extends BaseAgent {
 }
 
 registerAgentClass(AnthropicAgent, "dumplings-ai", "AnthropicAgent");
+STRICT_OPTIONS.add(AnthropicAgent);

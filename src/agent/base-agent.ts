@@ -27,6 +27,7 @@ import type { z } from "zod";
 import { AgentNotFoundError, InvalidStateError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { type Message, messageSchemaFor, type Protocol } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { type AgentConfig, type AgentConfigInput, AgentConfigSchema, type AgentState } from "../core/state.js";
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 import {
@@ -59,6 +60,31 @@ import {
   repairHistory,
 } from "./repair.js";
 import { assertTool, effectiveTools, type ToolDefinition, type ToolHook, ToolRegistrationError } from "./tools.js";
+
+/**
+ * Classes whose constructor refuses an unknown option (the built-in agents): a user's subclass
+ * may take options of its own and pass them on to `super`, so its options are not checked here.
+ * @internal
+ */
+export const STRICT_OPTIONS = new WeakSet<object>();
+
+/** The keys of {@link AgentOptions}: any other is an `InvalidOptionError` (built-in agent classes). */
+const AGENT_OPTIONS = optionKeys<AgentOptions>({
+  name: true,
+  uuid: true,
+  history: true,
+  currentTaskId: true,
+  hooks: true,
+  prompt: true,
+  apiProvider: true,
+  apiKeyEnv: true,
+  modelName: true,
+  maxTokens: true,
+  stream: true,
+  fcModel: true,
+  toolTimeout: true,
+  toolMaxWorkers: true,
+});
 
 /** Tool-call hooks and their events are defined with the tool runner that calls them. */
 export type { ToolHook, ToolHookEvent } from "./tools.js";
@@ -181,6 +207,7 @@ export class BaseAgent extends EventEmitter {
    */
   constructor(options: AgentOptions = {}) {
     super();
+    if (STRICT_OPTIONS.has(new.target)) checkOptions(new.target.name, options, AGENT_OPTIONS);
     const { name, uuid, history, currentTaskId, hooks, ...config } = options;
     const parsed = AgentConfigSchema.safeParse(config);
     if (!parsed.success) throw configError(parsed.error, "config");
@@ -580,3 +607,4 @@ function checkClass<T extends BaseAgent>(cls: AgentConstructor<T>, agent: unknow
 }
 
 registerAgentClass(BaseAgent, "dumplings-ai", "BaseAgent");
+STRICT_OPTIONS.add(BaseAgent);

@@ -36,12 +36,24 @@ import { randomUUID } from "node:crypto";
 import { APICallError, generateText, type LanguageModel, type ModelMessage, streamText } from "ai";
 import { DumplingsError } from "../core/errors.js";
 import type { AnthropicMessage, Message, OpenAIMessage, Protocol } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentConfig } from "../core/state.js";
 import { fromModelMessages, toModelMessages } from "./ai-sdk-messages.js";
 import { createLanguageModel } from "./model.js";
 import { type PendingToolCall, type RepairAction, type RepairPolicy, repairHistory } from "./repair.js";
 import { runToolCalls, type ToolCallOutcome, type ToolDefinition, type ToolHook, toAiSdkTools } from "./tools.js";
 import { toWellFormedDeep } from "./well-formed.js";
+
+/** The keys of {@link TurnOptions}: any other is an `InvalidOptionError`. */
+const TURN_OPTIONS = optionKeys<TurnOptions>({
+  stream: true,
+  onToken: true,
+  maxRounds: true,
+  signal: true,
+  repair: true,
+  checkpoint: true,
+  maxRetries: true,
+});
 
 /** What the loop needs from an agent (`BaseAgent` and `AnthropicAgent` provide it). */
 export interface ConversationHost {
@@ -267,6 +279,7 @@ export async function conversationWithTool(
   runtime: TurnRuntime = { tools: new Map(), hooks: [] },
 ): Promise<TurnResult> {
   const chain = activeTurns.getStore();
+  checkOptions("conversationWithTool", options, TURN_OPTIONS);
   if (chain?.has(host)) return nestedTurn(host, input, options, runtime);
   // Top-level turns of one agent run one after the other (a second caller waits), so that each
   // is an outermost turn with its own save and the history never interleaves two turns.

@@ -20,9 +20,15 @@
  * @module
  */
 import { DumplingsError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { type NameTakenPolicy, setLoadedAgentRegistrar } from "../persistence/api.js";
 import { type AgentClass, addClassFallback } from "../persistence/classes.js";
 import { BaseAgent } from "./base-agent.js";
+
+/** The keys of {@link AddAgentOptions}: any other is an `InvalidOptionError`. */
+const ADD_OPTIONS = optionKeys<AddAgentOptions>({
+  onNameTaken: true,
+});
 
 /**
  * An agent name is already taken in `agentList` and the policy is `refuse`.
@@ -139,6 +145,7 @@ export class AgentList implements Iterable<[string, BaseAgent]> {
    */
   add(agent: BaseAgent, options: AddAgentOptions = {}): BaseAgent {
     if (!(agent instanceof BaseAgent)) throw new TypeError("agentList holds BaseAgent instances");
+    checkOptions("agentList.add", options, ADD_OPTIONS);
     const decision = checkPermission(agent, options.onNameTaken ?? "refuse", this);
     agent.name = decision.name;
     this.#agents.set(decision.name, agent);
@@ -241,6 +248,7 @@ export function defineTemplate(name: string, factory: TemplateFactory, options: 
  * const support = activateTemplate("support");
  */
 export function activateTemplate(name: string, options: AddAgentOptions = {}): BaseAgent {
+  checkOptions("activateTemplate", options, ADD_OPTIONS);
   const factory = templates.get(name);
   if (factory === undefined) throw new TemplateNotFoundError(name, [...templates.keys()].sort());
   const agent = factory(name);

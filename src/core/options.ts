@@ -105,8 +105,9 @@ function distance(a: string, b: string, max: number): number {
 
 /**
  * The accepted option an unknown key most likely meant: the same name in
- * another case or spelling (`base_dir` → `baseDir`), else the closest by
- * edit distance (at most 1 edit per 4 characters, at least 2), else none.
+ * another case or spelling (`base_dir` → `baseDir`), else one it is the
+ * start of or starts with (`ttl` → `ttlMs`), else the closest by edit
+ * distance (at most 1 edit per 4 characters, at least 2), else none.
  *
  * @param key - the unknown key
  * @param accepted - the accepted keys
@@ -118,6 +119,11 @@ export function suggestOption(key: string, accepted: readonly string[]): string 
   const k = loose(key);
   const same = accepted.find((a) => loose(a) === k);
   if (same !== undefined) return same;
+  // A unit or word left out or added: `ttl` → `ttlMs`, `dbPathName` → `dbPath`.
+  if (k.length >= 3) {
+    const prefix = accepted.find((a) => loose(a).startsWith(k) || k.startsWith(loose(a)));
+    if (prefix !== undefined) return prefix;
+  }
   const max = Math.max(2, Math.floor(k.length / 4));
   let best: string | undefined;
   let bestDistance = max + 1;

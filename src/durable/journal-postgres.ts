@@ -13,6 +13,8 @@
  *
  * @module
  */
+
+import { checkOptions, optionKeys } from "../core/options.js";
 import {
   type PgLikePool,
   type PostgresConnectionOptions,
@@ -20,6 +22,19 @@ import {
   type PostgresMigrations,
 } from "../drivers/postgres.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
+
+/** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
+const JOURNAL_POSTGRES_OPTIONS = optionKeys<PostgresJournalOptions>({
+  pool: true,
+  url: true,
+  connectionString: true,
+  schema: true,
+  maxConnections: true,
+  max: true,
+  connectTimeoutMs: true,
+  statementTimeoutMs: true,
+  create: true,
+});
 
 export type { PgPoolLike } from "../drivers/postgres.js";
 
@@ -63,6 +78,7 @@ export class PostgresJournal extends SqlJournal {
    * @throws {InvalidOptionError} on a bad schema name, URL, timeout or pool size
    */
   constructor(options: PostgresJournalOptions = {}) {
+    checkOptions("postgres", options, JOURNAL_POSTGRES_OPTIONS);
     const driver = new PostgresDriver("postgres", options, MIGRATIONS);
     super(driver);
     this.pg = driver;

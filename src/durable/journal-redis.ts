@@ -25,6 +25,7 @@
 import type { Redis } from "ioredis";
 import { BackendError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import {
   RedisConnection,
   type RedisConnectionOptions,
@@ -57,6 +58,16 @@ import {
   retryRefused,
   runFromRow,
 } from "./journal.js";
+
+/** The keys of {@link RedisJournalOptions}: any other is an `InvalidOptionError`. */
+const JOURNAL_REDIS_OPTIONS = optionKeys<RedisJournalOptions>({
+  client: true,
+  url: true,
+  keyPrefix: true,
+  connectTimeoutMs: true,
+  commandTimeoutMs: true,
+  prefix: true,
+});
 
 /**
  * Options of {@link RedisJournal}: the Redis connection options shared by
@@ -252,6 +263,7 @@ export class RedisJournal implements Journal {
    * @throws {InvalidOptionError} on a malformed URL, a timeout that is not a positive number of ms, or `prefix` and `keyPrefix` both given and different
    */
   constructor(options: RedisJournalOptions = {}) {
+    checkOptions("redis", options, JOURNAL_REDIS_OPTIONS);
     const { prefix, ...rest } = options;
     const keyPrefix = renamedOption("keyPrefix", rest.keyPrefix, "prefix", prefix);
     this.conn = new RedisConnection({ ...rest, keyPrefix }, { label: "journal", keyPrefix: "dumplings:durable:" });

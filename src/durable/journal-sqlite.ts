@@ -15,8 +15,19 @@
  */
 import type BetterSqlite3 from "better-sqlite3";
 import { InvalidOptionError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
+
+/** The keys of {@link SqliteJournalOptions}: any other is an `InvalidOptionError`. */
+const JOURNAL_SQLITE_OPTIONS = optionKeys<SqliteJournalOptions>({
+  path: true,
+  database: true,
+  busyTimeoutMs: true,
+  synchronous: true,
+  create: true,
+  tablePrefix: true,
+});
 
 /**
  * Options of {@link SqliteJournal}: the connection options every SQLite
@@ -63,6 +74,7 @@ export class SqliteJournal extends SqlJournal {
    * @throws {FormatError} when the file holds journal tables of a newer version than this build knows
    */
   constructor(options: SqliteJournalOptions = {}) {
+    checkOptions("sqlite", options, JOURNAL_SQLITE_OPTIONS);
     const prefix = options.tablePrefix ?? DEFAULT_JOURNAL_TABLE_PREFIX;
     if (typeof prefix !== "string" || !PREFIX_RE.test(prefix)) {
       throw new InvalidOptionError(

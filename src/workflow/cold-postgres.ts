@@ -15,8 +15,24 @@
  *
  * @module
  */
+
+import { checkOptions, optionKeys } from "../core/options.js";
 import { type PgLikePool, type PostgresConnectionOptions, PostgresDriver } from "../drivers/postgres.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
+
+/** The keys of {@link PostgresColdStoreOptions}: any other is an `InvalidOptionError`. */
+const COLD_POSTGRES_OPTIONS = optionKeys<PostgresColdStoreOptions>({
+  pool: true,
+  url: true,
+  connectionString: true,
+  schema: true,
+  maxConnections: true,
+  max: true,
+  connectTimeoutMs: true,
+  statementTimeoutMs: true,
+  create: true,
+  pruneBatchSize: true,
+});
 
 /** @deprecated The driver's `PgLikePool` under its 0.1 name. */
 export type { PgPoolLike } from "../drivers/postgres.js";
@@ -52,6 +68,7 @@ export class PostgresColdStore extends SqlColdStore<PostgresDriver> {
    * @throws {InvalidOptionError} on a bad schema name, URL, timeout, pool size or `pruneBatchSize`
    */
   constructor(options: PostgresColdStoreOptions = {}) {
+    checkOptions("postgres", options, COLD_POSTGRES_OPTIONS);
     const { pruneBatchSize, ...connection } = options ?? {};
     super(new PostgresDriver("postgres", connection, workflowMigrations("postgres")), { pruneBatchSize });
     this.pool = this.driver.pool;

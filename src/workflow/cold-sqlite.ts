@@ -26,8 +26,20 @@
  * @module
  */
 import { InvalidOptionError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
+
+/** The keys of {@link SqliteColdStoreOptions}: any other is an `InvalidOptionError`. */
+const COLD_SQLITE_OPTIONS = optionKeys<SqliteColdStoreOptions>({
+  path: true,
+  database: true,
+  busyTimeoutMs: true,
+  synchronous: true,
+  create: true,
+  db: true,
+  pruneBatchSize: true,
+});
 
 /**
  * Options of {@link SqliteColdStore}: the SQLite driver's connection options
@@ -58,6 +70,7 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
    * @throws {BackendError} when the file cannot be opened
    */
   constructor(options: SqliteColdStoreOptions) {
+    checkOptions("sqlite", options, COLD_SQLITE_OPTIONS);
     const { db, pruneBatchSize, ...connection } = options ?? {};
     if (db !== undefined && connection.database !== undefined && db !== connection.database) {
       throw new InvalidOptionError("sqlite", "database", "database and its old name db are both given and differ");

@@ -16,8 +16,23 @@
  * @module
  */
 import { assertJson, type JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import type { ColdStore } from "./cold.js";
 import { NondeterminismError, UnknownSideEffectError } from "./errors.js";
+
+/** The keys of {@link GuardRunOptions<unknown>}: any other is an `InvalidOptionError`. */
+const RUN_OPTIONS = optionKeys<GuardRunOptions<unknown>>({
+  name: true,
+  workflowId: true,
+  stepIndex: true,
+  reconcile: true,
+});
+
+/** The keys of {@link { store: unknown; reconcile?: unknown }}: any other is an `InvalidOptionError`. */
+const GUARD_OPTIONS = optionKeys<{ store: unknown; reconcile?: unknown }>({
+  store: true,
+  reconcile: true,
+});
 
 /** What `reconcile` is told about a side effect whose outcome is unknown. */
 export interface UnknownSideEffect {
@@ -84,6 +99,7 @@ export class IdempotencyGuard {
    *   `reconcile`: default decision for unknown outcomes (without one, an unknown outcome throws)
    */
   constructor(options: { store: { cold: ColdStore } | ColdStore; reconcile?: Reconcile<unknown> }) {
+    checkOptions("IdempotencyGuard", options, GUARD_OPTIONS);
     this.cold = "cold" in options.store ? options.store.cold : options.store;
     this.reconcile = options.reconcile;
   }
@@ -118,6 +134,7 @@ export class IdempotencyGuard {
     options: GuardRunOptions<T> = {},
   ): Promise<T> {
     const name = options.name ?? key;
+    checkOptions("IdempotencyGuard.run", options, RUN_OPTIONS);
     const workflowId = options.workflowId ?? "";
     const stepIndex = options.stepIndex ?? 0;
     const existing = await this.cold.idempotencyBegin(key, { workflowId, stepIndex, name, now: Date.now() });

@@ -23,6 +23,7 @@ import path from "node:path";
 import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { type BlobStore, DEFAULT_BLOB_THRESHOLD, externalizeBlobs, FsBlobStore, internalizeBlobs } from "./blobs.js";
 import {
   type ColdStore,
@@ -47,6 +48,24 @@ import {
   type WorkflowState,
   WorkflowStateSchema,
 } from "./state.js";
+
+/** The keys of {@link CheckpointSaveOptions}: any other is an `InvalidOptionError`. */
+const SAVE_OPTIONS = optionKeys<CheckpointSaveOptions>({
+  expectedStep: true,
+  nodeName: true,
+});
+
+/** The keys of {@link CheckpointStoreOptions}: any other is an `InvalidOptionError`. */
+const STORE_OPTIONS = optionKeys<CheckpointStoreOptions>({
+  cold: true,
+  hot: true,
+  schema: true,
+  schemaVersion: true,
+  blobs: true,
+  blobDir: true,
+  blobThreshold: true,
+  onHotError: true,
+});
 
 /** Options of {@link CheckpointStore.open}. */
 export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema> {
@@ -168,6 +187,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   static async open<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema>(
     options: CheckpointStoreOptions<S>,
   ): Promise<CheckpointStore<S>> {
+    checkOptions("CheckpointStore.open", options, STORE_OPTIONS);
     await options.cold.init();
     // Bounded: a dead Redis costs the connect timeout once, then the store runs on the cold tier.
     await options.hot?.waitReady();
@@ -238,6 +258,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
    * @throws {BackendError} when the cold store fails
    */
   async save(state: z.infer<S>, options: CheckpointSaveOptions = {}): Promise<z.infer<S>> {
+    checkOptions("CheckpointStore.save", options, SAVE_OPTIONS);
     const valid = this.validate({ ...(state as object), schemaVersion: this.schemaVersion }) as WorkflowState;
     const { stored, refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold);
     const stateJson = JSON.stringify({ ...valid, sharedMemory: stored });

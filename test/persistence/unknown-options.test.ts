@@ -13,7 +13,13 @@ import { PostgresBackend } from "../../src/backends/postgres.js";
 import { RedisBackend } from "../../src/backends/redis.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { suggestOption } from "../../src/core/options.js";
+import { PostgresJournal } from "../../src/durable/journal-postgres.js";
+import { RedisJournal } from "../../src/durable/journal-redis.js";
+import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import {
+  AnthropicAgent,
+  activateTemplate,
+  agentList,
   BaseAgent,
   configure,
   configureBuiltinBackends,
@@ -36,6 +42,12 @@ import {
   trackedRevision,
 } from "../../src/index.js";
 import { resetBackendRegistry } from "../../src/testing/index.js";
+import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
+import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { RedisHotTier } from "../../src/workflow/hot-redis.js";
+import { IdempotencyGuard } from "../../src/workflow/idempotency.js";
+import { ResumableGraphRunner } from "../../src/workflow/runner.js";
+import { CheckpointStore } from "../../src/workflow/store.js";
 
 const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-unknown-opt-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -91,7 +103,36 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["SQLiteBackend", (o) => new SQLiteBackend(o as never), { dbPath: ":memory:" }],
   ["RedisBackend", (o) => new RedisBackend(o as never)],
   ["PostgresBackend", (o) => new PostgresBackend(o as never)],
+  // Workflow stores, the runner and the idempotency guard.
+  ["SqliteColdStore", (o) => new SqliteColdStore(o as never), { path: ":memory:" }],
+  ["PostgresColdStore", (o) => new PostgresColdStore(o as never)],
+  ["RedisHotTier", (o) => new RedisHotTier(o as never)],
+  ["CheckpointStore.open", (o) => CheckpointStore.open({ cold: coldStore(), ...o } as never)],
+  ["CheckpointStore.save", async (o) => (await CheckpointStore.open({ cold: coldStore() })).save({} as never, o)],
+  ["ResumableGraphRunner", (o) => new ResumableGraphRunner({ store: {} as never, nodes: {}, ...o } as never)],
+  ["IdempotencyGuard", (o) => new IdempotencyGuard({ store: coldStore(), ...o } as never)],
+  ["IdempotencyGuard.run", (o) => new IdempotencyGuard({ store: coldStore() }).run("k", () => 1, o as never)],
+  // Journals.
+  ["SqliteJournal", (o) => new SqliteJournal(o as never), { path: ":memory:" }],
+  ["PostgresJournal", (o) => new PostgresJournal(o as never)],
+  ["RedisJournal", (o) => new RedisJournal(o as never)],
+  // Agents.
+  ["BaseAgent", (o) => new BaseAgent(o as never)],
+  ["AnthropicAgent", (o) => new AnthropicAgent(o as never)],
+  ["agent.conversationWithTool", (o) => agent().conversationWithTool("hi", o as never)],
+  ["agentList.add", (o) => agentList.add(agent(), o as never)],
+  ["activateTemplate", (o) => activateTemplate("no-such-template", o as never)],
 ];
+
+const colds: SqliteColdStore[] = [];
+afterAll(async () => {
+  for (const c of colds) await c.close();
+});
+function coldStore(): SqliteColdStore {
+  const c = new SqliteColdStore({ path: ":memory:" });
+  colds.push(c);
+  return c;
+}
 
 describe("every public options object refuses an unknown key", () => {
   it.each(calls)("%s", async (_name, call, valid) => {
@@ -126,6 +167,21 @@ describe("configure() and the original design's option names", () => {
     await expectUnknown(() => new RedisBackend({ redis_url: "redis://x" } as never), "redis_url");
     await expectUnknown(() => new PostgresBackend({ shema: "x" } as never), "shema", "schema");
     await expectUnknown(() => saveState(agent(), "k", { ifrevision: 1 } as never), "ifrevision", "ifRevision");
+    await expectUnknown(() => new BaseAgent({ model_name: "gpt" } as never), "model_name", "modelName");
+    await expectUnknown(() => new BaseAgent({ api_key_env: "K" } as never), "api_key_env", "apiKeyEnv");
+    await expectUnknown(() => new SqliteJournal({ table_prefix: "x_" } as never), "table_prefix", "tablePrefix");
+    await expectUnknown(() => new RedisHotTier({ ttl: 5 } as never), "ttl", "ttlMs");
+  });
+
+  it("a user's agent subclass may take options of its own and pass them on to super", () => {
+    class NotesAgent extends BaseAgent {
+      notes: string[];
+      constructor(options: ConstructorParameters<typeof BaseAgent>[0] & { notes?: string[] } = {}) {
+        super(options);
+        this.notes = options.notes ?? [];
+      }
+    }
+    expect(new NotesAgent({ name: "n", notes: ["a"] }).notes).toEqual(["a"]);
   });
 });
 
@@ -135,6 +191,8 @@ describe("deprecated aliases stay accepted", () => {
     new SQLiteBackend({ dbPath: ":memory:" }).close();
     const pg = new PostgresBackend({ connectionString: "postgres://u@127.0.0.1:1/x", max: 2 });
     await pg.close();
+    await new SqliteColdStore({ db: undefined, path: ":memory:" }).close();
+    await new RedisJournal({ prefix: "x:", url: "redis://127.0.0.1:1" }).close();
   });
 
   it("options whose value is undefined are still checked by name", async () => {
@@ -150,6 +208,8 @@ describe("suggestOption", () => {
     expect(suggestOption("DB-PATH", keys)).toBe("dbPath");
     expect(suggestOption("keyStrategi", keys)).toBe("keyStrategy");
     expect(suggestOption("backedn", keys)).toBe("backend");
+    expect(suggestOption("ttl", ["url", "ttlMs"])).toBe("ttlMs");
+    expect(suggestOption("dbPathName", keys)).toBe("dbPath");
     expect(suggestOption("completelyDifferent", keys)).toBeUndefined();
     expect(suggestOption("x", [])).toBeUndefined();
   });

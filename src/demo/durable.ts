@@ -352,7 +352,7 @@ async function main(): Promise<number> {
     // works in this repository (`dumplings` is on the PATH only where the package is installed).
     log(
       args.keep
-        ? `\nsee it yourself (the journal is kept): node dist/cli/index.js runs ${runId} ${journalFlag}\n(or npx dumplings runs … where dumplings-ai is installed)`
+        ? `\nsee it yourself (the journal is kept): npm run dumplings -- runs ${runId} ${journalFlag}\n(or npx dumplings runs … where dumplings-ai is installed)`
         : "\nthe journal is removed now; to look at it yourself: npm run demo:durable -- --keep (it prints the command)",
     );
     return diff || requests !== llmSteps.length || !deployOk || !cancelOk ? 1 : 0;

@@ -5,7 +5,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 /** Project root. */
 export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -34,7 +34,9 @@ export function programArgs(name: string): string[] {
   const forced = process.env.DUMPLINGS_TEST_CLI;
   const useBuilt =
     forced === "dist" || (forced !== "tsx" && existsSync(built) && statSync(built).mtimeMs >= newestSourceMtime());
-  return useBuilt ? [built] : ["--import", "tsx", path.join(ROOT, "src", `${name}.ts`)];
+  // tsx by absolute URL: a test may run the CLI in a directory of its own, where `--import tsx` would not resolve
+  const tsx = pathToFileURL(path.join(ROOT, "node_modules", "tsx", "dist", "loader.mjs")).href;
+  return useBuilt ? [built] : ["--import", tsx, path.join(ROOT, "src", `${name}.ts`)];
 }
 
 let newestCache: number | undefined;
@@ -55,9 +57,13 @@ export interface CliResult {
  * Runs `dumplings <args>`.
  *
  * @param args - command-line arguments
- * @param options - extra environment (the DUMPLINGS_* variables of the parent are removed first), cwd
+ * @param options - extra environment (the DUMPLINGS_* variables of the parent are removed first), cwd,
+ *   `input`: what the command reads on stdin (default: nothing, stdin closed)
  */
-export function runCli(args: string[], options: { env?: Record<string, string>; cwd?: string } = {}): CliResult {
+export function runCli(
+  args: string[],
+  options: { env?: Record<string, string>; cwd?: string; input?: string | Buffer } = {},
+): CliResult {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (v !== undefined && !k.startsWith("DUMPLINGS_")) env[k] = v;
@@ -66,6 +72,7 @@ export function runCli(args: string[], options: { env?: Record<string, string>; 
   const result = spawnSync(process.execPath, [...COMMAND, ...args], {
     cwd: options.cwd ?? ROOT,
     env,
+    input: options.input ?? "",
     encoding: "utf8",
     maxBuffer: 64 * 1024 * 1024,
   });

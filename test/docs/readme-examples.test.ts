@@ -56,6 +56,21 @@ async function node(file: string, cwd: string, env: NodeJS.ProcessEnv = {}) {
   });
 }
 
+describe("user docs", () => {
+  it("name no internal case numbers (pb-NN)", () => {
+    for (const file of ["README.md", "CHANGELOG.md"]) {
+      expect(readFileSync(path.join(root, file), "utf8"), file).not.toMatch(/\bpb-\d+/);
+    }
+  });
+
+  it("the bench finds Redis keys with SCAN, never KEYS", () => {
+    for (const file of ["registry.ts", "stores.ts", "run.ts"]) {
+      const code = readFileSync(path.join(root, "bench", file), "utf8");
+      expect(code, file).not.toMatch(/\.keys\(\s*[`"']|["']KEYS["']/);
+    }
+  });
+});
+
 describe("README examples", () => {
   it("the first example runs again and again without a ConflictError (load or create)", async () => {
     const dir = mkdtempSync(path.join(tmp, "first-"));

@@ -280,3 +280,36 @@ describe("SQLite archive split by month", () => {
     ).rejects.toThrow(/--vacuum/);
   });
 });
+
+describe("PostgreSQL keeps one snapshot table", async () => {
+  const { DATABASE_URL, postgresSkipReason } = await import("../helpers/services.js");
+  const skip = await postgresSkipReason();
+  it.skipIf(skip)(
+    "months() reports it unpartitioned; archiveDir and dropMonth are refused; vacuum full runs",
+    async () => {
+      const pg = (await import("pg")).default;
+      const { PostgresColdStore } = await import("../../src/workflow/cold-postgres.js");
+      const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+      const schema = `wf_ret_${Math.random().toString(36).slice(2, 12)}`;
+      const store = await CheckpointStore.open({
+        cold: new PostgresColdStore({ pool, schema }),
+        blobDir: path.join(tmp.dir, "pg-blobs"),
+      });
+      try {
+        await saveSteps(store, "p", [JAN, JAN + 1, FEB, Date.now()]);
+        expect(await store.months()).toEqual([
+          { month: "unpartitioned", snapshots: 4, oldestAt: JAN, newestAt: expect.any(Number) },
+        ]);
+        await expect(store.prune({ olderThan: 1, archiveDir: tmp.dir })).rejects.toBeInstanceOf(InvalidOptionError);
+        await expect(store.dropMonth("2025-01")).rejects.toBeInstanceOf(InvalidOptionError);
+        const out = await store.prune({ olderThan: new Date(Date.UTC(2025, 5, 1)), keepLast: 1, vacuum: "full" });
+        expect(out).toEqual({ deletedSnapshots: 3, deletedBlobs: 0, droppedMonths: [] });
+        expect((await store.history("p")).map((h) => h.stepIndex)).toEqual([3]);
+      } finally {
+        await store.close();
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await pool.end();
+      }
+    },
+  );
+});

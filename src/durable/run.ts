@@ -64,9 +64,17 @@ export interface RunDurableOptions<I = JsonValue> {
   owner?: string;
   /**
    * Lease duration (ms); renewed every third of it while the run executes. A
-   * cancellation is noticed at a renewal, so within a third of it. @default 30000
+   * refused renewal (a cancellation, a takeover) aborts the running step. @default 30000
    */
   leaseTtlMs?: number;
+  /**
+   * How often (ms) the executor reads the run's status while a step runs, so an
+   * operator's `cancel` (from any process) aborts the running step's
+   * `currentStep().signal` within about this long: one small read per interval
+   * per running run. `0` (or a value ≥ `leaseTtlMs / 3`): only the lease
+   * renewals notice it, within a third of the lease. @default 1000
+   */
+  cancelCheckMs?: number;
   /**
    * When another live owner holds the lease: wait up to this many ms for it
    * to be released or to expire (`0`: throw {@link LeaseHeldError} at once).
@@ -273,6 +281,24 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
     Math.max(10, Math.floor(ttl / 3)),
   );
   heartbeat.unref();
+  const checkEvery = options.cancelCheckMs ?? 1000;
+  let checking = false;
+  const cancelCheck =
+    checkEvery > 0 && checkEvery < Math.floor(ttl / 3)
+      ? setInterval(() => {
+          if (checking || abort.signal.aborted) return;
+          checking = true;
+          cancellationOf(journal, runId)
+            .then((cancelled) => {
+              if (cancelled && !abort.signal.aborted) abort.abort(cancelled);
+            })
+            .catch(() => undefined) // a failed read: the next check or renewal tells
+            .finally(() => {
+              checking = false;
+            });
+        }, checkEvery)
+      : undefined;
+  cancelCheck?.unref();
   try {
     const current = await journal.getRun(runId);
     const over = current && finished(current);
@@ -329,6 +355,7 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
     throw error;
   } finally {
     clearInterval(heartbeat);
+    if (cancelCheck) clearInterval(cancelCheck);
     await journal.releaseLease(runId, token).catch(() => undefined);
   }
 }

@@ -221,6 +221,8 @@ export interface DurableWorkerOptions extends DurableQueueOptions {
   stream?: RunEventStream;
   /** See `RunDurableOptions.inlineSleepMaxMs`. @default 1000 */
   inlineSleepMaxMs?: number;
+  /** See `RunDurableOptions.cancelCheckMs`: how soon an operator's cancel aborts a running step. @default 1000 */
+  cancelCheckMs?: number;
   /** Called after each job with the run's outcome (logging, metrics). */
   onResult?: (result: RunResult | { runId: string; status: "skipped"; reason: string }) => void;
 }
@@ -309,6 +311,7 @@ export class DurableWorker extends DurableQueue {
         leaseWaitMs: 0,
         ...(this.options.stream ? { stream: this.options.stream } : {}),
         inlineSleepMaxMs: this.options.inlineSleepMaxMs ?? 1000,
+        ...(this.options.cancelCheckMs !== undefined ? { cancelCheckMs: this.options.cancelCheckMs } : {}),
       });
       if (result.status === "waiting" && result.waitingFor.kind === "timer") {
         // The wake-up time is the store's clock; so is the delay.

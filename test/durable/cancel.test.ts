@@ -1,7 +1,7 @@
 /**
  * Cancellation, on the SQLite, PostgreSQL and Redis journals: `cancel()`
  * aborts the running step's `currentStep().signal` with a RunCancelledError
- * (the executor learns it when its lease renewal is refused), `runDurable`
+ * (the executor learns it from its status check, or when its lease renewal is refused), `runDurable`
  * returns `{ status: "cancelled" }`, a step started after the cancellation
  * throws and its body never runs, a cancelled run never runs again, and a
  * waiting run is released.
@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { currentStep, step, waitForSignal } from "../../src/durable/context.js";
 import { RunCancelledError } from "../../src/durable/errors.js";
 import { cancel, runDurable } from "../../src/durable/run.js";
-import { journalStores, type OpenedStore } from "../fixtures/durable/stores.js";
+import { journalFromEnv, journalStores, type OpenedStore } from "../fixtures/durable/stores.js";
 
 const stores = await journalStores();
 const opened: OpenedStore[] = [];
@@ -86,6 +86,37 @@ for (const store of stores) {
       ).toEqual({ runId: "c-run", status: "cancelled" });
       expect(calls).toBe(0);
       expect((await journal.readEvents("c-run")).filter((e) => e.type === "lease_acquired")).toHaveLength(leases);
+    });
+
+    it("a cancel from another journal instance aborts a running step long before the lease's renewal", async () => {
+      const o = store.open();
+      opened.push(o);
+      const journal = o.journal;
+      const operator = journalFromEnv(o.env); // another connection to the same journal: as the CLI in another process
+      let seen: unknown;
+      const wf = async () =>
+        step("long", async () => {
+          const signal = currentStep()?.signal;
+          try {
+            await wait(60_000, undefined, { signal });
+          } catch (e) {
+            seen = signal?.reason;
+            throw e;
+          }
+          return "finished";
+        });
+      // the default lease (30 s, renewed every 10 s): only the status check can notice within the bound below
+      const running = runDurable("c-check", wf, { journal, input: null, cancelCheckMs: 200 });
+      for (let i = 0; i < 400; i++) {
+        if ((await journal.readSteps("c-check"))[0]?.status === "started") break;
+        await wait(10);
+      }
+      const cancelledAt = Date.now();
+      await cancel(operator, "c-check", { by: "bob" });
+      expect(await running).toEqual({ runId: "c-check", status: "cancelled" });
+      expect(Date.now() - cancelledAt, "noticed by the status check, not at the renewal 10 s later").toBeLessThan(5000);
+      expect(seen).toMatchObject({ code: "RUN_CANCELLED", by: "bob" });
+      await operator.close();
     });
 
     it("a step started after the cancellation throws RunCancelledError and its body never runs", async () => {

@@ -140,6 +140,8 @@ const UNPARTITIONED = "unpartitioned";
  */
 export function snapshotMonth(ms: number): string {
   const d = new Date(ms);
+  // A time past year 9999 (or past what Date holds) files under the last month a table name can carry.
+  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() > 9999) return "9999-12";
   return `${String(d.getUTCFullYear()).padStart(4, "0")}-${String(d.getUTCMonth() + 1).padStart(2, "0")}`;
 }
 

@@ -846,6 +846,9 @@ function prepare(db: BetterSqlite3.Database): Statements {
  */
 const MIGRATIONS: SqliteMigrations = {
   component: "sessions",
+  // The original design's single `sessions` table: migrated (not refused) by a read-only open.
+  present: (db) =>
+    db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'").get() !== undefined,
   adopt(db) {
     const version = Number(db.pragma("user_version", { simple: true }));
     if (version > SQLITE_SCHEMA_VERSION) {

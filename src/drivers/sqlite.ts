@@ -94,6 +94,13 @@ export interface SqliteMigrations {
    * transaction when the ledger has no row for the component.
    */
   adopt?(db: BetterSqlite3.Database): number;
+  /**
+   * Optional: true when the file holds this component's tables in a layout
+   * written before the ledger (the original design's), which the migrations
+   * upgrade: such a file is migrated, not refused, when opened with
+   * `create: false` (reading an existing store is not creating one).
+   */
+  present?(db: BetterSqlite3.Database): boolean;
 }
 
 /** How a component opens its file (beyond the user's options). */
@@ -481,7 +488,7 @@ export class SqliteDriver implements SqlDriver {
       );
       check(Math.max(0, ...applied));
       const adopted = applied.size === 0 && set.adopt ? set.adopt(db) : 0;
-      if (mustExist && applied.size === 0 && adopted === 0) {
+      if (mustExist && applied.size === 0 && adopted === 0 && set.present?.(db) !== true) {
         // Thrown inside the transaction: the ledger created above (and whatever adopt looked at) is rolled back.
         throw new StoreNotFoundError(this.name, this.path, `no ${set.component} tables in this file`);
       }

@@ -44,11 +44,19 @@ import type {
   WorkflowSummary,
 } from "./cold.js";
 
+/** The part of a database {@link WorkflowMigrations.present} uses. */
+export interface TableLookup {
+  prepare(sql: string): { get(): unknown };
+}
+const ORIGINAL_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workflow_snapshots'";
+
 /** The cold store's versioned tables, in the shape both drivers take. */
 export interface WorkflowMigrations {
   /** `workflow`: the component's key in the migration ledger. */
   component: string;
   migrations: readonly { version: number; name: string; up: readonly string[] }[];
+  /** SQLite: true when the file holds the original design's archive (migrated, not refused, by a read-only open). */
+  present?(db: TableLookup): boolean;
 }
 
 /**
@@ -114,7 +122,13 @@ export function workflowMigrations(dialect: "sqlite" | "postgres"): WorkflowMigr
       PRIMARY KEY (workflow_id, step_index, ref))`,
     `CREATE INDEX IF NOT EXISTS workflow_blob_refs_ref ON ${t("workflow_blob_refs")} (ref)`,
   ];
-  return { component: "workflow", migrations: [{ version: 1, name: "workflow tables", up: v1 }] };
+  return {
+    component: "workflow",
+    migrations: [{ version: 1, name: "workflow tables", up: v1 }],
+    // An archive of the original design (its `workflow_snapshots` table, no ledger): migrated, not refused,
+    // by a read-only open (SQLite; the original design had no PostgreSQL archive).
+    ...(pg ? {} : { present: (db: TableLookup) => db.prepare(ORIGINAL_TABLE).get() !== undefined }),
+  };
 }
 
 /** Options of {@link SqlColdStore} beyond its driver. */
@@ -140,8 +154,6 @@ const UNPARTITIONED = "unpartitioned";
  */
 export function snapshotMonth(ms: number): string {
   const d = new Date(ms);
-  // A time past year 9999 (or past what Date holds) files under the last month a table name can carry.
-  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() > 9999) return "9999-12";
   return `${String(d.getUTCFullYear()).padStart(4, "0")}-${String(d.getUTCMonth() + 1).padStart(2, "0")}`;
 }
 

@@ -208,6 +208,20 @@ describe("SQLite rows of the original design", () => {
     backend.close();
   });
 
+  it("the read-only commands (ls, show) open a database of the original design that nothing has opened yet", () => {
+    const file = freshPath();
+    originalDatabase(file);
+    const listed = runJson<unknown>(["ls", "--backend", "sqlite", "--db", file]);
+    expect(JSON.stringify(listed)).toContain("weather");
+    expect(JSON.stringify(listed)).toContain("notes");
+    const shown = runJson<{ messages: { total: number } }>(["show", "notes", "--backend", "sqlite", "--db", file]);
+    expect(shown.messages.total).toBe(2);
+    // A file that holds no sessions table is still no store (nothing created).
+    const other = freshPath();
+    new Database(other).exec("CREATE TABLE unrelated (x)");
+    expect(runCli(["ls", "--backend", "sqlite", "--db", other]).code).toBe(3);
+  });
+
   it("dumplings show and export read the original rows (once the library has opened the file)", () => {
     const file = freshPath();
     originalDatabase(file);

@@ -23,6 +23,7 @@ import {
   ResumableGraphRunner,
   START,
 } from "../../src/workflow/index.js";
+import { runJson } from "../cli/run-cli.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 import { sqliteStore, tempDir } from "./helpers.js";
 
@@ -202,6 +203,25 @@ describe("a SQLite archive in the original layout", () => {
     expect(step3).toHaveLength(1);
     expect(step3[0]?.startsWith('{"workflowId":"wf-orig"')).toBe(true);
     expect(rows(file, "wf-done")).toHaveLength(4);
+  });
+
+  it("dumplings workflows show reads an original archive nothing has opened yet; its rows stay as they were", () => {
+    const dir = path.join(tmp.dir, `a${n++}`);
+    mkdirSync(dir, { recursive: true });
+    const file = path.join(dir, "checkpoints.db");
+    originalDatabase(file, { "wf-cli": ORIGINAL_STEPS });
+    const before = rows(file, "wf-cli");
+    const shown = runJson<{
+      summary: { latestStep: number; currentNode: string; status: string };
+      history: { stepIndex: number; nodeName: string }[];
+    }>(["workflows", "show", "wf-cli", "--store", `sqlite:${file}`]);
+    expect(shown.summary).toMatchObject({ latestStep: 2, currentNode: "write", status: "running" });
+    expect(shown.history.map((h) => [h.stepIndex, h.nodeName])).toEqual([
+      [0, START],
+      [1, "plan"],
+      [2, "research"],
+    ]);
+    expect(rows(file, "wf-cli")).toEqual(before);
   });
 
   it("an unknown field of an original snapshot is a typed error naming it; nothing is written", async () => {

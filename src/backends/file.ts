@@ -27,7 +27,7 @@
  * ## Appends: O(new messages) (`write(key, state, { expectedRevision, baseLength })`)
  *
  * Files written by this backend carry `[META] revision`, `generation`,
- * `history_sha256` and `checksum` (see "Identity and integrity" below), pad
+ * `history_crc32` and `header_crc32` (see "Identity and integrity" below), pad
  * `saved_at`, `message_count` and `revision` with trailing spaces to fixed widths, and
  * end the header with a padding comment line (`#` + spaces) before
  * `[HISTORY]`, so the header can be rewritten in place without moving a byte
@@ -83,12 +83,12 @@
  * unlinks; a writer removes it, and a whole-file write removes any journal of
  * the previous incarnation.
  *
- * `history_sha256` chains the history lines (see `core/codec.ts`): an append
+ * `history_crc32` is a running CRC-32 of the history lines (see `core/codec.ts`): an append
  * extends it from the stored value, and every reader checks the committed
  * lines against it, so a duplicated, reordered or edited line is a
  * `FormatError`, never other data. Only files with a `revision` (written
- * here) may carry an uncommitted tail; a writer verifies the chain before it
- * truncates one, so a real message is never cut as a "tail". `checksum`
+ * here) may carry an uncommitted tail; a writer verifies the checksum before it
+ * truncates one, so a real message is never cut as a "tail". `header_crc32`
  * seals the header. Files of older versions (no generation/chain) load as
  * before and are rewritten whole on their next save.
  *
@@ -148,9 +148,10 @@ import {
   decodeUtf8,
   encodeHeader,
   encodeHistoryLines,
-  HISTORY_CHAIN_START,
-  historyChain,
-  historyChainOfLines,
+  crcHex,
+  HISTORY_CRC_START,
+  historyCrc,
+  historyCrcOfLines,
   isGzip,
   type ParsedHeader,
 } from "../core/codec.js";
@@ -208,9 +209,9 @@ interface FileInfo {
   /** Compact JSON of the first and the last stored message (checked against `baseLength` before appending). */
   firstLine: string | undefined;
   lastLine: string | undefined;
-  /** `[META] generation` and `history_sha256` (absent in files of older versions: those are rewritten whole). */
+  /** `[META] generation` and `history_crc32` (absent in files of older versions: those are rewritten whole). */
   generation: string | undefined;
-  historySha256: string | undefined;
+  historyCrc32: string | undefined;
 }
 
 function sleep(ms: number): Promise<void> {
@@ -250,12 +251,12 @@ function readHead(fd: number): Buffer | undefined {
 /**
  * Scans a plain `.duas` file's bytes: parses the header and finds the end of
  * the `message_count`-th history line (the committed end). With `verify`, the
- * committed lines are also checked against `history_sha256` (a writer does so
+ * committed lines are also checked against `history_crc32` (a writer does so
  * before it truncates what follows them: a duplicated or edited line must not
  * turn a real message into a "tail" that is cut off).
  *
  * @throws {FormatError} for a bad header, fewer complete history lines than `message_count`,
- *   or (with `verify`) lines that do not match `history_sha256`
+ *   or (with `verify`) lines that do not match `history_crc32`
  */
 function scanPlain(
   buf: Buffer,
@@ -280,7 +281,7 @@ function scanPlain(
   let n = 0;
   let first: [number, number] = [pos, pos];
   let last: [number, number] = [pos, pos];
-  let chain = verify && header.historySha256 !== undefined ? HISTORY_CHAIN_START : undefined;
+  let crc = verify && header.historyCrc32 !== undefined ? HISTORY_CRC_START : undefined;
   while (n < header.meta.messageCount) {
     const nl = buf.indexOf(0x0a, pos);
     if (nl < 0) {
@@ -293,13 +294,13 @@ function scanPlain(
       if (n === 0) first = [pos, nl];
       last = [pos, nl];
       n++;
-      if (chain !== undefined) chain = historyChain(chain, buf.subarray(pos, buf[nl - 1] === 0x0d ? nl - 1 : nl));
+      if (crc !== undefined) crc = historyCrc(crc, buf.subarray(pos, buf[nl - 1] === 0x0d ? nl - 1 : nl));
     }
     pos = nl + 1;
   }
-  if (chain !== undefined && chain !== header.historySha256) {
+  if (crc !== undefined && crcHex(crc) !== header.historyCrc32) {
     throw new FormatError(
-      "the history does not match history_sha256 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
+      "the history does not match history_crc32 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
       { file: source, line: header.historyLine },
     );
   }
@@ -636,7 +637,7 @@ export class FileBackend implements StateBackend {
       firstLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.first) : undefined,
       lastLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.last) : undefined,
       generation: scan.header.generation,
-      historySha256: scan.header.historySha256,
+      historyCrc32: scan.header.historyCrc32,
     };
     this.cache.set(key, info);
     return info;
@@ -653,7 +654,7 @@ export class FileBackend implements StateBackend {
   ): WriteResult | undefined {
     const count = state.history.length;
     // A file of an older version has no history chain to extend: it is rewritten whole once.
-    if (info.generation === undefined || info.historySha256 === undefined) return undefined;
+    if (info.generation === undefined || info.historyCrc32 === undefined) return undefined;
     // "Stored unchanged" is checked, not assumed: the first and the boundary message must match what is on disk.
     if (base > 0) {
       try {
@@ -664,7 +665,7 @@ export class FileBackend implements StateBackend {
       }
     }
     const linesText = encodeHistoryLines(state.history.slice(base), state.meta.protocol, base);
-    const historySha256 = historyChainOfLines(info.historySha256, linesText);
+    const historyCrc32 = crcHex(historyCrcOfLines(Number.parseInt(info.historyCrc32, 16), linesText));
     let header: Buffer;
     try {
       header = Buffer.from(
@@ -673,7 +674,7 @@ export class FileBackend implements StateBackend {
           fixedWidth: true,
           padTo: info.header.length,
           generation: info.generation,
-          historySha256,
+          historyCrc32,
           checksum: true,
         }),
         "utf8",
@@ -722,7 +723,7 @@ export class FileBackend implements StateBackend {
       firstLine: base === 0 ? jsonOf(state.history[0]) : info.firstLine,
       lastLine: count > base ? jsonOf(state.history[count - 1]) : info.lastLine,
       generation: info.generation,
-      historySha256,
+      historyCrc32,
     });
     return { revision, written: count - base, rewritten: false };
   }
@@ -787,8 +788,8 @@ export class FileBackend implements StateBackend {
     const lines = encodeHistoryLines(state.history, state.meta.protocol);
     // A new incarnation of the file: a header journal of any earlier one never applies to it.
     const generation = randomBytes(16).toString("hex");
-    const historySha256 = historyChainOfLines(HISTORY_CHAIN_START, lines);
-    const sealed = { revision, generation, historySha256, checksum: true };
+    const historyCrc32 = crcHex(historyCrcOfLines(HISTORY_CRC_START, lines));
+    const sealed = { revision, generation, historyCrc32, checksum: true };
     let header: string;
     if (this.gzip) {
       header = encodeHeader(state, count, sealed);
@@ -838,7 +839,7 @@ export class FileBackend implements StateBackend {
         firstLine: jsonOf(state.history[0]),
         lastLine: jsonOf(state.history[count - 1]),
         generation,
-        historySha256,
+        historyCrc32,
       });
     }
     return { revision, written: count, rewritten: true };
@@ -990,7 +991,7 @@ export class FileBackend implements StateBackend {
     const input = gz ? stream.pipe(createGunzip()) : stream;
     if (gz) stream.on("error", (e) => input.destroy(e));
     // Same rules as decodeState over the whole text: lines split on "\n" only, strict UTF-8 per line,
-    // the last line must end with "\n", message_count and history_sha256 checked at the end. Only a
+    // the last line must end with "\n", message_count and history_crc32 checked at the end. Only a
     // FileBackend file (it has a revision) may carry an uncommitted tail after its message_count lines.
     let any = false;
     try {

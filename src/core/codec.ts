@@ -20,8 +20,8 @@
  * message_count = 3                 ← checked on load: a cut file is caught
  * revision = 7                      ← only in files written by FileBackend,
  * generation = 3f0c…                ←   as are these three (see "Integrity" below)
- * history_sha256 = 9a4e…
- * checksum = 51d2…
+ * history_crc32 = 9a4e01c2
+ * header_crc32 = 51d2e7f0
  *
  * [CONFIG]
  * prompt = "You are terse.\nAnswer in French."
@@ -47,8 +47,8 @@
  * Every line ends with `\n` (the last one too). Sections appear exactly once,
  * in this order. Before `[HISTORY]`, blank lines and lines starting with `#`
  * or `;` are comments; a comment never follows a value on the same line.
- * Every key is required except `revision`, `generation`, `history_sha256`,
- * `checksum` and the `field.*` keys; unknown and duplicate keys are errors
+ * Every key is required except `revision`, `generation`, `history_crc32`,
+ * `header_crc32` and the `field.*` keys; unknown and duplicate keys are errors
  * (nothing is ever silently dropped).
  *
  * ## Integrity (files written by FileBackend)
@@ -57,22 +57,24 @@
  * swapped or duplicated history line, a flipped byte inside a string. Files
  * written by FileBackend therefore carry, in `[META]`:
  *
- * - `history_sha256`: a hash chain over the history lines
- *   (`h0 = 64 zeros`, `h(i+1) = sha256(h(i) + "\n" + line)`, blank lines
- *   skipped, a `\r` before `\n` removed), so an append extends it from the
- *   stored value in O(new messages);
+ * - `history_crc32`: the CRC-32 of the history lines, each with its `\n`
+ *   (blank lines skipped, a `\r` before `\n` removed): a running checksum,
+ *   so an append extends it from the stored value in O(new messages);
  * - `generation`: a random id of the file's incarnation (new with every
  *   whole-file write), which binds FileBackend's header journal to the file;
- * - `checksum`: SHA-256 of the canonical header — the header as
+ * - `header_crc32`: the CRC-32 of the canonical header — the header as
  *   {@link encodeHeader} writes it without fixed-width padding, without the
- *   padding comment and without the `checksum` line — recomputed from the
+ *   padding comment and without the `header_crc32` line — recomputed from the
  *   parsed values on read.
  *
- * Every reader of this module verifies both when present ({@link decodeState},
- * and {@link DuasLineParser} for streaming readers: the header before the
- * first message, the chain in {@link DuasLineParser.end}); a mismatch is a
- * {@link FormatError}. A header with `generation` or `history_sha256` but no
- * `checksum` is refused. Text without them (written by {@link encodeState},
+ * They detect corruption and accidental edits (a flipped bit, a duplicated,
+ * swapped or cut line: all but one in 2^32 of random damage), not tampering:
+ * anyone who can edit the file can recompute any unkeyed checksum. Every
+ * reader of this module verifies both when present ({@link decodeState}, and
+ * {@link DuasLineParser} for streaming readers: the header before the first
+ * message, the history in {@link DuasLineParser.end}); a mismatch is a
+ * {@link FormatError}. A header with `generation` or `history_crc32` but no
+ * `header_crc32` is refused. Text without them (written by {@link encodeState},
  * by the original design or by hand) is checked structurally only.
  *
  * ## Escaping rule (string values of `[META]` and `[CONFIG]`)
@@ -119,7 +121,7 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import * as zlib from "node:zlib";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { FormatError, InvalidStateError } from "./errors.js";
 import { assertJson, checkStoredJson } from "./json.js";
@@ -245,9 +247,9 @@ export interface HeaderLayout {
   padTo?: number;
   /** Write `[META] generation = <id>`: the identity of this file's incarnation (FileBackend). */
   generation?: string;
-  /** Write `[META] history_sha256 = <hex>`: the {@link historyChain} of the history lines. */
-  historySha256?: string;
-  /** Write `[META] checksum = <hex>`: SHA-256 of the canonical header (module doc, "Integrity"). @default false */
+  /** Write `[META] history_crc32 = <8 hex digits>`: the {@link historyCrc} of the history lines. */
+  historyCrc32?: string;
+  /** Write `[META] header_crc32`: the CRC-32 of the canonical header (module doc, "Integrity"). @default false */
   checksum?: boolean;
 }
 
@@ -330,7 +332,7 @@ export function encodeHeader(state: AgentState, messageCount: number, layout: He
   let out = prefix + metaLines(meta, messageCount, layout, layout.fixedWidth === true);
   if (layout.checksum === true) {
     const canonical = metaLines(meta, messageCount, layout, false);
-    out += line("checksum", sha256Hex([prefix, canonical, body]));
+    out += line("header_crc32", crcHex(crcOf([prefix, canonical, body])));
   }
   out += body;
   if (layout.padTo !== undefined) {
@@ -346,7 +348,7 @@ function headerPrefix(meta: StateMeta): string {
   return `${DUAS_MAGIC_LINE}\n${FORMAT_LINE_PREFIX}${meta.formatVersion}\n${DUAS_WARNING_LINE}\n\n[META]\n`;
 }
 
-/** The `[META]` key lines (without `checksum`), fixed-width or canonical. */
+/** The `[META]` key lines (without `header_crc32`), fixed-width or canonical. */
 function metaLines(meta: StateMeta, messageCount: number, layout: HeaderLayout, fw: boolean): string {
   let out =
     line("format_version", encodeIniString(meta.formatVersion)) +
@@ -361,7 +363,7 @@ function metaLines(meta: StateMeta, messageCount: number, layout: HeaderLayout, 
     out += line("revision", fixed(String(layout.revision), fw ? FIXED_WIDTHS.revision : undefined));
   }
   if (layout.generation !== undefined) out += line("generation", encodeIniString(layout.generation));
-  if (layout.historySha256 !== undefined) out += line("history_sha256", encodeIniString(layout.historySha256));
+  if (layout.historyCrc32 !== undefined) out += line("history_crc32", encodeIniString(layout.historyCrc32));
   return out;
 }
 
@@ -387,45 +389,60 @@ function headerBody(config: AgentConfig, st: AgentState["state"]): string {
   return `${out}\n`;
 }
 
-function sha256Hex(parts: readonly string[]): string {
-  const h = createHash("sha256");
-  for (const p of parts) h.update(p, "utf8");
-  return h.digest("hex");
-}
+const nativeCrc32 = (zlib as { crc32?: (data: string | Uint8Array, value?: number) => number }).crc32;
+let crcTable: Uint32Array | undefined;
 
-/** The value of `[META] history_sha256` for an empty history. @internal */
-export const HISTORY_CHAIN_START = "0".repeat(64);
-
-/**
- * One step of the history chain: `sha256(previous + "\n" + line)` in hex, where
- * `line` is a `[HISTORY]` line without its `\n` (and without a `\r` before it).
- * `[META] history_sha256` is the chain over every message line in order,
- * starting from {@link HISTORY_CHAIN_START}, so an append extends it from the
- * stored value without reading the history again. @internal
- *
- * @param previous - the chain so far
- * @param text - one history line (a string, or its UTF-8 bytes: the same value)
- * @returns the new chain value (64 hex digits)
- */
-export function historyChain(previous: string, text: string | Uint8Array): string {
-  const h = createHash("sha256").update(previous, "utf8").update("\n");
-  return (typeof text === "string" ? h.update(text, "utf8") : h.update(text)).digest("hex");
-}
-
-/**
- * {@link historyChain} over the lines of `text` (history lines as written by
- * {@link encodeHistoryLines}: each ends with `\n`). @internal
- */
-export function historyChainOfLines(previous: string, text: string): string {
-  let chain = previous;
-  let pos = 0;
-  while (pos < text.length) {
-    const nl = text.indexOf("\n", pos);
-    const end = nl < 0 ? text.length : nl;
-    chain = historyChain(chain, text.slice(pos, end));
-    pos = end + 1;
+/** CRC-32 (the zlib/gzip polynomial) of `data` continued from `value`: zlib's where Node has it (>= 20.15). */
+function crc32(data: string | Uint8Array, value = 0): number {
+  if (nativeCrc32) return nativeCrc32(data, value);
+  if (!crcTable) {
+    crcTable = new Uint32Array(256);
+    for (let n = 0; n < 256; n++) {
+      let c = n;
+      for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+      crcTable[n] = c >>> 0;
+    }
   }
-  return chain;
+  const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+  let c = ~value >>> 0;
+  for (let i = 0; i < bytes.length; i++) c = (crcTable[(c ^ (bytes[i] as number)) & 0xff] as number) ^ (c >>> 8);
+  return ~c >>> 0;
+}
+
+function crcOf(parts: readonly string[]): number {
+  let c = 0;
+  for (const p of parts) c = crc32(p, c);
+  return c;
+}
+
+/** 8 lowercase hex digits. @internal */
+export function crcHex(value: number): string {
+  return value.toString(16).padStart(8, "0");
+}
+
+/** The running value of `[META] history_crc32` for an empty history. @internal */
+export const HISTORY_CRC_START = 0;
+
+/**
+ * Continues the history checksum with one `[HISTORY]` line (given without its
+ * `\n`, and without a `\r` before it; the `\n` is counted): `history_crc32`
+ * is the CRC-32 of every message line with its `\n`, in order, so an append
+ * extends it from the stored value without reading the history again. @internal
+ *
+ * @param previous - the running value so far ({@link HISTORY_CRC_START} for none)
+ * @param text - one history line (a string, or its UTF-8 bytes: the same value)
+ * @returns the new running value
+ */
+export function historyCrc(previous: number, text: string | Uint8Array): number {
+  return crc32("\n", crc32(text, previous));
+}
+
+/**
+ * {@link historyCrc} over history lines as written by {@link encodeHistoryLines}
+ * (each ends with `\n`). @internal
+ */
+export function historyCrcOfLines(previous: number, text: string): number {
+  return crc32(text, previous);
 }
 
 /**
@@ -508,8 +525,8 @@ export interface ParsedHeader {
   revision: number | undefined;
   /** `[META] generation` (FileBackend: the file's incarnation), when present. */
   generation?: string;
-  /** `[META] history_sha256` (verified against the history by {@link DuasLineParser.end}), when present. */
-  historySha256?: string;
+  /** `[META] history_crc32` (verified against the history by {@link DuasLineParser.end}), when present. */
+  historyCrc32?: string;
   /** 1-based line number of the `[HISTORY]` line. */
   historyLine: number;
 }
@@ -529,12 +546,12 @@ const META_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
   ["message_count", ["messageCount", "int"]],
   ["revision", ["revision", "int"]],
   ["generation", ["generation", "string"]],
-  ["history_sha256", ["historySha256", "string"]],
-  ["checksum", ["checksum", "string"]],
+  ["history_crc32", ["historyCrc32", "string"]],
+  ["header_crc32", ["headerCrc32", "string"]],
 ]);
 /** `[META]` keys a file may leave out (files not written by FileBackend have none of them). */
-const OPTIONAL_META = new Set(["revision", "generation", "history_sha256", "checksum"]);
-const HEX64 = /^[0-9a-f]{64}$/;
+const OPTIONAL_META = new Set(["revision", "generation", "history_crc32", "header_crc32"]);
+const HEX8 = /^[0-9a-f]{8}$/;
 const CONFIG_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
   ["prompt", ["prompt", "string"]],
   ["api_provider", ["apiProvider", "string"]],
@@ -589,8 +606,8 @@ export class DuasLineParser {
   private formatVersionText = "";
   private parsedHeader: ParsedHeader | undefined;
   private schema: ReturnType<typeof messageSchemaFor> | undefined;
-  /** The history chain so far, when the header has `history_sha256`. */
-  private chain: string | undefined;
+  /** The running history checksum, when the header has `history_crc32`. */
+  private crc: number | undefined;
   /** Number of history messages parsed so far. */
   messages = 0;
 
@@ -835,23 +852,23 @@ export class DuasLineParser {
     }
     const revision = this.meta.revision as number | undefined;
     const generation = this.meta.generation as string | undefined;
-    const historySha256 = this.meta.historySha256 as string | undefined;
-    const checksum = this.meta.checksum as string | undefined;
+    const historyCrc32 = this.meta.historyCrc32 as string | undefined;
+    const checksum = this.meta.headerCrc32 as string | undefined;
     delete this.meta.revision;
     delete this.meta.generation;
-    delete this.meta.historySha256;
-    delete this.meta.checksum;
+    delete this.meta.historyCrc32;
+    delete this.meta.headerCrc32;
     for (const [k, v] of [
-      ["history_sha256", historySha256],
-      ["checksum", checksum],
+      ["history_crc32", historyCrc32],
+      ["header_crc32", checksum],
     ] as const) {
-      if (v !== undefined && !HEX64.test(v)) {
-        this.fail(`${k} must be 64 lowercase hex digits`, { line: this.seen.get(`META.${k}`) });
+      if (v !== undefined && !HEX8.test(v)) {
+        this.fail(`${k} must be 8 lowercase hex digits`, { line: this.seen.get(`META.${k}`) });
       }
     }
-    if (checksum === undefined && (generation !== undefined || historySha256 !== undefined)) {
+    if (checksum === undefined && (generation !== undefined || historyCrc32 !== undefined)) {
       // the writer seals every header that carries these: one without its seal was edited or cut
-      this.fail("the header has generation/history_sha256 but no checksum (edited or corrupted file)");
+      this.fail("the header has generation/history_crc32 but no header_crc32 (edited or corrupted file)");
     }
     this.st.fields = this.fields;
     let header: ParsedHeader;
@@ -862,25 +879,27 @@ export class DuasLineParser {
       const st = { ...p.state, fields: this.fields as AgentState["state"]["fields"] };
       header = { meta: p.meta, config: p.config, state: st, revision, historyLine: this.lineNo };
       if (generation !== undefined) header.generation = generation;
-      if (historySha256 !== undefined) header.historySha256 = historySha256;
+      if (historyCrc32 !== undefined) header.historyCrc32 = historyCrc32;
     } catch (e) {
       if (e instanceof InvalidStateError) this.fail(e.message, { cause: e, line: lineOf(e.path) });
       throw e;
     }
     if (checksum !== undefined) {
-      const layout = { revision, generation, historySha256 };
-      const expected = sha256Hex([
+      const layout = { revision, generation, historyCrc32 };
+      const expected = crcHex(
+        crcOf([
         headerPrefix(header.meta),
         metaLines(header.meta, header.meta.messageCount, layout, false),
-        headerBody(header.config, header.state),
-      ]);
+          headerBody(header.config, header.state),
+        ]),
+      );
       if (expected !== checksum) {
-        this.fail("the header does not match its checksum (edited or corrupted file)", {
-          line: this.seen.get("META.checksum"),
+        this.fail("the header does not match header_crc32 (edited or corrupted file)", {
+          line: this.seen.get("META.header_crc32"),
         });
       }
     }
-    this.chain = historySha256 === undefined ? undefined : HISTORY_CHAIN_START;
+    this.crc = historyCrc32 === undefined ? undefined : HISTORY_CRC_START;
     this.parsedHeader = header;
     this.schema = messageSchemaFor(header.meta.protocol);
   }
@@ -903,14 +922,14 @@ export class DuasLineParser {
       this.fail(`history[${index}]${path}: ${issue?.message ?? "not a valid message"}`, { cause: r.error });
     }
     this.messages++;
-    if (this.chain !== undefined) this.chain = historyChain(this.chain, text);
+    if (this.crc !== undefined) this.crc = historyCrc(this.crc, text);
     return value as Message;
   }
 
   /**
    * Checks the end of input: the header is complete, the number of
    * messages equals `message_count` and, when the header has
-   * `history_sha256`, the messages fed match it.
+   * `history_crc32`, the messages fed match it.
    *
    * @throws {FormatError} when truncated, when the count differs or the history does not match its hash
    */
@@ -924,9 +943,9 @@ export class DuasLineParser {
         `message_count is ${h.meta.messageCount} but [HISTORY] holds ${this.messages} messages (truncated or edited file)`,
       );
     }
-    if (this.chain !== undefined && this.chain !== h.historySha256) {
+    if (this.crc !== undefined && crcHex(this.crc) !== h.historyCrc32) {
       this.fail(
-        "the history does not match history_sha256 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
+        "the history does not match history_crc32 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
         { line: h.historyLine },
       );
     }

@@ -5,7 +5,7 @@
  * `show` and `export`. The cases are the ones found by fuzzing: a duplicated
  * history line (it used to push the real last message out as an "uncommitted
  * tail", and the next save made that permanent), swapped lines and edited
- * bytes (caught by `history_sha256` / `checksum`), invalid UTF-8 and a
+ * bytes (caught by `history_crc32` / `header_crc32`), invalid UTF-8 and a
  * missing final newline (the streaming paths used to accept both).
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -108,7 +108,7 @@ describe("a duplicated history line (item: the file backend accepted m1, m1, m2)
       return join(l);
     });
     const before = readFileSync(path.join(dir, `${KEY}.duas`));
-    expectAllRefuse(await allPaths(dir), /history_sha256|message_count/);
+    expectAllRefuse(await allPaths(dir), /history_crc32|message_count/);
     // A writer (no cache) refuses too, and leaves the bytes as they are: the real last message stays.
     const next = makeState([...history, { role: "user", content: "more" }], {
       name: "integrity",
@@ -142,7 +142,7 @@ describe("other data in a structurally valid file", () => {
         const i = firstMessage(l);
         [l[i], l[i + 1]] = [l[i + 1] as string, l[i] as string];
       },
-      /history_sha256/,
+      /history_crc32/,
     ],
     [
       "a byte changed inside a message",
@@ -150,7 +150,7 @@ describe("other data in a structurally valid file", () => {
         const i = firstMessage(l) + 1;
         l[i] = (l[i] as string).replace("hello", "hellp");
       },
-      /history_sha256/,
+      /history_crc32/,
     ],
     [
       "a byte changed inside the prompt",
@@ -158,15 +158,15 @@ describe("other data in a structurally valid file", () => {
         const i = l.findIndex((x) => x.startsWith("prompt = "));
         l[i] = (l[i] as string).replace("terse", "tersf");
       },
-      /checksum/,
+      /header_crc32/,
     ],
     [
-      "a history_sha256 recomputed for an edited history (the header's checksum still holds the old one)",
+      "a history_crc32 recomputed for an edited history (header_crc32 still holds the old one)",
       (l: string[]) => {
-        const i = l.findIndex((x) => x.startsWith("history_sha256 = "));
-        l[i] = `history_sha256 = ${"0".repeat(64)}`;
+        const i = l.findIndex((x) => x.startsWith("history_crc32 = "));
+        l[i] = "history_crc32 = 00000000";
       },
-      /checksum/,
+      /header_crc32/,
     ],
   ])("%s is a FormatError on every path", async (_, edit, pattern) => {
     const dir = await stored((b) => {

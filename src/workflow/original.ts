@@ -57,7 +57,7 @@ export function storedTimeMs(value: unknown): number {
     return Date.parse(iso);
   } else return Number.NaN;
   if (!Number.isFinite(n) || n < 0) return Number.NaN;
-  return Math.round(Math.abs(n) < SECONDS_LIMIT ? n * 1000 : n);
+  return Math.round(n < SECONDS_LIMIT ? n * 1000 : n);
 }
 
 /**

@@ -29,7 +29,6 @@ import path from "node:path";
 import { BackendError, ConflictError, InvalidOptionError } from "../core/errors.js";
 import { wholeOption } from "../drivers/options.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
-import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
 import type {
   ColdPruneOptions,
   ColdStore,
@@ -43,6 +42,7 @@ import type {
   WorkflowRowStatus,
   WorkflowSummary,
 } from "./cold.js";
+import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
 
 /** The part of a database {@link WorkflowMigrations.present} uses. */
 export interface TableLookup {
@@ -154,6 +154,8 @@ const UNPARTITIONED = "unpartitioned";
  */
 export function snapshotMonth(ms: number): string {
   const d = new Date(ms);
+  // A time past year 9999 (or past what Date holds) files under the last month a table name can carry.
+  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() > 9999) return "9999-12";
   return `${String(d.getUTCFullYear()).padStart(4, "0")}-${String(d.getUTCMonth() + 1).padStart(2, "0")}`;
 }
 
@@ -332,10 +334,10 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** {@inheritDoc ColdStore.read} */
   async read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined> {
     const what = `cannot read step ${stepIndex} of workflow "${workflowId}"`;
-    const r = await this.driver.query(
+    const r = await this.readMonths(
       what,
       workflowId,
-      this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1 AND step_index = $2"),
+      (tables) => this.acrossMonths(tables, "workflow_id = $1 AND step_index = $2"),
       [workflowId, stepIndex],
     );
     return r.rows[0] && toSnapshot(r.rows[0]);
@@ -344,10 +346,10 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** {@inheritDoc ColdStore.latest} (in whichever month it lives) */
   async latest(workflowId: string): Promise<StoredSnapshot | undefined> {
     const what = `cannot read latest checkpoint of workflow "${workflowId}"`;
-    const r = await this.driver.query(
+    const r = await this.readMonths(
       what,
       workflowId,
-      `${this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1")} ORDER BY step_index DESC LIMIT 1`,
+      (tables) => `${this.acrossMonths(tables, "workflow_id = $1")} ORDER BY step_index DESC LIMIT 1`,
       [workflowId],
     );
     return r.rows[0] && toSnapshot(r.rows[0]);
@@ -372,10 +374,10 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** {@inheritDoc ColdStore.history} */
   async history(workflowId: string): Promise<StoredSnapshot[]> {
     const what = `cannot read history of workflow "${workflowId}"`;
-    const r = await this.driver.query(
+    const r = await this.readMonths(
       what,
       workflowId,
-      `${this.acrossMonths(await this.snapshotTables(undefined, what), "workflow_id = $1")} ORDER BY step_index`,
+      (tables) => `${this.acrossMonths(tables, "workflow_id = $1")} ORDER BY step_index`,
       [workflowId],
     );
     return r.rows.map(toSnapshot);
@@ -735,6 +737,27 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     );
     await query(`CREATE INDEX IF NOT EXISTS ${this.driver.table(`${name}_created_at`)} ON ${table} (created_at)`);
     return table;
+  }
+
+  /**
+   * Runs a read over the snapshot tables listed just before. A month another process drops
+   * in between ("no such table") is a reason to list them again, once.
+   */
+  private async readMonths(
+    what: string,
+    key: string,
+    sql: (tables: readonly SnapshotTable[]) => string,
+    values: unknown[],
+  ) {
+    for (let attempt = 0; ; attempt++) {
+      const tables = await this.snapshotTables(undefined, what);
+      try {
+        return await this.driver.query(what, key, sql(tables), values);
+      } catch (e) {
+        const dropped = /no such table/i.test(String((e as { cause?: unknown }).cause ?? e));
+        if (attempt > 0 || !this.monthly || !dropped) throw e;
+      }
+    }
   }
 
   /** One query over every snapshot table (`UNION ALL`); `where` may use the same `$n` in each. */

@@ -86,6 +86,46 @@ describe("SQLite archive split by month", () => {
     }
   });
 
+  it("a read racing another process that drops a month lists the months again instead of failing", async () => {
+    const cold = new SqliteColdStore({ path: path.join(tmp.dir, `race-${n++}.db`) });
+    const store = await CheckpointStore.open({ cold, blobDir: path.join(tmp.dir, "blobs") });
+    try {
+      await saveSteps(store, "r", [JAN, FEB, Date.now()]);
+      // Another process drops January between this store's listing of the months and its read.
+      const driver = (cold as unknown as { driver: { query: (...a: unknown[]) => Promise<unknown> } }).driver;
+      const query = driver.query.bind(driver);
+      let raced = false;
+      driver.query = async (...args: unknown[]) => {
+        const out = await query(...args);
+        if (!raced && String(args[2]).includes("sqlite_master")) {
+          raced = true;
+          const other = new Database(cold.db.name);
+          other.exec('DROP TABLE "workflow_snapshots_2025_01"');
+          other.close();
+        }
+        return out;
+      };
+      expect((await store.history("r")).map((h) => h.stepIndex)).toEqual([1, 2]);
+      expect(raced).toBe(true);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("a time past year 9999 files under 9999-12 and is read back", async () => {
+    expect(snapshotMonth(Date.UTC(10_000, 0, 1))).toBe("9999-12");
+    expect(snapshotMonth(9_007_199_254_740_991)).toBe("9999-12");
+    expect(snapshotMonth(0)).toBe("1970-01");
+    const { store } = await open();
+    try {
+      await saveSteps(store, "far", [JAN, 9_007_199_254_740_991]);
+      expect((await store.loadLatest("far"))?.stepIndex).toBe(1);
+      expect((await store.months()).map((m) => m.month)).toContain("9999-12");
+    } finally {
+      await store.close();
+    }
+  });
+
   it("a step written again in another month keeps one row", async () => {
     const { store } = await open();
     try {

@@ -9,6 +9,7 @@
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { FileBackend } from "../../src/backends/file.js";
@@ -201,5 +202,16 @@ describe("every read path takes the original file", () => {
     expect(readFileSync(out, "utf8")).toBe(encodeState(EXPECTED));
     // The original file itself is untouched by reading it.
     expect(readFileSync(path.join(dir, "weather.duas"), "utf8")).toBe(fixture("agent-0.4.duas"));
+  });
+
+  it("dumplings import takes the original file and stores it in the canonical form", async () => {
+    const dir = freshDir();
+    const r = runCli(["import", fileURLToPath(new URL("agent-0.4.duas", FIXTURES)), "--key", "imported", "--dir", dir]);
+    expect(r.code).toBe(0);
+    const text = readFileSync(path.join(dir, "imported.duas"), "utf8");
+    expect(text).toMatch(/^format_version = 1\.0$/m);
+    const backend = new FileBackend({ baseDir: dir });
+    expect(await backend.load("imported")).toEqual(EXPECTED);
+    await backend.close?.();
   });
 });

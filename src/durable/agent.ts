@@ -61,10 +61,30 @@ import { toWellFormedDeep } from "../agent/well-formed.js";
 import { DumplingsError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import type { OpenAIMessage } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { currentRun, currentStep, type RetryPolicy, step, waitForSignal } from "./context.js";
 import { StepFailedError } from "./errors.js";
 import type { WorkflowFn } from "./run.js";
 import { type ApprovalDecision, approvalSignalName } from "./signals.js";
+
+/** The keys of {@link DurableAgentOptions}: any other is an `InvalidOptionError`. */
+const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
+  model: true,
+  tools: true,
+  system: true,
+  maxSteps: true,
+  settings: true,
+  llmRetry: true,
+  toolRetry: true,
+  approvalPolicyRetry: true,
+  toolChoice: true,
+  providerOptions: true,
+  maxOutputTokens: true,
+  stopWhen: true,
+  prepareStep: true,
+  maxParallelTools: true,
+  toolsContext: true,
+});
 
 /** Options of {@link DurableAgent}. */
 export interface DurableAgentOptions {
@@ -362,6 +382,7 @@ export class DurableAgent {
 
   /** @param options - see {@link DurableAgentOptions} */
   constructor(options: DurableAgentOptions) {
+    checkOptions("DurableAgent", options, AGENT_OPTIONS);
     this.options = options;
   }
 

@@ -23,6 +23,8 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import type { z } from "zod";
 import { DumplingsError, NonJsonValueError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
+
 import {
   NoRunContextError,
   ReplayMismatchError,
@@ -34,6 +36,10 @@ import {
 } from "./errors.js";
 import { hashInput, type Journal, recordError, type StepRecord } from "./journal.js";
 import type { RunEventStream } from "./stream-contract.js";
+
+/** The keys of {@link StepOptions}: any other is an `InvalidOptionError`. */
+const STEP_OPTIONS = optionKeys<StepOptions<unknown>>({ input: true, retry: true, schema: true });
+const DEFINE_STEP_OPTIONS = optionKeys<Omit<StepOptions<unknown>, "input">>({ retry: true, schema: true });
 
 /** Internal state of one executing run (one per {@link runDurable} call). */
 export interface RunContext {
@@ -407,6 +413,7 @@ export async function step<T = JsonValue>(
   fn: (input: JsonValue) => T | Promise<T>,
   options: StepOptions<T> = {},
 ): Promise<T> {
+  checkOptions("step", options, STEP_OPTIONS);
   const { ctx } = requireScope(`step("${name}")`);
   const input = options.input ?? null;
   const inputHash = hashInput(input, `step "${name}" input`);
@@ -507,6 +514,7 @@ export function defineStep<I extends JsonValue, T = JsonValue>(
   fn: (input: I) => T | Promise<T>,
   options: Omit<StepOptions<T>, "input"> = {},
 ): (input: I) => Promise<T> {
+  checkOptions("defineStep", options, DEFINE_STEP_OPTIONS);
   return (input: I) => step(name, (i) => fn(i as I), { ...options, input });
 }
 

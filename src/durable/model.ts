@@ -10,8 +10,16 @@
  */
 import { type LanguageModelMiddleware, wrapLanguageModel } from "ai";
 import type { JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { currentRun, currentStep, type RetryPolicy, step } from "./context.js";
 import { NoRunContextError } from "./errors.js";
+
+/** The keys of {@link DurableModelOptions}: any other is an `InvalidOptionError`. */
+const MODEL_OPTIONS = optionKeys<DurableModelOptions>({
+  name: true,
+  retry: true,
+  emitTokens: true,
+});
 
 /** A model `wrapLanguageModel` accepts (an AI SDK 6 `LanguageModelV3`, e.g. `openai("gpt-4.1")`). */
 export type DurableModelBase = Parameters<typeof wrapLanguageModel>[0]["model"];
@@ -102,6 +110,7 @@ function requireRun(): void {
  * }, { journal });
  */
 export function durableModel(model: DurableModelBase, options: DurableModelOptions = {}): DurableModelBase {
+  checkOptions("durableModel", options, MODEL_OPTIONS);
   const name = options.name ?? "llm";
   const retry = options.retry ?? { maxAttempts: 3, backoffMs: 500 };
   const emitTokens = options.emitTokens ?? true;

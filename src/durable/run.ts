@@ -13,6 +13,7 @@ import { randomUUID } from "node:crypto";
 import { hostname, userInfo } from "node:os";
 import { DumplingsError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { cancellationOf, type RunContext, withRunContext } from "./context.js";
 import {
   JournalIntegrityError,
@@ -26,6 +27,20 @@ import {
 } from "./errors.js";
 import { hashInput, type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
 import type { RunEventStream } from "./stream-contract.js";
+
+/** The keys of {@link RunDurableOptions}: any other is an `InvalidOptionError`. */
+const RUN_OPTIONS = optionKeys<RunDurableOptions<unknown>>({
+  journal: true,
+  input: true,
+  attach: true,
+  workflow: true,
+  owner: true,
+  leaseTtlMs: true,
+  cancelCheckMs: true,
+  leaseWaitMs: true,
+  stream: true,
+  inlineSleepMaxMs: true,
+});
 
 /**
  * A workflow function: ordinary async code calling durable primitives.
@@ -232,6 +247,7 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   workflowFn: WorkflowFn<I, O>,
   options: RunDurableOptions<NoInfer<I>>,
 ): Promise<RunResult> {
+  checkOptions("runDurable", options, RUN_OPTIONS);
   if (typeof runId !== "string" || runId.length === 0 || runId.length > 512) {
     throw new DumplingsError("INVALID_RUN_ID", `invalid run id ${JSON.stringify(runId)}`);
   }

@@ -13,7 +13,18 @@
  * @module
  */
 import type { JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import type { Journal, RunRecord } from "./journal.js";
+
+/** The keys of {@link SignalOptions}: any other is an `InvalidOptionError`. */
+const SIGNAL_OPTIONS = optionKeys<SignalOptions>({ journal: true, wake: true });
+/** The keys of `approve`/`reject` options: {@link SignalOptions} and `reason`. */
+const DECISION_OPTIONS = optionKeys<SignalOptions & { reason?: string }>({ journal: true, wake: true, reason: true });
+
+/** The options `signal` takes, from those of `approve`/`reject`. */
+function withoutReason({ reason: _reason, ...options }: SignalOptions & { reason?: string }): SignalOptions {
+  return options;
+}
 
 /** Options of {@link signal}. */
 export interface SignalOptions {
@@ -49,6 +60,7 @@ export async function signal(
   value: JsonValue,
   options: SignalOptions,
 ): Promise<SignalResult> {
+  checkOptions("signal", options, SIGNAL_OPTIONS);
   const run = await options.journal.sendSignal(runId, name, value);
   const wakes = run.status === "waiting" && run.waitingFor === name;
   if (wakes && options.wake) await options.wake(runId);
@@ -82,8 +94,9 @@ export function approve(
   toolCallId: string,
   options: SignalOptions & { reason?: string },
 ): Promise<SignalResult> {
+  checkOptions("approve", options, DECISION_OPTIONS);
   const decision: ApprovalDecision = { approved: true, ...(options.reason ? { reason: options.reason } : {}) };
-  return signal(runId, approvalSignalName(toolCallId), { ...decision }, options);
+  return signal(runId, approvalSignalName(toolCallId), { ...decision }, withoutReason(options));
 }
 
 /**
@@ -100,10 +113,11 @@ export function reject(
   toolCallId: string,
   options: SignalOptions & { reason?: string },
 ): Promise<SignalResult> {
+  checkOptions("reject", options, DECISION_OPTIONS);
   return signal(
     runId,
     approvalSignalName(toolCallId),
     { approved: false, reason: options.reason ?? "rejected by a human reviewer" },
-    options,
+    withoutReason(options),
   );
 }

@@ -27,6 +27,7 @@
 import { EventEmitter } from "node:events";
 import type { Redis } from "ioredis";
 import { assertJson, type JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import {
   positiveMs,
   RedisConnection,
@@ -38,6 +39,25 @@ import {
 import { currentRun, currentStep } from "./context.js";
 import type { Journal, StepRecord } from "./journal.js";
 import type { EventOrigin, RunEventStream, RunStreamEvent, SubscribeOptions } from "./stream-contract.js";
+
+/** The keys of {@link SubscribeOptions}: any other is an `InvalidOptionError`. */
+const SUBSCRIBE_OPTIONS = optionKeys<SubscribeOptions>({ after: true, signal: true, until: true });
+/** The keys of {@link RebuildTextOptions}: any other is an `InvalidOptionError`. */
+const REBUILD_OPTIONS = optionKeys<RebuildTextOptions>({ steps: true, seq: true, type: true });
+/** The keys of {@link ReadTextOptions}: any other is an `InvalidOptionError`. */
+const READ_TEXT_OPTIONS = optionKeys<ReadTextOptions>({ steps: true, seq: true, type: true, journal: true });
+
+/** The keys of {@link RedisRunStreamOptions}: any other is an `InvalidOptionError`. */
+const STREAM_OPTIONS = optionKeys<RedisRunStreamOptions>({
+  client: true,
+  url: true,
+  keyPrefix: true,
+  connectTimeoutMs: true,
+  commandTimeoutMs: true,
+  prefix: true,
+  maxLength: true,
+  blockMs: true,
+});
 
 export type { EventOrigin, RunEventStream, RunStreamEvent, SubscribeOptions } from "./stream-contract.js";
 
@@ -109,6 +129,7 @@ export class MemoryRunStream implements RunEventStream {
 
   /** {@inheritDoc RunEventStream.subscribe} */
   async *subscribe(runId: string, options: SubscribeOptions = {}): AsyncIterable<RunStreamEvent> {
+    checkOptions("subscribe", options, SUBSCRIBE_OPTIONS);
     let after = options.after ?? 0;
     for (;;) {
       if (options.signal?.aborted) return;
@@ -186,6 +207,7 @@ export class RedisRunStream implements RunEventStream {
    * @throws {InvalidOptionError} on a malformed URL, a timeout or `blockMs` that is not a positive number of ms, or `prefix` and `keyPrefix` both given and different
    */
   constructor(options: RedisRunStreamOptions = {}) {
+    checkOptions("RedisRunStream", options, STREAM_OPTIONS);
     const { prefix, maxLength, blockMs, ...rest } = options;
     const keyPrefix = renamedOption("keyPrefix", rest.keyPrefix, "prefix", prefix);
     this.blockMs = positiveMs("blockMs", blockMs, 1000);
@@ -230,6 +252,7 @@ export class RedisRunStream implements RunEventStream {
 
   /** {@inheritDoc RunEventStream.subscribe} @throws {BackendError} when Redis fails */
   async *subscribe(runId: string, options: SubscribeOptions = {}): AsyncIterable<RunStreamEvent> {
+    checkOptions("subscribe", options, SUBSCRIBE_OPTIONS);
     // A blocked XREAD answers within blockMs: bound it by that plus the command timeout.
     const reader = this.conn.duplicate({ commandTimeout: this.blockMs + this.conn.commandTimeoutMs });
     this.readers.add(reader);
@@ -357,6 +380,7 @@ const newer = (a: [number, number], b: [number, number]) => a[0] > b[0] || (a[0]
  * }
  */
 export function rebuildText(events: readonly RunStreamEvent[], options: RebuildTextOptions = {}): string {
+  checkOptions("rebuildText", options, REBUILD_OPTIONS);
   const type = options.type ?? "token";
   const latest = new Map<number, [number, number]>();
   const resets: { seq: number; attempt: number; token: number }[] = [];
@@ -424,6 +448,7 @@ export function rebuildText(events: readonly RunStreamEvent[], options: RebuildT
  * await readText(stream, "chat-1", { journal }); // "Hello, world" even if the first llm attempt died mid-stream
  */
 export async function readText(stream: RunEventStream, runId: string, options: ReadTextOptions = {}): Promise<string> {
+  checkOptions("readText", options, READ_TEXT_OPTIONS);
   const { journal, ...rest } = options;
   const events = await stream.read(runId);
   const steps = rest.steps ?? (journal ? await journal.readSteps(runId) : undefined);

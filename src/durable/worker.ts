@@ -27,12 +27,41 @@ import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import type { Job, Queue, Worker } from "bullmq";
 import type { JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { loadBullmq, RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
 import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
 import { type AnyWorkflowFn, ensureRun, type RunResult, runDurable, type WorkflowFn } from "./run.js";
 import { type SignalResult, signal } from "./signals.js";
 import type { RunEventStream } from "./stream-contract.js";
+
+const QUEUE_KEYS = {
+  journal: true,
+  queueName: true,
+  url: true,
+  redisUrl: true,
+  keyPrefix: true,
+  prefix: true,
+  connectTimeoutMs: true,
+  commandTimeoutMs: true,
+} as const;
+/** The keys of {@link DurableQueueOptions}: any other is an `InvalidOptionError`. */
+const QUEUE_OPTIONS = optionKeys<DurableQueueOptions>(QUEUE_KEYS);
+/** The keys of {@link DurableWorkerOptions}: any other is an `InvalidOptionError`. */
+const WORKER_OPTIONS = optionKeys<DurableWorkerOptions>({
+  ...QUEUE_KEYS,
+  workflows: true,
+  concurrency: true,
+  owner: true,
+  leaseTtlMs: true,
+  lockDurationMs: true,
+  stalledIntervalMs: true,
+  maxStalledCount: true,
+  stream: true,
+  inlineSleepMaxMs: true,
+  cancelCheckMs: true,
+  onResult: true,
+});
 
 /** Data of a queued job. */
 export interface DurableJobData {
@@ -94,6 +123,7 @@ export class DurableQueue {
    * @throws {InvalidOptionError} on a malformed URL, a bad timeout, or an old option name given with a different value than its new one
    */
   constructor(options: DurableQueueOptions) {
+    if (new.target === DurableQueue) checkOptions("DurableQueue", options, QUEUE_OPTIONS);
     this.journal = options.journal;
     this.queueName = options.queueName ?? "dumplings-durable";
     this.connection = connectionOptions(options);
@@ -246,6 +276,7 @@ export class DurableWorker extends DurableQueue {
   /** @param options - see {@link DurableWorkerOptions} */
   constructor(options: DurableWorkerOptions) {
     super(options);
+    checkOptions("DurableWorker", options, WORKER_OPTIONS);
     this.options = options;
     this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.workflows =

@@ -13,9 +13,16 @@ import { PostgresBackend } from "../../src/backends/postgres.js";
 import { RedisBackend } from "../../src/backends/redis.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { suggestOption } from "../../src/core/options.js";
+import { DurableAgent } from "../../src/durable/agent.js";
+import { defineStep, step } from "../../src/durable/context.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
+import { durableModel } from "../../src/durable/model.js";
+import { runDurable } from "../../src/durable/run.js";
+import { approve, reject, signal } from "../../src/durable/signals.js";
+import { MemoryRunStream, RedisRunStream, readText, rebuildText } from "../../src/durable/stream.js";
+import { DurableQueue, DurableWorker } from "../../src/durable/worker.js";
 import {
   AnthropicAgent,
   activateTemplate,
@@ -77,6 +84,8 @@ async function expectUnknown(fn: () => unknown, key: string, meant?: string): Pr
   if (meant !== undefined) expect(message).toContain(`did you mean ${meant}?`);
 }
 
+/** A journal the calls never reach: the options are refused first. */
+const journal = {} as never;
 const agent = () => new BaseAgent({ name: "opts", history: [{ role: "user", content: "hi" }] });
 const dir = () => mkdtempSync(path.join(tmp, "d-"));
 
@@ -116,6 +125,28 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["SqliteJournal", (o) => new SqliteJournal(o as never), { path: ":memory:" }],
   ["PostgresJournal", (o) => new PostgresJournal(o as never)],
   ["RedisJournal", (o) => new RedisJournal(o as never)],
+  // Durable execution.
+  ["DurableAgent", (o) => new DurableAgent({ model: {} as never, ...o })],
+  ["durableModel", (o) => durableModel({} as never, o as never)],
+  ["runDurable", (o) => runDurable("r", async () => 1, { journal: journal, ...o })],
+  ["step", (o) => step("s", () => 1, o as never)],
+  ["defineStep", (o) => defineStep("s", () => 1, o as never)],
+  ["signal", (o) => signal("r", "n", 1, { journal: journal, ...o })],
+  ["approve", (o) => approve("r", "c", { journal: journal, ...o })],
+  ["reject", (o) => reject("r", "c", { journal: journal, ...o })],
+  ["RedisRunStream", (o) => new RedisRunStream(o as never)],
+  [
+    "MemoryRunStream.subscribe",
+    (o) =>
+      new MemoryRunStream()
+        .subscribe("r", o as never)
+        [Symbol.asyncIterator]()
+        .next(),
+  ],
+  ["rebuildText", (o) => rebuildText([], o as never)],
+  ["readText", (o) => readText(new MemoryRunStream(), "r", o as never)],
+  ["DurableQueue", (o) => new DurableQueue({ journal: journal, ...o })],
+  ["DurableWorker", (o) => new DurableWorker({ journal: journal, workflows: {}, ...o })],
   // Agents.
   ["BaseAgent", (o) => new BaseAgent(o as never)],
   ["AnthropicAgent", (o) => new AnthropicAgent(o as never)],

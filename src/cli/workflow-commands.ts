@@ -6,7 +6,9 @@
  *   (newest update first, keyset pagination: the next page's cursor is printed);
  * - `dumplings workflows show ID` — one workflow's step timeline and recorded errors;
  * - `dumplings workflows rm ID` — delete a workflow from both tiers;
- * - `dumplings workflows prune --older-than 30d [--keep-last N]` — retention.
+ * - `dumplings workflows prune --older-than 30d [--keep-last N] [--archive-dir DIR] [--vacuum full]` —
+ *   retention; on SQLite, months that end before the cutoff are dropped whole (archived first
+ *   to DIR), and `--vacuum full` rewrites the database file.
  *
  * The store is chosen with `--store` (`sqlite:PATH`, `postgres://…` or `postgres:postgres://…`) or
  * `DUMPLINGS_WORKFLOW_STORE`, default `sqlite:./.dumplingsAI_workflows/workflows.db`;

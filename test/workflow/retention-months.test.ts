@@ -14,7 +14,13 @@ import { workflowsCommand } from "../../src/cli/workflow-commands.js";
 import { InvalidOptionError } from "../../src/core/errors.js";
 import { snapshotMonth } from "../../src/workflow/cold-sql.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
-import { CheckpointStore, createWorkflowState, type WorkflowState } from "../../src/workflow/index.js";
+import {
+  CheckpointStore,
+  createWorkflowState,
+  END,
+  ResumableGraphRunner,
+  type WorkflowState,
+} from "../../src/workflow/index.js";
 import { tempDir } from "./helpers.js";
 
 const tmp = tempDir("retention");
@@ -174,9 +180,21 @@ describe("SQLite archive split by month", () => {
         { workflow_id: "b", step_index: 0 },
         { workflow_id: "b", step_index: 1 },
       ]);
-      // The workflow goes on from its carried checkpoint.
-      const latest = (await store.loadLatest("b"))!;
-      await store.save({ ...latest, stepIndex: 2, updatedAt: Date.now() }, { expectedStep: 1 });
+      // The runner resumes each workflow from its carried checkpoint (not from step 0).
+      const ran: string[] = [];
+      const runner = new ResumableGraphRunner({
+        store,
+        nodes: {
+          n: (s) => {
+            ran.push(s.workflowId);
+            return { next: END, updates: { resumedFrom: s.stepIndex } };
+          },
+        },
+      });
+      const b = await runner.runOrResume("b");
+      expect(b.status).toBe("finished");
+      expect(ran).toEqual(["b"]);
+      expect((await store.loadLatest("b"))?.sharedMemory).toMatchObject({ step: 1, resumedFrom: 1 });
       expect((await store.history("b")).map((h) => h.stepIndex)).toEqual([1, 2]);
     } finally {
       await store.close();

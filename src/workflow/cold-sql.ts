@@ -165,6 +165,14 @@ interface SnapshotTable {
   table: string;
 }
 
+/**
+ * `created_at` before the cutoff (`$1`, ms). A row of the original design (its state starts with
+ * `{"workflow_id"`) holding float seconds (below 1e11) is compared with the cutoff in seconds
+ * (`$4`); one holding date text is never pruned by age. The range on `created_at` comes first, so
+ * the index still serves it.
+ */
+const CREATED_BEFORE = `(s.created_at < $1 AND (s.created_at >= 100000000000 OR s.state_json NOT LIKE '{"workflow_id"%' OR s.created_at < $4))`;
+
 /** Values bound per statement built from a list (far below both databases' limits). */
 const CHUNK = 500;
 const SNAPSHOT_COLUMNS = "workflow_id, step_index, node_name, state_json, created_at";
@@ -572,9 +580,9 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
         const del = await query(
           `DELETE FROM ${table} WHERE id IN (
              SELECT s.id FROM ${table} s JOIN ${this.workflows} w ON w.workflow_id = s.workflow_id
-             WHERE s.created_at < $1 AND s.step_index <= w.latest_step - $2 LIMIT $3)
+             WHERE ${CREATED_BEFORE} AND s.step_index <= w.latest_step - $2 LIMIT $3)
            RETURNING workflow_id, step_index`,
-          [cutoff, keepLast, this.batch],
+          [cutoff, keepLast, this.batch, Math.floor(cutoff / 1000)],
         );
         const refs: string[] = [];
         for (const rows of chunks(del.rows, CHUNK)) {

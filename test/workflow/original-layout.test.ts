@@ -61,7 +61,11 @@ function originalState(workflowId: string, step: number, currentNode: string, ex
 }
 
 /** A database file exactly as the original design creates and fills it. */
-function originalDatabase(file: string, workflows: Record<string, [node: string, currentNode: string][]>): void {
+function originalDatabase(
+  file: string,
+  workflows: Record<string, [node: string, currentNode: string][]>,
+  createdAtOf?: (step: number) => string | number,
+): void {
   const db = new Database(file);
   db.exec(`CREATE TABLE IF NOT EXISTS workflow_snapshots (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -77,7 +81,8 @@ function originalDatabase(file: string, workflows: Record<string, [node: string,
   for (const [id, steps] of Object.entries(workflows)) {
     steps.forEach(([node, current], step) => {
       // created_at as the original left it: CURRENT_TIMESTAMP text, or float seconds.
-      const createdAt = step % 2 === 0 ? `2025-03-14 09:26:5${3 + step}` : 1741944413.25 + step;
+      const createdAt =
+        createdAtOf?.(step) ?? (step % 2 === 0 ? `2025-03-14 09:26:5${3 + step}` : 1741944413.25 + step);
       insert.run(id, step, node, JSON.stringify(originalState(id, step, current)), createdAt);
     });
   }
@@ -222,6 +227,27 @@ describe("a SQLite archive in the original layout", () => {
       [2, "research"],
     ]);
     expect(rows(file, "wf-cli")).toEqual(before);
+  });
+
+  it("retention reads float-second created_at as seconds: an adopted workflow's recent original rows are kept", async () => {
+    const dir = path.join(tmp.dir, `a${n++}`);
+    mkdirSync(dir, { recursive: true });
+    const file = path.join(dir, "checkpoints.db");
+    const hourAgo = Date.now() / 1000 - 3600; // float seconds, as time.time() wrote them
+    originalDatabase(file, { recent: ORIGINAL_STEPS }, (step) => hourAgo + step);
+    const store = await sqliteStore(dir);
+    try {
+      await new ResumableGraphRunner({ store, nodes: graph([]) }).runOrResume("recent");
+      expect((await store.summary("recent"))?.latestStep).toBe(3);
+      // An hour-old row is not older than a day (it would be if its seconds were read as ms).
+      expect((await store.prune({ olderThan: 24 * 3600_000, keepLast: 1 })).deletedSnapshots).toBe(0);
+      expect(rows(file, "recent")).toHaveLength(3);
+      // Older than the cutoff, they go (retention is asked for), each workflow's newest step stays.
+      expect((await store.prune({ olderThan: new Date(Date.now() + 60_000), keepLast: 1 })).deletedSnapshots).toBe(3);
+      expect((await store.history("recent")).map((h) => h.stepIndex)).toEqual([3]);
+    } finally {
+      await store.close();
+    }
   });
 
   it("an unknown field of an original snapshot is a typed error naming it; nothing is written", async () => {

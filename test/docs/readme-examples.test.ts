@@ -92,8 +92,16 @@ describe("README examples", () => {
     const code = localImports(block("new ResumableGraphRunner"));
     const [imports, ...body] = code.split("\n\n");
     writeFileSync(file, `${imports}\n${payments}\n${body.join("\n\n")}`);
-    const { stdout } = await node(file, dir, { REDIS_URL }); // execFile's timeout fails the test if it hangs
-    expect(stdout).toContain("approve");
+    try {
+      const { stdout } = await node(file, dir, { REDIS_URL }); // execFile's timeout fails the test if it hangs
+      expect(stdout).toContain("approve");
+    } finally {
+      // The example's hot-tier key has no prefix of its own.
+      const { Redis } = await import("ioredis");
+      const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+      await redis.del("agent:state:order-42");
+      await redis.quit();
+    }
   }, 120_000);
 });
 

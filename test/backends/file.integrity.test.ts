@@ -134,6 +134,26 @@ describe("a duplicated history line (item: the file backend accepted m1, m1, m2)
   });
 });
 
+describe("the failing input of the issue, as a fixture", () => {
+  const fixture = (name: string) => readFileSync(new URL(`../fixtures/file-integrity/${name}`, import.meta.url));
+
+  it("m1, m1, m2, m3 with message_count = 3 is a FormatError on every path; the file as saved loads", async () => {
+    const dir = mkdtempSync(path.join(root, "fixture-"));
+    writeFileSync(path.join(dir, `${KEY}.duas`), fixture("duplicated-line.duas"));
+    expectAllRefuse(await allPaths(dir), /history_crc32|message_count/);
+    writeFileSync(path.join(dir, `${KEY}.duas`), fixture("saved.duas"));
+    const outcomes = await allPaths(dir);
+    for (const [name, o] of Object.entries(outcomes)) {
+      expect(o.ok, name).toBe(true);
+      if (o.ok)
+        expect(
+          o.state.history.map((m) => m.content),
+          name,
+        ).toEqual(["m1", "m2", "m3"]);
+    }
+  });
+});
+
 describe("other data in a structurally valid file", () => {
   it.each([
     [

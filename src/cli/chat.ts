@@ -18,7 +18,7 @@ import { StateNotFoundError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import { loadState } from "../persistence/api.js";
 import { configure } from "../persistence/config.js";
-import { closeBackend, openBackend, withBackendOptions } from "./backend.js";
+import { closeBackend, openBackendAsync, withBackendOptions } from "./backend.js";
 import { UsageError } from "./errors.js";
 
 /** Options of `dumplings chat`. */
@@ -97,7 +97,7 @@ export function chatCommand(): Command {
     .option("--last <n>", "turns to print when resuming", "6")
     .action(async (options: ChatOptions) => {
       const key = validateKey(options.session);
-      const { backend, label } = openBackend(options);
+      const { backend, label } = await openBackendAsync(options);
       configure({ enabled: true, backend });
       try {
         let agent: BaseAgent;

@@ -299,7 +299,11 @@ describe("dumplings options and errors", () => {
     const a = path.join(tmp, "two-a.jsonl");
     writeFileSync(a, '{"role":"user","content":"x"}\n');
     expectError(runCli(["import", a, a, "--key", "k", ...fileArgs]), 2, /--key names one session.*\(USAGE\)$/);
-    expectError(runCli(["convert", "--from", "ftp:x", "--to", `file:${dir}`]), 2, /--from "ftp:x": unknown kind "ftp".*file:DIR, sqlite:PATH.*\(USAGE\)$/);
+    expectError(
+      runCli(["convert", "--from", "ftp:x", "--to", `file:${dir}`]),
+      2,
+      /--from "ftp:x": unknown kind "ftp".*file:DIR, sqlite:PATH.*\(USAGE\)$/,
+    );
   });
 
   it("rejects malformed inputs with the file and line, storing nothing", () => {

@@ -6,7 +6,9 @@
  * once — and read back through `decodeState` (what `loadStateString`
  * parses), `loadStateString` itself, FileBackend's `load`, `readHeader` +
  * `iterHistory` (plain and `.duas.gz`), and what `dumplings show` and
- * `dumplings export` read (`openSession` + the export's chunks). Each must
+ * `dumplings export` read (`openSession` + the export's chunks), and SQLite's
+ * `load`/`iterHistory` of what the codec let through (a `.duas` reaches SQLite
+ * only as a decoded state: `dumplings import`). Each must
  * return exactly the saved data or a typed error (a `DumplingsError`):
  * never other data, never an untyped error. A few mutated files also go
  * through the real CLI.
@@ -22,6 +24,7 @@ import { isDeepStrictEqual } from "node:util";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { FileBackend } from "../../src/backends/file.js";
+import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { openSession } from "../../src/cli/backend.js";
 import { duasChunks } from "../../src/cli/commands/export.js";
 import { HistoryStats } from "../../src/cli/stats.js";
@@ -241,7 +244,13 @@ async function collect(it: AsyncIterable<Message>): Promise<Message[]> {
 }
 
 /** Every read path over `bytes`; each entry: what it returned (normalised to a state) or threw. */
-async function readPaths(bytes: Buffer, input: Input, dir: string, full: boolean): Promise<Record<string, Outcome>> {
+async function readPaths(
+  bytes: Buffer,
+  input: Input,
+  dir: string,
+  full: boolean,
+  sqlite?: SQLiteBackend,
+): Promise<Record<string, Outcome>> {
   const results: Record<string, Outcome> = {};
   const plain = path.join(dir, "k.duas");
   const gz = path.join(dir, "g.duas.gz");
@@ -276,6 +285,20 @@ async function readPaths(bytes: Buffer, input: Input, dir: string, full: boolean
     for await (const chunk of duasChunks(session, "k")) text += chunk;
     return decodeState(text);
   });
+  if (full && sqlite) {
+    // A mutated .duas reaches SQLite only through the codec (`dumplings import`, loadStateString + save):
+    // what SQLite then loads and streams must still be the saved data.
+    results.sqlite = await attempt(async () => {
+      const state = decodeStateBytes(bytes, { source: "fuzz" });
+      const key = `fuzz-${Math.random().toString(36).slice(2)}`;
+      await sqlite.save(key, state);
+      const loaded = await sqlite.load(key);
+      const streamed = await collect(sqlite.iterHistory(key));
+      await sqlite.delete(key);
+      if (!isDeepStrictEqual(streamed, loaded.history)) throw new Error("sqlite iterHistory differs from load");
+      return loaded;
+    });
+  }
   if (full && input.restorable) {
     // loadStateString takes text: bytes decoded the way a caller would (invalid UTF-8 becomes U+FFFD)
     results.loadStateString = await attempt(async () => {
@@ -291,6 +314,7 @@ describe("every .duas read path under seeded mutation", () => {
   it(`returns the saved data or a typed error (seed ${SEED}, ${BUDGET_MS} ms)`, async () => {
     const all = await inputs();
     const dir = mkdtempSync(path.join(root, "case-"));
+    const sqlite = new SQLiteBackend({ dbPath: path.join(root, "fuzz.db") });
     const r = prng(SEED);
     const started = Date.now();
     const tally = new Map<string, { same: number; refused: number }>();
@@ -306,7 +330,7 @@ describe("every .duas read path under seeded mutation", () => {
         bytes = next;
         applied.push(`${kind}: ${what}`);
       }
-      const results = await readPaths(bytes, input, dir, cases % 8 === 0);
+      const results = await readPaths(bytes, input, dir, cases % 8 === 0, sqlite);
       for (const [name, o] of Object.entries(results)) {
         const where = `seed ${SEED} case ${cases} (${input.name}; ${applied.join("; ")}) via ${name}`;
         const t = tally.get(name) ?? { same: 0, refused: 0 };
@@ -336,10 +360,11 @@ describe("every .duas read path under seeded mutation", () => {
     expect(cases).toBeGreaterThan(50);
     // the unmutated inputs load on every path (the harness itself is sound)
     for (const input of all) {
-      for (const [name, o] of Object.entries(await readPaths(input.bytes, input, dir, true))) {
+      for (const [name, o] of Object.entries(await readPaths(input.bytes, input, dir, true, sqlite))) {
         expect(o.ok, `${input.name} via ${name}: ${o.ok ? "" : (o.error as Error).message}`).toBe(true);
       }
     }
+    await sqlite.close();
   }, 120_000);
 
   it("the CLI's show and export: exit 0 with the saved data, or exit 4 and nothing on stdout", async () => {

@@ -113,7 +113,7 @@
  * (`current_task_id = tid-abc123` is the string `tid-abc123`; empty or `None`
  * is null), a bare `[STATE]` key other than `current_task_id`/`hooks` is a
  * subclass field (`notes = ["a"]`, written back as `field.notes`), and
- * `True`/`False` are booleans. Everything else is checked as in a `1.0` file,
+ * `True`/`False` are booleans (and `None` null in a field). Everything else is checked as in a `1.0` file,
  * and saving writes the canonical `1.0` form.
  *
  * `message_count` is always written as `history.length`. `.duas.gz` is the same
@@ -777,6 +777,10 @@ export class DuasLineParser {
     if (!looksJson) {
       if (PLAIN_FORBIDDEN.test(text))
         this.fail(`bad value of ${key}: a plain value must not contain control characters`);
+      // Python's spellings (str() of a field's value); current_task_id is a string field.
+      if (key !== "current_task_id" && (text === "True" || text === "False" || text === "None")) {
+        return text === "None" ? null : text === "True";
+      }
       return text;
     }
     const v = this.value(rest, "json", key);

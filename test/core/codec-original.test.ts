@@ -79,7 +79,7 @@ describe("decoding a file of the original design", () => {
     expect(state.state).toEqual({
       currentTaskId: null,
       hooks: ["hooks:audit"],
-      fields: { notes: ["buy milk", "call mum"], counter: 3, mood: "cheerful" },
+      fields: { notes: ["buy milk", "call mum"], counter: 3, mood: "cheerful", archived: false, parent: null },
     });
     // Written back in the canonical form, which reads back to the same state.
     const canonical = encodeState(state);

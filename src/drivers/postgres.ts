@@ -525,7 +525,10 @@ export class PostgresDriver implements SqlDriver {
       try {
         await query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [LOCK_CLASS, `dumplings-ai:${this.schema}`]);
         const ns = await query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [this.schema]);
-        if (ns.rows.length === 0) await query(this.sql("CREATE SCHEMA {s}"));
+        if (ns.rows.length === 0) {
+          if (this.mustExist) throw new StoreNotFoundError(this.name, `postgres:${this.schema}`, "no such schema");
+          await query(this.sql("CREATE SCHEMA {s}"));
+        }
         await query(
           this.sql(`CREATE TABLE IF NOT EXISTS {s}.${MIGRATIONS_TABLE} (
             component text NOT NULL,

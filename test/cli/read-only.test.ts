@@ -130,11 +130,11 @@ describe.skipIf(postgresReason)("read-only commands on a PostgreSQL schema that 
 
   it("ls, runs and workflows ls create neither the schema nor tables (both URL spellings)", async () => {
     expectMissing(runCli(["ls", "--backend", url.href]), new RegExp(`no store at postgres://.*schema=${schema}`));
-    expectMissing(runCli(["ls", "--backend", `postgres:${url.href}`]), /no sessions tables in this schema/);
-    expectMissing(runCli(["runs", "--journal", url.href]), /no journal tables in this schema/);
-    expectMissing(runCli(["runs", "--journal", `postgres:${url.href}`]), /no journal tables/);
-    expectMissing(runCli(["workflows", "ls", "--store", url.href]), /no workflow tables in this schema/);
-    expectMissing(runCli(["workflows", "ls", "--store", `postgres:${url.href}`]), /no workflow tables/);
+    expectMissing(runCli(["ls", "--backend", `postgres:${url.href}`]), /postgres:cli_ro_\w+: no such schema/);
+    expectMissing(runCli(["runs", "--journal", url.href]), /no such schema/);
+    expectMissing(runCli(["runs", "--journal", `postgres:${url.href}`]), /no such schema/);
+    expectMissing(runCli(["workflows", "ls", "--store", url.href]), /no such schema/);
+    expectMissing(runCli(["workflows", "ls", "--store", `postgres:${url.href}`]), /no such schema/);
     expect(await schemaExists(schema)).toBe(false);
   });
 
@@ -155,5 +155,22 @@ describe.skipIf(postgresReason)("read-only commands on a PostgreSQL schema that 
     const bySchema = runCli(["runs", "--journal", DATABASE_URL, "--schema", `${schema}_j`]);
     expect(bySchema.code, bySchema.stderr).toBe(0);
     expect(bySchema.stdout).toContain("pg-run-1");
+    // the schema exists but holds no sessions or workflow tables: reading them adds none
+    const tablesOf = async () => {
+      const client = new pg.Client({ connectionString: DATABASE_URL });
+      await client.connect();
+      try {
+        const r = await client.query("SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", [
+          `${schema}_j`,
+        ]);
+        return r.rows.map((row) => String(row.tablename));
+      } finally {
+        await client.end();
+      }
+    };
+    const before = await tablesOf();
+    expectMissing(runCli(["ls", "--backend", u.href]), /no sessions tables in this schema/);
+    expectMissing(runCli(["workflows", "ls", "--store", `postgres:${u.href}`]), /no workflow tables in this schema/);
+    expect(await tablesOf()).toEqual(before);
   });
 });

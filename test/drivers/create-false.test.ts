@@ -1,0 +1,119 @@
+/**
+ * `create: false` on the SQLite and PostgreSQL drivers, through the
+ * components a library user opens (journal, cold store, session backend): an
+ * existing store opens as usual; a missing file, a missing schema, or a store
+ * without the component's tables is a `StoreNotFoundError` (a
+ * `BackendError`) and nothing — file, directory, schema, ledger or table — is
+ * created.
+ */
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import Database from "better-sqlite3";
+import pg from "pg";
+import { afterAll, describe, expect, it } from "vitest";
+import { PostgresBackend } from "../../src/backends/postgres.js";
+import { SQLiteBackend } from "../../src/backends/sqlite.js";
+import { BackendError } from "../../src/core/errors.js";
+import { StoreNotFoundError } from "../../src/drivers/sql.js";
+import { PostgresJournal } from "../../src/durable/journal-postgres.js";
+import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
+import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
+
+const postgresReason = await postgresSkipReason();
+const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-create-false-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+const tablesOf = (file: string) => {
+  const db = new Database(file, { readonly: true });
+  try {
+    return (
+      db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all() as { name: string }[]
+    ).map((r) => r.name);
+  } finally {
+    db.close();
+  }
+};
+
+describe("SQLite, create: false", () => {
+  it("a missing file is StoreNotFoundError, and neither it nor its directory is created", () => {
+    const file = path.join(tmp, "nope", "journal.db");
+    let error: unknown;
+    try {
+      new SqliteJournal({ path: file, create: false });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(StoreNotFoundError);
+    expect(error).toBeInstanceOf(BackendError);
+    expect((error as StoreNotFoundError).store).toBe(file);
+    expect((error as Error).message).toMatch(/no such file \(opened with create: false, so nothing was created\)/);
+    expect(existsSync(path.dirname(file))).toBe(false);
+    expect(() => new SqliteColdStore({ path: file, create: false })).toThrow(StoreNotFoundError);
+    expect(() => new SQLiteBackend({ path: file, create: false })).toThrow(StoreNotFoundError);
+  });
+
+  it("a file without the component's tables is refused and gains none; an existing store opens", async () => {
+    const file = path.join(tmp, "journal.db");
+    const journal = new SqliteJournal({ path: file });
+    await journal.close();
+    const before = tablesOf(file);
+    expect(() => new SqliteColdStore({ path: file, create: false })).toThrow(/no workflow tables in this file/);
+    expect(() => new SQLiteBackend({ path: file, create: false })).toThrow(/no sessions tables in this file/);
+    expect(tablesOf(file)).toEqual(before);
+    const reopened = new SqliteJournal({ path: file, create: false });
+    expect(await reopened.listRuns()).toEqual([]);
+    await reopened.close();
+  });
+});
+
+describe.skipIf(postgresReason)("PostgreSQL, create: false", () => {
+  const schema = `create_false_${randomBytes(4).toString("hex")}`;
+  const query = async (text: string, values: unknown[] = []) => {
+    const client = new pg.Client({ connectionString: DATABASE_URL });
+    await client.connect();
+    try {
+      return (await client.query(text, values)).rows;
+    } finally {
+      await client.end();
+    }
+  };
+  afterAll(async () => {
+    await query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  });
+
+  it("a missing schema is StoreNotFoundError at the first call and is not created", async () => {
+    const backend = new PostgresBackend({ url: DATABASE_URL, schema, create: false });
+    try {
+      await expect(backend.listKeys()).rejects.toThrow(StoreNotFoundError);
+      await expect(backend.listKeys()).rejects.toThrow(/postgres:create_false_\w+: no such schema/);
+    } finally {
+      await backend.close();
+    }
+    expect(await query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema])).toEqual([]);
+  });
+
+  it("a schema without the component's tables gains none; an existing store opens", async () => {
+    const journal = new PostgresJournal({ url: DATABASE_URL, schema });
+    await journal.listRuns();
+    await journal.close();
+    const tables = () => query("SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", [schema]);
+    const ledger = () => query(`SELECT component, version FROM ${schema}.dumplings_migrations ORDER BY 1, 2`);
+    const before = { tables: await tables(), ledger: await ledger() };
+    const backend = new PostgresBackend({ url: DATABASE_URL, schema, create: false });
+    try {
+      await expect(backend.listKeys()).rejects.toThrow(/no sessions tables in this schema/);
+    } finally {
+      await backend.close();
+    }
+    expect({ tables: await tables(), ledger: await ledger() }).toEqual(before);
+    const reopened = new PostgresJournal({ url: DATABASE_URL, schema, create: false });
+    try {
+      expect(await reopened.listRuns()).toEqual([]);
+    } finally {
+      await reopened.close();
+    }
+  });
+});

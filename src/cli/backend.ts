@@ -2,9 +2,12 @@
  * Which backend a CLI command talks to: the shared `--backend`, `--dir` and
  * `--db` options (falling back to the `DUMPLINGS_PERSISTENCE_BACKEND`,
  * `_DIR` and `_DB` environment variables, then to the library defaults), the
- * `SPEC` syntax of `convert` (`file:./dir`, `sqlite:./x.db`, `memory:`, or a
- * registered backend name), and reads through the public storage contract
- * only (`load`, `listKeys`, `delete`, and `iterHistory` when offered).
+ * one SPEC syntax of every command (`spec.ts`: `file:DIR`, `sqlite:PATH`,
+ * `postgres://…`, `redis://…`, `memory:`, or a registered backend name), and
+ * reads through the public storage contract only (`load`, `listKeys`,
+ * `delete`, and `iterHistory` when offered). Commands that only read open
+ * with `mustExist`: a store that does not exist is an `InputNotFoundError`
+ * (exit 3) and nothing is created.
  *
  * @module
  */

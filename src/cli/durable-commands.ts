@@ -2,20 +2,23 @@
  * The durable-execution commands of `dumplings`:
  *
  * - `dumplings runs [RUN_ID]` — list runs with their status and what they
- *   wait for (with the command that releases an approval), or print one run's journal;
+ *   wait for (a pending approval with its tool, arguments and the command that
+ *   releases it; a recorded decision as "pending resume"), or print one run's journal;
  * - `dumplings approve RUN_ID TOOL_CALL_ID` / `dumplings reject RUN_ID TOOL_CALL_ID --reason …`
- *   — decide a tool call a durable agent waits on;
+ *   — decide a tool call a durable agent waits on (a call it does not wait on is refused);
  * - `dumplings signal RUN_ID NAME [JSON]` — send any signal;
  * - `dumplings cancel RUN_ID [--reason …]`, `dumplings reset RUN_ID --to-step N`,
  *   `dumplings retry RUN_ID` — operator actions, journaled with who did them.
  *
- * The journal is chosen with `--journal` (`sqlite:PATH`, `postgres://…`,
- * `redis://…`) or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplings-durable.db`.
+ * The journal is chosen with `--journal` (a SPEC of `spec.ts`: `sqlite:PATH`,
+ * `postgres://…` or `postgres:postgres://…`, `redis://…` or `redis:redis://…`)
+ * or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplings-durable.db`; it
+ * must exist (a missing journal is exit 3, nothing is created).
  * With `--queue NAME` (and `REDIS_URL`), a signal that releases a waiting run
  * also puts it back on that BullMQ queue so a worker resumes it.
  *
  * The functions behind the commands ({@link openJournal}, {@link renderRuns},
- * {@link renderJournal}, {@link sendDecision}) are exported so a program (the
+ * {@link renderJournal}, {@link pendingApprovals}, {@link sendDecision}) are exported so a program (the
  * demo) can do exactly what the command does.
  *
  * @module
@@ -47,7 +50,7 @@ export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";
 
 /** Options common to the durable commands. */
 export interface JournalCliOptions {
-  /** `sqlite:PATH`, `postgres://…` or `redis://…`. @default env DUMPLINGS_DURABLE_JOURNAL, else {@link DEFAULT_JOURNAL} */
+  /** A SPEC: `sqlite:PATH`, `postgres://…` or `redis://…` (or `postgres:postgres://…`, `redis:redis://…`). @default env DUMPLINGS_DURABLE_JOURNAL, else {@link DEFAULT_JOURNAL} */
   journal?: string;
   /** PostgreSQL schema of the journal. @default "dumplings" */
   schema?: string;
@@ -205,7 +208,13 @@ function searchCall(
   return undefined;
 }
 
-/** One approval in words: `send_email {"to":"a@b"}` (the arguments cut at `max` characters). */
+/**
+ * One approval in words: `send_email {"to":"a@b"}`.
+ *
+ * @param a - the approval
+ * @param max - longest shown arguments, in characters (cut with `…`) @default 80
+ * @returns the tool and its arguments, or a note that the journal does not name the tool
+ */
 export function describeCall(a: ApprovalView, max = 80): string {
   if (a.toolName === undefined) return "tool call not found in the journal";
   return `${a.toolName} ${preview(a.input ?? null, max)}`;
@@ -215,6 +224,13 @@ export function describeCall(a: ApprovalView, max = 80): string {
  * What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`.
  * With the run's `approvals` ({@link pendingApprovals}), an approval names the tool and its arguments,
  * and a decision already recorded reads `approved call_1 …, pending resume`.
+ *
+ * @param run - the run
+ * @param approvals - its approvals from {@link pendingApprovals} (optional: without them, no tool is named)
+ * @returns one line, empty for a run that waits for nothing
+ * @example
+ * describeWait(run, pendingApprovals(run, steps, signals))
+ * // 'approval of call_7: refund_payment {"orderId":"A-1009"} (dumplings approve run-c call_7)'
  */
 export function describeWait(run: RunRecord, approvals?: readonly ApprovalView[]): string {
   if (run.status === "blocked")
@@ -464,6 +480,10 @@ function decisionCommand(name: "approve" | "reject"): Command {
 /**
  * The approval block of `dumplings runs RUN`: the tool, its whole arguments (pretty JSON, cut past 40 lines)
  * and the commands that decide it, or the decision waiting for the run's resume.
+ *
+ * @param runId - the run
+ * @param a - one of its approvals ({@link pendingApprovals})
+ * @returns lines of text, joined by `\n`
  */
 export function renderApproval(runId: string, a: ApprovalView): string {
   const lines = [

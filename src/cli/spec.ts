@@ -173,6 +173,9 @@ export function parseSpec(
 /**
  * Picks the one value of a setting given both in the SPEC (`?schema=`, `?prefix=`) and as an option.
  *
+ * @param fromSpec - the value in the SPEC's URL
+ * @param fromOption - the value of the option (`--schema`, `--prefix`)
+ * @param what - the setting's name for the message
  * @returns the value, or undefined when neither gives one
  * @throws {UsageError} when both give different values
  */

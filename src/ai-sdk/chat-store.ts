@@ -1,0 +1,352 @@
+/**
+ * `createChatStore`: AI SDK chats (`UIMessage[]` from `useChat`, or
+ * `ModelMessage[]` for `generateText`/`streamText`) on any session backend.
+ *
+ * Storage: a chat is one stored state under `keyPrefix + chatId`, one history
+ * entry per chat message. Each entry is an OpenAI-shaped envelope so every
+ * backend, `dumplings ls` and `dumplings show` read it:
+ * `{ "role": "user", "content": null, "aiSdk": <the message, tagged JSON> }`
+ * (a `tool` model message also carries `tool_call_id`, the id of its first
+ * part). The message itself is in `aiSdk`, encoded by the rule of
+ * `encoding.ts` (Uint8Array, ArrayBuffer, URL, Date, undefined tagged), so a
+ * round trip is deep-equal and keeps types. The header's `class` is
+ * {@link CHAT_CLASS}; `loadState` on a chat key refuses it (no such agent class).
+ *
+ * Writes (backends with `write`/`read`, i.e. every built-in one): a save is a
+ * compare-and-set against the revision this store instance last loaded or
+ * saved for the chat, with `baseLength` = the number of leading messages
+ * known to be stored unchanged, so a chat that grew by one message writes
+ * one message. "Unchanged" is checked by content, not identity (messages
+ * arrive as new objects with every HTTP request): each message's canonical
+ * JSON (keys sorted) is compared with what was stored — O(messages) CPU,
+ * O(new messages) writes. A changed older message (an edited or regenerated
+ * message, a removed one) is detected and the whole chat is rewritten in
+ * one atomic write (`rewritten: true`), never refused: the caller's array is
+ * the chat. A save of a chat this instance never loaded or saved reads the
+ * stored chat first (to append rather than rewrite). A backend with only the
+ * four seed methods gets whole-state `save`s.
+ *
+ * @module
+ */
+import type { ModelMessage, UIMessage } from "ai";
+import { validateKey } from "../backends/keys.js";
+import type { StateBackend } from "../backends/types.js";
+import { BackendError, DumplingsError, FormatError, InvalidOptionError, InvalidStateError } from "../core/errors.js";
+import type { JsonValue } from "../core/json.js";
+import type { Message } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
+import { AgentConfigSchema, type AgentState } from "../core/state.js";
+import { FORMAT_VERSION, packageVersion } from "../core/version.js";
+import { canonicalJson, decodeTagged, encodeTagged } from "./encoding.js";
+
+/** The `meta.class` of a stored chat. */
+export const CHAT_CLASS = "dumplings-ai/ai-sdk:Chat";
+
+/** The envelope field holding the encoded message. */
+export const CHAT_FIELD = "aiSdk";
+
+/** A message a chat store keeps: an AI SDK `UIMessage` or `ModelMessage`. */
+export type ChatMessage = UIMessage | ModelMessage;
+
+/** Options of {@link createChatStore}. */
+export interface ChatStoreOptions {
+  /** The session backend: `MemoryBackend`, `FileBackend`, `SQLiteBackend`, `RedisBackend`, `PostgresBackend` or any `StateBackend`. */
+  store: StateBackend;
+  /** Prefix of the stored keys (`keyPrefix + chatId`); `list()` returns the chats under it. @default "chat-" */
+  keyPrefix?: string;
+}
+
+/** Result of {@link ChatStore.save}. */
+export interface ChatSaveResult {
+  /** The new stored revision (backends with revisions), or the unchanged one when nothing needed writing. */
+  revision?: number;
+  /** Messages physically written: 1 for a chat that grew by one message. */
+  written: number;
+  /** True when the whole chat was rewritten (first save, a changed older message, a backend without `write`). */
+  rewritten: boolean;
+}
+
+/** A store of AI SDK chats; made by {@link createChatStore}. */
+export interface ChatStore<M extends ChatMessage = ChatMessage> {
+  /** The backend. */
+  readonly store: StateBackend;
+  /**
+   * Stores the chat's messages (the whole list; only what changed is written).
+   *
+   * @param chatId - the chat id (a key: no `/`, `\`, control characters, leading `.`; ≤ 200 bytes with the prefix)
+   * @param messages - the chat's messages, in order
+   * @returns `{ revision, written, rewritten }`
+   * @throws {InvalidKeyError} for a bad chat id; {InvalidStateError} for a message without a valid `role`;
+   *   {NonJsonValueError} naming `messages[i]…` for a value the encoding cannot carry (nothing written)
+   * @throws {ConflictError} when another writer saved the chat since this store loaded or saved it (nothing written; `load` again)
+   * @throws {BackendError} wrapping a driver failure
+   */
+  save(chatId: string, messages: readonly M[]): Promise<ChatSaveResult>;
+  /**
+   * Reads a chat.
+   *
+   * @param chatId - the chat id
+   * @returns its messages (deep-equal to what was saved; `Uint8Array`/`URL` restored), or `undefined` when none is stored
+   * @throws {FormatError} when the key holds something that is not a chat
+   * @throws {BackendError} wrapping a driver failure
+   */
+  load(chatId: string): Promise<M[] | undefined>;
+  /**
+   * Deletes a chat.
+   *
+   * @param chatId - the chat id
+   * @returns true when a chat was deleted
+   */
+  delete(chatId: string): Promise<boolean>;
+  /**
+   * The stored chat ids (keys under the prefix), sorted.
+   *
+   * @returns chat ids
+   */
+  list(): Promise<string[]>;
+}
+
+const OPTIONS = optionKeys<ChatStoreOptions>({ store: true, keyPrefix: true });
+
+/** What this store instance knows is stored for a chat. */
+interface Track {
+  revision: number | undefined;
+  /** Canonical JSON of each stored envelope, in order. */
+  fingerprints: string[];
+}
+
+type Envelope = { role: string; content: null; tool_call_id?: string; [CHAT_FIELD]: JsonValue };
+
+const ROLES = new Set(["system", "user", "assistant", "tool"]);
+
+function envelope(message: unknown, index: number): Envelope {
+  if (message === null || typeof message !== "object" || Array.isArray(message)) {
+    throw new InvalidStateError(`messages[${index}]`, "a chat message must be an object");
+  }
+  const role = (message as { role?: unknown }).role;
+  if (typeof role !== "string" || !ROLES.has(role)) {
+    throw new InvalidStateError(
+      `messages[${index}].role`,
+      `role ${JSON.stringify(role)} is not one of system, user, assistant, tool`,
+    );
+  }
+  const out: Envelope = { role, content: null, [CHAT_FIELD]: null };
+  if (role === "tool") {
+    const content = (message as { content?: unknown }).content;
+    const first = Array.isArray(content) ? (content[0] as { toolCallId?: unknown; approvalId?: unknown }) : undefined;
+    const id = first?.toolCallId ?? first?.approvalId;
+    out.tool_call_id = typeof id === "string" ? id : "";
+  }
+  out[CHAT_FIELD] = encodeTagged(message, `messages[${index}]`, index);
+  return out;
+}
+
+function chatState(chatId: string, history: Envelope[]): AgentState {
+  return {
+    meta: {
+      formatVersion: FORMAT_VERSION,
+      schemaVersion: packageVersion(),
+      agentUuid: chatId,
+      agentName: chatId,
+      protocol: "openai",
+      class: CHAT_CLASS,
+      savedAt: new Date().toISOString(),
+      messageCount: history.length,
+    },
+    config: AgentConfigSchema.parse({}),
+    state: { currentTaskId: null, hooks: [], fields: {} },
+    history: history as unknown as Message[],
+  };
+}
+
+function backendName(store: StateBackend): string {
+  return typeof store.name === "string" && store.name !== "" ? store.name : "custom";
+}
+
+/**
+ * Creates a store of AI SDK chats on a session backend.
+ *
+ * @param options - `store`: the backend instance; `keyPrefix` @default "chat-"
+ * @returns `{ save, load, delete, list }`
+ * @throws {InvalidOptionError} for an unknown option, a missing `store` or a non-string `keyPrefix`
+ * @example
+ * import { createChatStore } from "dumplings-ai/ai-sdk";
+ * import { SQLiteBackend } from "dumplings-ai/sqlite";
+ * const chats = createChatStore<UIMessage>({ store: new SQLiteBackend({ dbPath: "./chats.db" }) });
+ * await chats.save("c1", messages);               // first save: writes every message
+ * await chats.save("c1", [...messages, answer]);  // writes one message
+ * const again = await chats.load("c1");           // deep-equal to [...messages, answer]
+ */
+export function createChatStore<M extends ChatMessage = ChatMessage>(options: ChatStoreOptions): ChatStore<M> {
+  checkOptions("createChatStore", options, OPTIONS);
+  const store = options?.store;
+  if (store === null || typeof store !== "object" || typeof store.load !== "function") {
+    throw new InvalidOptionError("createChatStore", "store", "a session backend instance is required");
+  }
+  const prefix = options.keyPrefix ?? "chat-";
+  if (typeof prefix !== "string") {
+    throw new InvalidOptionError("createChatStore", "keyPrefix", "must be a string");
+  }
+  const tracks = new Map<string, Track>();
+  const queues = new Map<string, Promise<unknown>>();
+
+  const keyOf = (chatId: string): string => {
+    if (typeof chatId !== "string" || chatId === "") validateKey(chatId);
+    return validateKey(prefix + chatId);
+  };
+
+  function wrap(what: string, key: string | undefined, e: unknown): never {
+    if (e instanceof DumplingsError) throw e;
+    throw new BackendError(backendName(store as StateBackend), what, { key, cause: e });
+  }
+
+  /** Runs the chat's operations one at a time (a save waits for the previous one). */
+  const serial = <T>(chatId: string, task: () => Promise<T>): Promise<T> => {
+    const previous = queues.get(chatId) ?? Promise.resolve();
+    const run = previous.then(task, task);
+    const settled = run.catch(() => undefined);
+    queues.set(chatId, settled);
+    void settled.then(() => {
+      if (queues.get(chatId) === settled) queues.delete(chatId);
+    });
+    return run;
+  };
+
+  /** Reads the stored envelopes and revision; `undefined` when nothing is stored. */
+  const readChat = async (
+    chatId: string,
+    key: string,
+  ): Promise<{ history: Envelope[]; revision?: number } | undefined> => {
+    let state: AgentState | undefined;
+    let revision: number | undefined;
+    try {
+      if (typeof store.read === "function") {
+        const r = await store.read(key);
+        state = r?.state;
+        revision = r?.revision;
+      } else {
+        state = (await store.load(key)) ?? undefined;
+      }
+    } catch (e) {
+      if (e instanceof DumplingsError && e.code === "STATE_NOT_FOUND") return undefined;
+      wrap(`cannot load chat ${JSON.stringify(chatId)}`, key, e);
+    }
+    if (state === undefined || state === null) return undefined;
+    if (state.meta?.class !== CHAT_CLASS) {
+      throw new FormatError(`key ${JSON.stringify(key)} holds a ${String(state.meta?.class)} session, not a chat`, {
+        file: `${backendName(store)} key ${JSON.stringify(key)}`,
+      });
+    }
+    return { history: state.history as unknown as Envelope[], revision };
+  };
+
+  const decodeHistory = (key: string, history: Envelope[]): M[] =>
+    history.map((e, i) => {
+      const source = `${backendName(store)} key ${JSON.stringify(key)} message ${i}`;
+      if (e === null || typeof e !== "object" || !Object.hasOwn(e, CHAT_FIELD)) {
+        throw new FormatError(`history entry is not a chat message (no ${CHAT_FIELD} field)`, { file: source });
+      }
+      return decodeTagged(e[CHAT_FIELD], source) as M;
+    });
+
+  return {
+    store,
+
+    async save(chatId, messages) {
+      const key = keyOf(chatId);
+      if (!Array.isArray(messages)) throw new InvalidStateError("messages", "messages must be an array");
+      // Encode (and check) everything before any I/O: bad input never changes stored data.
+      const history = Array.from(messages, (m, i) => envelope(m, i));
+      const fingerprints = history.map((e) => canonicalJson(e as unknown as JsonValue));
+      return serial(chatId, async () => {
+        const state = chatState(chatId, history);
+        if (typeof store.write !== "function") {
+          try {
+            await store.save(key, state);
+          } catch (e) {
+            wrap(`cannot save chat ${JSON.stringify(chatId)}`, key, e);
+          }
+          tracks.set(chatId, { revision: undefined, fingerprints });
+          return { written: history.length, rewritten: true };
+        }
+        let track = tracks.get(chatId);
+        if (track === undefined) {
+          const stored = await readChat(chatId, key);
+          track = stored
+            ? {
+                revision: stored.revision,
+                fingerprints: stored.history.map((e) => canonicalJson(e as unknown as JsonValue)),
+              }
+            : { revision: undefined, fingerprints: [] };
+        }
+        const n = track.fingerprints.length;
+        let baseLength: number | undefined;
+        if (track.revision !== undefined && history.length >= n) {
+          baseLength = n;
+          for (let i = 0; i < n; i++) {
+            if (fingerprints[i] !== track.fingerprints[i]) {
+              baseLength = undefined;
+              break;
+            }
+          }
+        }
+        if (baseLength !== undefined && baseLength === history.length) {
+          return { revision: track.revision, written: 0, rewritten: false }; // nothing changed
+        }
+        let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
+        try {
+          // No revision known: "create only" (never overwrite a chat stored meanwhile); a backend
+          // without `read` cannot tell us the revision, so its writes are plain upserts.
+          const expectedRevision = track.revision ?? (typeof store.read === "function" ? null : undefined);
+          result = await store.write(key, state, { expectedRevision, baseLength });
+        } catch (e) {
+          wrap(`cannot save chat ${JSON.stringify(chatId)}`, key, e);
+        }
+        tracks.set(chatId, { revision: result.revision, fingerprints });
+        return { revision: result.revision, written: result.written, rewritten: result.rewritten };
+      });
+    },
+
+    async load(chatId) {
+      const key = keyOf(chatId);
+      return serial(chatId, async () => {
+        const stored = await readChat(chatId, key);
+        if (stored === undefined) {
+          tracks.delete(chatId);
+          return undefined;
+        }
+        const messages = decodeHistory(key, stored.history);
+        tracks.set(chatId, {
+          revision: stored.revision,
+          fingerprints: stored.history.map((e) => canonicalJson(e as unknown as JsonValue)),
+        });
+        return messages;
+      });
+    },
+
+    async delete(chatId) {
+      const key = keyOf(chatId);
+      return serial(chatId, async () => {
+        tracks.delete(chatId);
+        try {
+          return Boolean(await store.delete(key));
+        } catch (e) {
+          wrap(`cannot delete chat ${JSON.stringify(chatId)}`, key, e);
+        }
+      });
+    },
+
+    async list() {
+      let keys: string[];
+      try {
+        keys = [...(await store.listKeys())];
+      } catch (e) {
+        wrap("cannot list chats", undefined, e);
+      }
+      return keys
+        .filter((k) => k.startsWith(prefix) && k.length > prefix.length)
+        .map((k) => k.slice(prefix.length))
+        .sort();
+    },
+  };
+}

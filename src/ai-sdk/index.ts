@@ -1,0 +1,35 @@
+/**
+ * `dumplings-ai/ai-sdk`: AI SDK chats on this library's storage.
+ *
+ * - {@link createChatStore}: `save(chatId, messages)`, `load(chatId)`,
+ *   `delete(chatId)`, `list()` for `UIMessage[]` (from `useChat`) and
+ *   `ModelMessage[]` (for `generateText`/`streamText`) on any session backend
+ *   (`MemoryBackend`, `FileBackend`, `SQLiteBackend`, `RedisBackend`,
+ *   `PostgresBackend`, a custom `StateBackend`). A round trip is deep-equal,
+ *   `Uint8Array`s and `URL`s included (the tagged JSON rule of
+ *   {@link encodeTagged}); a chat that grew by one message writes one message.
+ * - {@link toModelMessages} / {@link fromModelMessages}: convert an agent's
+ *   history (OpenAI chat or Anthropic messages) to AI SDK model messages and back.
+ *
+ * `ai` is a peer dependency: this module imports only its types.
+ *
+ * @example
+ * import { createChatStore } from "dumplings-ai/ai-sdk";
+ * import { SQLiteBackend } from "dumplings-ai/sqlite";
+ * const chats = createChatStore({ store: new SQLiteBackend({ dbPath: "./chats.db" }) });
+ * await chats.save("c1", [{ id: "m1", role: "user", parts: [{ type: "text", text: "hi" }] }]);
+ * const messages = await chats.load("c1");
+ *
+ * @module
+ */
+export { fromModelMessages, MessageConversionError, toModelMessages } from "../agent/ai-sdk-messages.js";
+export {
+  CHAT_CLASS,
+  CHAT_FIELD,
+  type ChatMessage,
+  type ChatSaveResult,
+  type ChatStore,
+  type ChatStoreOptions,
+  createChatStore,
+} from "./chat-store.js";
+export { decodeTagged, encodeTagged, TAG } from "./encoding.js";

@@ -1,0 +1,261 @@
+/**
+ * `createChatStore` on every built-in backend: UIMessage and ModelMessage
+ * chats (hand-made with every part type, and the bundled conversations
+ * converted) round-trip deep-equal with their types; a chat that grew by one
+ * message writes one message; a changed older message rewrites the chat.
+ */
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { type ModelMessage, type UIMessage, validateUIMessages } from "ai";
+import { Redis } from "ioredis";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createChatStore } from "../../src/ai-sdk/index.js";
+import { FileBackend } from "../../src/backends/file.js";
+import { MemoryBackend } from "../../src/backends/memory.js";
+import { PostgresBackend } from "../../src/backends/postgres.js";
+import { RedisBackend } from "../../src/backends/redis.js";
+import { SQLiteBackend } from "../../src/backends/sqlite.js";
+import type { StateBackend, WriteOptions, WriteResult } from "../../src/backends/types.js";
+import {
+  ConflictError,
+  FormatError,
+  InvalidKeyError,
+  InvalidOptionError,
+  InvalidStateError,
+  NonJsonValueError,
+} from "../../src/core/errors.js";
+import { makeState } from "../../src/testing/states.js";
+import { DATABASE_URL, postgresSkipReason, REDIS_URL, redisSkipReason } from "../helpers/services.js";
+import { handMadeModelMessages, handMadeUIMessages, sampleModelChats, toUIMessages } from "./fixtures.js";
+
+const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-ai-sdk-"));
+const redisSkip = await redisSkipReason();
+const postgresSkip = await postgresSkipReason();
+const redisPrefix = `ai-sdk-test:${randomUUID()}:`;
+const pgSchema = `ai_sdk_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
+const opened: StateBackend[] = [];
+
+type Harness = { name: string; skip?: string; make: () => StateBackend };
+const harnesses: Harness[] = [
+  { name: "memory", make: () => new MemoryBackend() },
+  { name: "file", make: () => new FileBackend({ baseDir: mkdtempSync(path.join(tmp, "file-")) }) },
+  { name: "sqlite", make: () => new SQLiteBackend({ dbPath: path.join(mkdtempSync(path.join(tmp, "db-")), "c.db") }) },
+  { name: "redis", skip: redisSkip, make: () => new RedisBackend({ url: REDIS_URL, keyPrefix: redisPrefix }) },
+  { name: "postgres", skip: postgresSkip, make: () => new PostgresBackend({ url: DATABASE_URL, schema: pgSchema }) },
+];
+
+/** A backend whose `write` calls are recorded (options and what the backend says it wrote). */
+function recorded(backend: StateBackend): {
+  backend: StateBackend;
+  writes: Array<{ options: WriteOptions | undefined; result: WriteResult; historyLength: number }>;
+} {
+  const writes: Array<{ options: WriteOptions | undefined; result: WriteResult; historyLength: number }> = [];
+  const write = backend.write?.bind(backend);
+  if (write === undefined) throw new Error("backend without write");
+  const proxy = new Proxy(backend, {
+    get(target, prop, receiver) {
+      if (prop === "write") {
+        return async (key: string, state: Parameters<typeof write>[1], options?: WriteOptions) => {
+          const result = await write(key, state, options);
+          writes.push({ options, result, historyLength: state.history.length });
+          return result;
+        };
+      }
+      const v = Reflect.get(target, prop, receiver);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+  return { backend: proxy, writes };
+}
+
+/** How many history messages the backend holds for `key`, read from the store itself. */
+async function storedCount(backend: StateBackend, key: string): Promise<number> {
+  const r = await backend.read?.(key);
+  return r?.state.history.length ?? -1;
+}
+
+afterAll(async () => {
+  for (const b of opened) await b.close?.();
+  if (!redisSkip) {
+    const admin = new Redis(REDIS_URL);
+    const keys = await admin.keys(`${redisPrefix.replace(/[*?[\]\\]/g, "\\$&")}*`);
+    if (keys.length > 0) await admin.del(...keys);
+    admin.disconnect();
+  }
+  if (!postgresSkip) {
+    const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+    await admin.query(`DROP SCHEMA IF EXISTS "${pgSchema}" CASCADE`);
+    await admin.end();
+  }
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+describe.each(harnesses)("createChatStore on $name", (h) => {
+  let backend: StateBackend;
+  beforeAll(() => {
+    if (h.skip) return;
+    backend = h.make();
+    opened.push(backend);
+  });
+
+  it.skipIf(h.skip)("round-trips hand-made UIMessages (every part type) exactly", async () => {
+    const chats = createChatStore<UIMessage>({ store: backend });
+    const id = `ui-${randomUUID()}`;
+    const messages = handMadeUIMessages();
+    await validateUIMessages({ messages }); // they are real useChat messages
+    await chats.save(id, messages);
+    const loaded = await createChatStore<UIMessage>({ store: backend }).load(id);
+    expect(loaded).toStrictEqual(handMadeUIMessages());
+  });
+
+  it.skipIf(h.skip)("round-trips hand-made ModelMessages: Uint8Array stays Uint8Array, URL stays URL", async () => {
+    const chats = createChatStore<ModelMessage>({ store: backend });
+    const id = `model-${randomUUID()}`;
+    await chats.save(id, handMadeModelMessages());
+    const loaded = (await createChatStore<ModelMessage>({ store: backend }).load(id)) as ModelMessage[];
+    const expected = handMadeModelMessages();
+    // a Buffer comes back as a plain Uint8Array of the same bytes (documented)
+    const pdf = (expected[1]?.content as Array<{ data?: unknown }>)[4] as { data: Uint8Array };
+    pdf.data = new Uint8Array(pdf.data);
+    expect(loaded).toStrictEqual(expected);
+    const user = loaded[1]?.content as Array<{ image?: unknown; data?: unknown }>;
+    expect(user[1]?.image).toBeInstanceOf(Uint8Array);
+    expect(user[3]?.image).toBeInstanceOf(URL);
+    expect(user[4]?.data).toBeInstanceOf(Uint8Array);
+  });
+
+  it.skipIf(h.skip)("round-trips the bundled conversations as ModelMessage and UIMessage chats", async () => {
+    const chats = createChatStore({ store: backend, keyPrefix: `samples-${randomUUID()}-` });
+    const samples = sampleModelChats(4);
+    expect(samples.length).toBe(4);
+    for (const [sampleId, model] of samples) {
+      const ui = toUIMessages(sampleId, model);
+      await chats.save(`${sampleId}-model`, model);
+      await chats.save(`${sampleId}-ui`, ui);
+      expect(await chats.load(`${sampleId}-model`)).toStrictEqual(model);
+      expect(await chats.load(`${sampleId}-ui`)).toStrictEqual(ui);
+    }
+    expect(await chats.list()).toStrictEqual(samples.flatMap(([s]) => [`${s}-model`, `${s}-ui`]).sort());
+  });
+
+  it.skipIf(h.skip)("a chat that grew by one message writes one message; a changed older one rewrites", async () => {
+    const { backend: spy, writes } = recorded(backend);
+    const chats = createChatStore<UIMessage>({ store: spy });
+    const id = `grow-${randomUUID()}`;
+    const key = `chat-${id}`;
+    const [sampleId, model] = sampleModelChats(1)[0] as [string, ModelMessage[]];
+    const messages = toUIMessages(sampleId, model);
+    expect(messages.length).toBeGreaterThan(3);
+
+    const first = await chats.save(id, messages.slice(0, 3));
+    expect(first).toMatchObject({ written: 3, rewritten: true });
+    for (let n = 4; n <= messages.length; n++) {
+      // every request brings fresh objects (as JSON from useChat): detection is by content, not identity
+      const next = structuredClone(messages.slice(0, n));
+      const r = await chats.save(id, next);
+      expect(r).toMatchObject({ written: 1, rewritten: false });
+      const w = writes[writes.length - 1];
+      expect(w?.options?.baseLength).toBe(n - 1);
+      expect(w?.result.written).toBe(1);
+      expect(await storedCount(backend, key)).toBe(n);
+    }
+    // a store instance that never saw the chat (another server process) appends too
+    const fresh = createChatStore<UIMessage>({ store: spy });
+    const grown = [...messages, { id: "extra", role: "user", parts: [{ type: "text", text: "more" }] } as UIMessage];
+    expect(await fresh.save(id, grown)).toMatchObject({ written: 1, rewritten: false });
+    // saving the same chat again writes nothing
+    const before = writes.length;
+    expect(await fresh.save(id, structuredClone(grown))).toMatchObject({ written: 0, rewritten: false });
+    expect(writes.length).toBe(before);
+
+    // an older message edited (a regenerated answer): detected, the chat is rewritten
+    const edited = structuredClone(grown);
+    (edited[1] as UIMessage).parts = [{ type: "text", text: "regenerated" }];
+    const r = await fresh.save(id, edited);
+    expect(r.rewritten).toBe(true);
+    expect(r.written).toBe(edited.length);
+    expect(await chats.load(id)).toStrictEqual(edited);
+    // a shorter chat (a message removed) also rewrites, and the store holds exactly it
+    const cut = edited.slice(0, 2);
+    expect((await chats.save(id, cut)).rewritten).toBe(true);
+    expect(await storedCount(backend, key)).toBe(2);
+    expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(cut);
+  });
+
+  it.skipIf(h.skip)("two stores saving one chat: the stale one gets ConflictError and nothing is lost", async () => {
+    const id = `race-${randomUUID()}`;
+    const a = createChatStore<UIMessage>({ store: backend });
+    const b = createChatStore<UIMessage>({ store: backend });
+    const base = handMadeUIMessages();
+    await a.save(id, base);
+    await b.load(id);
+    const fromA = [...base, { id: "a", role: "user", parts: [{ type: "text", text: "from a" }] } as UIMessage];
+    await a.save(id, fromA);
+    const fromB = [...base, { id: "b", role: "user", parts: [{ type: "text", text: "from b" }] } as UIMessage];
+    await expect(b.save(id, fromB)).rejects.toBeInstanceOf(ConflictError);
+    expect(await b.load(id)).toStrictEqual(fromA);
+  });
+
+  it.skipIf(h.skip)("bad input is a typed error and changes nothing stored", async () => {
+    const chats = createChatStore({ store: backend });
+    const id = `bad-${randomUUID()}`;
+    const good = handMadeModelMessages();
+    await chats.save(id, good);
+    const withBigInt = [
+      ...good,
+      { role: "user", content: [{ type: "text", text: "x", providerOptions: { a: { n: 1n } } }] },
+    ];
+    await expect(chats.save(id, withBigInt as ModelMessage[])).rejects.toThrow(NonJsonValueError);
+    await expect(chats.save(id, withBigInt as ModelMessage[])).rejects.toThrow(
+      /messages\[5\]\.content\[0\]\.providerOptions\.a\.n/,
+    );
+    await expect(chats.save(id, [{ role: "robot", content: "x" } as never])).rejects.toThrow(InvalidStateError);
+    await expect(chats.save("a/b", good)).rejects.toThrow(InvalidKeyError);
+    const expected = handMadeModelMessages();
+    (expected[1]?.content as Array<{ data?: unknown }>)[4] = {
+      ...(expected[1]?.content as Array<object>)[4],
+      data: new Uint8Array((expected[1]?.content as Array<{ data: Uint8Array }>)[4]?.data as Uint8Array),
+    };
+    expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(expected);
+  });
+
+  it.skipIf(h.skip)("load of a missing chat is undefined; delete and list", async () => {
+    const chats = createChatStore({ store: backend, keyPrefix: `del-${randomUUID()}-` });
+    expect(await chats.load("nope")).toBeUndefined();
+    await chats.save("x", [{ role: "user", content: "hi" }]);
+    expect(await chats.list()).toStrictEqual(["x"]);
+    expect(await chats.delete("x")).toBe(true);
+    expect(await chats.delete("x")).toBe(false);
+    expect(await chats.load("x")).toBeUndefined();
+    expect(await chats.list()).toStrictEqual([]);
+  });
+
+  it.skipIf(h.skip)("a key holding an agent session is not read as a chat", async () => {
+    const key = `chat-agent-${randomUUID()}`;
+    await backend.write?.(key, makeState([{ role: "user", content: "hi" }]), {});
+    await expect(createChatStore({ store: backend }).load(key.slice(5))).rejects.toThrow(FormatError);
+  });
+});
+
+describe("createChatStore options", () => {
+  it("refuses an unknown option and a missing store", () => {
+    expect(() => createChatStore({ store: new MemoryBackend(), prefix: "x" } as never)).toThrow(InvalidOptionError);
+    expect(() => createChatStore({} as never)).toThrow(InvalidOptionError);
+  });
+
+  it("works on a custom backend with only the four seed methods (whole-state saves)", async () => {
+    const map = new Map<string, unknown>();
+    const custom: StateBackend = {
+      save: (k, s) => void map.set(k, JSON.parse(JSON.stringify(s))),
+      load: (k) => map.get(k) as never,
+      delete: (k) => map.delete(k),
+      listKeys: () => [...map.keys()],
+    };
+    const chats = createChatStore<UIMessage>({ store: custom });
+    expect(await chats.save("c", handMadeUIMessages())).toMatchObject({ rewritten: true });
+    expect(await chats.load("c")).toStrictEqual(handMadeUIMessages());
+  });
+});

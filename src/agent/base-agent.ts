@@ -68,6 +68,9 @@ import { assertTool, effectiveTools, type ToolDefinition, type ToolHook, ToolReg
  */
 export const STRICT_OPTIONS = new WeakSet<object>();
 
+/** The keys of {@link RestoreOptions}: any other is an `InvalidOptionError`. */
+const RESTORE_OPTIONS = optionKeys<RestoreOptions>({ hooks: true, unresolvedHooks: true, onWarning: true });
+
 /** The keys of {@link AgentOptions}: any other is an `InvalidOptionError` (built-in agent classes). */
 const AGENT_OPTIONS = optionKeys<AgentOptions>({
   name: true,
@@ -483,6 +486,7 @@ export class BaseAgent extends EventEmitter {
     // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
     const cls = this;
     if (state.meta.protocol !== cls.protocol) {
+    checkOptions("fromState", options, RESTORE_OPTIONS);
       throw new InvalidStateError(
         "meta.protocol",
         `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${cls.name} speaks ${cls.protocol}`,

@@ -169,6 +169,7 @@ import type { AgentState } from "../core/state.js";
 import { pathIdentity } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import { checkWriteOptions } from "./write-options.js";
 
 /** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
 const FILE_OPTIONS = optionKeys<FileBackendOptions>({
@@ -513,6 +514,7 @@ export class FileBackend implements StateBackend {
    * @throws {BackendError} on an I/O failure or a lock timeout
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    checkWriteOptions("file", options);
     const target = this.pathOf(key);
     // The key is checked before any file system access; values before any byte of the file is written.
     const protocol = state.meta.protocol;

@@ -27,6 +27,7 @@ import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaS
 import { validateKey } from "./keys.js";
 import { decodeStoredMessage, parseHeaderField } from "./stored.js";
 import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import { checkWriteOptions } from "./write-options.js";
 
 interface StoredSession {
   /** `JSON.stringify` of `meta`, `config` and `state`. */
@@ -172,6 +173,7 @@ export class MemoryBackend implements StateBackend {
    * @throws {InvalidKeyError} / {NonJsonValueError} for bad input (nothing written)
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    checkWriteOptions("memory", options);
     return this.#write(key, state, options);
   }
 

@@ -64,6 +64,7 @@ import {
   tailDigest,
 } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import { checkWriteOptions } from "./write-options.js";
 
 export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery, PostgresConnectionOptions };
 
@@ -134,6 +135,8 @@ interface Encoded {
   gz: (Buffer | null)[] | undefined;
 }
 
+/** The keys of {@link PostgresBackend.gc}'s options: any other is an `InvalidOptionError`. */
+const GC_OPTIONS = optionKeys<{ olderThanMs: number }>({ olderThanMs: true });
 /** The keys of {@link PostgresBackendOptions}: any other is an `InvalidOptionError`. */
 const POSTGRES_OPTIONS = optionKeys<PostgresBackendOptions>({
   pool: true,
@@ -248,6 +251,7 @@ export class PostgresBackend implements StateBackend {
    * @throws {BackendError} when PostgreSQL fails
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    checkWriteOptions("postgres", options);
     validateKey(key);
     checkStateShape(state);
     checkRevision(options.expectedRevision);
@@ -504,6 +508,7 @@ export class PostgresBackend implements StateBackend {
    * await backend.gc({ olderThanMs: 30 * 24 * 3600_000 }); // older than 30 days
    */
   async gc(options: { olderThanMs: number }): Promise<{ deleted: number }> {
+    checkOptions("postgres gc", options, GC_OPTIONS);
     const ms = options?.olderThanMs;
     if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
       throw new TypeError(`gc olderThanMs must be a non-negative number of ms, got ${String(ms)}`);

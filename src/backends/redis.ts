@@ -71,6 +71,7 @@ import {
   tailDigest,
 } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import { checkWriteOptions } from "./write-options.js";
 
 /**
  * The minimal structural shape of a Redis client this backend calls. An
@@ -358,6 +359,7 @@ export class RedisBackend implements StateBackend {
    * @throws {BackendError} when Redis fails or does not answer in time
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    checkWriteOptions("redis", options);
     validateKey(key);
     checkStateShape(state);
     checkRevision(options.expectedRevision);

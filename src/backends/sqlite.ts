@@ -98,6 +98,7 @@ import {
 import { validateKey } from "./keys.js";
 import { decodeStoredMessage } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import { checkWriteOptions } from "./write-options.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
 export const SQLITE_SCHEMA_VERSION = 1;
@@ -121,6 +122,8 @@ export interface SQLiteBackendOptions extends SqliteConnectionOptions {
 
 export type { SqliteConnectionOptions };
 
+/** The keys of {@link SQLiteBackend.gc}'s options: any other is an `InvalidOptionError`. */
+const GC_OPTIONS = optionKeys<{ olderThanMs: number; vacuum?: boolean }>({ olderThanMs: true, vacuum: true });
 /** The keys of {@link SQLiteBackendOptions}: any other is an `InvalidOptionError`. */
 const SQLITE_OPTIONS = optionKeys<SQLiteBackendOptions>({
   dbPath: true,
@@ -393,6 +396,7 @@ export class SQLiteBackend implements StateBackend {
    * @throws {SQLiteBusyError} / {BackendError} as {@link SQLiteBackend.save}
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    checkWriteOptions("sqlite", options);
     // In the file's queue: waits for a journal's or cold store's transaction of this process on the same file.
     return this.#driver.serialize(`cannot save ${JSON.stringify(key)}`, key, () =>
       this.#write(key, state, options, true),
@@ -493,6 +497,7 @@ export class SQLiteBackend implements StateBackend {
    * const { deleted } = backend.gc({ olderThanMs: 30 * 86_400_000 });
    */
   gc(options: { olderThanMs: number; vacuum?: boolean }): { deleted: number } {
+    checkOptions("sqlite gc", options, GC_OPTIONS);
     const { olderThanMs, vacuum = false } = options;
     if (typeof olderThanMs !== "number" || !Number.isFinite(olderThanMs) || olderThanMs < 0) {
       throw new BackendError(

@@ -126,6 +126,7 @@ import { gunzipSync, gzipSync } from "node:zlib";
 import { FormatError, InvalidStateError } from "./errors.js";
 import { assertJson, checkStoredJson } from "./json.js";
 import { type Message, messageSchemaFor, type Protocol } from "./messages.js";
+import { checkOptions, optionKeys } from "./options.js";
 import { normalizeFormatVersion } from "./original.js";
 import {
   type AgentConfig,
@@ -136,6 +137,10 @@ import {
   StateMetaSchema,
 } from "./state.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
+
+/** The keys of the options of `decodeState` / `decodeStateBytes`, and of `encodeStateBytes`. */
+const DECODE_OPTIONS = optionKeys<{ source?: string }>({ source: true });
+const ENCODE_OPTIONS = optionKeys<{ gzip?: boolean }>({ gzip: true });
 
 /** File extension of a plain `.duas` file. */
 export const DUAS_EXTENSION = ".duas";
@@ -509,6 +514,7 @@ export function encodeState(state: AgentState): string {
  * writeFileSync("a.duas.gz", encodeStateBytes(state, { gzip: true }));
  */
 export function encodeStateBytes(state: AgentState, options: { gzip?: boolean } = {}): Buffer {
+  checkOptions("encodeStateBytes", options, ENCODE_OPTIONS);
   const bytes = Buffer.from(encodeState(state), "utf8");
   return options.gzip ? gzipSync(bytes) : bytes;
 }
@@ -972,6 +978,7 @@ export class DuasLineParser {
  * const state = decodeState(readFileSync("a.duas", "utf8"), { source: "a.duas" });
  */
 export function decodeState(text: string, options: { source?: string } = {}): AgentState {
+  checkOptions("decodeState", options, DECODE_OPTIONS);
   return decodeStateDetailed(text, options).state;
 }
 
@@ -1027,6 +1034,7 @@ function decodeText(text: string, options: { source?: string }): { state: AgentS
  * const state = decodeStateBytes(readFileSync("a.duas.gz"), { source: "a.duas.gz" });
  */
 export function decodeStateBytes(bytes: Uint8Array, options: { source?: string } = {}): AgentState {
+  checkOptions("decodeStateBytes", options, DECODE_OPTIONS);
   let data = bytes;
   if (isGzip(bytes)) {
     try {

@@ -27,6 +27,7 @@
 import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
 import path from "node:path";
 import { BackendError, ConflictError, InvalidOptionError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { wholeOption } from "../drivers/options.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
 import type {
@@ -43,6 +44,9 @@ import type {
   WorkflowSummary,
 } from "./cold.js";
 import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
+
+/** The keys of {@link ColdPruneOptions}: any other is an `InvalidOptionError`. */
+const PRUNE_OPTIONS = optionKeys<ColdPruneOptions>({ vacuum: true, archiveDir: true });
 
 /** The part of a database {@link WorkflowMigrations.present} uses. */
 export interface TableLookup {
@@ -430,6 +434,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     keepLast: number,
     options: ColdPruneOptions = {},
   ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; droppedMonths: DropMonthResult[] }> {
+    checkOptions(`${this.name} prune`, options, PRUNE_OPTIONS);
     const vacuum = options.vacuum ?? "incremental";
     if (vacuum !== "incremental" && vacuum !== "full") {
       throw new InvalidOptionError(

@@ -49,6 +49,13 @@ import {
   WorkflowStateSchema,
 } from "./state.js";
 
+/** The keys of `CheckpointStore.prune`'s options: any other is an `InvalidOptionError`. */
+const PRUNE_OPTIONS = optionKeys<{ olderThan: unknown; keepLast?: unknown; vacuum?: unknown; archiveDir?: unknown }>({
+  olderThan: true,
+  keepLast: true,
+  vacuum: true,
+  archiveDir: true,
+});
 /** The keys of {@link CheckpointSaveOptions}: any other is an `InvalidOptionError`. */
 const SAVE_OPTIONS = optionKeys<CheckpointSaveOptions>({
   expectedStep: true,
@@ -496,6 +503,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     deletedBlobs: number;
     droppedMonths: { month: string; archivedTo: string | null }[];
   }> {
+    checkOptions("CheckpointStore.prune", options, PRUNE_OPTIONS);
     const keepLast = options.keepLast ?? 1;
     if (!Number.isInteger(keepLast) || keepLast < 1)
       throw new RangeError(`keepLast must be an integer >= 1, got ${keepLast}`);

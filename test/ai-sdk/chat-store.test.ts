@@ -77,6 +77,15 @@ async function storedCount(backend: StateBackend, key: string): Promise<number> 
   return r?.state.history.length ?? -1;
 }
 
+/** {@link handMadeModelMessages} as they load: the Buffer comes back as a plain Uint8Array of the same bytes (documented). */
+function expectedModelMessages(): ModelMessage[] {
+  const expected = handMadeModelMessages();
+  const content = expected[1]?.content as Array<{ data?: unknown }>;
+  const pdf = content[4] as { data: Uint8Array };
+  pdf.data = new Uint8Array(pdf.data);
+  return expected;
+}
+
 afterAll(async () => {
   for (const b of opened) await b.close?.();
   if (!redisSkip) {
@@ -116,11 +125,7 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
     const id = `model-${randomUUID()}`;
     await chats.save(id, handMadeModelMessages());
     const loaded = (await createChatStore<ModelMessage>({ store: backend }).load(id)) as ModelMessage[];
-    const expected = handMadeModelMessages();
-    // a Buffer comes back as a plain Uint8Array of the same bytes (documented)
-    const pdf = (expected[1]?.content as Array<{ data?: unknown }>)[4] as { data: Uint8Array };
-    pdf.data = new Uint8Array(pdf.data);
-    expect(loaded).toStrictEqual(expected);
+    expect(loaded).toStrictEqual(expectedModelMessages());
     const user = loaded[1]?.content as Array<{ image?: unknown; data?: unknown }>;
     expect(user[1]?.image).toBeInstanceOf(Uint8Array);
     expect(user[3]?.image).toBeInstanceOf(URL);
@@ -214,12 +219,7 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
     );
     await expect(chats.save(id, [{ role: "robot", content: "x" } as never])).rejects.toThrow(InvalidStateError);
     await expect(chats.save("a/b", good)).rejects.toThrow(InvalidKeyError);
-    const expected = handMadeModelMessages();
-    (expected[1]?.content as Array<{ data?: unknown }>)[4] = {
-      ...(expected[1]?.content as Array<object>)[4],
-      data: new Uint8Array((expected[1]?.content as Array<{ data: Uint8Array }>)[4]?.data as Uint8Array),
-    };
-    expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(expected);
+    expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(expectedModelMessages());
   });
 
   it.skipIf(h.skip)("load of a missing chat is undefined; delete and list", async () => {

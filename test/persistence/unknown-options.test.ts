@@ -30,7 +30,10 @@ import {
   BaseAgent,
   configure,
   configureBuiltinBackends,
+  decodeState,
+  decodeStateBytes,
   deleteState,
+  encodeStateBytes,
   exportStateString,
   FileBackend,
   forgetStoredState,
@@ -147,6 +150,18 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["readText", (o) => readText(new MemoryRunStream(), "r", o as never)],
   ["DurableQueue", (o) => new DurableQueue({ journal: journal, ...o })],
   ["DurableWorker", (o) => new DurableWorker({ journal: journal, workflows: {}, ...o })],
+  // Backend methods and the codec.
+  ["MemoryBackend.write", (o) => new MemoryBackend().write("k", agent().toState(), o as never)],
+  ["FileBackend.write", (o) => new FileBackend({ baseDir: dir() }).write("k", agent().toState(), o as never)],
+  ["SQLiteBackend.write", (o) => new SQLiteBackend({ dbPath: ":memory:" }).write("k", agent().toState(), o as never)],
+  ["RedisBackend.write", (o) => closing(new RedisBackend(), (b) => b.write("k", agent().toState(), o as never))],
+  ["PostgresBackend.write", (o) => closing(new PostgresBackend(), (b) => b.write("k", agent().toState(), o as never))],
+  ["SQLiteBackend.gc", (o) => new SQLiteBackend({ dbPath: ":memory:" }).gc({ olderThanMs: 1, ...o })],
+  ["PostgresBackend.gc", (o) => closing(new PostgresBackend(), (b) => b.gc({ olderThanMs: 1, ...o }))],
+  ["BaseAgent.fromState", (o) => BaseAgent.fromState(agent().toState(), o as never)],
+  ["decodeState", (o) => decodeState(exportStateString(agent()), o as never)],
+  ["decodeStateBytes", (o) => decodeStateBytes(Buffer.from(exportStateString(agent())), o as never)],
+  ["encodeStateBytes", (o) => encodeStateBytes(agent().toState(), o as never)],
   // Agents.
   ["BaseAgent", (o) => new BaseAgent(o as never)],
   ["AnthropicAgent", (o) => new AnthropicAgent(o as never)],
@@ -154,6 +169,15 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["agentList.add", (o) => agentList.add(agent(), o as never)],
   ["activateTemplate", (o) => activateTemplate("no-such-template", o as never)],
 ];
+
+/** Runs `fn` on a backend and closes it whatever happens. */
+async function closing<B extends { close(): unknown }>(b: B, fn: (b: B) => unknown): Promise<unknown> {
+  try {
+    return await fn(b);
+  } finally {
+    await b.close();
+  }
+}
 
 const colds: SqliteColdStore[] = [];
 afterAll(async () => {

@@ -25,7 +25,7 @@ import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { z } from "zod";
 import { AgentNotFoundError, InvalidStateError } from "../core/errors.js";
-import { assertJson, type JsonValue } from "../core/json.js";
+import { assertJson, type JsonValue, sameFlatObject } from "../core/json.js";
 import { type Message, messageSchemaFor, type Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { type AgentConfig, type AgentConfigInput, AgentConfigSchema, type AgentState } from "../core/state.js";
@@ -452,21 +452,21 @@ export class BaseAgent extends EventEmitter {
     };
   }
 
-  /** Last config validated by {@link BaseAgent.validatedConfig}, as JSON text, and its parsed form. */
-  #configCache: { json: string; data: AgentConfig } | undefined;
+  /** Last config validated by {@link BaseAgent.validatedConfig}: a shallow copy of it, and its parsed form. */
+  #configCache: { input: Record<string, unknown>; data: AgentConfig } | undefined;
 
   /**
-   * The config, validated (re-validated only when it changed since the last call).
+   * The config, validated (re-validated only when it changed since the last call: every
+   * field compared, O(fields), so a 50 MB prompt is not serialised again at every save).
    *
    * @returns a copy of the config with every field present
    * @throws {InvalidStateError} naming the invalid field
    */
   protected validatedConfig(): AgentConfig {
-    const json = JSON.stringify(this.config);
-    if (this.#configCache === undefined || this.#configCache.json !== json) {
+    if (this.#configCache === undefined || !sameFlatObject(this.config, this.#configCache.input)) {
       const parsed = AgentConfigSchema.safeParse(this.config);
       if (!parsed.success) throw configError(parsed.error, "config");
-      this.#configCache = { json, data: parsed.data };
+      this.#configCache = { input: { ...this.config }, data: parsed.data };
     }
     return { ...this.#configCache.data };
   }

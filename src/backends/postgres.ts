@@ -55,6 +55,7 @@ import {
 } from "../drivers/postgres.js";
 import { validateKey } from "./keys.js";
 import {
+  ConfigMemo,
   checkRevision,
   checkStateShape,
   decodeStoredMessage,
@@ -171,6 +172,8 @@ export class PostgresBackend implements StateBackend {
   readonly schema: string;
   /** The store's identity: database (URL without password, or the injected pool) and schema. */
   readonly storeId: string;
+  /** Per key: the config stored at a revision (an unchanged config is neither serialised nor sent). */
+  private readonly configs = new ConfigMemo();
   private readonly driver: PostgresDriver;
   /** Name of the prepared append, per schema: a hash keeps it within PostgreSQL's 63-byte identifiers whatever the schema's length. */
   private readonly appendStatement: string;
@@ -224,6 +227,7 @@ export class PostgresBackend implements StateBackend {
   /** Deletes the session and its messages (one statement, cascading); true when it existed. @throws {BackendError} */
   async delete(key: string): Promise<boolean> {
     validateKey(key);
+    this.configs.forget(key);
     const r = await this.call(`cannot delete ${JSON.stringify(key)}`, key, () =>
       this.pool.query(this.sql("DELETE FROM {s}.sessions WHERE session_key = $1"), [key]),
     );
@@ -255,7 +259,13 @@ export class PostgresBackend implements StateBackend {
     validateKey(key);
     checkStateShape(state);
     checkRevision(options.expectedRevision);
-    const header = [jsonText(state.meta, "meta"), jsonText(state.config, "config"), jsonText(state.state, "state")];
+    // An unchanged config (ConfigMemo) is not serialised again, nor sent by an append at its revision.
+    const known = this.configs.lookup(key, state.config);
+    const header = [
+      jsonText(state.meta, "meta"),
+      known?.text ?? jsonText(state.config, "config"),
+      jsonText(state.state, "state"),
+    ] as const;
     const history = state.history;
     const force = options.force === true;
     const expected = options.expectedRevision;
@@ -277,7 +287,7 @@ export class PostgresBackend implements StateBackend {
           name: this.appendStatement,
           text: this.sql(`WITH upd AS (
               UPDATE {s}.sessions
-                 SET meta = $3, config = $4, state = $5, revision = revision + 1, message_count = $6,
+                 SET meta = $3, config = COALESCE($4, config), state = $5, revision = revision + 1, message_count = $6,
                      last_digest = $10, saved_at = now()
                WHERE session_key = $1 AND revision = $2 AND message_count = $7 AND ($7 = 0 OR last_digest = $11)
            RETURNING revision
@@ -291,7 +301,9 @@ export class PostgresBackend implements StateBackend {
           values: [
             key,
             expected,
-            ...header,
+            header[0],
+            known?.revision === expected ? null : header[1], // the row matches only at `expected`
+            header[2],
             history.length,
             base,
             enc.bodies,
@@ -303,6 +315,7 @@ export class PostgresBackend implements StateBackend {
       );
       const revision = r.rows[0]?.revision;
       if (revision !== null && revision !== undefined) {
+        this.configs.remember(key, Number(revision), state.config, header[1]);
         return { revision: Number(revision), written: history.length - base, rewritten: false };
       }
       // Not applied: a conflict, or a stored history that is not the `baseLength` prefix (then rewrite all).
@@ -339,11 +352,12 @@ export class PostgresBackend implements StateBackend {
         );
         throw new ConflictError(key, null, now.rows[0] ? Number(now.rows[0].revision) : null, this.name);
       }
+      this.configs.remember(key, Number(revision), state.config, header[1]);
       return { revision: Number(revision), written: history.length, rewritten: true };
     }
 
     // Full rewrite, in one transaction.
-    return await this.driver.transaction(what, key, async (query) => {
+    const full = await this.driver.transaction(what, key, async (query) => {
       if (!force && typeof expected === "number") {
         const cur = await query(this.sql("SELECT revision FROM {s}.sessions WHERE session_key = $1 FOR UPDATE"), [key]);
         const actual = cur.rows[0] ? Number(cur.rows[0].revision) : null;
@@ -371,6 +385,8 @@ export class PostgresBackend implements StateBackend {
       }
       return { revision: Number(up.rows[0]!.revision), written: history.length, rewritten: true };
     });
+    this.configs.remember(key, full.revision, state.config, header[1]);
+    return full;
   }
 
   /**
@@ -408,6 +424,7 @@ export class PostgresBackend implements StateBackend {
     const meta = parseHeaderField(key, label, "meta", head.meta, StateMetaSchema);
     const config = parseHeaderField(key, label, "config", head.config, AgentConfigSchema);
     const state = parseHeaderField(key, label, "state", head.state, AgentRuntimeStateSchema);
+    this.configs.remember(key, Number(head.revision), config, String(head.config));
     const history: Message[] = new Array(count);
     for (let i = 0; i < count; i++) {
       const row = rows[i + 1]!;
@@ -513,6 +530,7 @@ export class PostgresBackend implements StateBackend {
     if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
       throw new TypeError(`gc olderThanMs must be a non-negative number of ms, got ${String(ms)}`);
     }
+    this.configs.forget();
     const r = await this.call("cannot delete old sessions", undefined, () =>
       this.pool.query(
         this.sql(

@@ -62,6 +62,7 @@ import {
 } from "../drivers/redis.js";
 import { validateKey } from "./keys.js";
 import {
+  ConfigMemo,
   checkRevision,
   checkStateShape,
   decodeStoredMessage,
@@ -140,7 +141,8 @@ const DEADLINE_MARGIN_MS = 250;
  * ARGV[1] expected revision ("" none, "n" must not exist, else an integer)
  * ARGV[2] force ("1"/"0")
  * ARGV[3] base length (-1: full rewrite; else append after this many stored messages)
- * ARGV[4..6] meta, config, state JSON; ARGV[7] new message count; ARGV[8] TTL ms ("0": none)
+ * ARGV[4..6] meta, config, state JSON (config "": unchanged, keep the stored one); ARGV[7] new message count;
+ * ARGV[8] TTL ms ("0": none)
  * ARGV[9] deadline in server ms ("0": none)
  * ARGV[10] digest of the message at base - 1 as the writer has it ("" when base <= 0)
  * ARGV[11] digest of the new last message ("" for an empty history); ARGV[12..] messages
@@ -175,8 +177,9 @@ for i = 12, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 local newrev = (rev or 0) + 1
-redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4], 'config', ARGV[5], 'state', ARGV[6],
+redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4], 'state', ARGV[6],
   'rev', newrev, 'count', ARGV[7], 'gen', gen, 'tail', ARGV[11])
+if ARGV[5] ~= '' or rev == nil then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end
 local ttl = tonumber(ARGV[8])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
@@ -261,6 +264,8 @@ export class RedisBackend implements StateBackend {
   readonly keyPrefix: string;
   /** The store's identity: server (URL without password, or the injected client) and key prefix. */
   readonly storeId: string;
+  /** Per key: the config stored at a revision (an unchanged config is neither serialised nor sent). */
+  private readonly configs = new ConfigMemo();
   private readonly conn: RedisConnection<RedisLikeClient>;
   private readonly ttlMs: number;
   private readonly commandTimeoutMs: number;
@@ -322,6 +327,7 @@ export class RedisBackend implements StateBackend {
   /** Deletes both keys of the session atomically; true when it existed. @throws {BackendError} */
   async delete(key: string): Promise<boolean> {
     validateKey(key);
+    this.configs.forget(key);
     const n = await this.call(`cannot delete ${JSON.stringify(key)}`, key, () =>
       this.run(SCRIPTS.delete, [this.headerKey(key), this.historyKey(key)], []),
     );
@@ -364,7 +370,9 @@ export class RedisBackend implements StateBackend {
     checkStateShape(state);
     checkRevision(options.expectedRevision);
     const meta = jsonText(state.meta, "meta");
-    const config = jsonText(state.config, "config");
+    // An unchanged config (ConfigMemo) is not serialised again, nor sent when the CAS pins its revision.
+    const known = this.configs.lookup(key, state.config);
+    const config = known?.text ?? jsonText(state.config, "config");
     const runtime = jsonText(state.state, "state");
     const history = state.history;
     const force = options.force === true;
@@ -386,7 +394,7 @@ export class RedisBackend implements StateBackend {
         force ? "1" : "0",
         from === -1 ? -1 : from,
         meta,
-        config,
+        !force && typeof expected === "number" && known?.revision === expected ? "" : config,
         runtime,
         history.length,
         this.ttlMs,
@@ -400,6 +408,7 @@ export class RedisBackend implements StateBackend {
       )) as [string, number?];
       switch (reply[0]) {
         case "ok":
+          this.configs.remember(key, Number(reply[1]), state.config, config);
           return { revision: Number(reply[1]), written: items.length, rewritten: from === -1 };
         case "conflict": {
           const actual = Number(reply[1]);
@@ -461,6 +470,7 @@ export class RedisBackend implements StateBackend {
       );
     }
     const state = this.assemble(key, header, []);
+    this.configs.remember(key, header.rev, state.config, header.config);
     const protocol = state.meta.protocol;
     state.history = items.map((item, i) => this.decodeMessage(key, item, i, protocol));
     return { state, revision: header.rev };

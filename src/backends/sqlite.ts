@@ -96,7 +96,7 @@ import {
   type SqliteMigrations,
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
-import { decodeStoredMessage } from "./stored.js";
+import { ConfigMemo, decodeStoredMessage } from "./stored.js";
 import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkWriteOptions } from "./write-options.js";
 
@@ -163,6 +163,7 @@ interface Statements {
   deleteSession: BetterSqlite3.Statement<[string]>;
   insertSession: BetterSqlite3.Statement<[string, string, string, string, string, number, number]>;
   update: BetterSqlite3.Statement<[string, string, string, string, number, number, string]>;
+  updateKeepConfig: BetterSqlite3.Statement<[string, string, string, number, number, string]>;
   keys: BetterSqlite3.Statement<[], string>;
   floor: BetterSqlite3.Statement<[], number>;
   raiseFloor: BetterSqlite3.Statement<[number]>;
@@ -216,8 +217,11 @@ function checkJson(value: unknown, label: string, messageIndex?: number): void {
   if (!isJsonFast(value)) assertJson(value, label, messageIndex);
 }
 
-/** Checks and serialises the header parts of a state. */
-function encodeHeaderParts(state: AgentState): [meta: string, config: string, runtime: string] {
+/**
+ * Checks and serialises the header parts of a state; `configText`, when given, is the
+ * already known text of an unchanged config (see `ConfigMemo`), which is then not walked again.
+ */
+function encodeHeaderParts(state: AgentState, configText?: string): [meta: string, config: string, runtime: string] {
   if (!isObject(state)) throw new InvalidStateError("", "a state must be an object");
   if (!Array.isArray(state.history)) throw new InvalidStateError("history", "history must be an array");
   const parts = [
@@ -227,6 +231,7 @@ function encodeHeaderParts(state: AgentState): [meta: string, config: string, ru
   ] as const;
   return parts.map(([name, value]) => {
     if (!isObject(value)) throw new InvalidStateError(name, `${name} must be an object`);
+    if (name === "config" && configText !== undefined) return configText;
     checkJson(value, name);
     return JSON.stringify(value);
   }) as [string, string, string];
@@ -274,6 +279,8 @@ export class SQLiteBackend implements StateBackend {
   readonly #gcTx: BetterSqlite3.Transaction<(cutoff: string) => number>;
   /** Per key: JSON text of the last message at a revision (spares a query per append). Bounded. */
   readonly #tails = new Map<string, { revision: number; count: number; text: string }>();
+  /** Per key: the config stored at a revision (an unchanged config is neither serialised nor rewritten). */
+  readonly #configs = new ConfigMemo();
 
   /**
    * Opens (creating or migrating when needed) the database.
@@ -372,6 +379,7 @@ export class SQLiteBackend implements StateBackend {
   delete(key: string): boolean {
     validateKey(key);
     this.#tails.delete(key);
+    this.#configs.forget(key);
     return this.#run(`cannot delete ${JSON.stringify(key)}`, key, () => this.#deleteTx.immediate(key));
   }
 
@@ -507,6 +515,7 @@ export class SQLiteBackend implements StateBackend {
     }
     const cutoff = new Date(Date.now() - olderThanMs).toISOString();
     this.#tails.clear();
+    this.#configs.forget();
     return this.#run("cannot collect old sessions", undefined, () => {
       const deleted = this.#gcTx.immediate(cutoff);
       if (vacuum) this.#db.exec("VACUUM");
@@ -573,6 +582,7 @@ export class SQLiteBackend implements StateBackend {
     if (!found) return undefined;
     const { row, bodies } = found;
     const [meta, config, runtime] = this.#headerParts(key, row);
+    this.#configs.remember(key, row.revision, config, row.config);
     const protocol = (meta as StateMeta).protocol;
     let history: Message[];
     if (row.message_count === null) {
@@ -614,7 +624,9 @@ export class SQLiteBackend implements StateBackend {
 
   #write(key: string, state: AgentState, options: WriteOptions, queued = false): WriteResult {
     validateKey(key);
-    const [meta, config, runtime] = encodeHeaderParts(state);
+    const known = isObject(state) ? this.#configs.lookup(key, state.config) : undefined;
+    const [meta, config, runtime] = encodeHeaderParts(state, known?.text);
+    const configAt = known?.revision;
     const { expectedRevision, baseLength, force = false } = options;
     if (expectedRevision !== undefined && expectedRevision !== null && !Number.isInteger(expectedRevision)) {
       throw new InvalidStateError(
@@ -635,9 +647,22 @@ export class SQLiteBackend implements StateBackend {
     const result = this.#run(
       `cannot save ${JSON.stringify(key)}`,
       key,
-      () => this.#writeTx.immediate({ key, meta, config, runtime, history, from, bodies, expectedRevision, force }),
+      () =>
+        this.#writeTx.immediate({
+          key,
+          meta,
+          config,
+          configAt,
+          runtime,
+          history,
+          from,
+          bodies,
+          expectedRevision,
+          force,
+        }),
       queued,
     );
+    this.#configs.remember(key, result.revision, state.config, config);
     const last = bodies.length > 0 ? bodies[bodies.length - 1] : undefined;
     this.#remember(key, result.revision, history.length, typeof last === "string" ? last : undefined, history);
     return result;
@@ -707,7 +732,9 @@ export class SQLiteBackend implements StateBackend {
     let revision: number;
     if (head) {
       revision = head.revision + 1;
-      s.update.run(a.meta, a.config, a.runtime, savedAt, revision, count, a.key);
+      // The stored config is still the one this connection wrote or read at this revision: leave it.
+      if (a.configAt === head.revision) s.updateKeepConfig.run(a.meta, a.runtime, savedAt, revision, count, a.key);
+      else s.update.run(a.meta, a.config, a.runtime, savedAt, revision, count, a.key);
     } else {
       revision = (s.floor.get() ?? 0) + 1;
       s.insertSession.run(a.key, a.meta, a.config, a.runtime, savedAt, revision, count);
@@ -720,6 +747,8 @@ interface WriteArgs {
   key: string;
   meta: string;
   config: string;
+  /** The revision at which `config` is known to be stored already, if any. */
+  configAt: number | undefined;
   runtime: string;
   history: readonly Message[];
   /** Index of the first message in `bodies`. */
@@ -826,6 +855,10 @@ function prepare(db: BetterSqlite3.Database): Statements {
     insertSession: db.prepare(
       `INSERT INTO sessions (key, meta, config, state, history, saved_at, revision, message_count)
        VALUES (?, ?, ?, ?, NULL, ?, ?, ?)`,
+    ),
+    updateKeepConfig: db.prepare(
+      `UPDATE sessions SET meta = ?, state = ?, history = NULL, saved_at = ?, revision = ?, message_count = ?
+       WHERE key = ?`,
     ),
     update: db.prepare(
       `UPDATE sessions SET meta = ?, config = ?, state = ?, history = NULL, saved_at = ?, revision = ?, message_count = ?

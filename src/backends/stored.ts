@@ -7,7 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { FormatError, InvalidStateError } from "../core/errors.js";
-import { assertJson, parseStoredJson } from "../core/json.js";
+import { assertJson, parseStoredJson, sameFlatObject } from "../core/json.js";
 import type { Message, Protocol } from "../core/messages.js";
 import { type AgentState, checkFormatVersion, checkStoredMessage } from "../core/state.js";
 
@@ -133,4 +133,58 @@ export function messageDigest(history: readonly unknown[], index: number): strin
 /** {@link messageDigest} of the last message, `""` for an empty history. */
 export function tailDigest(history: readonly unknown[]): string {
   return history.length > 0 ? messageDigest(history, history.length - 1) : "";
+}
+
+/** The config a backend last wrote or read for a key: a shallow copy, its JSON text, the revision it is stored at. */
+interface RememberedConfig {
+  revision: number;
+  snapshot: Record<string, unknown>;
+  text: string;
+}
+
+/**
+ * Per-key memory of the config stored at a revision: a save whose config did
+ * not change (`sameFlatObject`, O(fields)) neither checks nor serialises it
+ * again, and the backend leaves the stored config untouched when the stored
+ * revision is still the remembered one. So an agent with a 50 MB prompt pays
+ * for the prompt on its first save, not on every one-message save.
+ *
+ * Bounded (4096 keys, then cleared). Safe across processes and instances: the
+ * remembered revision is compared with the stored one inside the write's own
+ * compare-and-set, so another writer's config is never assumed.
+ */
+export class ConfigMemo {
+  readonly #byKey = new Map<string, RememberedConfig>();
+
+  /**
+   * The remembered JSON text of `config` under `key` and the revision at which it is stored.
+   *
+   * @param key - the session key
+   * @param config - the config about to be written
+   * @returns `{ text, revision }` when `config` is the remembered one, else undefined (serialise it)
+   */
+  lookup(key: string, config: unknown): { text: string; revision: number } | undefined {
+    const m = this.#byKey.get(key);
+    return m !== undefined && sameFlatObject(config, m.snapshot) ? { text: m.text, revision: m.revision } : undefined;
+  }
+
+  /**
+   * Remembers the config stored under `key` at `revision` (after a write or a read).
+   *
+   * @param key - the session key
+   * @param revision - the stored revision holding it
+   * @param config - the config object (copied: later changes to it are seen as changes)
+   * @param text - its stored JSON text
+   */
+  remember(key: string, revision: number, config: unknown, text: string): void {
+    if (typeof config !== "object" || config === null || Array.isArray(config)) return;
+    if (this.#byKey.size >= 4096 && !this.#byKey.has(key)) this.#byKey.clear();
+    this.#byKey.set(key, { revision, snapshot: { ...(config as Record<string, unknown>) }, text });
+  }
+
+  /** Forgets `key` (deleted), or everything. */
+  forget(key?: string): void {
+    if (key === undefined) this.#byKey.clear();
+    else this.#byKey.delete(key);
+  }
 }

@@ -174,17 +174,23 @@ const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
  * encodeIniString(" x")       // '" x"'
  */
 export function encodeIniString(value: string): string {
-  if (
+  // A long value (a prompt of many MB) is saved again and again unchanged: scan and quote it once.
+  if (value.length >= LONG_VALUE && lastLong?.value === value) return lastLong.encoded;
+  const encoded =
     value === "" ||
     value.charCodeAt(0) === 0x22 ||
     value !== value.trim() ||
     NEEDS_QUOTE.test(value) ||
     !value.isWellFormed()
-  ) {
-    return quoteString(value);
-  }
-  return value;
+      ? quoteString(value)
+      : value;
+  if (value.length >= LONG_VALUE) lastLong = { value, encoded };
+  return encoded;
 }
+
+/** Length from which {@link encodeIniString} remembers its last value (one entry: strings compare in O(1) when identical). */
+const LONG_VALUE = 64 * 1024;
+let lastLong: { value: string; encoded: string } | undefined;
 
 /** JSON string literal with C1 controls, U+2028/9 escaped too (JSON.stringify already escapes lone surrogates). */
 function quoteString(value: string): string {

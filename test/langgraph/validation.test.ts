@@ -1,0 +1,66 @@
+/**
+ * LangGraph's own checkpointer validation suite
+ * (`@langchain/langgraph-checkpoint-validation`) on every store of
+ * DumplingsSaver: memory, SQLite (a fresh file per checkpointer) and
+ * PostgreSQL (a fresh schema per checkpointer). The suite is run through its
+ * library entry (its command-line runner fails before any test); it calls
+ * vitest's `describe`/`it`/`expect` as globals, so they are provided first.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import * as vitest from "vitest";
+import { DumplingsSaver } from "../../src/langgraph/index.js";
+import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
+
+Object.assign(globalThis, {
+  describe: vitest.describe,
+  it: vitest.it,
+  test: vitest.test,
+  expect: vitest.expect,
+  beforeAll: vitest.beforeAll,
+  afterAll: vitest.afterAll,
+  beforeEach: vitest.beforeEach,
+  afterEach: vitest.afterEach,
+});
+const { validate } = await import("@langchain/langgraph-checkpoint-validation");
+
+const dir = mkdtempSync(path.join(tmpdir(), "dumplings-langgraph-validation-"));
+vitest.afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const schemas = new Map<DumplingsSaver, string>();
+let n = 0;
+
+validate({
+  checkpointerName: "DumplingsSaver(memory)",
+  createCheckpointer: () => new DumplingsSaver({ store: { memory: true } }),
+});
+
+validate({
+  checkpointerName: "DumplingsSaver(sqlite)",
+  createCheckpointer: () => new DumplingsSaver({ store: { sqlite: { path: path.join(dir, `v${n++}.db`) } } }),
+  destroyCheckpointer: (saver) => saver.close(),
+});
+
+const postgresSkip = await postgresSkipReason();
+if (postgresSkip === undefined) {
+  validate({
+    checkpointerName: "DumplingsSaver(postgres)",
+    createCheckpointer: () => {
+      const schema = `lg_${process.pid}_${Date.now().toString(36)}_${n++}`;
+      const saver = new DumplingsSaver({ store: { postgres: { url: DATABASE_URL, schema, maxConnections: 2 } } });
+      schemas.set(saver, schema);
+      return saver;
+    },
+    destroyCheckpointer: async (saver) => {
+      const schema = schemas.get(saver);
+      const pool = (saver.storage as unknown as { driver: { pool: { query(sql: string): Promise<unknown> } } }).driver
+        .pool;
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await saver.close();
+    },
+  });
+} else {
+  vitest.describe("DumplingsSaver(postgres)", () => {
+    vitest.it.skip(`skipped: ${postgresSkip}`, () => {});
+  });
+}

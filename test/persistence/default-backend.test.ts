@@ -89,6 +89,18 @@ describe("the default backend: one order", () => {
     await expectDefault("m-env");
   });
 
+  it.each([
+    ["the built-in", {}],
+    ["the env var", { DUMPLINGS_PERSISTENCE_BACKEND: "m-env" }],
+  ])("an explicit { backend } option > %s", async (_what, env) => {
+    loadEnvironmentConfig(env);
+    await saveState(new BaseAgent({ name: "explicit" }), "x", { backend: "m-explicit" });
+    expect(await stores.get("explicit")!.listKeys()).toEqual(["x"]);
+    expect((await loadState("x", { backend: "m-explicit" })).name).toBe("explicit");
+    expect(await stores.get("env")!.listKeys()).toEqual([]);
+    expect(await getBackend("file").listKeys()).toEqual([]);
+  });
+
   it("env var set to the built-in name file still lets code choose", async () => {
     loadEnvironmentConfig({ DUMPLINGS_PERSISTENCE_BACKEND: "file" });
     await expectDefault("file");

@@ -13,6 +13,17 @@
  * model produced (no `dumplings` options) come back in each protocol's
  * canonical shape.
  *
+ * Images and files (a history is JSON, so binary data is stored as base64):
+ * an AI SDK `image` part becomes an OpenAI `image_url` part / an Anthropic
+ * `image` block, a `file` part an OpenAI `file` part (`file.file_data`) /
+ * an Anthropic `document` block. `Uint8Array`, `ArrayBuffer` and bare base64
+ * data are stored as a base64 data URL (media type as given, else sniffed for
+ * images: PNG, JPEG, GIF, WebP); a `URL` as its text. Read back, a base64 data
+ * URL is `{ image | data: "<base64>", mediaType }`, an http(s) URL a `URL`
+ * (so bytes come back as base64 text, not as a `Uint8Array`: the chat store of
+ * `dumplings-ai/ai-sdk` keeps the types). A stored value that is neither is
+ * kept as text, never a `TypeError`.
+ *
  * Anthropic user messages that mix `tool_result` blocks and other blocks are
  * split into an AI SDK `tool` message and a `user` message (the AI SDK's
  * shape); the pieces carry `dumplings.join` so they merge back into one
@@ -211,19 +222,83 @@ function userPartFromOpenAI(p: Obj): UserPart {
   }
   if (p.type === "image_url") {
     const url = String((p.image_url as Obj | undefined)?.url ?? "");
-    return { type: "image", image: url.startsWith("data:") ? url : new URL(url), ...opts({ block: p as JsonObject }) };
+    const data = parseDataUrl(url);
+    // a base64 data URL → base64 + mediaType (what fromModelMessages wrote); an http(s) URL → URL;
+    // anything else (a bare base64 string from an older version) as is: never a TypeError
+    const image = data ? data.base64 : URL.canParse(url) ? new URL(url) : url;
+    return {
+      type: "image",
+      image,
+      ...(data ? { mediaType: data.mediaType } : {}),
+      ...opts({ block: p as JsonObject }),
+    };
+  }
+  if (p.type === "file") {
+    const file = (p.file ?? {}) as Obj;
+    const raw = typeof file.file_data === "string" ? file.file_data : "";
+    const data = parseDataUrl(raw);
+    const filename = typeof file.filename === "string" ? file.filename : undefined;
+    if (data || URL.canParse(raw)) {
+      return {
+        type: "file",
+        data: data ? data.base64 : new URL(raw),
+        mediaType: data?.mediaType ?? "application/octet-stream",
+        ...(filename !== undefined ? { filename } : {}),
+        ...opts({ block: p as JsonObject }),
+      };
+    }
   }
   return { type: "text", text: JSON.stringify(p), ...opts({ block: p as JsonObject }) };
+}
+
+/** `data:<mediaType>;base64,<payload>` split in its parts, or undefined for anything else. */
+function parseDataUrl(url: string): { mediaType: string; base64: string } | undefined {
+  const m = /^data:([^;,]*)(?:;[^;,=]+=[^;,]*)*;base64,(.*)$/s.exec(url);
+  return m ? { mediaType: m[1] || "application/octet-stream", base64: m[2] as string } : undefined;
+}
+
+/** Base64 of binary data (Uint8Array, Buffer, ArrayBuffer); a string is taken as base64 already. */
+function base64Of(data: unknown): string {
+  if (typeof data === "string") return data;
+  if (data instanceof Uint8Array) return Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("base64");
+  if (data instanceof ArrayBuffer) return Buffer.from(data).toString("base64");
+  return "";
+}
+
+/** The image type from the first bytes of base64 data (PNG, JPEG, GIF, WebP), else JPEG (the AI SDK's default). */
+function sniffImageType(base64: string): string {
+  const head = Buffer.from(base64.slice(0, 24), "base64");
+  if (head[0] === 0x89 && head[1] === 0x50 && head[2] === 0x4e && head[3] === 0x47) return "image/png";
+  if (head[0] === 0x47 && head[1] === 0x49 && head[2] === 0x46) return "image/gif";
+  if (head.subarray(0, 4).toString("latin1") === "RIFF" && head.subarray(8, 12).toString("latin1") === "WEBP") {
+    return "image/webp";
+  }
+  return "image/jpeg";
+}
+
+/**
+ * Binary or URL data of an image/file part as what a stored history holds: a URL (an http(s)
+ * URL, or a data URL given as such) as its text, bytes and bare base64 as a base64 data URL.
+ */
+function dataUrlOf(data: unknown, mediaType: string | undefined, image: boolean): string {
+  if (data instanceof URL) return data.href;
+  if (typeof data === "string" && (data.startsWith("data:") || /^https?:\/\//i.test(data))) return data;
+  const base64 = base64Of(data);
+  const type =
+    mediaType && mediaType !== "image/*" ? mediaType : image ? sniffImageType(base64) : "application/octet-stream";
+  return `data:${type};base64,${base64}`;
 }
 
 function userPartToOpenAI(p: UserPart | AssistantPart): Obj {
   const d = dumplingsOf(p);
   if (d.block) return d.block as Obj;
   if (p.type === "text") return withExtra({ type: "text", text: p.text }, d);
-  if (p.type === "image") {
-    const image = p.image;
-    const url = image instanceof URL ? image.toString() : typeof image === "string" ? image : "";
-    return { type: "image_url", image_url: { url } };
+  if (p.type === "image") return { type: "image_url", image_url: { url: dataUrlOf(p.image, p.mediaType, true) } };
+  if (p.type === "file") {
+    // OpenAI chat's file content part; `file_data` holds a data URL (or the URL of a URL part)
+    const file: Obj = { file_data: dataUrlOf(p.data, p.mediaType, false) };
+    if (p.filename !== undefined) file.filename = p.filename;
+    return { type: "file", file };
   }
   return { type: "text", text: JSON.stringify(p) };
 }
@@ -404,11 +479,24 @@ function userPartFromAnthropic(b: Obj): UserPart {
     const extra = pick(b, ["type", "text"]);
     return { type: "text", text: String(b.text), ...opts(extra ? { extra } : {}) };
   }
-  if (b.type === "image") {
+  if (b.type === "image" || b.type === "document") {
     const source = (b.source ?? {}) as Obj;
-    const image = source.type === "url" ? new URL(String(source.url)) : String(source.data ?? "");
-    const mediaType = typeof source.media_type === "string" ? source.media_type : undefined;
-    return { type: "image", image, ...(mediaType ? { mediaType } : {}), ...opts({ block: b as JsonObject }) };
+    const url = String(source.url);
+    if (source.type === "url" ? URL.canParse(url) : source.type === "base64") {
+      const data = source.type === "url" ? new URL(url) : String(source.data ?? "");
+      const mediaType = typeof source.media_type === "string" ? source.media_type : undefined;
+      if (b.type === "image") {
+        return { type: "image", image: data, ...(mediaType ? { mediaType } : {}), ...opts({ block: b as JsonObject }) };
+      }
+      const filename = typeof b.title === "string" ? b.title : undefined;
+      return {
+        type: "file",
+        data,
+        mediaType: mediaType ?? "application/pdf",
+        ...(filename !== undefined ? { filename } : {}),
+        ...opts({ block: b as JsonObject }),
+      };
+    }
   }
   return { type: "text", text: JSON.stringify(b), ...opts({ block: b as JsonObject }) };
 }
@@ -474,11 +562,18 @@ function userPartToAnthropic(p: UserPart | ToolResultPart): Obj {
     return withExtra(block, d);
   }
   if (p.type === "text") return withExtra({ type: "text", text: p.text }, d);
-  if (p.type === "image") {
-    const image = p.image;
-    return image instanceof URL
-      ? { type: "image", source: { type: "url", url: image.toString() } }
-      : { type: "image", source: { type: "base64", media_type: p.mediaType ?? "image/png", data: String(image) } };
+  if (p.type === "image" || p.type === "file") {
+    const isImage = p.type === "image";
+    const data = isImage ? p.image : p.data;
+    const url = dataUrlOf(data, p.mediaType, isImage);
+    const parsed = parseDataUrl(url);
+    const source = parsed
+      ? { type: "base64", media_type: parsed.mediaType, data: parsed.base64 }
+      : { type: "url", url };
+    if (isImage) return { type: "image", source };
+    const block: Obj = { type: "document", source };
+    if (p.filename !== undefined) block.title = p.filename;
+    return block;
   }
   return { type: "text", text: JSON.stringify(p) };
 }

@@ -95,7 +95,7 @@ describe("base64 image and file parts from the AI SDK", () => {
     ];
     for (const protocol of ["openai", "anthropic"] as const) {
       const model = toModelMessages(protocol, fromModelMessages(protocol, [{ role: "user", content: parts }]));
-      const back = (model[0]?.content as Array<Record<string, unknown>>).map(({ providerOptions: _, ...p }) => p);
+      const back = ((model[0] as ModelMessage).content as Array<Record<string, unknown>>).map(({ providerOptions: _, ...p }) => p);
       expect(back, protocol).toStrictEqual(parts);
     }
   });
@@ -103,7 +103,7 @@ describe("base64 image and file parts from the AI SDK", () => {
   it("an OpenAI image_url holding bare base64 (as older versions stored it) loads, not a TypeError", () => {
     const history = [{ role: "user" as const, content: [{ type: "image_url", image_url: { url: PNG64 } }] }];
     const model = toModelMessages("openai", history);
-    expect((model[0]?.content as Array<{ image: unknown }>)[0]?.image).toBe(PNG64);
+    expect(((model[0] as ModelMessage).content as Array<{ image: unknown }>)[0]?.image).toBe(PNG64);
     expect(fromModelMessages("openai", model)).toStrictEqual(history);
   });
 });

@@ -105,7 +105,9 @@ export function formatMs(ms: number): string {
  * @returns the one-line preview
  */
 export function oneLine(text: string, max = 100): string {
-  const escaped = JSON.stringify(text).slice(1, -1).replace(/\\"/g, '"');
+  // Only a bounded prefix is escaped and split: a 50 MB prompt is never copied whole (it was 1.5 GB in `show`).
+  const head = text.length > 2 * max + 2 ? text.slice(0, 2 * max + 2) : text;
+  const escaped = JSON.stringify(head).slice(1, -1).replace(/\\"/g, '"');
   const chars = [...escaped];
-  return chars.length <= max ? escaped : `${chars.slice(0, Math.max(0, max - 1)).join("")}…`;
+  return chars.length <= max && head === text ? escaped : `${chars.slice(0, Math.max(0, max - 1)).join("")}…`;
 }

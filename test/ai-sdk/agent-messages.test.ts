@@ -95,7 +95,9 @@ describe("base64 image and file parts from the AI SDK", () => {
     ];
     for (const protocol of ["openai", "anthropic"] as const) {
       const model = toModelMessages(protocol, fromModelMessages(protocol, [{ role: "user", content: parts }]));
-      const back = ((model[0] as ModelMessage).content as Array<Record<string, unknown>>).map(({ providerOptions: _, ...p }) => p);
+      const back = ((model[0] as ModelMessage).content as Array<Record<string, unknown>>).map(
+        ({ providerOptions: _, ...p }) => p,
+      );
       expect(back, protocol).toStrictEqual(parts);
     }
   });

@@ -141,6 +141,7 @@ import { hostname } from "node:os";
 import path from "node:path";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
 import {
+  crcHex,
   DUAS_EXTENSION,
   DUAS_GZ_EXTENSION,
   DuasLineParser,
@@ -148,7 +149,6 @@ import {
   decodeUtf8,
   encodeHeader,
   encodeHistoryLines,
-  crcHex,
   HISTORY_CRC_START,
   historyCrc,
   historyCrcOfLines,
@@ -897,17 +897,26 @@ export class FileBackend implements StateBackend {
         const head = readHead(fd);
         const whole = readFileSync(fd);
         const buf = head && whole.length >= head.length ? Buffer.concat([head, whole.subarray(head.length)]) : whole;
-        const journal = this.readJournal(key);
-        const data = (journal && applyJournal(buf, journal, fstatSync(fd).ino)) || buf;
-        const scan = scanPlain(data, file);
-        if (!head || journal) {
-          // seqlock: the header must not have changed while we read (a writer updates it last)
-          const again = Buffer.allocUnsafe(scan.headerEnd);
-          const n = readSync(fd, again, 0, again.length, 0);
-          if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
+        try {
+          const journal = this.readJournal(key);
+          const data = (journal && applyJournal(buf, journal, fstatSync(fd).ino)) || buf;
+          const scan = scanPlain(data, file);
+          if (!head || journal) {
+            // seqlock: the header must not have changed while we read (a writer updates it last)
+            const again = Buffer.allocUnsafe(scan.headerEnd);
+            const n = readSync(fd, again, 0, again.length, 0);
+            if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
+          }
+          const r = decodeStateDetailed(decodeUtf8(data.subarray(0, scan.end), file), { source: file });
+          return { state: r.state, revision: r.revision ?? 1 };
+        } catch (e) {
+          // A header caught half-way through an in-place update by a writer of another process fails its
+          // checksum: read again while the bytes on disk move; what stays malformed is the error.
+          if (e instanceof FormatError && attempt < 20 && headerMoved(fd, buf.subarray(0, head?.length ?? PAGE))) {
+            continue;
+          }
+          throw e;
         }
-        const r = decodeStateDetailed(decodeUtf8(data.subarray(0, scan.end), file), { source: file });
-        return { state: r.state, revision: r.revision ?? 1 };
       } finally {
         closeSync(fd);
       }
@@ -1144,6 +1153,13 @@ export class FileBackend implements StateBackend {
   private unlock(lockPath: string): void {
     safeUnlink(lockPath);
   }
+}
+
+/** True when the file's first bytes are no longer `before` (a writer updated the header meanwhile). */
+function headerMoved(fd: number, before: Buffer): boolean {
+  const now = Buffer.alloc(before.length);
+  const n = readSync(fd, now, 0, now.length, 0);
+  return n !== before.length || !now.equals(before);
 }
 
 /**

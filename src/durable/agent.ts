@@ -68,6 +68,8 @@ import type { WorkflowFn } from "./run.js";
 import { type ApprovalDecision, approvalSignalName } from "./signals.js";
 
 /** The keys of {@link DurableAgentOptions}: any other is an `InvalidOptionError`. */
+/** The keys of `durableTool`'s options. */
+const TOOL_OPTIONS = optionKeys<{ name: string; retry?: RetryPolicy }>({ name: true, retry: true });
 const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
   model: true,
   tools: true,
@@ -771,6 +773,7 @@ function roundResult(
  * await runDurable("r", () => generateText({ model, tools, prompt }).then((r) => r.text), { journal });
  */
 export function durableTool<T extends Tool>(t: T, options: { name: string; retry?: RetryPolicy }): T {
+  checkOptions("durableTool", options, TOOL_OPTIONS);
   const execute = t.execute;
   if (!execute) return t;
   return {

@@ -39,6 +39,13 @@ import type { RunEventStream } from "./stream-contract.js";
 
 /** The keys of {@link StepOptions}: any other is an `InvalidOptionError`. */
 const STEP_OPTIONS = optionKeys<StepOptions<unknown>>({ input: true, retry: true, schema: true });
+/** The keys of {@link RetryPolicy} (every retry policy reaches `step`): any other is an `InvalidOptionError`. */
+const RETRY_OPTIONS = optionKeys<RetryPolicy>({
+  maxAttempts: true,
+  maxStartedAttempts: true,
+  backoffMs: true,
+  maxBackoffMs: true,
+});
 const DEFINE_STEP_OPTIONS = optionKeys<Omit<StepOptions<unknown>, "input">>({ retry: true, schema: true });
 
 /** Internal state of one executing run (one per {@link runDurable} call). */
@@ -414,6 +421,7 @@ export async function step<T = JsonValue>(
   options: StepOptions<T> = {},
 ): Promise<T> {
   checkOptions("step", options, STEP_OPTIONS);
+  checkOptions(`step "${name}" retry`, options.retry, RETRY_OPTIONS);
   const { ctx } = requireScope(`step("${name}")`);
   const input = options.input ?? null;
   const inputHash = hashInput(input, `step "${name}" input`);

@@ -13,7 +13,7 @@ import { PostgresBackend } from "../../src/backends/postgres.js";
 import { RedisBackend } from "../../src/backends/redis.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { suggestOption } from "../../src/core/options.js";
-import { DurableAgent } from "../../src/durable/agent.js";
+import { DurableAgent, durableTool } from "../../src/durable/agent.js";
 import { defineStep, step } from "../../src/durable/context.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
@@ -134,6 +134,8 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["runDurable", (o) => runDurable("r", async () => 1, { journal: journal, ...o })],
   ["step", (o) => step("s", () => 1, o as never)],
   ["defineStep", (o) => defineStep("s", () => 1, o as never)],
+  ["step retry policy", (o) => step("s", () => 1, { retry: o as never })],
+  ["durableTool", (o) => durableTool({ execute: () => 1 } as never, { name: "t", ...o })],
   ["signal", (o) => signal("r", "n", 1, { journal: journal, ...o })],
   ["approve", (o) => approve("r", "c", { journal: journal, ...o })],
   ["reject", (o) => reject("r", "c", { journal: journal, ...o })],

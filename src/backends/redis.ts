@@ -179,7 +179,7 @@ end
 local newrev = (rev or 0) + 1
 redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4], 'state', ARGV[6],
   'rev', newrev, 'count', ARGV[7], 'gen', gen, 'tail', ARGV[11])
-if ARGV[5] ~= '' or rev == nil then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end
 local ttl = tonumber(ARGV[8])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)

@@ -90,11 +90,19 @@ export async function openWorkflowStore(
   } else {
     throw new UsageError(`unknown workflow store ${JSON.stringify(spec.text)}`);
   }
-  const redis = options.redis ?? process.env.REDIS_URL;
+  const redisText = options.redis ?? (process.env.REDIS_URL || undefined);
+  // the hot tier's URL in the same SPEC forms (redis://… or redis:redis://…, ?prefix=)
+  const redis =
+    redisText === undefined
+      ? undefined
+      : parseSpec(redisText, { kinds: ["redis"], option: options.redis === undefined ? "REDIS_URL" : "--redis" });
   try {
     return await CheckpointStore.open({
       cold,
-      hot: redis ? new RedisHotTier({ url: redis }) : undefined,
+      hot:
+        redis?.kind === "redis"
+          ? new RedisHotTier({ url: redis.url, ...(redis.param ? { keyPrefix: redis.param } : {}) })
+          : undefined,
       blobDir: blobDir ?? ".dumplingsAI_workflows/blobs",
     });
   } catch (error) {
@@ -110,7 +118,7 @@ function withStoreOptions(command: Command): Command {
       `${specForms(STORE_KINDS)} (default: $DUMPLINGS_WORKFLOW_STORE, else ${DEFAULT_WORKFLOW_STORE})`,
     )
     .option("--schema <name>", "PostgreSQL schema (default: dumplings)")
-    .option("--redis <url>", "Redis hot tier (default: $REDIS_URL)")
+    .option("--redis <url>", "Redis hot tier: redis://URL or redis:redis://URL, ?prefix=P (default: $REDIS_URL)")
     .option("--blobs <dir>", "blob directory (default: blobs beside the SQLite file)")
     .option("--json", "print JSON");
 }

@@ -7,6 +7,9 @@
  * forms it takes.
  */
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import type { Command } from "commander";
 import { describe, expect, it } from "vitest";
 import { convertCommand } from "../../src/cli/commands/convert.js";
@@ -19,6 +22,7 @@ import { showCommand } from "../../src/cli/commands/show.js";
 import { durableCommands } from "../../src/cli/durable-commands.js";
 import { parseSpec, SESSION_KINDS } from "../../src/cli/spec.js";
 import { workflowsCommand } from "../../src/cli/workflow-commands.js";
+import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { postgresSkipReason, REDIS_URL, redisSkipReason } from "../helpers/services.js";
 import { runCli } from "./run-cli.js";
 
@@ -117,6 +121,26 @@ describe("the CLI takes one syntax everywhere", () => {
       const runs = runCli(["runs", "--journal", spec, "--json"]);
       expect(runs.code, runs.stderr).toBe(0);
       expect(JSON.parse(runs.stdout)).toEqual([]);
+    }
+  });
+
+  it.skipIf(redisReason)("workflows --redis takes the same forms as the other options", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "dumplings-cli-spec-"));
+    try {
+      const file = path.join(dir, "wf.db");
+      await new SqliteColdStore({ path: file }).close();
+      const url = new URL(REDIS_URL);
+      url.searchParams.set("prefix", `clispec-hot-${randomBytes(4).toString("hex")}:`);
+      for (const hot of [url.href, `redis:${url.href}`]) {
+        const r = runCli(["workflows", "ls", "--store", `sqlite:${file}`, "--redis", hot, "--json"]);
+        expect(r.code, r.stderr).toBe(0);
+        expect(JSON.parse(r.stdout)).toMatchObject({ items: [] });
+      }
+      const bare = runCli(["workflows", "ls", "--store", `sqlite:${file}`, "--redis", "redis"]);
+      expect(bare.code).toBe(2);
+      expect(bare.stderr).toMatch(/--redis "redis": needs the server's URL/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -24,6 +24,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { ConflictError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { BLOB_REF_FIELD } from "../workflow/blobs.js";
 import type { ColdStore } from "../workflow/cold.js";
 import { WorkflowMigrationError, WorkflowNotFoundError, WorkflowStateError } from "../workflow/errors.js";
@@ -33,6 +34,9 @@ import { ResumableGraphRunner } from "../workflow/runner.js";
 import { createWorkflowState, END, type WorkflowState } from "../workflow/state.js";
 import { CheckpointStore } from "../workflow/store.js";
 import { type ConformanceSuiteOptions, type ConformanceTestContext, suiteGroup } from "./test-api.js";
+
+/** The keys of {@link ColdStoreConformanceOptions}: any other is an `InvalidOptionError`. */
+const SUITE_OPTIONS = optionKeys<ColdStoreConformanceOptions>({ test: true, skip: true, largeTestTimeoutMs: true });
 
 /**
  * What the factory of {@link runColdStoreConformance} returns for one test: a
@@ -142,6 +146,7 @@ export function runColdStoreConformance<C extends ColdStore>(
   factory: () => ColdStoreFixture<C> | Promise<ColdStoreFixture<C>>,
   options: ColdStoreConformanceOptions,
 ): void {
+  checkOptions("runColdStoreConformance", options, SUITE_OPTIONS);
   const { it, expect, beforeEach, afterEach } = options.test;
   suiteGroup(options, `cold store conformance: ${name}`, () => {
     let fx: ColdStoreFixture<C>;

@@ -24,10 +24,22 @@ import { randomUUID } from "node:crypto";
 import type { StateBackend } from "../backends/types.js";
 import { ConflictError, InvalidKeyError, NonJsonValueError, StateNotFoundError } from "../core/errors.js";
 import type { Message, Protocol } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
 import { loadSampleConversations } from "./samples.js";
 import { makeState } from "./states.js";
 import { type ConformanceSuiteOptions, failsWith as failsWithIn, suiteGroup } from "./test-api.js";
+
+/** The keys of {@link BackendConformanceOptions}: any other is an `InvalidOptionError`. */
+const SUITE_OPTIONS = optionKeys<BackendConformanceOptions>({
+  test: true,
+  skip: true,
+  destroy: true,
+  largeHistory: true,
+  validatesKeys: true,
+  validatesValues: true,
+  samples: true,
+});
 
 /**
  * Options of {@link runBackendConformance}: the caller's `test` functions and a `skip` reason
@@ -141,6 +153,7 @@ export function runBackendConformance<B extends StateBackend>(
   factory: () => B | Promise<B>,
   options: BackendConformanceOptions<B>,
 ): void {
+  checkOptions("runBackendConformance", options, SUITE_OPTIONS);
   const { describe, it, expect, beforeEach, afterEach } = options.test;
   const failsWith = <E extends Error>(fn: () => unknown, cls: new (...args: never[]) => E) =>
     failsWithIn(expect, fn, cls);

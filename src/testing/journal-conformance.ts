@@ -31,6 +31,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { NonJsonValueError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import {
   JournalIntegrityError,
   RunNotFoundError,
@@ -39,6 +40,14 @@ import {
 } from "../durable/errors.js";
 import type { Journal, StepRecord } from "../durable/journal.js";
 import { type ConformanceSuiteOptions, suiteGroup } from "./test-api.js";
+
+/** The keys of {@link JournalConformanceOptions}: any other is an `InvalidOptionError`. */
+const SUITE_OPTIONS = optionKeys<JournalConformanceOptions>({
+  test: true,
+  skip: true,
+  destroy: true,
+  clockToleranceMs: true,
+});
 
 /** Options of {@link runJournalConformance}: the caller's `test` functions, a `skip` reason, and `destroy`. */
 export interface JournalConformanceOptions<J extends Journal = Journal> extends ConformanceSuiteOptions {
@@ -118,6 +127,7 @@ export function runJournalConformance<J extends Journal>(
   factory: () => J | Promise<J>,
   options: JournalConformanceOptions<J>,
 ): void {
+  checkOptions("runJournalConformance", options, SUITE_OPTIONS);
   const { it, expect, beforeEach, afterEach } = options.test;
   suiteGroup(options, `journal conformance: ${name}`, () => {
     let journal: J;

@@ -20,6 +20,17 @@ import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
+import { checkOptions, optionKeys } from "../core/options.js";
+
+/** The keys of {@link ModelServerOptions}: any other is an `InvalidOptionError`. */
+const SERVER_OPTIONS = optionKeys<ModelServerOptions>({
+  script: true,
+  handler: true,
+  validate: true,
+  port: true,
+  model: true,
+});
+
 /** Wire protocol of a request, derived from its path (`/chat/completions` or `/messages`). */
 export type WireProtocol = "openai" | "anthropic";
 
@@ -130,6 +141,7 @@ export interface ModelServer {
  * await server.close();
  */
 export async function startModelServer(options: ModelServerOptions = {}): Promise<ModelServer> {
+  checkOptions("startModelServer", options, SERVER_OPTIONS);
   const queue: ScriptedTurn[] = [...(options.script ?? [])];
   const requests: RecordedRequest[] = [];
   const validate = options.validate ?? true;

@@ -12,6 +12,11 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Message, Protocol } from "../core/messages.js";
 
+import { checkOptions, optionKeys } from "../core/options.js";
+
+/** The keys of `loadSampleConversations`'s options: any other is an `InvalidOptionError`. */
+const SAMPLE_OPTIONS = optionKeys<{ source?: unknown; protocol?: unknown }>({ source: true, protocol: true });
+
 /** One recorded conversation. */
 export interface SampleConversation {
   /** File stem, e.g. `taubench-airline-gpt-4o-task00-trial0` or `spotter-short.anthropic`. */
@@ -77,6 +82,7 @@ export function readConversation(file: string): SampleConversation {
 export function loadSampleConversations(
   options: { source?: "bundled" | "shared" | "all"; protocol?: Protocol } = {},
 ): SampleConversation[] {
+  checkOptions("loadSampleConversations", options, SAMPLE_OPTIONS);
   const source = options.source ?? "bundled";
   const dirs: string[] = [];
   const shared = sharedTrajectoriesDir();

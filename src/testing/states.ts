@@ -5,8 +5,22 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Message, Protocol } from "../core/messages.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { type AgentConfig, AgentConfigSchema, type AgentState } from "../core/state.js";
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
+
+/** The keys of {@link MakeStateOptions}: any other is an `InvalidOptionError`. */
+const STATE_OPTIONS = optionKeys<MakeStateOptions>({
+  protocol: true,
+  name: true,
+  uuid: true,
+  className: true,
+  config: true,
+  currentTaskId: true,
+  hooks: true,
+  fields: true,
+  savedAt: true,
+});
 
 /** Overrides accepted by {@link makeState}. */
 export interface MakeStateOptions {
@@ -32,6 +46,7 @@ export interface MakeStateOptions {
  * const s = makeState([{ role: "user", content: "hi" }], { name: "demo" });
  */
 export function makeState(history: Message[], options: MakeStateOptions = {}): AgentState {
+  checkOptions("makeState", options, STATE_OPTIONS);
   const protocol = options.protocol ?? "openai";
   return {
     meta: {

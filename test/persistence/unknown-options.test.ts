@@ -51,7 +51,15 @@ import {
   saveState,
   trackedRevision,
 } from "../../src/index.js";
-import { resetBackendRegistry } from "../../src/testing/index.js";
+import {
+  loadSampleConversations,
+  makeState,
+  resetBackendRegistry,
+  runBackendConformance,
+  runColdStoreConformance,
+  runJournalConformance,
+  startModelServer,
+} from "../../src/testing/index.js";
 import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { RedisHotTier } from "../../src/workflow/hot-redis.js";
@@ -164,6 +172,13 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["decodeState", (o) => decodeState(exportStateString(agent()), o as never)],
   ["decodeStateBytes", (o) => decodeStateBytes(Buffer.from(exportStateString(agent())), o as never)],
   ["encodeStateBytes", (o) => encodeStateBytes(agent().toState(), o as never)],
+  // dumplings-ai/testing.
+  ["runBackendConformance", (o) => runBackendConformance("x", () => new MemoryBackend(), { test: {} as never, ...o })],
+  ["runJournalConformance", (o) => runJournalConformance("x", () => ({}) as never, { test: {} as never, ...o })],
+  ["runColdStoreConformance", (o) => runColdStoreConformance("x", () => ({}) as never, { test: {} as never, ...o })],
+  ["startModelServer", (o) => startModelServer(o as never)],
+  ["makeState", (o) => makeState([], o as never)],
+  ["loadSampleConversations", (o) => loadSampleConversations(o as never)],
   // Agents.
   ["BaseAgent", (o) => new BaseAgent(o as never)],
   ["AnthropicAgent", (o) => new AnthropicAgent(o as never)],

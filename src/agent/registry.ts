@@ -26,6 +26,7 @@ import { type AgentClass, addClassFallback } from "../persistence/classes.js";
 import { BaseAgent } from "./base-agent.js";
 
 /** The keys of {@link AddAgentOptions}: any other is an `InvalidOptionError`. */
+const REPLACE_OPTIONS = optionKeys<{ replace?: boolean }>({ replace: true });
 const ADD_OPTIONS = optionKeys<AddAgentOptions>({
   onNameTaken: true,
 });
@@ -225,6 +226,7 @@ export function checkPermission(
  * defineTemplate("support", () => new NotesAgent({ prompt: "You help customers." }));
  */
 export function defineTemplate(name: string, factory: TemplateFactory, options: { replace?: boolean } = {}): void {
+  checkOptions("defineTemplate", options, REPLACE_OPTIONS);
   if (typeof name !== "string" || name === "") throw new TypeError("a template name must be a non-empty string");
   if (typeof factory !== "function") throw new TypeError("a template factory must be a function");
   if (templates.has(name) && !options.replace) {

@@ -28,6 +28,7 @@ import {
 import { hashInput, type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
 import type { RunEventStream } from "./stream-contract.js";
 
+const CANCEL_OPTIONS = optionKeys<{ by?: string; reason?: string }>({ by: true, reason: true });
 /** The keys of {@link RunDurableOptions}: any other is an `InvalidOptionError`. */
 const RUN_OPTIONS = optionKeys<RunDurableOptions<unknown>>({
   journal: true,
@@ -202,6 +203,7 @@ export function cancel(
   runId: string,
   options: { by?: string; reason?: string } = {},
 ): Promise<RunRecord> {
+  checkOptions("cancel", options, CANCEL_OPTIONS);
   return journal.cancelRun(runId, options.by ?? defaultActor(), options.reason);
 }
 

@@ -45,6 +45,13 @@ const QUEUE_KEYS = {
   connectTimeoutMs: true,
   commandTimeoutMs: true,
 } as const;
+const ENQUEUE_OPTIONS = optionKeys<{ delayMs?: number }>({ delayMs: true });
+const ENQUEUE_RUN = optionKeys<{ runId: string; workflow: string; input?: unknown; attach?: boolean }>({
+  runId: true,
+  workflow: true,
+  input: true,
+  attach: true,
+});
 /** The keys of {@link DurableQueueOptions}: any other is an `InvalidOptionError`. */
 const QUEUE_OPTIONS = optionKeys<DurableQueueOptions>(QUEUE_KEYS);
 /** The keys of {@link DurableWorkerOptions}: any other is an `InvalidOptionError`. */
@@ -174,6 +181,8 @@ export class DurableQueue {
     run: { runId: string; workflow: string; input?: unknown; attach?: boolean },
     options: { delayMs?: number } = {},
   ): Promise<{ created: boolean; outcome: "created" | "existing" }> {
+    checkOptions("enqueue", options, ENQUEUE_OPTIONS);
+    checkOptions("enqueue run", run, ENQUEUE_RUN);
     const { created } = await ensureRun(this.journal, run);
     await this.wake(run.runId, options.delayMs);
     return { created, outcome: created ? "created" : "existing" };

@@ -46,6 +46,7 @@ import type {
 import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
 
 /** The keys of {@link ColdPruneOptions}: any other is an `InvalidOptionError`. */
+const DROP_OPTIONS = optionKeys<{ keepLast: number; archiveTo?: string }>({ keepLast: true, archiveTo: true });
 const PRUNE_OPTIONS = optionKeys<ColdPruneOptions>({ vacuum: true, archiveDir: true });
 
 /** The part of a database {@link WorkflowMigrations.present} uses. */
@@ -506,6 +507,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
 
   /** {@inheritDoc ColdStore.dropMonth} */
   async dropMonth(month: string, options: { keepLast: number; archiveTo?: string }): Promise<DropMonthResult> {
+    checkOptions(`${this.name} dropMonth`, options, DROP_OPTIONS);
     const what = `cannot drop snapshot month ${month}`;
     const keepLast = options.keepLast;
     if (!Number.isInteger(keepLast) || keepLast < 1) {

@@ -24,6 +24,7 @@
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { assertJson, type JsonObject, type JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import {
   NodeFailedError,
   NondeterminismError,
@@ -44,8 +45,15 @@ import {
   type WorkflowState,
 } from "./state.js";
 import type { CheckpointStore } from "./store.js";
-import { checkOptions, optionKeys } from "../core/options.js";
 
+const RESUME_OPTIONS = optionKeys<{ interruptId?: string }>({ interruptId: true });
+const FORK_OPTIONS = optionKeys<{ newWorkflowId?: string; updates?: unknown; run?: boolean }>({
+  newWorkflowId: true,
+  updates: true,
+  run: true,
+});
+/** The keys of `ctx.sideEffect` / `ctx.tool` options in a node. */
+const EFFECT_OPTIONS = optionKeys<{ reconcile?: unknown }>({ reconcile: true });
 /** The keys of {@link RunnerOptions}: any other is an `InvalidOptionError`. */
 const RUNNER_OPTIONS = optionKeys<RunnerOptions>({
   store: true,
@@ -277,6 +285,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     value: JsonValue,
     options: { interruptId?: string } = {},
   ): Promise<GraphRunResult<T>> {
+    checkOptions("resume", options, RESUME_OPTIONS);
     assertJson(value, "resume value");
     const state = (await this.store.loadLatest(workflowId)) as T | undefined;
     if (!state) throw new WorkflowNotFoundError(workflowId);
@@ -320,6 +329,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     stepIndex: number,
     options: { newWorkflowId?: string; updates?: Record<string, JsonValue | undefined>; run?: boolean } = {},
   ): Promise<GraphRunResult<T>> {
+    checkOptions("resumeFrom", options, FORK_OPTIONS);
     const source = (await this.store.get(workflowId, stepIndex)) as T;
     const forkId = options.newWorkflowId ?? `${workflowId}~fork-${randomUUID().slice(0, 8)}`;
     // Interrupt ids carry the workflow id: re-key recorded answers and the pending question to the fork.
@@ -430,6 +440,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       effect: (key: string) => R | Promise<R>,
       options: { reconcile?: Reconcile<R> } = {},
     ): Promise<R> => {
+      checkOptions("sideEffect", options, EFFECT_OPTIONS);
       if (signal) throw signal; // the node swallowed an interrupt and went on: unwind again
       const key = IdempotencyGuard.key(wf, run.startStep, callIndex++);
       return this.guard.run(key, effect, {
@@ -464,6 +475,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
         effect: () => R | Promise<R>,
         options: { reconcile?: Reconcile<R> } = {},
       ): Promise<R> => {
+        checkOptions("tool", options, EFFECT_OPTIONS);
         assertJson(args, `arguments of tool ${toolName}`);
         const recorded = await sideEffect<{ result: R; latencyMs: number; timestamp: number }>(
           `tool:${toolName}`,

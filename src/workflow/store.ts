@@ -49,6 +49,7 @@ import {
   WorkflowStateSchema,
 } from "./state.js";
 
+const DROP_OPTIONS = optionKeys<{ keepLast?: number; archiveTo?: string }>({ keepLast: true, archiveTo: true });
 /** The keys of `CheckpointStore.prune`'s options: any other is an `InvalidOptionError`. */
 const PRUNE_OPTIONS = optionKeys<{ olderThan: unknown; keepLast?: unknown; vacuum?: unknown; archiveDir?: unknown }>({
   olderThan: true,
@@ -551,6 +552,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     month: string,
     options: { keepLast?: number; archiveTo?: string } = {},
   ): Promise<Omit<DropMonthResult, "orphanRefs"> & { deletedBlobs: number }> {
+    checkOptions("CheckpointStore.dropMonth", options, DROP_OPTIONS);
     if (!this.cold.dropMonth) {
       throw new InvalidOptionError(this.cold.name, "month", "this cold store does not split its snapshots by month");
     }

@@ -19,7 +19,7 @@ import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { durableModel } from "../../src/durable/model.js";
-import { runDurable } from "../../src/durable/run.js";
+import { cancel, runDurable } from "../../src/durable/run.js";
 import { approve, reject, signal } from "../../src/durable/signals.js";
 import { MemoryRunStream, RedisRunStream, readText, rebuildText } from "../../src/durable/stream.js";
 import { DurableQueue, DurableWorker } from "../../src/durable/worker.js";
@@ -32,6 +32,7 @@ import {
   configureBuiltinBackends,
   decodeState,
   decodeStateBytes,
+  defineTemplate,
   deleteState,
   encodeStateBytes,
   exportStateString,
@@ -130,6 +131,13 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["CheckpointStore.open", (o) => CheckpointStore.open({ cold: coldStore(), ...o } as never)],
   ["CheckpointStore.save", async (o) => (await CheckpointStore.open({ cold: coldStore() })).save({} as never, o)],
   ["ResumableGraphRunner", (o) => new ResumableGraphRunner({ store: {} as never, nodes: {}, ...o } as never)],
+  ["SqliteColdStore.dropMonth", (o) => coldStore().dropMonth("2026-01", { keepLast: 1, ...o })],
+  [
+    "CheckpointStore.dropMonth",
+    async (o) => (await CheckpointStore.open({ cold: coldStore() })).dropMonth("2026-01", o),
+  ],
+  ["runner.resume", async (o) => (await runner()).resume("w", 1, o as never)],
+  ["runner.resumeFrom", async (o) => (await runner()).resumeFrom("w", 0, o as never)],
   ["IdempotencyGuard", (o) => new IdempotencyGuard({ store: coldStore(), ...o } as never)],
   ["IdempotencyGuard.run", (o) => new IdempotencyGuard({ store: coldStore() }).run("k", () => 1, o as never)],
   // Journals.
@@ -139,6 +147,9 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   // Durable execution.
   ["DurableAgent", (o) => new DurableAgent({ model: {} as never, ...o })],
   ["durableModel", (o) => durableModel({} as never, o as never)],
+  ["cancel", (o) => cancel(journal, "r", o as never)],
+  ["DurableQueue.enqueue", (o) => new DurableQueue({ journal }).enqueue({ runId: "r", workflow: "w" }, o as never)],
+  ["DurableQueue.enqueue run", (o) => new DurableQueue({ journal }).enqueue({ runId: "r", workflow: "w", ...o })],
   ["runDurable", (o) => runDurable("r", async () => 1, { journal: journal, ...o })],
   ["step", (o) => step("s", () => 1, o as never)],
   ["defineStep", (o) => defineStep("s", () => 1, o as never)],
@@ -183,6 +194,7 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["BaseAgent", (o) => new BaseAgent(o as never)],
   ["AnthropicAgent", (o) => new AnthropicAgent(o as never)],
   ["agent.conversationWithTool", (o) => agent().conversationWithTool("hi", o as never)],
+  ["defineTemplate", (o) => defineTemplate("opt-template", () => agent(), o as never)],
   ["agentList.add", (o) => agentList.add(agent(), o as never)],
   ["activateTemplate", (o) => activateTemplate("no-such-template", o as never)],
 ];
@@ -200,6 +212,12 @@ const colds: SqliteColdStore[] = [];
 afterAll(async () => {
   for (const c of colds) await c.close();
 });
+async function runner(): Promise<ResumableGraphRunner> {
+  return new ResumableGraphRunner({
+    store: await CheckpointStore.open({ cold: coldStore() }),
+    nodes: { a: () => ({}) as never },
+  });
+}
 function coldStore(): SqliteColdStore {
   const c = new SqliteColdStore({ path: ":memory:" });
   colds.push(c);

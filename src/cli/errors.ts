@@ -134,6 +134,7 @@ const byCode = new Map<string, ExitCodeValue>([
   ["INVALID_BACKEND", ExitCode.usage],
   ["CREDENTIAL_REFUSED", ExitCode.usage],
   ["INVALID_CONFIG", ExitCode.usage],
+  ["RUN_STATE", ExitCode.usage],
   ["STATE_NOT_FOUND", ExitCode.notFound],
   ["INPUT_NOT_FOUND", ExitCode.notFound],
   ["FORMAT_ERROR", ExitCode.format],

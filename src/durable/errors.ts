@@ -286,6 +286,25 @@ export class JournalIntegrityError extends DumplingsError {
   }
 }
 
+/**
+ * An operator action the run's status does not allow, e.g. `retryRun` on a
+ * `completed` or `running` run (only `failed` and `blocked` runs are retried).
+ * Code `RUN_STATE`; the journal is unchanged.
+ */
+export class RunStateError extends DumplingsError {
+  readonly runId: string;
+  /** The run's status when the action was refused. */
+  readonly status: string;
+  /** The refused action, e.g. `retry`. */
+  readonly action: string;
+  constructor(runId: string, status: string, action: string, message: string) {
+    super("RUN_STATE", `[dumplings:durable] run "${runId}" is ${status}: ${message}`);
+    this.runId = runId;
+    this.status = status;
+    this.action = action;
+  }
+}
+
 /** A run's workflow name has no registered function on this worker. */
 export class UnknownWorkflowError extends DumplingsError {
   readonly workflow: string;

@@ -47,6 +47,7 @@ export {
   RunCancelledError,
   RunInputMismatchError,
   RunNotFoundError,
+  RunStateError,
   RunWaitingError,
   SignalConflictError,
   StaleFencingTokenError,

@@ -27,8 +27,9 @@
  * @module
  */
 import { createHash } from "node:crypto";
+import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
-import { JournalIntegrityError, StaleFencingTokenError } from "./errors.js";
+import { JournalIntegrityError, RunStateError, StaleFencingTokenError } from "./errors.js";
 
 /** Status of one step record. */
 export type StepStatus = "started" | "completed" | "failed" | "waiting";
@@ -292,7 +293,7 @@ export interface Journal {
    * `toSeq + 1` on its next resume; a running executor is fenced off.
    * Signals already sent are kept (a dropped wait is satisfied by them again).
    * @throws {RunNotFoundError}
-   * @throws {JournalIntegrityError} when `toSeq` is not an integer ≥ -1
+   * @throws {InvalidOptionError} when `toSeq` is not an integer ≥ -1
    */
   resetRun(runId: string, toSeq: number, by: string): Promise<RunRecord>;
   /**
@@ -301,7 +302,7 @@ export interface Journal {
    * again with a fresh retry budget. Increments the fencing token; records
    * `run_retried` with `by`.
    * @throws {RunNotFoundError}
-   * @throws {JournalIntegrityError} when the run is neither failed nor blocked
+   * @throws {RunStateError} (code `RUN_STATE`) when the run is neither failed nor blocked; nothing changes
    */
   retryRun(runId: string, by: string): Promise<RunRecord>;
   /** Releases connections the journal created (never injected clients). */
@@ -440,14 +441,14 @@ export const RETRYABLE_RUN_STATUSES: ReadonlySet<RunStatus> = new Set<RunStatus>
 
 /**
  * Checks the `toSeq` of {@link Journal.resetRun} (shared by the stores).
- * @throws {JournalIntegrityError} when it is not an integer ≥ -1
+ * @throws {InvalidOptionError} when it is not an integer ≥ -1
  */
 export function checkResetSeq(runId: string, toSeq: number): void {
   if (!Number.isInteger(toSeq) || toSeq < -1) {
-    throw new JournalIntegrityError(
-      runId,
-      Number.isFinite(toSeq) ? toSeq : -1,
-      `cannot reset to step ${String(toSeq)}: give the seq of the last step to keep (an integer ≥ -1; -1 drops every step)`,
+    throw new InvalidOptionError(
+      "durable",
+      "toSeq",
+      `cannot reset run "${runId}" to step ${String(toSeq)}: give the seq of the last step to keep (an integer ≥ -1; -1 drops every step)`,
     );
   }
 }
@@ -458,11 +459,13 @@ export function checkResetSeq(runId: string, toSeq: number): void {
  *
  * @param lastSeq - seq of the run's last step record, -1 when it has none
  */
-export function retryRefused(runId: string, status: string, lastSeq: number): JournalIntegrityError {
-  return new JournalIntegrityError(
+export function retryRefused(runId: string, status: string, lastSeq: number): RunStateError {
+  const steps = lastSeq >= 0 ? `its last step is #${lastSeq}; ` : "";
+  return new RunStateError(
     runId,
-    lastSeq,
-    `cannot retry the run: it is ${status}; only a failed or blocked run can be retried (reset it to re-run steps)`,
+    status,
+    "retry",
+    `only a failed or blocked run can be retried (${steps}reset it to re-run steps)`,
   );
 }
 

@@ -30,11 +30,12 @@
  * @module
  */
 import { randomUUID } from "node:crypto";
-import { NonJsonValueError } from "../core/errors.js";
+import { InvalidOptionError, NonJsonValueError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
   JournalIntegrityError,
   RunNotFoundError,
+  RunStateError,
   SignalConflictError,
   StaleFencingTokenError,
 } from "../durable/errors.js";
@@ -501,7 +502,7 @@ export function runJournalConformance<J extends Journal>(
       // bad seqs change nothing
       const before = await j.getRun(id);
       for (const bad of [-2, 0.5, Number.NaN]) {
-        await expect(j.resetRun(id, bad, "x")).rejects.toBeInstanceOf(JournalIntegrityError);
+        await expect(j.resetRun(id, bad, "x")).rejects.toBeInstanceOf(InvalidOptionError);
       }
       expect(await j.getRun(id)).toEqual(before);
       await expect(j.resetRun(`${id}-x`, 0, "x")).rejects.toBeInstanceOf(RunNotFoundError);
@@ -516,8 +517,13 @@ export function runJournalConformance<J extends Journal>(
       await j.writeStep(t, rec(id, 1, t, { name: "tool:pay", status: "started" }));
       // a running run cannot be retried
       const refused = await j.retryRun(id, "bob").catch((e: unknown) => e);
-      expect(refused).toBeInstanceOf(JournalIntegrityError);
-      expect(refused).toMatchObject({ runId: id });
+      expect(refused).toBeInstanceOf(RunStateError);
+      expect(refused).toMatchObject({
+        code: "RUN_STATE",
+        runId: id,
+        status: (await j.getRun(id))?.status,
+        action: "retry",
+      });
       expect((await j.getRun(id))?.fencingToken).toBe(t);
       const error = { name: "Error", message: "card declined" };
       await j.writeStep(t, rec(id, 1, t, { name: "tool:pay", status: "failed", attempt: 3, error }));
@@ -550,9 +556,9 @@ export function runJournalConformance<J extends Journal>(
       expect(last).toMatchObject({ type: "run_retried", by: "carol" });
       expect(last?.seq).toBeUndefined();
       // pending, completed and cancelled runs are refused
-      await expect(j.retryRun(id, "carol")).rejects.toBeInstanceOf(JournalIntegrityError);
+      await expect(j.retryRun(id, "carol")).rejects.toBeInstanceOf(RunStateError);
       await j.cancelRun(id, "carol");
-      await expect(j.retryRun(id, "carol")).rejects.toBeInstanceOf(JournalIntegrityError);
+      await expect(j.retryRun(id, "carol")).rejects.toBeInstanceOf(RunStateError);
       expect((await j.getRun(id))?.status).toBe("cancelled");
       await expect(j.retryRun(`${id}-x`, "x")).rejects.toBeInstanceOf(RunNotFoundError);
     });

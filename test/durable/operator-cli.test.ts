@@ -99,7 +99,8 @@ describe("operator commands", () => {
     expect((await cli("runs", "retry-1")).stdout).toMatch(/retried by ops@test/);
     // A completed run cannot be retried: a typed error, nothing changed.
     const again = await cli("retry", "retry-1");
-    expect(again.code).not.toBe(0);
+    expect(again.code, "a usage error (RUN_STATE), not a journal fault").toBe(2);
+    expect(again.stderr).toMatch(/is completed: only a failed or blocked run can be retried/);
     expect((await journal.getRun("retry-1"))?.status).toBe("completed");
   });
 

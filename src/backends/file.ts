@@ -81,7 +81,12 @@
  * journal would roll the deleted session's header and message into it. With
  * the generation such a journal is garbage whatever the order of the
  * unlinks; a writer removes it, and a whole-file write removes any journal of
- * the previous incarnation.
+ * the previous incarnation. Revisions are not reused either: `delete` first
+ * raises `<baseDir>/.revision-floor` (the highest revision ever deleted,
+ * written atomically under its own lock) to the session's revision, and a new
+ * file starts at floor + 1 (as SQLite's `revision_floor`), so a stale writer
+ * holding the deleted session's revision gets a `ConflictError` from a
+ * session created later on the same key instead of overwriting it.
  *
  * `history_crc32` is a running CRC-32 of the history lines (see `core/codec.ts`): an append
  * extends it from the stored value, and every reader checks the committed
@@ -442,6 +447,10 @@ export class FileBackend implements StateBackend {
     try {
       if (!this.dirExists()) return false;
       lock = await this.lock(key);
+      // A session created later on this key (or any other) starts above every revision deleted here, so a
+      // stale writer holding this session's revision gets a ConflictError instead of overwriting it.
+      const gone = this.storedRevision(key);
+      if (gone > 0) await this.raiseFloor(gone);
       let deleted = false;
       for (const ext of [DUAS_EXTENSION, DUAS_GZ_EXTENSION]) {
         try {
@@ -569,7 +578,8 @@ export class FileBackend implements StateBackend {
           throw new ConflictError(key, options.expectedRevision, exists ? actual : null, "file");
         }
       }
-      const revision = nextRevision(actual);
+      // A new file starts above every deleted revision (the floor); an existing one counts on.
+      const revision = current && actual !== null ? nextRevision(actual) : this.readFloor() + 1;
       const base = options.baseLength;
       if (
         fd !== undefined &&
@@ -588,7 +598,13 @@ export class FileBackend implements StateBackend {
     } finally {
       if (fd !== undefined) closeSync(fd);
     }
-    return this.rewrite(key, target, state, nextRevision(actual), current);
+    return this.rewrite(
+      key,
+      target,
+      state,
+      current && actual !== null ? nextRevision(actual) : this.readFloor() + 1,
+      current,
+    );
   }
 
   /** Validates the cached info of `key` against the open file, or rescans it (repairing an uncommitted tail). */
@@ -728,6 +744,73 @@ export class FileBackend implements StateBackend {
       historyCrc32,
     });
     return { revision, written: count - base, rewritten: false };
+  }
+
+  /** The file holding the highest revision ever deleted in `baseDir` (hidden: keys never start with "."). */
+  private floorPath(): string {
+    return path.join(this.baseDir, ".revision-floor");
+  }
+
+  /** The highest revision ever deleted in `baseDir` (0 when none). */
+  private readFloor(): number {
+    try {
+      const n = Number(readFileSync(this.floorPath(), "latin1").trim());
+      return Number.isSafeInteger(n) && n > 0 ? n : 0;
+    } catch (e) {
+      if (isCode(e, "ENOENT")) return 0;
+      throw e;
+    }
+  }
+
+  /** Raises the floor to `revision` (durable before it returns; under its own lock: it only grows). */
+  private async raiseFloor(revision: number): Promise<void> {
+    const file = this.floorPath();
+    const lock = await this.lockAt(`${file}.lock`);
+    try {
+      if (this.readFloor() >= revision) return;
+      const tmp = `${file}.tmp`;
+      const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NOFOLLOW, 0o644);
+      try {
+        writeAll(fd, Buffer.from(`${revision}\n`), 0);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      renameSync(tmp, file);
+      this.syncDir();
+    } finally {
+      this.unlock(lock);
+    }
+  }
+
+  /**
+   * The highest revision `key`'s files say they hold (the header's, or a pending journal's), 0 when none
+   * can be read. Read under the key's lock by `delete`, from the header bytes only.
+   */
+  private storedRevision(key: string): number {
+    let highest = 0;
+    for (const ext of [DUAS_EXTENSION, DUAS_GZ_EXTENSION]) {
+      const file = this.pathOf(key, ext);
+      try {
+        if (ext === DUAS_GZ_EXTENSION) {
+          highest = Math.max(highest, this.readFile(key, file, true).revision);
+          continue;
+        }
+        const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
+        try {
+          const head = readHead(fd) ?? Buffer.alloc(0);
+          const m = /\nrevision = (\d+)/.exec(head.toString("latin1"));
+          highest = Math.max(highest, m ? Number(m[1]) : head.length > 0 ? 1 : 0);
+        } finally {
+          closeSync(fd);
+        }
+      } catch (e) {
+        if (isCode(e, "ENOENT")) continue;
+        if (!(e instanceof FormatError)) throw e;
+        // a damaged file: its revision is unknown; the journal may still tell, else nothing to raise
+      }
+    }
+    return Math.max(highest, this.readJournal(key)?.revision ?? 0);
   }
 
   /** The header journal of `key` (hidden: keys never start with "."). */
@@ -1071,8 +1154,12 @@ export class FileBackend implements StateBackend {
   }
 
   /** Takes `<key>.duas.lock` (O_EXCL), breaking a stale one; returns its path. */
-  private async lock(key: string): Promise<string> {
-    const lockPath = `${this.pathOf(key, DUAS_EXTENSION)}.lock`;
+  private lock(key: string): Promise<string> {
+    return this.lockAt(`${this.pathOf(key, DUAS_EXTENSION)}.lock`, key);
+  }
+
+  /** Takes the lock file `lockPath` (O_EXCL), breaking a stale one. */
+  private async lockAt(lockPath: string, key?: string): Promise<string> {
     const me = `${process.pid}\n${hostname()}\n`;
     const deadline = Date.now() + this.lockTimeoutMs;
     let wait = 1;

@@ -16,6 +16,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { FileBackend } from "../../src/backends/file.js";
 import { decodeStateBytes } from "../../src/core/codec.js";
+import { ConflictError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";
 import { deletedAt, recreatedAt } from "../fixtures/crash/file-identity.js";
 
@@ -66,7 +67,9 @@ describe("file backend: session identity", () => {
     const { revision } = await backend.write(KEY, recreatedAt(1), { expectedRevision: null });
     // What a SIGKILL between the two unlinks of a delete leaves behind, once the new file got the freed inode
     // (ext4 hands a freed inode out again at once): an intact journal naming the new file's inode.
-    writeFileSync(journal, rebind(bytes, statSync(path.join(dir, `${KEY}.duas`)).ino, v2));
+    // (Its revision is set to the new file's too: new sessions start above every deleted revision, so only
+    // the generation is left to tell the journal is not this file's.)
+    writeFileSync(journal, rebind(bytes, statSync(path.join(dir, `${KEY}.duas`)).ino, revision, v2));
     const read = await readAll(dir);
     expect(read?.state).toEqual(recreatedAt(1));
     expect(read?.revision).toBe(revision);
@@ -81,17 +84,40 @@ describe("file backend: session identity", () => {
   });
 });
 
+describe("file backend: revisions of a re-created session", () => {
+  it("start above every deleted revision: a stale writer of the deleted session gets a ConflictError", async () => {
+    const dir = mkdtempSync(path.join(root, "floor-"));
+    const backend = new FileBackend({ baseDir: dir });
+    let { revision } = await backend.write(KEY, deletedAt(1), { expectedRevision: null });
+    ({ revision } = await backend.write(KEY, deletedAt(2), { expectedRevision: revision, baseLength: 1 }));
+    const stale = revision;
+    expect(await backend.delete(KEY)).toBe(true);
+    // another process (no cache) re-creates the key
+    const created = await new FileBackend({ baseDir: dir }).write(KEY, recreatedAt(1), { expectedRevision: null });
+    expect(created.revision).toBeGreaterThan(stale);
+    const e = await new FileBackend({ baseDir: dir })
+      .write(KEY, deletedAt(3), { expectedRevision: stale, baseLength: 2 })
+      .catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(ConflictError);
+    expect((await readAll(dir))?.state).toEqual(recreatedAt(1));
+    // other keys start above the floor too, and listKeys never shows the floor file
+    const other = await backend.write("other", recreatedAt(1), { expectedRevision: null });
+    expect(other.revision).toBeGreaterThan(stale);
+    expect(await backend.listKeys()).toEqual(["other", KEY].sort());
+  });
+});
+
 /**
- * The journal `bytes` re-sealed for inode `ino` (in the `/2` layout of older versions when `v2`): intact in
+ * The journal `bytes` re-sealed for inode `ino` and `revision` (in the `/2` layout of older versions when `v2`): intact in
  * every respect a reader checks, except that it belongs to another incarnation of the file.
  */
-function rebind(bytes: Buffer, ino: number, v2: boolean): Buffer {
+function rebind(bytes: Buffer, ino: number, revision: number, v2: boolean): Buffer {
   const nl = bytes.indexOf(0x0a);
   const fields = bytes.toString("latin1", 0, nl).split(" ");
   const body = bytes.subarray(nl + 1);
   const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
   // /3: magic ino generation revision headerLength dataOffset linesLength sha256(head + body); /2: no generation
-  const rest = fields[0] === "duas-header-journal/3" ? fields.slice(3, 7) : fields.slice(2, 6);
+  const rest = [String(revision), ...(fields[0] === "duas-header-journal/3" ? fields.slice(4, 7) : fields.slice(3, 6))];
   if (v2) {
     return Buffer.concat([Buffer.from(`duas-header-journal/2 ${ino} ${rest.join(" ")} ${sha(body)}\n`), body]);
   }

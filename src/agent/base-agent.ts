@@ -23,6 +23,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
+import type { Tool } from "ai";
 import type { z } from "zod";
 import { AgentNotFoundError, InvalidStateError } from "../core/errors.js";
 import { assertJson, type JsonValue, sameFlatObject } from "../core/json.js";
@@ -59,7 +60,15 @@ import {
   type RepairPolicy,
   repairHistory,
 } from "./repair.js";
-import { assertTool, effectiveTools, type ToolDefinition, type ToolHook, ToolRegistrationError } from "./tools.js";
+import {
+  assertTool,
+  effectiveTools,
+  fromAiSdkTool,
+  type NamedAiSdkTool,
+  type ToolDefinition,
+  type ToolHook,
+  ToolRegistrationError,
+} from "./tools.js";
 
 /**
  * Classes whose constructor refuses an unknown option (the built-in agents): a user's subclass
@@ -70,6 +79,9 @@ export const STRICT_OPTIONS = new WeakSet<object>();
 
 /** The keys of {@link RestoreOptions}: any other is an `InvalidOptionError`. */
 const RESTORE_OPTIONS = optionKeys<RestoreOptions>({ hooks: true, unresolvedHooks: true, onWarning: true });
+
+/** The keys of `registerTool`'s options. */
+const REGISTER_TOOL_OPTIONS = optionKeys<{ replace?: boolean }>({ replace: true });
 
 /** The keys of {@link AgentOptions}: any other is an `InvalidOptionError` (built-in agent classes). */
 const AGENT_OPTIONS = optionKeys<AgentOptions>({
@@ -258,15 +270,30 @@ export class BaseAgent extends EventEmitter {
 
   /**
    * Adds a tool this agent's model may call (it overrides a process-wide tool of the same name).
+   * An AI SDK `tool()` is accepted, named: `registerTool("weather", weatherTool)` or
+   * `registerTool({ name: "weather", ...weatherTool })`; its `inputSchema` is the parameter list the
+   * model gets. A key the agent loop cannot honour (`needsApproval`, `toModelOutput`, a typo) is refused.
    *
-   * @param tool - `{ name, description, parameters (zod or JSON Schema), execute(args, { toolCallId, taskId, signal }) }`
+   * @param tool - `{ name, description, parameters (zod or JSON Schema) | inputSchema (AI SDK schema),
+   *   execute(args, { toolCallId, taskId, signal, abortSignal }) }`, or the tool's name followed by an AI SDK tool
    * @param options - `replace`: overwrite this agent's tool of the same name @default false
    * @returns the agent (chainable)
-   * @throws {ToolRegistrationError} for an invalid definition or a name this agent already has
+   * @throws {ToolRegistrationError} for an invalid definition, an unknown or unsupported key, or a name this agent already has
    * @example
    * agent.registerTool({ name: "add", parameters: z.object({ a: z.number(), b: z.number() }), execute: ({ a, b }) => a + b });
+   * agent.registerTool("weather", tool({ description: "Weather", inputSchema: z.object({ city: z.string() }), execute: ({ city }) => `sunny in ${city}` }));
    */
-  registerTool(tool: ToolDefinition, options: { replace?: boolean } = {}): this {
+  registerTool(tool: ToolDefinition | NamedAiSdkTool, options?: { replace?: boolean }): this;
+  registerTool(name: string, tool: Tool, options?: { replace?: boolean }): this;
+  registerTool(
+    toolOrName: ToolDefinition | NamedAiSdkTool | string,
+    toolOrOptions?: Tool | { replace?: boolean },
+    maybeOptions?: { replace?: boolean },
+  ): this {
+    const named = typeof toolOrName === "string";
+    const tool = named ? fromAiSdkTool(toolOrName, toolOrOptions as Tool) : (toolOrName as ToolDefinition);
+    const options = (named ? maybeOptions : (toolOrOptions as { replace?: boolean } | undefined)) ?? {};
+    checkOptions("registerTool", options, REGISTER_TOOL_OPTIONS);
     assertTool(tool);
     if (this.tools.has(tool.name) && !options.replace) {
       throw new ToolRegistrationError(

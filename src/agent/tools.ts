@@ -12,9 +12,10 @@
  *
  * @module
  */
-import { tool as aiTool, jsonSchema, type Tool, zodSchema } from "ai";
+import { tool as aiTool, asSchema, type FlexibleSchema, jsonSchema, type Tool, zodSchema } from "ai";
 import { z } from "zod";
-import { DumplingsError } from "../core/errors.js";
+import { DumplingsError, InvalidOptionError } from "../core/errors.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 
 /** JSON Schema of a tool's parameters (an object schema). */
 export type JsonSchemaObject = { type?: "object"; properties?: Record<string, unknown>; required?: string[] } & Record<
@@ -30,10 +31,28 @@ export interface ToolContext {
   taskId: string;
   /** Aborted when the call times out or the turn is aborted. */
   signal: AbortSignal;
+  /** The same signal under the AI SDK's name (`ToolExecutionOptions.abortSignal`), for AI SDK tools. */
+  abortSignal: AbortSignal;
+  /**
+   * The AI SDK's `ToolExecutionOptions.messages`, for AI SDK tools: always empty here
+   * (the agent's history is `agent.history`; it is not converted for every tool call).
+   */
+  messages: [];
 }
 
 /**
  * A tool the model can call.
+ *
+ * An AI SDK `tool({ description, inputSchema, execute })` is one too, given a
+ * name: `agent.registerTool({ name: "weather", ...weatherTool })` or
+ * `agent.registerTool("weather", weatherTool)` (see {@link fromAiSdkTool}).
+ * Its `inputSchema` (zod, `jsonSchema(…)`, any AI SDK schema) is what the
+ * model gets as the parameter list, and what arguments are validated against.
+ * Besides the keys below, `title`, `strict`, `providerOptions`,
+ * `inputExamples`, `metadata` and `type: "function" | "dynamic"` are passed on to the AI
+ * SDK; any other key (`needsApproval`, `toModelOutput`, `outputSchema`,
+ * `onInputStart`, a typo) is refused with a {@link ToolRegistrationError}:
+ * nothing is silently dropped.
  *
  * @example
  * const add: ToolDefinition<{ a: number; b: number }> = {
@@ -50,9 +69,59 @@ export interface ToolDefinition<Args = any> {
   description?: string;
   /** Parameters: a zod object schema or a JSON Schema object. @default an empty object schema */
   parameters?: z.ZodType<Args> | JsonSchemaObject;
-  /** Runs the tool. The return value is sent to the model (strings as-is, anything else as JSON). */
+  /**
+   * Parameters as an AI SDK schema (the `inputSchema` of `tool()`: zod, `jsonSchema(…)`, `zodSchema(…)`).
+   * Give `parameters` or `inputSchema`, not both.
+   */
+  inputSchema?: FlexibleSchema<Args>;
+  /**
+   * Runs the tool. The return value is sent to the model (strings as-is, anything else as JSON);
+   * an async iterable (an AI SDK streaming tool) is read to its end and its last value is the result.
+   */
   execute(args: Args, context: ToolContext): unknown;
+  /** AI SDK: a display title. */
+  title?: string;
+  /** AI SDK: strict schema adherence, for providers that support it. */
+  strict?: boolean;
+  /** AI SDK: provider-specific tool options. */
+  providerOptions?: Tool["providerOptions"];
+  /** AI SDK: example inputs, for providers that support them. */
+  inputExamples?: Array<{ input: Args }>;
+  /** AI SDK: metadata about the tool (passed on to the AI SDK declaration). */
+  metadata?: Tool["metadata"];
+  /** AI SDK: `"function"` (default) or `"dynamic"`; `"provider"` (provider-executed) is refused: it cannot run in an agent's loop. */
+  type?: "function" | "dynamic" | "provider";
 }
+
+/** An AI SDK `tool()` spread with a name (`{ name: "weather", ...weatherTool }`), as `registerTool` takes it. */
+export type NamedAiSdkTool = Tool & { name: string };
+
+/** The keys a {@link ToolDefinition} may have. */
+const TOOL_KEYS = optionKeys<ToolDefinition>({
+  name: true,
+  description: true,
+  parameters: true,
+  inputSchema: true,
+  execute: true,
+  title: true,
+  strict: true,
+  providerOptions: true,
+  inputExamples: true,
+  type: true,
+  metadata: true,
+});
+
+/** Why an AI SDK tool key is refused (for the error message). */
+const UNSUPPORTED: Record<string, string> = {
+  needsApproval: "tool approvals are not supported by the agent loop (use dumplings-ai/durable's approvals)",
+  toModelOutput: "the result is sent to the model as text (strings as-is, anything else as JSON)",
+  outputSchema: "tool outputs are not validated by the agent loop",
+  onInputStart: "tool input streaming callbacks are not supported by the agent loop",
+  onInputDelta: "tool input streaming callbacks are not supported by the agent loop",
+  onInputAvailable: "tool input streaming callbacks are not supported by the agent loop",
+  id: "provider-executed tools cannot run in the agent loop",
+  args: "provider-executed tools cannot run in the agent loop",
+};
 
 /** A tool-call hook event. */
 export interface ToolHookEvent {
@@ -98,7 +167,67 @@ export function assertTool(tool: ToolDefinition): void {
   if (typeof tool?.name !== "string" || !NAME.test(tool.name)) {
     throw new ToolRegistrationError(String(tool?.name), "name must be 1-64 characters of letters, digits, _ or -");
   }
+  for (const key of Object.keys(tool)) {
+    const why = UNSUPPORTED[key];
+    if (why !== undefined && (tool as unknown as Record<string, unknown>)[key] !== undefined) {
+      throw new ToolRegistrationError(tool.name, `${key} is not supported: ${why}`);
+    }
+  }
+  try {
+    checkOptions(`tool ${tool.name}`, tool, TOOL_KEYS, Object.keys(UNSUPPORTED));
+  } catch (e) {
+    if (!(e instanceof InvalidOptionError)) throw e;
+    const hint = /\(did you mean [^)]*\)/.exec(e.message)?.[0];
+    throw new ToolRegistrationError(
+      tool.name,
+      `unknown key ${JSON.stringify(e.option)}${hint ? ` ${hint}` : ""}; accepted: ${[...TOOL_KEYS.keys].join(", ")}`,
+    );
+  }
+  if (tool.parameters !== undefined && tool.inputSchema !== undefined) {
+    throw new ToolRegistrationError(tool.name, "give parameters or inputSchema, not both");
+  }
+  if (tool.inputSchema !== undefined) {
+    try {
+      asSchema(tool.inputSchema);
+    } catch {
+      throw new ToolRegistrationError(
+        tool.name,
+        "inputSchema is not an AI SDK schema (zod, jsonSchema(…), zodSchema(…))",
+      );
+    }
+    if (tool.inputSchema === null || typeof tool.inputSchema !== "object") {
+      throw new ToolRegistrationError(
+        tool.name,
+        "inputSchema is not an AI SDK schema (zod, jsonSchema(…), zodSchema(…))",
+      );
+    }
+  }
+  if (tool.type !== undefined && tool.type !== "function" && tool.type !== "dynamic") {
+    throw new ToolRegistrationError(
+      tool.name,
+      `type ${JSON.stringify(tool.type)} is not supported (provider-executed tools cannot run in the agent loop)`,
+    );
+  }
   if (typeof tool.execute !== "function") throw new ToolRegistrationError(tool.name, "execute must be a function");
+}
+
+/**
+ * Names an AI SDK `tool()` as a {@link ToolDefinition} (checked by the same rules).
+ *
+ * @param name - the name the model calls it by
+ * @param tool - the AI SDK tool (`tool({ description, inputSchema, execute })`)
+ * @returns the definition `{ name, ...tool }`
+ * @throws {ToolRegistrationError} for a bad name, a missing `execute`, or a key the agent loop cannot honour
+ * @example
+ * const weather = tool({ description: "Weather", inputSchema: z.object({ city: z.string() }), execute: ({ city }) => `sunny in ${city}` });
+ * agent.registerTool(fromAiSdkTool("weather", weather));
+ */
+export function fromAiSdkTool(name: string, tool: Tool): ToolDefinition {
+  if (tool === null || typeof tool !== "object")
+    throw new ToolRegistrationError(String(name), "expected an AI SDK tool object");
+  const definition = { ...(tool as object), name } as ToolDefinition;
+  assertTool(definition);
+  return definition;
 }
 
 const globalTools = new Map<string, ToolDefinition>();
@@ -165,10 +294,18 @@ export function toAiSdkTools(tools: ReadonlyMap<string, ToolDefinition>): Record
   const out: Record<string, Tool> = {};
   for (const [name, t] of tools) {
     const params = t.parameters;
-    const inputSchema = isZod(params)
-      ? zodSchema(params)
-      : jsonSchema((params ?? { type: "object", properties: {} }) as Parameters<typeof jsonSchema>[0]);
-    out[name] = aiTool({ description: t.description ?? "", inputSchema });
+    const inputSchema =
+      t.inputSchema ??
+      (isZod(params)
+        ? zodSchema(params)
+        : jsonSchema((params ?? { type: "object", properties: {} }) as Parameters<typeof jsonSchema>[0]));
+    const declaration: Tool = { description: t.description ?? "", inputSchema };
+    if (t.title !== undefined) declaration.title = t.title;
+    if (t.strict !== undefined) declaration.strict = t.strict;
+    if (t.providerOptions !== undefined) declaration.providerOptions = t.providerOptions;
+    if (t.inputExamples !== undefined) declaration.inputExamples = t.inputExamples;
+    if (t.metadata !== undefined) declaration.metadata = t.metadata;
+    out[name] = aiTool(declaration);
   }
   return out;
 }
@@ -222,7 +359,17 @@ export interface RunToolCallsOptions {
   rejected?: ReadonlyMap<string, string>;
 }
 
-function validationProblem(tool: ToolDefinition, args: unknown): { problem?: string; value: unknown } {
+async function validationProblem(tool: ToolDefinition, args: unknown): Promise<{ problem?: string; value: unknown }> {
+  if (tool.inputSchema !== undefined) {
+    // the AI SDK's own validation of its schema (zod, standard schema, jsonSchema with validate)
+    const resolved = asSchema(tool.inputSchema);
+    if (resolved.validate !== undefined) {
+      const r = await resolved.validate(args);
+      return r.success ? { value: r.value } : { value: args, problem: r.error.message };
+    }
+    // jsonSchema(…) without a validate function: the JSON Schema checks below, on its schema
+    return jsonSchemaProblem((await resolved.jsonSchema) as JsonSchemaObject, args);
+  }
   const schema = tool.parameters;
   if (isZod(schema)) {
     const r = schema.safeParse(args);
@@ -232,7 +379,11 @@ function validationProblem(tool: ToolDefinition, args: unknown): { problem?: str
       problem: r.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; "),
     };
   }
-  // JSON Schema: the checks every provider's own validation makes (object, required keys, primitive types)
+  return jsonSchemaProblem(schema as JsonSchemaObject | undefined, args);
+}
+
+/** JSON Schema: the checks every provider's own validation makes (object, required keys, primitive types). */
+function jsonSchemaProblem(schema: JsonSchemaObject | undefined, args: unknown): { problem?: string; value: unknown } {
   if (typeof args !== "object" || args === null || Array.isArray(args))
     return { value: args, problem: "arguments must be a JSON object" };
   const s = (schema ?? {}) as JsonSchemaObject;
@@ -347,7 +498,7 @@ export async function runToolCalls(
     if (!tool) return fail("unknown-tool", `no tool named ${JSON.stringify(call.name)} is registered`);
     const rejected = options.rejected?.get(call.id);
     if (rejected !== undefined) return fail("invalid-arguments", rejected);
-    const checked = validationProblem(tool, args);
+    const checked = await validationProblem(tool, args);
     if (checked.problem) return fail("invalid-arguments", `invalid arguments for ${call.name}: ${checked.problem}`);
 
     const controller = new AbortController();
@@ -366,9 +517,16 @@ export async function runToolCalls(
         if (controller.signal.aborted) reject(controller.signal.reason);
         controller.signal.addEventListener("abort", () => reject(controller.signal.reason), { once: true });
       });
-      const run = Promise.resolve().then(() =>
-        tool.execute(checked.value, { toolCallId: call.id, taskId: options.taskId, signal: controller.signal }),
-      );
+      const context: ToolContext = {
+        toolCallId: call.id,
+        taskId: options.taskId,
+        signal: controller.signal,
+        abortSignal: controller.signal,
+        messages: [],
+      };
+      const run = Promise.resolve()
+        .then(() => tool.execute(checked.value, context))
+        .then(lastOfStream);
       const result = await Promise.race([run, timeout, aborted]);
       const event: ToolHookEvent = {
         type: "after",
@@ -406,6 +564,14 @@ export async function runToolCalls(
   };
   await Promise.all(Array.from({ length: Math.min(maxWorkers, calls.length) }, worker));
   return results;
+}
+
+/** An AI SDK streaming tool returns an async iterable of preliminary results: its last value is the result. */
+async function lastOfStream(value: unknown): Promise<unknown> {
+  if (value === null || typeof value !== "object" || !(Symbol.asyncIterator in value)) return value;
+  let last: unknown;
+  for await (const item of value as AsyncIterable<unknown>) last = item;
+  return last;
 }
 
 /** A tool call exceeded its time limit. Code `TOOL_TIMEOUT` (reported to the model, not thrown from a turn). */

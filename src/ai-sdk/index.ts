@@ -23,6 +23,7 @@
  * @module
  */
 export { fromModelMessages, MessageConversionError, toModelMessages } from "../agent/ai-sdk-messages.js";
+export { fromAiSdkTool, type NamedAiSdkTool } from "../agent/tools.js";
 export {
   CHAT_CLASS,
   CHAT_FIELD,

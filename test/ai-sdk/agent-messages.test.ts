@@ -72,7 +72,7 @@ describe.each(backends)("image and file parts in a saved session on %s", (_name,
       const stored = JSON.stringify(agent.history);
       expect(stored).not.toContain('"text":"{\\"type\\":\\"file\\"'); // a PDF is not JSON text
       await saveState(agent, "media", { backend });
-      const loaded = await loadState("media", { backend });
+      const loaded = await loadState<BaseAgent>("media", { backend });
       expect(loaded.history).toStrictEqual(agent.history);
       const model = toModelMessages(loaded.protocol, loaded.history); // was: TypeError: Invalid URL
       expect(payloads(model)).toStrictEqual(payloads(userTurn()));

@@ -510,10 +510,10 @@ export class BaseAgent extends EventEmitter {
    * const copy = BaseAgent.fromState(agent.toState());
    */
   static fromState<T extends BaseAgent>(this: AgentConstructor<T>, state: AgentState, options: RestoreOptions = {}): T {
+    checkOptions("fromState", options, RESTORE_OPTIONS);
     // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
     const cls = this;
     if (state.meta.protocol !== cls.protocol) {
-    checkOptions("fromState", options, RESTORE_OPTIONS);
       throw new InvalidStateError(
         "meta.protocol",
         `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${cls.name} speaks ${cls.protocol}`,

@@ -70,6 +70,12 @@ import { type ApprovalDecision, approvalSignalName } from "./signals.js";
 /** The keys of {@link DurableAgentOptions}: any other is an `InvalidOptionError`. */
 /** The keys of `durableTool`'s options. */
 const TOOL_OPTIONS = optionKeys<{ name: string; retry?: RetryPolicy }>({ name: true, retry: true });
+const SETTINGS_OPTIONS = optionKeys<NonNullable<DurableAgentOptions["settings"]>>({
+  temperature: true,
+  maxOutputTokens: true,
+  topP: true,
+  seed: true,
+});
 const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
   model: true,
   tools: true,
@@ -385,6 +391,7 @@ export class DurableAgent {
   /** @param options - see {@link DurableAgentOptions} */
   constructor(options: DurableAgentOptions) {
     checkOptions("DurableAgent", options, AGENT_OPTIONS);
+    checkOptions("DurableAgent settings", options.settings, SETTINGS_OPTIONS);
     this.options = options;
   }
 

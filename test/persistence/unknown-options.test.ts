@@ -146,6 +146,7 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   ["RedisJournal", (o) => new RedisJournal(o as never)],
   // Durable execution.
   ["DurableAgent", (o) => new DurableAgent({ model: {} as never, ...o })],
+  ["DurableAgent settings", (o) => new DurableAgent({ model: {} as never, settings: o as never })],
   ["durableModel", (o) => durableModel({} as never, o as never)],
   ["cancel", (o) => cancel(journal, "r", o as never)],
   ["DurableQueue.enqueue", (o) => new DurableQueue({ journal }).enqueue({ runId: "r", workflow: "w" }, o as never)],

@@ -10,11 +10,12 @@
  * the store returns them in one read.
  *
  * A chain is cut (the next value stored whole) when the items appended since
- * its full row reach the full row's length (at least `minFullItems`), or when
+ * its full row pass twice the full row's length (and `minFullItems`), or when
  * it reaches `maxDeltaChain` links. The first rule keeps the full copies of a
- * growing array to a geometric series (their total is under twice the final
- * length), so a thread's storage is O(its items), not O(items × checkpoints);
- * the second bounds the rows one read returns.
+ * growing array to a geometric series of ratio 3 (their total is under 1.5×
+ * the final length), so a thread's storage is O(its items), not O(items ×
+ * checkpoints), and a read's delta rows hold at most two thirds of the value;
+ * the second bounds the number of rows one read returns.
  *
  * @module
  */
@@ -39,7 +40,7 @@ export const MISSING: unique symbol = Symbol("dumplings.langgraph.missing");
 
 /** When a chain is cut: see the module comment. */
 export interface DeltaPolicy {
-  /** Longest chain of `delta` rows behind a value. @default 256 */
+  /** Longest chain of `delta` rows behind a value. @default 1000 */
   maxDeltaChain: number;
   /** A chain is never cut for length before this many appended items. @default 32 */
   minFullItems: number;
@@ -99,7 +100,7 @@ export async function encodeChannel(
   }
   if (Array.isArray(value) && prev !== undefined && prev.kind !== "empty" && Array.isArray(prev.value)) {
     const since = value.length - prev.anchorItems;
-    const cut = prev.depth + 1 > policy.maxDeltaChain || since > Math.max(prev.anchorItems, policy.minFullItems);
+    const cut = prev.depth + 1 > policy.maxDeltaChain || since > Math.max(2 * prev.anchorItems, policy.minFullItems);
     if (!cut && (await isPrefix(serde, prev.value, value))) {
       const [type, data] = await serde.dumpsTyped(value.slice(prev.value.length));
       const row: BlobRow = {

@@ -1,6 +1,6 @@
 /**
  * `dumplings-ai/langgraph`: a LangGraph.js checkpointer ({@link DumplingsSaver})
- * on this library's stores (SQLite, PostgreSQL, memory). It stores each
+ * on this library's stores (SQLite, PostgreSQL, Redis, memory). It stores each
  * channel value once per version and an append-only channel (the `messages`
  * of `MessagesAnnotation`) as the items appended since the parent checkpoint,
  * so a thread's storage grows with its messages, not with messages ×
@@ -25,6 +25,11 @@ export type {
 } from "./storage.js";
 export { MemorySaverStorage } from "./storage-memory.js";
 export { openPostgresSaverStorage, type PostgresSaverStoreOptions } from "./storage-postgres.js";
+export {
+  DEFAULT_LANGGRAPH_REDIS_PREFIX,
+  RedisSaverStorage,
+  type RedisSaverStoreOptions,
+} from "./storage-redis.js";
 export { langgraphMigrations, SqlSaverStorage } from "./storage-sql.js";
 export {
   DEFAULT_LANGGRAPH_SQLITE_PATH,

@@ -10,25 +10,28 @@ import type { DeltaPolicy } from "./channels.js";
 import type { SaverStorage } from "./storage.js";
 import { MemorySaverStorage } from "./storage-memory.js";
 import { openPostgresSaverStorage, type PostgresSaverStoreOptions } from "./storage-postgres.js";
+import { RedisSaverStorage, type RedisSaverStoreOptions } from "./storage-redis.js";
 import { openSqliteSaverStorage, type SqliteSaverStoreOptions } from "./storage-sqlite.js";
 
 /**
  * Where a {@link DumplingsSaver} stores its checkpoints: exactly one of
  * `memory`, `sqlite` (SQLite connection options: `path`, `database`, …),
- * `postgres` (PostgreSQL connection options: `url`, `pool`, `schema`, …), or
- * a {@link SaverStorage} instance.
+ * `postgres` (PostgreSQL connection options: `url`, `pool`, `schema`, …),
+ * `redis` (Redis connection options: `url`, `client`, `keyPrefix`, …), or a
+ * {@link SaverStorage} instance.
  */
 export type SaverStoreOption =
   | { memory: true }
   | { sqlite: SqliteSaverStoreOptions }
   | { postgres: PostgresSaverStoreOptions }
+  | { redis: RedisSaverStoreOptions }
   | SaverStorage;
 
 /** Options of {@link DumplingsSaver} (besides LangGraph's `serde`). */
 export interface DumplingsSaverOptions {
-  /** The store: `{ memory: true }`, `{ sqlite: { path } }`, `{ postgres: { url, schema } }` or a {@link SaverStorage}. */
+  /** The store: `{ memory: true }`, `{ sqlite: { path } }`, `{ postgres: { url, schema } }`, `{ redis: { url, keyPrefix } }` or a {@link SaverStorage}. */
   store: SaverStoreOption;
-  /** Longest chain of delta rows behind a value (a read returns at most this many rows per channel). @default 256 */
+  /** Longest chain of delta rows behind a value (a read returns at most this many rows per channel). @default 1000 */
   maxDeltaChain?: number;
   /** A chain is never cut for length before this many appended items. @default 32 */
   minFullItems?: number;
@@ -40,7 +43,7 @@ const KEYS = optionKeys<DumplingsSaverOptions & { serde: unknown }>({
   minFullItems: true,
   serde: true,
 });
-const STORE_KINDS = ["memory", "sqlite", "postgres"] as const;
+const STORE_KINDS = ["memory", "sqlite", "postgres", "redis"] as const;
 
 function isStorage(store: object): store is SaverStorage {
   const s = store as Partial<SaverStorage>;
@@ -67,7 +70,7 @@ export function openSaverStorage(options: DumplingsSaverOptions): { storage: Sav
   }
   checkOptions("langgraph", options, KEYS);
   const policy: DeltaPolicy = {
-    maxDeltaChain: positiveInteger("maxDeltaChain", options.maxDeltaChain, 256),
+    maxDeltaChain: positiveInteger("maxDeltaChain", options.maxDeltaChain, 1000),
     minFullItems: positiveInteger("minFullItems", options.minFullItems, 32),
   };
   const store = options.store as unknown;
@@ -75,7 +78,7 @@ export function openSaverStorage(options: DumplingsSaverOptions): { storage: Sav
     throw new InvalidOptionError(
       "langgraph",
       "store",
-      `must be { memory: true }, { sqlite: {...} }, { postgres: {...} } or a SaverStorage, got ${String(store)}`,
+      `must be { memory: true }, { sqlite: {...} }, { postgres: {...} }, { redis: {...} } or a SaverStorage, got ${String(store)}`,
     );
   }
   if (isStorage(store)) return { storage: store, policy };
@@ -93,5 +96,6 @@ export function openSaverStorage(options: DumplingsSaverOptions): { storage: Sav
     return { storage: new MemorySaverStorage(), policy };
   }
   if ("sqlite" in s) return { storage: openSqliteSaverStorage(s.sqlite as SqliteSaverStoreOptions), policy };
+  if ("redis" in s) return { storage: new RedisSaverStorage(s.redis as RedisSaverStoreOptions), policy };
   return { storage: openPostgresSaverStorage(s.postgres as PostgresSaverStoreOptions), policy };
 }

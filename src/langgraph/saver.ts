@@ -52,7 +52,7 @@ function requireString(config: RunnableConfig, field: string, what: string): str
 }
 
 /**
- * A LangGraph.js checkpointer on SQLite, PostgreSQL or memory. Pass it to
+ * A LangGraph.js checkpointer on SQLite, PostgreSQL, Redis or memory. Pass it to
  * `graph.compile({ checkpointer })`; everything LangGraph does with a
  * checkpointer works (`getState`, `getStateHistory`, time travel with
  * `checkpoint_id`, `interrupt` + `Command({ resume })`, pending writes,
@@ -79,7 +79,7 @@ export class DumplingsSaver extends BaseCheckpointSaver {
 
   /**
    * @param options - `store` (required): `{ memory: true }`, `{ sqlite: { path } }`,
-   *   `{ postgres: { url, schema } }` or a {@link SaverStorage}; `serde`; `maxDeltaChain` (default 256);
+   *   `{ postgres: { url, schema } }`, `{ redis: { url, keyPrefix } }` or a {@link SaverStorage}; `serde`; `maxDeltaChain` (default 1000);
    *   `minFullItems` (default 32)
    * @throws {InvalidOptionError} on a missing or unknown store, or a bad option
    * @throws {BackendError} when a SQLite file cannot be opened

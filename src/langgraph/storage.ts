@@ -2,7 +2,7 @@
  * The storage contract of {@link DumplingsSaver}: rows of bytes, no LangGraph
  * types. One implementation per store — memory (`storage-memory.ts`), SQL
  * written once for SQLite and PostgreSQL (`storage-sql.ts`, thin
- * `storage-sqlite.ts` / `storage-postgres.ts`) — each a few plain
+ * `storage-sqlite.ts` / `storage-postgres.ts`), Redis (`storage-redis.ts`) — each a few plain
  * operations; the saver does the serialisation and the delta encoding of
  * channel values (`channels.ts`).
  *

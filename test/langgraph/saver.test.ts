@@ -17,18 +17,27 @@ import { SqliteSaver } from "@langchain/langgraph-checkpoint-sqlite";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { InvalidOptionError } from "../../src/core/errors.js";
+import { globEscape } from "../../src/drivers/redis.js";
 import type { SqlDriver } from "../../src/drivers/sql.js";
 import {
   DumplingsSaver,
   MemorySaverStorage,
+  RedisSaverStorage,
   type SaverStorage,
   type SqlSaverStorage,
 } from "../../src/langgraph/index.js";
-import { DATABASE_URL, postgresSkipReason, SERVICES_REQUIRED } from "../helpers/services.js";
+import {
+  DATABASE_URL,
+  postgresSkipReason,
+  REDIS_URL,
+  redisSkipReason,
+  SERVICES_REQUIRED,
+} from "../helpers/services.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-langgraph-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const postgresSkip = await postgresSkipReason();
+const redisSkip = await redisSkipReason();
 const schemas: string[] = [];
 let n = 0;
 
@@ -67,6 +76,27 @@ async function storedBytes(saver: DumplingsSaver, threadId: string): Promise<num
     for (const space of blobs.get(threadId)?.values() ?? [])
       for (const b of space.blobs.values()) total += b.data.byteLength;
     return total;
+  }
+  if (storage instanceof RedisSaverStorage) {
+    // Every byte of every key of the thread: key names, hash fields and values, sorted-set and set members.
+    return storage.conn.call("measure", threadId, async (c) => {
+      let total = 0;
+      for (let cursor = "0"; ; ) {
+        const [next, keys] = await c.scan(cursor, "MATCH", `${globEscape(`${storage.conn.keyPrefix}{${threadId}}`)}*`);
+        for (const key of keys) {
+          total += Buffer.byteLength(key);
+          const type = await c.type(key);
+          if (type === "hash") {
+            for (const [f, v] of Object.entries(await c.hgetallBuffer(key)))
+              total += Buffer.byteLength(f) + v.byteLength;
+          } else if (type === "zset") for (const m of await c.zrange(key, 0, -1)) total += Buffer.byteLength(m);
+          else if (type === "set") for (const m of await c.smembers(key)) total += Buffer.byteLength(m);
+        }
+        cursor = next;
+        if (cursor === "0") break;
+      }
+      return total;
+    });
   }
   const driver = (storage as SqlSaverStorage).driver as SqlDriver;
   const len = driver.name === "postgres" ? "octet_length" : "length";
@@ -117,6 +147,14 @@ const stores: Store[] = [
       schemas.push(s);
       return new DumplingsSaver({ store: { postgres: { url: DATABASE_URL, schema: s, maxConnections: 2 } } });
     },
+  },
+  {
+    name: "redis",
+    skip: SERVICES_REQUIRED ? undefined : redisSkip,
+    open: () =>
+      new DumplingsSaver({
+        store: { redis: { url: REDIS_URL, keyPrefix: `test:lg:${process.pid}:${Date.now().toString(36)}:${n++}:` } },
+      }),
   },
 ];
 

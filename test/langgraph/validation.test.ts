@@ -1,8 +1,9 @@
 /**
  * LangGraph's own checkpointer validation suite
  * (`@langchain/langgraph-checkpoint-validation`) on every store of
- * DumplingsSaver: memory, SQLite (a fresh file per checkpointer) and
- * PostgreSQL (a fresh schema per checkpointer). The suite is run through its
+ * DumplingsSaver: memory, SQLite (a fresh file per checkpointer),
+ * PostgreSQL (a fresh schema per checkpointer) and Redis (a fresh key prefix
+ * per checkpointer). The suite is run through its
  * library entry (its command-line runner fails before any test); it calls
  * vitest's `describe`/`it`/`expect` as globals, so they are provided first.
  */
@@ -10,8 +11,15 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import * as vitest from "vitest";
-import { DumplingsSaver } from "../../src/langgraph/index.js";
-import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
+import { globEscape } from "../../src/drivers/redis.js";
+import { DumplingsSaver, type RedisSaverStorage } from "../../src/langgraph/index.js";
+import {
+  DATABASE_URL,
+  postgresSkipReason,
+  REDIS_URL,
+  redisSkipReason,
+  SERVICES_REQUIRED,
+} from "../helpers/services.js";
 
 Object.assign(globalThis, {
   describe: vitest.describe,
@@ -42,7 +50,7 @@ validate({
 });
 
 const postgresSkip = await postgresSkipReason();
-if (postgresSkip === undefined) {
+if (postgresSkip === undefined || SERVICES_REQUIRED) {
   validate({
     checkpointerName: "DumplingsSaver(postgres)",
     createCheckpointer: () => {
@@ -62,5 +70,32 @@ if (postgresSkip === undefined) {
 } else {
   vitest.describe("DumplingsSaver(postgres)", () => {
     vitest.it.skip(`skipped: ${postgresSkip}`, () => {});
+  });
+}
+
+const redisSkip = await redisSkipReason();
+if (redisSkip === undefined || SERVICES_REQUIRED) {
+  validate({
+    checkpointerName: "DumplingsSaver(redis)",
+    createCheckpointer: () =>
+      new DumplingsSaver({
+        store: { redis: { url: REDIS_URL, keyPrefix: `test:lg:${process.pid}:${Date.now().toString(36)}:${n++}:` } },
+      }),
+    destroyCheckpointer: async (saver) => {
+      const { conn } = saver.storage as RedisSaverStorage;
+      await conn.call("cleanup", undefined, async (c) => {
+        for (let cursor = "0"; ; ) {
+          const [next, keys] = await c.scan(cursor, "MATCH", `${globEscape(conn.keyPrefix)}*`, "COUNT", 1000);
+          if (keys.length > 0) await c.del(...keys);
+          cursor = next;
+          if (cursor === "0") break;
+        }
+      });
+      await saver.close();
+    },
+  });
+} else {
+  vitest.describe("DumplingsSaver(redis)", () => {
+    vitest.it.skip(`skipped: ${redisSkip}`, () => {});
   });
 }

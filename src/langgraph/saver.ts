@@ -36,7 +36,7 @@ import { type ChannelValue, type DeltaPolicy, decodeChannel, encodeChannel, MISS
 import { type DumplingsSaverOptions, openSaverStorage } from "./options.js";
 import type { BlobRow, CheckpointRow, SaverStorage, WriteRow } from "./storage.js";
 
-/** Channel values kept in memory per saver (the newest of each thread, namespace and channel). */
+/** Entries kept in memory per saver: the newest value of each thread, namespace and channel, and the newest versions of each thread and namespace (least recently written dropped first). */
 const VALUE_CACHE_SIZE = 256;
 
 function requireString(config: RunnableConfig, field: string, what: string): string {
@@ -172,7 +172,13 @@ export class DumplingsSaver extends BaseCheckpointSaver {
     };
     await this.storage.putCheckpoint(row, blobs);
     for (const [i, entry] of entries.entries()) this.remember(threadId, ns, blobs[i]?.channel, entry);
-    this.lastVersions.set(`${threadId}\0${ns}`, { id: checkpoint.id, versions: { ...checkpoint.channel_versions } });
+    const space = `${threadId}\0${ns}`;
+    this.lastVersions.delete(space);
+    this.lastVersions.set(space, { id: checkpoint.id, versions: { ...checkpoint.channel_versions } });
+    if (this.lastVersions.size > VALUE_CACHE_SIZE) {
+      const oldest = this.lastVersions.keys().next().value;
+      if (oldest !== undefined) this.lastVersions.delete(oldest);
+    }
     return { configurable: { thread_id: threadId, checkpoint_ns: ns, checkpoint_id: checkpoint.id } };
   }
 

@@ -11,6 +11,8 @@ interface Namespace {
   checkpoints: Map<string, CheckpointRow>;
   /** `channel\0version` → row. */
   blobs: Map<string, BlobRow>;
+  /** `channel\0anchor` → the rows of that chain. */
+  chains: Map<string, BlobRow[]>;
   /** checkpoint id → `taskId\0idx` → row. */
   writes: Map<string, Map<string, WriteRow>>;
 }
@@ -33,7 +35,7 @@ export class MemorySaverStorage implements SaverStorage {
     }
     let space = thread.get(ns);
     if (space === undefined && create) {
-      space = { checkpoints: new Map(), blobs: new Map(), writes: new Map() };
+      space = { checkpoints: new Map(), blobs: new Map(), chains: new Map(), writes: new Map() };
       thread.set(ns, space);
     }
     return space;
@@ -43,7 +45,13 @@ export class MemorySaverStorage implements SaverStorage {
     const space = this.space(row.threadId, row.ns, true);
     for (const b of blobs) {
       const key = `${b.channel}\0${b.version}`;
-      if (!space.blobs.has(key)) space.blobs.set(key, { ...b, data: copy(b.data) });
+      if (space.blobs.has(key)) continue;
+      const row = { ...b, data: copy(b.data) };
+      space.blobs.set(key, row);
+      const chain = `${b.channel}\0${b.anchor}`;
+      const rows = space.chains.get(chain);
+      if (rows === undefined) space.chains.set(chain, [row]);
+      else rows.push(row);
     }
     space.checkpoints.set(row.checkpointId, { ...row, checkpoint: copy(row.checkpoint), metadata: copy(row.metadata) });
   }
@@ -90,8 +98,7 @@ export class MemorySaverStorage implements SaverStorage {
       const row = space.blobs.get(`${w.channel}\0${w.version}`);
       if (row !== undefined) anchors.add(`${row.channel}\0${row.anchor}`);
     }
-    if (anchors.size === 0) return [];
-    return [...space.blobs.values()].filter((b) => anchors.has(`${b.channel}\0${b.anchor}`));
+    return [...anchors].flatMap((chain) => space.chains.get(chain) ?? []);
   }
 
   async putWrites(threadId: string, ns: string, checkpointId: string, rows: readonly WriteRow[]): Promise<void> {

@@ -23,11 +23,14 @@
  * message, a removed one) is detected and the whole chat is rewritten in
  * one atomic write (`rewritten: true`), never refused: the caller's array is
  * the chat. A save of a chat this instance never loaded or saved reads the
- * stored chat first (to append rather than rewrite). A backend with only the
+ * stored chat first (to append rather than rewrite). What is remembered per
+ * chat is its revision and a SHA-256 per message, for the 1000 chats used
+ * most recently (an older one is read again before its next save). A backend with only the
  * four seed methods gets whole-state `save`s.
  *
  * @module
  */
+import { createHash } from "node:crypto";
 import type { ModelMessage, UIMessage } from "ai";
 import { validateKey } from "../backends/keys.js";
 import type { StateBackend } from "../backends/types.js";
@@ -111,8 +114,28 @@ const OPTIONS = optionKeys<ChatStoreOptions>({ store: true, keyPrefix: true });
 /** What this store instance knows is stored for a chat. */
 interface Track {
   revision: number | undefined;
-  /** Canonical JSON of each stored envelope, in order. */
+  /** SHA-256 of the canonical JSON of each stored envelope, in order. */
   fingerprints: string[];
+  /**
+   * The first and last stored envelopes as stored (their key order): sent in place of the caller's
+   * copies when appending, since a backend checks those messages byte for byte ("stored unchanged"
+   * is verified, not assumed) and a caller's copy may order its keys differently.
+   */
+  first: Envelope | undefined;
+  last: Envelope | undefined;
+}
+
+/** Chats whose stored state one store instance remembers (least recently used forgotten first). */
+const MAX_TRACKED_CHATS = 1000;
+
+function fingerprint(envelope: Envelope): string {
+  return createHash("sha256")
+    .update(canonicalJson(envelope as unknown as JsonValue))
+    .digest("base64");
+}
+
+function trackOf(revision: number | undefined, history: Envelope[], fingerprints?: string[]): Track {
+  return { revision, fingerprints: fingerprints ?? history.map(fingerprint), first: history[0], last: history.at(-1) };
 }
 
 type Envelope = { role: string; content: null; tool_call_id?: string; [CHAT_FIELD]: JsonValue };
@@ -189,6 +212,11 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
   }
   const tracks = new Map<string, Track>();
   const queues = new Map<string, Promise<unknown>>();
+  const remember = (chatId: string, track: Track): void => {
+    tracks.delete(chatId); // re-inserted last: Map order is recency
+    tracks.set(chatId, track);
+    if (tracks.size > MAX_TRACKED_CHATS) tracks.delete(tracks.keys().next().value as string);
+  };
 
   const keyOf = (chatId: string): string => {
     if (typeof chatId !== "string" || chatId === "") validateKey(chatId);
@@ -257,7 +285,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
       if (!Array.isArray(messages)) throw new InvalidStateError("messages", "messages must be an array");
       // Encode (and check) everything before any I/O: bad input never changes stored data.
       const history = Array.from(messages, (m, i) => envelope(m, i));
-      const fingerprints = history.map((e) => canonicalJson(e as unknown as JsonValue));
+      const fingerprints = history.map(fingerprint);
       return serial(chatId, async () => {
         const state = chatState(chatId, history);
         if (typeof store.write !== "function") {
@@ -266,18 +294,13 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
           } catch (e) {
             wrap(`cannot save chat ${JSON.stringify(chatId)}`, key, e);
           }
-          tracks.set(chatId, { revision: undefined, fingerprints });
+          remember(chatId, trackOf(undefined, history, fingerprints));
           return { written: history.length, rewritten: true };
         }
         let track = tracks.get(chatId);
         if (track === undefined) {
           const stored = await readChat(chatId, key);
-          track = stored
-            ? {
-                revision: stored.revision,
-                fingerprints: stored.history.map((e) => canonicalJson(e as unknown as JsonValue)),
-              }
-            : { revision: undefined, fingerprints: [] };
+          track = trackOf(stored?.revision, stored?.history ?? []);
         }
         const n = track.fingerprints.length;
         let baseLength: number | undefined;
@@ -293,6 +316,10 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
         if (baseLength !== undefined && baseLength === history.length) {
           return { revision: track.revision, written: 0, rewritten: false }; // nothing changed
         }
+        if (baseLength !== undefined && baseLength > 0 && track.first !== undefined && track.last !== undefined) {
+          history[0] = track.first; // the same content, as stored
+          history[baseLength - 1] = track.last;
+        }
         let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
         try {
           // No revision known: "create only" (never overwrite a chat stored meanwhile); a backend
@@ -302,7 +329,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
         } catch (e) {
           wrap(`cannot save chat ${JSON.stringify(chatId)}`, key, e);
         }
-        tracks.set(chatId, { revision: result.revision, fingerprints });
+        remember(chatId, trackOf(result.revision, history, fingerprints));
         return { revision: result.revision, written: result.written, rewritten: result.rewritten };
       });
     },
@@ -316,10 +343,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
           return undefined;
         }
         const messages = decodeHistory(key, stored.history);
-        tracks.set(chatId, {
-          revision: stored.revision,
-          fingerprints: stored.history.map((e) => canonicalJson(e as unknown as JsonValue)),
-        });
+        remember(chatId, trackOf(stored.revision, stored.history));
         return messages;
       });
     },

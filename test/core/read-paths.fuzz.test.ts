@@ -198,6 +198,7 @@ const MUTATIONS: Record<string, Mutation> = {
         ];
       }
     }
+    if (spans.length === 0) return [b, "no history line to nest"];
     const [s, e] = pick(r, spans);
     const line = r() < 0.5 ? `{"role":"user","content":${deep}}` : `{"role":"user","content":"x","extra":${deep}}`;
     return [

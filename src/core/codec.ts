@@ -904,8 +904,8 @@ export class DuasLineParser {
       const layout = { revision, generation, historyCrc32 };
       const expected = crcHex(
         crcOf([
-        headerPrefix(header.meta),
-        metaLines(header.meta, header.meta.messageCount, layout, false),
+          headerPrefix(header.meta),
+          metaLines(header.meta, header.meta.messageCount, layout, false),
           headerBody(header.config, header.state),
         ]),
       );

@@ -166,11 +166,12 @@ export function handMadeModelMessages(): ModelMessage[] {
   ] as ModelMessage[];
 }
 
-/** The bundled conversations as ModelMessage lists (id → messages). */
+/** The bundled conversations as ModelMessage lists (id → messages), both protocols (half Anthropic when there are enough). */
 export function sampleModelChats(limit = 6): Array<[string, ModelMessage[]]> {
-  return loadSampleConversations({ source: "all" })
-    .slice(0, limit)
-    .map((c) => [c.id, toModelMessages(c.protocol, c.messages)]);
+  const all = loadSampleConversations({ source: "all" });
+  const anthropic = all.filter((c) => c.protocol === "anthropic").slice(0, Math.floor(limit / 2));
+  const openai = all.filter((c) => c.protocol === "openai").slice(0, limit - anthropic.length);
+  return [...openai, ...anthropic].map((c) => [c.id, toModelMessages(c.protocol, c.messages)]);
 }
 
 /** A ModelMessage list rendered as `useChat` would hold it: one UIMessage per message, tool results in tool parts. */

@@ -33,6 +33,7 @@
 import { createHash } from "node:crypto";
 import type { ModelMessage, UIMessage } from "ai";
 import { validateKey } from "../backends/keys.js";
+import { backendFromSpec } from "../backends/spec.js";
 import type { StateBackend } from "../backends/types.js";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError, InvalidStateError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
@@ -53,8 +54,13 @@ export type ChatMessage = UIMessage | ModelMessage;
 
 /** Options of {@link createChatStore}. */
 export interface ChatStoreOptions {
-  /** The session backend: `MemoryBackend`, `FileBackend`, `SQLiteBackend`, `RedisBackend`, `PostgresBackend` or any `StateBackend`. */
-  store: StateBackend;
+  /**
+   * The session backend: `MemoryBackend`, `FileBackend`, `SQLiteBackend`, `RedisBackend`,
+   * `PostgresBackend` or any `StateBackend`; or a SPEC string as the CLI takes it (`file:DIR`,
+   * `sqlite:PATH`, `postgres://URL?schema=S`, `redis://URL?prefix=P`, `memory:`), opened with
+   * {@link backendFromSpec} (close it through `chats.store.close?.()`).
+   */
+  store: StateBackend | string;
   /** Prefix of the stored keys (`keyPrefix + chatId`); `list()` returns the chats under it. @default "chat-" */
   keyPrefix?: string;
 }
@@ -202,7 +208,7 @@ function backendName(store: StateBackend): string {
  */
 export function createChatStore<M extends ChatMessage = ChatMessage>(options: ChatStoreOptions): ChatStore<M> {
   checkOptions("createChatStore", options, OPTIONS);
-  const store = options?.store;
+  const store = typeof options?.store === "string" ? backendFromSpec(options.store, "store") : options?.store;
   if (store === null || typeof store !== "object" || typeof store.load !== "function") {
     throw new InvalidOptionError("createChatStore", "store", "a session backend instance is required");
   }

@@ -6,6 +6,7 @@
  */
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { parseSpec } from "../drivers/spec.js";
 import type { DeltaPolicy } from "./channels.js";
 import type { SaverStorage } from "./storage.js";
 import { MemorySaverStorage } from "./storage-memory.js";
@@ -18,9 +19,11 @@ import { openSqliteSaverStorage, type SqliteSaverStoreOptions } from "./storage-
  * `memory`, `sqlite` (SQLite connection options: `path`, `database`, …),
  * `postgres` (PostgreSQL connection options: `url`, `pool`, `schema`, …),
  * `redis` (Redis connection options: `url`, `client`, `keyPrefix`, …), or a
- * {@link SaverStorage} instance.
+ * {@link SaverStorage} instance; or a SPEC string as the CLI takes it:
+ * `sqlite:PATH`, `postgres://URL?schema=S`, `redis://URL?prefix=P`, `memory:`.
  */
 export type SaverStoreOption =
+  | string
   | { memory: true }
   | { sqlite: SqliteSaverStoreOptions }
   | { postgres: PostgresSaverStoreOptions }
@@ -29,7 +32,11 @@ export type SaverStoreOption =
 
 /** Options of {@link DumplingsSaver} (besides LangGraph's `serde`). */
 export interface DumplingsSaverOptions {
-  /** The store: `{ memory: true }`, `{ sqlite: { path } }`, `{ postgres: { url, schema } }`, `{ redis: { url, keyPrefix } }` or a {@link SaverStorage}. */
+  /**
+   * The store: `{ memory: true }`, `{ sqlite: { path } }`, `{ postgres: { url, schema } }`,
+   * `{ redis: { url, keyPrefix } }`, a {@link SaverStorage}, or a SPEC string (`"sqlite:./graph.db"`,
+   * `"postgres://…?schema=graphs"`, `"redis://…?prefix=lg:"`, `"memory:"`).
+   */
   store: SaverStoreOption;
   /** Longest chain of delta rows behind a value (a read returns at most this many rows per channel). @default 1000 */
   maxDeltaChain?: number;
@@ -44,6 +51,21 @@ const KEYS = optionKeys<DumplingsSaverOptions & { serde: unknown }>({
   serde: true,
 });
 const STORE_KINDS = ["memory", "sqlite", "postgres", "redis"] as const;
+
+/** A SPEC string as the `{ kind: options }` form (`sqlite:PATH`, `postgres://…`, `redis://…`, `memory:`). */
+function fromSpec(text: string): SaverStoreOption {
+  const spec = parseSpec(text, { kinds: ["sqlite", "postgres", "redis", "memory"], option: "store" });
+  switch (spec.kind) {
+    case "sqlite":
+      return { sqlite: { path: spec.path } };
+    case "postgres":
+      return { postgres: { url: spec.url, ...(spec.param ? { schema: spec.param } : {}) } };
+    case "redis":
+      return { redis: { url: spec.url, ...(spec.param ? { keyPrefix: spec.param } : {}) } };
+    default:
+      return { memory: true };
+  }
+}
 
 function isStorage(store: object): store is SaverStorage {
   const s = store as Partial<SaverStorage>;
@@ -73,7 +95,7 @@ export function openSaverStorage(options: DumplingsSaverOptions): { storage: Sav
     maxDeltaChain: positiveInteger("maxDeltaChain", options.maxDeltaChain, 1000),
     minFullItems: positiveInteger("minFullItems", options.minFullItems, 32),
   };
-  const store = options.store as unknown;
+  const store = (typeof options.store === "string" ? fromSpec(options.store) : options.store) as unknown;
   if (store === null || typeof store !== "object") {
     throw new InvalidOptionError(
       "langgraph",

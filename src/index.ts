@@ -30,6 +30,7 @@ export * from "./agent/index.js";
 export * from "./backends/file.js";
 export { MAX_KEY_BYTES, validateKey } from "./backends/keys.js";
 export { MemoryBackend } from "./backends/memory.js";
+export { backendFromSpec } from "./backends/spec.js";
 export {
   BUILTIN_BACKENDS,
   type BuiltinBackendName,

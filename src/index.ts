@@ -30,7 +30,6 @@ export * from "./agent/index.js";
 export * from "./backends/file.js";
 export { MAX_KEY_BYTES, validateKey } from "./backends/keys.js";
 export { MemoryBackend } from "./backends/memory.js";
-export { backendFromSpec } from "./backends/spec.js";
 export {
   BUILTIN_BACKENDS,
   type BuiltinBackendName,
@@ -46,6 +45,7 @@ export {
   registerBackend,
   setDefaultBackend,
 } from "./backends/registry.js";
+export { backendFromSpec } from "./backends/spec.js";
 // Backends: the contract, key rules, the registry, memory and file backends.
 export type {
   MaybePromise,

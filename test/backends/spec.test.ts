@@ -130,7 +130,7 @@ describe("DumplingsSaver with a SPEC string", () => {
     await saver.close();
     const reopened = new DumplingsSaver({ store: { sqlite: { path: file } } });
     const tuple = await reopened.getTuple(config);
-    expect((tuple?.checkpoint.channel_values.messages as unknown[]).length).toBe(2);
+    expect(tuple?.checkpoint.channel_values.messages as unknown[] | undefined).toHaveLength(2);
     await reopened.close();
   });
 

@@ -236,6 +236,9 @@ export function describeWait(run: RunRecord, approvals?: readonly ApprovalView[]
   if (run.status === "blocked")
     return `blocked: ${run.error?.message ?? "no reason recorded"} (fix, then dumplings retry ${run.runId})`;
   if (run.status === "cancelled") return run.error ? `cancelled: ${run.error.message}` : "cancelled";
+  if (run.status === "failed") {
+    return `failed: ${run.error?.message ?? "no reason recorded"} (dumplings retry ${run.runId} runs it again)`;
+  }
   if (run.status !== "waiting") return "";
   if (run.waitingFor?.startsWith("approval:")) {
     const id = run.waitingFor.slice("approval:".length);

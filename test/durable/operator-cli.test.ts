@@ -91,6 +91,8 @@ describe("operator commands", () => {
     expect(await runDurable("retry-1", wf, { journal, input: null, workflow: "w" })).toMatchObject({
       status: "failed",
     });
+    // the list says why it failed and what to do
+    expect((await cli("runs")).stdout).toMatch(/retry-1 .*failed .*upstream down.*dumplings retry retry-1/);
     const out = await cli("retry", "retry-1", "--by", "ops@test");
     expect(out.code, out.stderr).toBe(0);
     expect((await journal.getRun("retry-1"))?.status).toBe("pending");

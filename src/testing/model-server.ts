@@ -4,7 +4,10 @@
  * JSON or SSE streaming with tool-call deltas split across chunks, parallel
  * tool calls, error statuses) and the Anthropic Messages protocol
  * (`POST …/messages`, JSON or its `message_start` … `message_stop` event
- * stream, `tool_use` / `tool_result`), replaying scripted responses.
+ * stream, `tool_use` / `tool_result`) and the OpenAI Responses protocol
+ * (`POST …/responses`, JSON or its `response.created` … `response.completed`
+ * event stream, with `reasoning`, `message` and `function_call` output items),
+ * replaying scripted responses.
  *
  * It counts and records every request it serves (`server.requests`), and by
  * default validates each request the way the real providers do (a tool call
@@ -31,8 +34,11 @@ const SERVER_OPTIONS = optionKeys<ModelServerOptions>({
   model: true,
 });
 
-/** Wire protocol of a request, derived from its path (`/chat/completions` or `/messages`). */
-export type WireProtocol = "openai" | "anthropic";
+/**
+ * Wire protocol of a request, derived from its path: `openai` (`/chat/completions`),
+ * `anthropic` (`/messages`) or `responses` (OpenAI Responses, `/responses`).
+ */
+export type WireProtocol = "openai" | "anthropic" | "responses";
 
 /** One tool call the scripted model makes. */
 export interface ScriptedToolCall {
@@ -51,13 +57,17 @@ export interface ScriptedToolCall {
 export interface ScriptedTurn {
   /** Assistant text. Streamed in chunks of `chunkSize` characters. */
   text?: string;
-  /** Reasoning text (Anthropic `thinking` block; ignored for OpenAI). */
+  /**
+   * Reasoning text (an Anthropic `thinking` block; an OpenAI Responses `reasoning` output item
+   * with this summary text; ignored for chat completions).
+   */
   thinking?: string;
   /** Tool calls, in order (several = parallel tool calls). */
   toolCalls?: ScriptedToolCall[];
   /**
    * Finish reason in OpenAI terms (`stop`, `tool_calls`, `length`); mapped to
-   * Anthropic `end_turn`/`tool_use`/`max_tokens`. @default `tool_calls` when there are tool calls, else `stop`
+   * Anthropic `end_turn`/`tool_use`/`max_tokens`, and for Responses `length` is an
+   * `incomplete` response (`max_output_tokens`). @default `tool_calls` when there are tool calls, else `stop`
    */
   finishReason?: "stop" | "tool_calls" | "length";
   /** Token usage reported. @default { inputTokens: 10, outputTokens: 5 } */
@@ -81,7 +91,7 @@ export interface ScriptedTurn {
 export interface RecordedRequest {
   /** Protocol derived from the path. */
   protocol: WireProtocol;
-  /** Request path, e.g. `/v1/chat/completions`. */
+  /** Request path, e.g. `/v1/chat/completions`, `/v1/messages`, `/v1/responses`. */
   path: string;
   /** Lower-cased request headers. */
   headers: Record<string, string | string[] | undefined>;
@@ -105,7 +115,8 @@ export interface ModelServerOptions {
   /**
    * Reject (HTTP 400, like the real APIs) a request whose history has a tool
    * call without its result, a result without its call, or an empty
-   * assistant message. @default true
+   * assistant message (Responses: a `function_call` without its
+   * `function_call_output`, or an output without its call). @default true
    */
   validate?: boolean;
   /** Port to listen on (127.0.0.1). @default 0 (any free port) */
@@ -116,7 +127,10 @@ export interface ModelServerOptions {
 
 /** A running model server. */
 export interface ModelServer {
-  /** Base URL, e.g. `http://127.0.0.1:38123/v1` (append `/chat/completions` or `/messages`, or give it as a base URL). */
+  /**
+   * Base URL, e.g. `http://127.0.0.1:38123/v1` (append `/chat/completions`, `/messages` or `/responses`,
+   * or give it as a base URL).
+   */
   url: string;
   /** Every request served so far, in arrival order (the array grows live). */
   requests: RecordedRequest[];
@@ -139,6 +153,7 @@ export interface ModelServer {
  * await agent.conversationWithTool("1+2?");
  * server.count; // 2
  * await server.close();
+ * // OpenAI Responses (e.g. the OpenAI Agents SDK): new OpenAI({ baseURL: server.url, apiKey: "test" })
  */
 export async function startModelServer(options: ModelServerOptions = {}): Promise<ModelServer> {
   checkOptions("startModelServer", options, SERVER_OPTIONS);
@@ -164,7 +179,9 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
       ? "openai"
       : path.endsWith("/messages")
         ? "anthropic"
-        : undefined;
+        : path.endsWith("/responses")
+          ? "responses"
+          : undefined;
     if (req.method !== "POST" || !protocol) {
       res.writeHead(404, { "content-type": "application/json" });
       res.end(JSON.stringify({ error: { message: `no route for ${req.method} ${path}` } }));
@@ -188,7 +205,12 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     requests.push(record);
 
     if (validate) {
-      const problem = protocol === "openai" ? validateOpenAI(body) : validateAnthropic(body);
+      const problem =
+        protocol === "openai"
+          ? validateOpenAI(body)
+          : protocol === "responses"
+            ? validateResponses(body)
+            : validateAnthropic(body);
       if (problem) {
         record.status = 400;
         return sendError(res, protocol, 400, problem);
@@ -208,7 +230,7 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     }
     const model = typeof body.model === "string" ? body.model : defaultModel;
     const calls = (turn.toolCalls ?? []).map((c, i) => ({
-      id: c.id ?? `${protocol === "openai" ? "call" : "toolu"}_${randomUUID().replaceAll("-", "").slice(0, 20)}${i}`,
+      id: c.id ?? `${protocol === "anthropic" ? "toolu" : "call"}_${randomUUID().replaceAll("-", "").slice(0, 20)}${i}`,
       name: c.name,
       args: typeof c.arguments === "string" ? c.arguments : JSON.stringify(c.arguments ?? {}),
     }));
@@ -217,6 +239,13 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     if (protocol === "openai") {
       if (record.stream) await streamOpenAI(res, turn, model, calls, finish, usage);
       else sendOpenAI(res, turn, model, calls, finish, usage);
+    } else if (protocol === "responses") {
+      const response = responsesBody(turn, model, calls, finish, usage);
+      if (record.stream) await streamResponses(res, turn, response);
+      else {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify(response));
+      }
     } else if (record.stream) await streamAnthropic(res, turn, model, calls, finish, usage);
     else sendAnthropic(res, turn, model, calls, finish, usage);
   }
@@ -259,7 +288,7 @@ function split(text: string, size: number): string[] {
 
 function sendError(res: ServerResponse, protocol: WireProtocol, status: number, message: string): void {
   const body =
-    protocol === "openai"
+    protocol !== "anthropic"
       ? { error: { message, type: status === 429 ? "rate_limit_error" : "invalid_request_error", code: null } }
       : {
           type: "error",
@@ -464,6 +493,150 @@ async function streamAnthropic(
 }
 
 type Obj = Record<string, unknown>;
+
+function shortId(prefix: string): string {
+  return `${prefix}_${randomUUID().replaceAll("-", "")}`;
+}
+
+/** The whole (final) Responses API object for a scripted turn. */
+function responsesBody(turn: ScriptedTurn, model: string, calls: Call[], finish: string, u: Usage): Obj {
+  const output: Obj[] = [];
+  if (turn.thinking) {
+    output.push({ type: "reasoning", id: shortId("rs"), summary: [{ type: "summary_text", text: turn.thinking }] });
+  }
+  if (turn.text) {
+    output.push({
+      type: "message",
+      id: shortId("msg"),
+      status: "completed",
+      role: "assistant",
+      content: [{ type: "output_text", text: turn.text, annotations: [], logprobs: [] }],
+    });
+  }
+  for (const c of calls) {
+    output.push({
+      type: "function_call",
+      id: shortId("fc"),
+      call_id: c.id,
+      name: c.name,
+      arguments: c.args,
+      status: "completed",
+    });
+  }
+  const incomplete = finish === "length";
+  return {
+    id: shortId("resp"),
+    object: "response",
+    created_at: Math.floor(Date.now() / 1000),
+    status: incomplete ? "incomplete" : "completed",
+    error: null,
+    incomplete_details: incomplete ? { reason: "max_output_tokens" } : null,
+    model,
+    output,
+    parallel_tool_calls: true,
+    tool_choice: "auto",
+    tools: [],
+    usage: {
+      input_tokens: u.inputTokens,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens: u.outputTokens,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: u.inputTokens + u.outputTokens,
+    },
+  };
+}
+
+/**
+ * Streams a Responses API object as its event sequence: `response.created`, `response.in_progress`,
+ * per output item `response.output_item.added` … (summary / text / argument deltas) …
+ * `response.output_item.done`, then `response.completed` (or `response.incomplete`) carrying the whole response.
+ */
+async function streamResponses(res: ServerResponse, turn: ScriptedTurn, response: Obj): Promise<void> {
+  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+  const write = sseWriter(res, turn);
+  const size = turn.chunkSize ?? 4;
+  let sequence = 0;
+  const ev = (type: string, data: Obj) => write(JSON.stringify({ type, sequence_number: sequence++, ...data }), type);
+  const pending = { ...response, status: "in_progress", output: [], usage: null, incomplete_details: null };
+  if (!(await ev("response.created", { response: pending }))) return;
+  if (!(await ev("response.in_progress", { response: pending }))) return;
+  for (const [output_index, item] of (response.output as Obj[]).entries()) {
+    const item_id = item.id;
+    if (item.type === "reasoning") {
+      if (!(await ev("response.output_item.added", { output_index, item: { ...item, summary: [] } }))) return;
+      const text = String((item.summary as Obj[])[0]?.text ?? "");
+      const at = { item_id, output_index, summary_index: 0 };
+      if (!(await ev("response.reasoning_summary_part.added", { ...at, part: { type: "summary_text", text: "" } })))
+        return;
+      for (const delta of split(text, size)) {
+        if (!(await ev("response.reasoning_summary_text.delta", { ...at, delta }))) return;
+      }
+      if (!(await ev("response.reasoning_summary_text.done", { ...at, text }))) return;
+      if (!(await ev("response.reasoning_summary_part.done", { ...at, part: { type: "summary_text", text } }))) return;
+    } else if (item.type === "message") {
+      const part = (item.content as Obj[])[0] as Obj;
+      const text = String(part.text);
+      const at = { item_id, output_index, content_index: 0 };
+      const added = { ...item, status: "in_progress", content: [] };
+      if (!(await ev("response.output_item.added", { output_index, item: added }))) return;
+      if (!(await ev("response.content_part.added", { ...at, part: { ...part, text: "" } }))) return;
+      for (const delta of split(text, size)) {
+        if (!(await ev("response.output_text.delta", { ...at, delta, logprobs: [] }))) return;
+      }
+      if (!(await ev("response.output_text.done", { ...at, text, logprobs: [] }))) return;
+      if (!(await ev("response.content_part.done", { ...at, part }))) return;
+    } else {
+      const args = String(item.arguments);
+      const added = { ...item, arguments: "", status: "in_progress" };
+      if (!(await ev("response.output_item.added", { output_index, item: added }))) return;
+      for (const delta of split(args, size)) {
+        if (!(await ev("response.function_call_arguments.delta", { item_id, output_index, delta }))) return;
+      }
+      if (!(await ev("response.function_call_arguments.done", { item_id, output_index, arguments: args }))) return;
+    }
+    if (!(await ev("response.output_item.done", { output_index, item }))) return;
+  }
+  const terminal = response.status === "incomplete" ? "response.incomplete" : "response.completed";
+  if (!(await ev(terminal, { response }))) return;
+  res.end();
+}
+
+/**
+ * Checks an OpenAI Responses request the way the API does (when the request carries the
+ * whole history, i.e. without `previous_response_id`): `input` is a string or a non-empty
+ * list; every `function_call` has a `function_call_output` with its `call_id` later in the
+ * input, and every `function_call_output` answers a `function_call` earlier in it.
+ *
+ * @param body - request body
+ * @returns a problem description, or undefined when the request is valid
+ */
+export function validateResponses(body: Obj): string | undefined {
+  const input = body.input;
+  if (typeof input === "string") return input === "" ? "input must not be empty" : undefined;
+  if (!Array.isArray(input) || input.length === 0) return "input must be a string or a non-empty array";
+  if (typeof body.previous_response_id === "string") return undefined; // the calls may be in the stored response
+  const calls = new Set<string>();
+  const answered = new Set<string>();
+  for (const [i, raw] of (input as Obj[]).entries()) {
+    if (raw === null || typeof raw !== "object") return `input[${i}]: an input item must be an object`;
+    if (raw.type === "function_call") {
+      if (typeof raw.arguments === "string") {
+        try {
+          JSON.parse(raw.arguments);
+        } catch {
+          return `input[${i}]: function call ${String(raw.call_id)} has arguments that are not valid JSON`;
+        }
+      }
+      calls.add(String(raw.call_id));
+    } else if (raw.type === "function_call_output") {
+      const id = String(raw.call_id);
+      if (!calls.has(id)) return `input[${i}]: No tool call found for function call output with call_id ${id}.`;
+      answered.add(id);
+    }
+  }
+  for (const id of calls) if (!answered.has(id)) return `No tool output found for function call ${id}.`;
+  return undefined;
+}
 
 /**
  * Checks an OpenAI chat-completions request the way the API does: every

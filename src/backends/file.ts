@@ -114,9 +114,18 @@
  * then re-read the header and retry if it changed meanwhile (a seqlock).
  *
  * Per key, the backend caches the header bytes, committed end offset, count
- * and revision of the file it last wrote; each write validates the cache by
- * inode, size and the header bytes (one small read), so a save never
- * re-reads the history.
+ * and revision of the file it last wrote or scanned, with the file's identity
+ * (inode, size, mtime, ctime, and the journal file's). A write trusts the
+ * cache when that identity is unchanged and the head of the header (through
+ * `header_crc32`: revision, generation, count — every writer changes the
+ * revision) reads back the same (one small read); otherwise it rescans the
+ * file. So a save never re-reads the history, nor the header's `[CONFIG]`/
+ * `[STATE]`. When the config and state are those of the header on disk (same
+ * config values, same `[STATE]` text), a save encodes, compares and writes
+ * only the head: `header_crc32` is sealed from the body's cached CRC-32
+ * carried over its length (`crc32_combine`; the value and the format are
+ * unchanged), so a one-message save costs the same with a 50 MB prompt as
+ * with a 1 KB one. The first save after a rescan encodes the body once.
  *
  * @module
  */
@@ -152,8 +161,11 @@ import {
   DuasLineParser,
   decodeStateDetailed,
   decodeUtf8,
+  type EncodedHeader,
   encodeHeader,
+  encodeHeaderMemo,
   encodeHistoryLines,
+  type HeaderMemo,
   HISTORY_CRC_START,
   historyCrc,
   historyCrcOfLines,
@@ -218,6 +230,21 @@ interface FileInfo {
   /** `[META] generation` and `history_crc32` (absent in files of older versions: those are rewritten whole). */
   generation: string | undefined;
   historyCrc32: string | undefined;
+  /** Bytes of `header` through the `header_crc32` line: the part a save with unchanged config and state rewrites. */
+  headBytes: number;
+  /** What the header's `[CONFIG]`/`[STATE]` were encoded from (undefined after a scan: the next save encodes them once). */
+  memo: HeaderMemo | undefined;
+  /** The file's mtime and ctime (ns) right after this backend last wrote or scanned it. */
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+  /** {@link FileBackend.journalId} of the header journal when this backend last wrote or settled it. */
+  journal: string | undefined;
+}
+
+/** Where the header's body (`\n[CONFIG]\n…`) starts: the end of the `header_crc32` line. */
+function headOf(header: Buffer): number {
+  const i = header.indexOf("\n[CONFIG]\n");
+  return i < 0 ? header.length : i;
 }
 
 function sleep(ms: number): Promise<void> {
@@ -237,6 +264,7 @@ function lineHasContent(buf: Buffer, start: number, end: number): boolean {
 }
 
 const HISTORY_MARKER = Buffer.from("\n[HISTORY]\n");
+const HISTORY_LINE = "[HISTORY]\n";
 
 /**
  * Reads a plain `.duas` file's header bytes (through the `[HISTORY]` line) with
@@ -609,18 +637,30 @@ export class FileBackend implements StateBackend {
 
   /** Validates the cached info of `key` against the open file, or rescans it (repairing an uncommitted tail). */
   private validInfo(key: string, fd: number, file: string): FileInfo {
-    const st = fstatSync(fd);
+    const st = fstatSync(fd, { bigint: true });
+    const size = Number(st.size);
+    const ino = Number(st.ino);
     const cached = this.cache.get(key);
-    const journal = this.readJournal(key);
-    if (!journal && cached && cached.ino === st.ino && cached.end === st.size) {
-      const head = Buffer.allocUnsafe(cached.header.length);
+    // The file is the one this backend last wrote or scanned when its identity (inode, size, mtime, ctime,
+    // the journal's) is unchanged and so is its head: revision, generation, count and header_crc32 (every
+    // writer changes the revision). The body of the header (a prompt of any size) is not read again.
+    if (
+      cached &&
+      cached.ino === ino &&
+      cached.end === size &&
+      cached.mtimeNs === st.mtimeNs &&
+      cached.ctimeNs === st.ctimeNs &&
+      this.journalId(key) === cached.journal
+    ) {
+      const head = Buffer.allocUnsafe(cached.headBytes);
       const n = readSync(fd, head, 0, head.length, 0);
-      if (n === head.length && head.equals(cached.header)) return cached;
+      if (n === head.length && head.equals(cached.header.subarray(0, cached.headBytes))) return cached;
     }
-    const buf = Buffer.allocUnsafe(st.size);
+    const journal = this.readJournal(key);
+    const buf = Buffer.allocUnsafe(size);
     let got = 0;
-    while (got < st.size) {
-      const n = readSync(fd, buf, got, st.size - got, got);
+    while (got < size) {
+      const n = readSync(fd, buf, got, size - got, got);
       if (n === 0) break;
       got += n;
     }
@@ -629,7 +669,7 @@ export class FileBackend implements StateBackend {
       // another incarnation's journal (a crash between a delete's two unlinks): garbage, never applied
       safeUnlink(this.journalOf(key));
     } else if (journal) {
-      const patched = applyJournal(data, journal, st.ino);
+      const patched = applyJournal(data, journal, ino);
       if (patched) {
         // roll the interrupted save forward (we hold the lock); the tail check below truncates what follows
         writeAll(fd, journal.lines, journal.dataOffset);
@@ -645,10 +685,12 @@ export class FileBackend implements StateBackend {
       ftruncateSync(fd, scan.end);
       fdatasyncSync(fd);
     }
+    const after = fstatSync(fd, { bigint: true });
+    const header = Buffer.from(data.subarray(0, scan.headerEnd));
     const info: FileInfo = {
-      ino: st.ino,
+      ino,
       end: scan.end,
-      header: Buffer.from(data.subarray(0, scan.headerEnd)),
+      header,
       count: scan.header.meta.messageCount,
       revision: scan.header.revision ?? 1,
       protocol: scan.header.meta.protocol,
@@ -656,6 +698,12 @@ export class FileBackend implements StateBackend {
       lastLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.last) : undefined,
       generation: scan.header.generation,
       historyCrc32: scan.header.historyCrc32,
+      headBytes: headOf(header),
+      memo: undefined,
+      mtimeNs: after.mtimeNs,
+      ctimeNs: after.ctimeNs,
+      // examined under the lock: rolled forward, or not applicable to this file (now or later)
+      journal: this.journalId(key),
     };
     this.cache.set(key, info);
     return info;
@@ -684,31 +732,36 @@ export class FileBackend implements StateBackend {
     }
     const linesText = encodeHistoryLines(state.history.slice(base), state.meta.protocol, base);
     const historyCrc32 = crcHex(historyCrcOfLines(Number.parseInt(info.historyCrc32, 16), linesText));
-    let header: Buffer;
+    const layout = {
+      revision,
+      fixedWidth: true,
+      padTo: info.header.length,
+      generation: info.generation,
+      historyCrc32,
+      checksum: true,
+    };
+    // With the config and state of the header on disk (info.memo), only the head is encoded and compared:
+    // the body's bytes and checksum are reused, whatever the size of the prompt.
+    let enc: EncodedHeader;
     try {
-      header = Buffer.from(
-        encodeHeader(state, count, {
-          revision,
-          fixedWidth: true,
-          padTo: info.header.length,
-          generation: info.generation,
-          historyCrc32,
-          checksum: true,
-        }),
-        "utf8",
-      );
+      enc = encodeHeaderMemo(state, count, layout, info.memo);
+      if (enc.headOnly && enc.headBytes !== info.headBytes) enc = encodeHeaderMemo(state, count, layout);
     } catch (e) {
       if (e instanceof RangeError) return undefined; // outgrew the padding
       throw e;
     }
-    if (header.length !== info.header.length) return undefined;
+    const text = Buffer.from(enc.text, "utf8");
+    const old = enc.headOnly ? info.header.subarray(0, info.headBytes) : info.header;
+    if (text.length !== old.length) return undefined;
     let first = 0;
-    while (first < header.length && header[first] === info.header[first]) first++;
-    let last = header.length;
-    while (last > first && header[last - 1] === info.header[last - 1]) last--;
+    while (first < text.length && text[first] === old[first]) first++;
+    let last = text.length;
+    while (last > first && text[last - 1] === old[last - 1]) last--;
     const multiPage = last > first && Math.floor(first / PAGE) !== Math.floor((last - 1) / PAGE);
     const lines = Buffer.from(linesText, "utf8");
+    let journal = info.journal;
     if (multiPage) {
+      const header = enc.headOnly ? Buffer.concat([text, info.header.subarray(text.length)]) : text;
       // the journal is the commit point; then the file is patched and synced once
       this.writeJournal(key, {
         ino: info.ino,
@@ -719,18 +772,23 @@ export class FileBackend implements StateBackend {
         lines,
       });
       if (lines.length > 0) writeAll(fd, lines, info.end);
-      writeAll(fd, header.subarray(first, last), first);
+      writeAll(fd, text.subarray(first, last), first);
       fdatasyncSync(fd);
+      journal = this.journalId(key); // applied: settled for the next saves
     } else {
       if (lines.length > 0) {
         writeAll(fd, lines, info.end);
         fdatasyncSync(fd);
       }
       if (last > first) {
-        writeAll(fd, header.subarray(first, last), first);
+        writeAll(fd, text.subarray(first, last), first);
         fdatasyncSync(fd);
       }
     }
+    const st = fstatSync(fd, { bigint: true });
+    // Our own copy of the header: patched in place (its head) when the body did not change.
+    if (enc.headOnly) text.copy(info.header, 0);
+    const header = enc.headOnly ? info.header : text;
     this.cache.set(key, {
       ino: info.ino,
       end: info.end + lines.length,
@@ -742,6 +800,11 @@ export class FileBackend implements StateBackend {
       lastLine: count > base ? jsonOf(state.history[count - 1]) : info.lastLine,
       generation: info.generation,
       historyCrc32,
+      headBytes: enc.headBytes,
+      memo: enc.memo,
+      mtimeNs: st.mtimeNs,
+      ctimeNs: st.ctimeNs,
+      journal,
     });
     return { revision, written: count - base, rewritten: false };
   }
@@ -819,6 +882,15 @@ export class FileBackend implements StateBackend {
   }
 
   /**
+   * The identity of `key`'s journal file (inode, size, mtime, ctime), or undefined when there is none:
+   * a journal this backend wrote and applied, or examined, is not read again while it is unchanged.
+   */
+  private journalId(key: string): string | undefined {
+    const s = lstatSync(this.journalOf(key), { bigint: true, throwIfNoEntry: false });
+    return s === undefined ? undefined : `${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
+  }
+
+  /**
    * Makes the new header durable in the journal before the in-place write that
    * spans several pages (see the module doc). Created once per key (then the
    * directory is fsync'ed), overwritten afterwards.
@@ -876,11 +948,14 @@ export class FileBackend implements StateBackend {
     const historyCrc32 = crcHex(historyCrcOfLines(HISTORY_CRC_START, lines));
     const sealed = { revision, generation, historyCrc32, checksum: true };
     let header: string;
+    let enc: EncodedHeader | undefined;
     if (this.gzip) {
       header = encodeHeader(state, count, sealed);
     } else {
-      const natural = Buffer.byteLength(encodeHeader(state, count, { ...sealed, fixedWidth: true }));
-      header = encodeHeader(state, count, { ...sealed, fixedWidth: true, padTo: natural + this.headerSlack + 2 });
+      // The natural header, then `headerSlack` bytes of padding in a comment line before [HISTORY]
+      // (what encodeHeader's padTo writes for padTo = natural + headerSlack + 2, encoded once).
+      enc = encodeHeaderMemo(state, count, { ...sealed, fixedWidth: true });
+      header = `${enc.text.slice(0, -HISTORY_LINE.length)}#${" ".repeat(this.headerSlack)}\n${HISTORY_LINE}`;
     }
     const text = Buffer.from(header + lines, "utf8");
     const bytes = this.gzip ? gzipSync(text) : text;
@@ -908,9 +983,12 @@ export class FileBackend implements StateBackend {
     this.syncDir();
     // The old incarnation's journal is garbage now (it could never apply: other generation); tidy it up.
     safeUnlink(this.journalOf(key));
-    if (this.gzip) {
+    // rename changes the ctime: the identity the next save checks is taken after it
+    const st = this.gzip ? undefined : lstatSync(target, { bigint: true });
+    if (this.gzip || enc === undefined || st === undefined || Number(st.ino) !== ino) {
       this.cache.delete(key);
-      this.gzCache.set(key, { ino, size: bytes.length, revision });
+      if (this.gzip) this.gzCache.set(key, { ino, size: bytes.length, revision });
+      else this.gzCache.delete(key);
     } else {
       this.gzCache.delete(key);
       const headerLen = Buffer.byteLength(header);
@@ -925,6 +1003,11 @@ export class FileBackend implements StateBackend {
         lastLine: jsonOf(state.history[count - 1]),
         generation,
         historyCrc32,
+        headBytes: enc.headBytes,
+        memo: enc.memo,
+        mtimeNs: st.mtimeNs,
+        ctimeNs: st.ctimeNs,
+        journal: this.journalId(key),
       });
     }
     return { revision, written: count, rewritten: true };

@@ -355,6 +355,113 @@ export function encodeHeader(state: AgentState, messageCount: number, layout: He
   return `${out}[HISTORY]\n`;
 }
 
+/**
+ * What {@link encodeHeaderMemo} remembers of the `[CONFIG]` and `[STATE]`
+ * sections it encoded (the "body" of the header, after the `header_crc32`
+ * line), so that the next header with the same config and state is encoded
+ * and sealed without touching the body again. @internal used by FileBackend
+ */
+export interface HeaderMemo {
+  /** Shallow copy of the caller's `config` the body was encoded from (every value a primitive). */
+  readonly config: Readonly<Record<string, unknown>>;
+  /** The `[STATE]` section's text (a state is small: it is re-encoded and compared on every save). */
+  readonly stateText: string;
+  /** CRC-32 of the body's UTF-8 bytes. */
+  readonly bodyCrc: number;
+  /** The operator that carries a CRC-32 over the body's byte length (see {@link crc32Shift}). */
+  readonly shift: Uint32Array;
+}
+
+/** The result of {@link encodeHeaderMemo}. @internal */
+export interface EncodedHeader {
+  /**
+   * The whole header (as {@link encodeHeader} writes it), or, when `headOnly`,
+   * only its first `headBytes` bytes: the prefix and `[META]` through the
+   * `header_crc32` line (the body is byte for byte the one of the memo).
+   */
+  text: string;
+  headOnly: boolean;
+  /** UTF-8 byte length of the prefix and `[META]` through the `header_crc32` line. */
+  headBytes: number;
+  /** The memo for the next call (undefined when a config value is not a primitive). */
+  memo: HeaderMemo | undefined;
+}
+
+function sameConfig(memo: Readonly<Record<string, unknown>>, config: object): boolean {
+  const c = config as Record<string, unknown>;
+  let n = 0;
+  for (const k in c) {
+    if (!Object.hasOwn(c, k)) continue;
+    n++;
+    if (!Object.hasOwn(memo, k) || memo[k] !== c[k]) return false;
+  }
+  return n === Object.keys(memo).length;
+}
+
+/**
+ * {@link encodeHeader} with `checksum: true` for a writer that saves the same
+ * session again and again: when `memo` (returned by the previous call for the
+ * header now on disk) has the same config values (`===`, so an unchanged
+ * 50 MB prompt costs nothing) and the same `[STATE]` text, the config is not
+ * validated, encoded or checksummed again: only the head (prefix and
+ * `[META]`) is returned, sealed with the body's cached CRC. The value of
+ * `header_crc32` is the same as {@link encodeHeader}'s (CRC-32 is carried over
+ * the body's length, zlib's `crc32_combine`): the format does not change.
+ * @internal used by FileBackend
+ *
+ * @throws {InvalidStateError} / {NonJsonValueError} as {@link encodeHeader}
+ * @throws {RangeError} when the whole header does not fit `layout.padTo`
+ */
+export function encodeHeaderMemo(
+  state: AgentState,
+  messageCount: number,
+  layout: HeaderLayout,
+  memo?: HeaderMemo,
+): EncodedHeader {
+  const reuse = memo !== undefined && sameConfig(memo.config, state.config);
+  assertJson(state.meta, "meta");
+  if (!reuse) assertJson(state.config, "config");
+  assertJson(state.state, "state");
+  const m = StateMetaSchema.safeParse(state.meta);
+  if (!m.success) throw issueError(m.error, "meta", "state");
+  let config: AgentConfig | undefined;
+  if (!reuse) {
+    const c = AgentConfigSchema.safeParse(state.config);
+    if (!c.success) throw issueError(c.error, "config", "state");
+    config = c.data;
+  }
+  const s = AgentRuntimeStateSchema.safeParse(state.state);
+  if (!s.success) throw issueError(s.error, "state", "state");
+  const meta = m.data;
+  // as encodeHeader: the caller's own (checked) fields object
+  const stateText = stateSection({ ...s.data, fields: state.state.fields });
+  const prefix = headerPrefix(meta);
+  const canonicalHead = crcOf([prefix, metaLines(meta, messageCount, layout, false)]);
+  const head = prefix + metaLines(meta, messageCount, layout, layout.fixedWidth === true);
+  if (reuse && memo !== undefined && stateText === memo.stateText) {
+    const text = head + line("header_crc32", crcHex((crc32Apply(memo.shift, canonicalHead) ^ memo.bodyCrc) >>> 0));
+    return { text, headOnly: true, headBytes: Buffer.byteLength(text), memo };
+  }
+  const body = configSection(config ?? checkHeader(state).config) + stateText;
+  const bodyCrc = crc32(body);
+  const shift = crc32Shift(Buffer.byteLength(body));
+  const sealed = head + line("header_crc32", crcHex((crc32Apply(shift, canonicalHead) ^ bodyCrc) >>> 0));
+  let out = sealed + body;
+  if (layout.padTo !== undefined) {
+    const used = Buffer.byteLength(out) + "[HISTORY]\n".length;
+    const pad = layout.padTo - used;
+    if (pad < 2) throw new RangeError(`header needs ${used + 2} bytes, more than padTo=${layout.padTo}`);
+    out += `#${" ".repeat(pad - 2)}\n`;
+  }
+  const primitive = Object.values(state.config).every((v) => v === null || typeof v !== "object");
+  return {
+    text: `${out}[HISTORY]\n`,
+    headOnly: false,
+    headBytes: Buffer.byteLength(sealed),
+    memo: primitive ? { config: { ...state.config }, stateText, bodyCrc, shift } : undefined,
+  };
+}
+
 function headerPrefix(meta: StateMeta): string {
   return `${DUAS_MAGIC_LINE}\n${FORMAT_LINE_PREFIX}${meta.formatVersion}\n${DUAS_WARNING_LINE}\n\n[META]\n`;
 }
@@ -380,7 +487,12 @@ function metaLines(meta: StateMeta, messageCount: number, layout: HeaderLayout, 
 
 /** `[CONFIG]` and `[STATE]` with the blank line after them. */
 function headerBody(config: AgentConfig, st: AgentState["state"]): string {
-  let out =
+  return configSection(config) + stateSection(st);
+}
+
+/** `[CONFIG]` with the blank line before it. */
+function configSection(config: AgentConfig): string {
+  return (
     "\n[CONFIG]\n" +
     line("prompt", encodeIniString(config.prompt)) +
     line("api_provider", encodeIniString(config.apiProvider)) +
@@ -390,10 +502,13 @@ function headerBody(config: AgentConfig, st: AgentState["state"]): string {
     line("stream", String(config.stream)) +
     line("fc_model", String(config.fcModel)) +
     line("tool_timeout", String(config.toolTimeout)) +
-    line("tool_max_workers", String(config.toolMaxWorkers)) +
-    "\n[STATE]\n" +
-    line("current_task_id", JSON.stringify(st.currentTaskId)) +
-    line("hooks", JSON.stringify(st.hooks));
+    line("tool_max_workers", String(config.toolMaxWorkers))
+  );
+}
+
+/** `[STATE]` with the blank lines before and after it. */
+function stateSection(st: AgentState["state"]): string {
+  let out = `\n[STATE]\n${line("current_task_id", JSON.stringify(st.currentTaskId))}${line("hooks", JSON.stringify(st.hooks))}`;
   for (const name of Object.keys(st.fields)) {
     out += line(fieldKey(name), JSON.stringify(st.fields[name]));
   }
@@ -418,6 +533,49 @@ function crc32(data: string | Uint8Array, value = 0): number {
   let c = ~value >>> 0;
   for (let i = 0; i < bytes.length; i++) c = (crcTable[(c ^ (bytes[i] as number)) & 0xff] as number) ^ (c >>> 8);
   return ~c >>> 0;
+}
+
+/** `vec` multiplied by the GF(2) matrix `mat` (32 columns). */
+function gf2Times(mat: Uint32Array, vec: number): number {
+  let sum = 0;
+  let v = vec >>> 0;
+  for (let i = 0; v !== 0; i++, v >>>= 1) if (v & 1) sum ^= mat[i] as number;
+  return sum >>> 0;
+}
+
+/** The product `a · b` of two GF(2) 32×32 matrices (apply `b`, then `a`). */
+function gf2Product(a: Uint32Array, b: Uint32Array): Uint32Array {
+  const out = new Uint32Array(32);
+  for (let n = 0; n < 32; n++) out[n] = gf2Times(a, b[n] as number);
+  return out;
+}
+
+/**
+ * The linear operator that carries a CRC-32 over `length` more bytes:
+ * `crc32(A ‖ B) = crc32Apply(crc32Shift(B.length), crc32(A)) ^ crc32(B)`
+ * (zlib's `crc32_combine`, as a matrix built once per length). @internal
+ */
+export function crc32Shift(length: number): Uint32Array {
+  // the operator for one zero bit, then squared: 2, 4, 8 bits = one byte, then per bit of `length`
+  let op: Uint32Array = new Uint32Array(32);
+  op[0] = 0xedb88320;
+  for (let n = 1; n < 32; n++) op[n] = (1 << (n - 1)) >>> 0;
+  for (let i = 0; i < 3; i++) op = gf2Product(op, op);
+  let result: Uint32Array | undefined;
+  for (let len = length; len > 0; len = Math.floor(len / 2)) {
+    if (len % 2 === 1) result = result === undefined ? op : gf2Product(op, result);
+    if (len > 1) op = gf2Product(op, op);
+  }
+  if (result === undefined) {
+    result = new Uint32Array(32);
+    for (let n = 0; n < 32; n++) result[n] = (1 << n) >>> 0;
+  }
+  return result;
+}
+
+/** Applies a {@link crc32Shift} operator to a CRC-32. @internal */
+export function crc32Apply(shift: Uint32Array, crc: number): number {
+  return gf2Times(shift, crc);
 }
 
 function crcOf(parts: readonly string[]): number {

@@ -11,13 +11,17 @@ import type { Redis } from "ioredis";
 import type { StateBackend } from "../src/backends/types.js";
 import { globEscape } from "../src/drivers/redis.js";
 import {
+  type BenchCheckpointer,
   type BenchContext,
   type BenchStore,
+  checkpointerStore,
+  dropPostgresSchema,
   jsonlBaseline,
-  langgraphStore,
   oursStore,
   postgresBaseline,
+  postgresSchemaSize,
   redisBaseline,
+  sqliteFileSize,
   sqliteRowBaseline,
 } from "./stores.js";
 
@@ -72,6 +76,117 @@ function withRedisCleanup(store: BenchStore): BenchStore {
   };
 }
 
+/** Server memory of every key under the run's prefix (`MEMORY USAGE`, keys found with SCAN). */
+async function redisPrefixSize(ctx: BenchContext): Promise<number> {
+  const { Redis } = await import("ioredis");
+  const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
+  try {
+    let total = 0;
+    for (const k of await scanKeys(redis, redisPrefix(ctx))) {
+      total += Number(await redis.call("MEMORY", "USAGE", k, "SAMPLES", "0"));
+    }
+    return total;
+  } finally {
+    await redis.quit();
+  }
+}
+
+/**
+ * The LangGraph.js checkpointers: LangGraph's own savers (whole `messages`
+ * value at every checkpoint) and `DumplingsSaver` on each of its stores.
+ */
+async function checkpointers(): Promise<BenchStore[]> {
+  const { DumplingsSaver } = await import("../src/langgraph/index.js");
+  const ours = (store: ConstructorParameters<typeof DumplingsSaver>[0]["store"]) =>
+    new DumplingsSaver({ store }) as unknown as BenchCheckpointer;
+  const closeOurs = async (_ctx: BenchContext, saver: BenchCheckpointer) =>
+    (saver as unknown as { close(): Promise<void> }).close();
+  const lgFile = (ctx: BenchContext) => path.join(ctx.dir, "langgraph.db");
+  const oursFile = (ctx: BenchContext) => path.join(ctx.dir, "dumplings-langgraph.db");
+  return [
+    checkpointerStore({
+      name: "LangGraph SqliteSaver",
+      family: "sqlite",
+      wholeHistory: true,
+      async make(ctx) {
+        const { SqliteSaver } = await import("@langchain/langgraph-checkpoint-sqlite");
+        return SqliteSaver.fromConnString(lgFile(ctx)) as unknown as BenchCheckpointer;
+      },
+      size: async (ctx) => sqliteFileSize(lgFile(ctx)),
+      close: async (_ctx, saver) => {
+        (saver as unknown as { db: Database.Database }).db.close();
+      },
+    }),
+    checkpointerStore({
+      name: "DumplingsSaver (sqlite)",
+      family: "sqlite",
+      wholeHistory: false,
+      make: async (ctx) => ours({ sqlite: { path: oursFile(ctx) } }),
+      size: async (ctx) => sqliteFileSize(oursFile(ctx)),
+      close: closeOurs,
+    }),
+    checkpointerStore({
+      name: "LangGraph PostgresSaver",
+      family: "postgres",
+      wholeHistory: true,
+      needs: "postgres",
+      async make(ctx) {
+        const { PostgresSaver } = await import("@langchain/langgraph-checkpoint-postgres");
+        const saver = PostgresSaver.fromConnString(ctx.databaseUrl, { schema: `${pgSchema(ctx)}_lg` });
+        await saver.setup();
+        return saver as unknown as BenchCheckpointer;
+      },
+      size: (ctx) => postgresSchemaSize(ctx.databaseUrl, `${pgSchema(ctx)}_lg`, ["checkpoint_migrations"]),
+      async close(ctx, saver) {
+        await (saver as unknown as { end(): Promise<void> }).end();
+        await dropPostgresSchema(ctx.databaseUrl, `${pgSchema(ctx)}_lg`);
+      },
+    }),
+    checkpointerStore({
+      name: "DumplingsSaver (postgres)",
+      family: "postgres",
+      wholeHistory: false,
+      needs: "postgres",
+      make: async (ctx) => ours({ postgres: { url: ctx.databaseUrl, schema: pgSchema(ctx) } }),
+      size: (ctx) => postgresSchemaSize(ctx.databaseUrl, pgSchema(ctx), ["dumplings_migrations"]),
+      async close(ctx, saver) {
+        await closeOurs(ctx, saver);
+        await dropPostgresSchema(ctx.databaseUrl, pgSchema(ctx));
+      },
+    }),
+    withRedisCleanup(
+      checkpointerStore({
+        name: "DumplingsSaver (redis)",
+        family: "redis",
+        wholeHistory: false,
+        needs: "redis",
+        make: async (ctx) => ours({ redis: { url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) } }),
+        size: (ctx) => redisPrefixSize(ctx),
+        close: closeOurs,
+      }),
+    ),
+    checkpointerStore({
+      name: "LangGraph MemorySaver",
+      family: "memory",
+      wholeHistory: true,
+      async make() {
+        const { MemorySaver } = await import("@langchain/langgraph-checkpoint");
+        return new MemorySaver() as unknown as BenchCheckpointer;
+      },
+      size: async () => undefined,
+      close: async () => {},
+    }),
+    checkpointerStore({
+      name: "DumplingsSaver (memory)",
+      family: "memory",
+      wholeHistory: false,
+      make: async () => ours({ memory: true }),
+      size: async () => undefined,
+      close: closeOurs,
+    }),
+  ];
+}
+
 /** Every store, baselines first within each kind. */
 export async function allStores(): Promise<BenchStore[]> {
   const { FileBackend } = await import("../src/backends/file.js");
@@ -106,19 +221,7 @@ export async function allStores(): Promise<BenchStore[]> {
         "redis",
         "redis",
         async (ctx) => new RedisBackend({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) }) as StateBackend,
-        async (ctx) => {
-          const { Redis } = await import("ioredis");
-          const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
-          try {
-            let total = 0;
-            for (const k of await scanKeys(redis, redisPrefix(ctx))) {
-              total += Number(await redis.call("MEMORY", "USAGE", k, "SAMPLES", "0"));
-            }
-            return total;
-          } finally {
-            await redis.quit();
-          }
-        },
+        (ctx) => redisPrefixSize(ctx),
       ),
     ),
     postgresBaseline(),
@@ -146,7 +249,6 @@ export async function allStores(): Promise<BenchStore[]> {
         }
       },
     ),
-    langgraphStore("sqlite"),
-    langgraphStore("memory"),
+    ...(await checkpointers()),
   ];
 }

@@ -14,10 +14,18 @@
  * baseline of the same run. Whole-history stores (LangGraph) are sampled in
  * windows of 40 saves at N = 10,000 and their totals extrapolated from a
  * least-squares line through the windows (their per-save cost grows linearly
- * with the history), which the table marks with `~`.
+ * with the history), which the table marks with `~`; with `--quick`, above
+ * N = 500 already (N = 1,000 is sampled too), so the quick run stays quick.
+ *
+ * LangGraph.js checkpointers (LangGraph's `SqliteSaver`, `PostgresSaver`,
+ * `MemorySaver` and our `DumplingsSaver` on SQLite, PostgreSQL, Redis and
+ * memory) are driven as a graph appending one message per step drives them:
+ * a save is the step's pending write plus the next checkpoint. Their curves
+ * are drawn in a second chart.
  *
  * Options: `--quick` (N = 1,000 only, bundled data), `--only <regex>` (stores
- * whose name matches it, case-insensitive), `--json <file>` (write raw results), `--chart <file.svg>`.
+ * whose name matches it, case-insensitive), `--json <file>` (write raw results), `--chart <file.svg>`,
+ * `--checkpoint-chart <file.svg>` (the checkpointers' chart).
  *
  * @module
  */
@@ -37,9 +45,14 @@ const only = argValue("--only");
 const jsonOut = argValue("--json") ?? "bench/results/latest.json";
 // The committed chart (docs/) is the full run's; a quick run draws its own under bench/results/.
 const chartOut = argValue("--chart") ?? (quick ? "bench/results/save-time-quick.svg" : "docs/bench-save-time.svg");
+const checkpointChartOut =
+  argValue("--checkpoint-chart") ??
+  (quick ? "bench/results/checkpoint-time-quick.svg" : "docs/bench-checkpoint-time.svg");
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const WINDOW = 40;
+/** Above this history length, whole-history stores are sampled in windows (see the module comment). */
+const SAMPLE_ABOVE = quick ? 500 : 2000;
 
 function argValue(name: string): string | undefined {
   const i = args.indexOf(name);
@@ -131,7 +144,7 @@ async function measure(store: BenchStore, scenario: string, conversations: Messa
       const N = messages.length;
       n = Math.max(n, N);
       rawBytes += messages.reduce((s, m) => s + Buffer.byteLength(JSON.stringify(m)) + 1, 0);
-      const sampled = store.wholeHistory === true && N > 2000;
+      const sampled = store.wholeHistory === true && N > SAMPLE_ABOVE;
       const starts = sampled ? [0, Math.floor(N * 0.25), Math.floor(N * 0.5), Math.floor(N * 0.75), N - WINDOW] : [0];
       const points: [number, number, number][] = []; // [length, µs, bytes]
       for (const start of starts) {
@@ -275,6 +288,22 @@ function targets(results: Result[]): string[] {
     redis: "baseline: Redis",
     postgres: "baseline: PostgreSQL",
   };
+  for (const [ours, theirs] of [
+    ["DumplingsSaver (sqlite)", "LangGraph SqliteSaver"],
+    ["DumplingsSaver (postgres)", "LangGraph PostgresSaver"],
+  ]) {
+    const r = at.find((x) => x.store === ours);
+    const l = at.find((x) => x.store === theirs);
+    if (!r || !l) continue;
+    const check = (ok: boolean, text: string) => out.push(`${ok ? "MET " : "MISS"} ${r.store}: ${text}`);
+    check(r.last40 <= 1.5 * r.first40, `last 40 / first 40 = ${(r.last40 / r.first40).toFixed(2)} (target ≤ 1.5)`);
+    if (r.size !== undefined)
+      check(r.size <= 5 * r.rawBytes, `stored ${(r.size / r.rawBytes).toFixed(2)}× raw JSONL (target ≤ 5×)`);
+    check(
+      l.totalMs >= 10 * r.totalMs,
+      `total checkpoint time ${(l.totalMs / r.totalMs).toFixed(0)}× less than ${theirs} (target ≥ 10×)`,
+    );
+  }
   for (const r of at.filter((x) => x.group === "ours")) {
     const base = at.find((b) => b.store.startsWith(baselineFor[r.family] ?? "?"));
     const check = (ok: boolean, text: string) => out.push(`${ok ? "MET " : "MISS"} ${r.store}: ${text}`);
@@ -332,12 +361,22 @@ async function main(): Promise<void> {
   mkdirSync(path.dirname(path.resolve(jsonOut)), { recursive: true });
   writeFileSync(path.resolve(jsonOut), JSON.stringify(results, null, 1));
   const curveScenario = quick ? "synthetic N=1000" : "synthetic N=10000";
-  await renderChart(
-    results.filter((r) => r.scenario === curveScenario),
-    path.resolve(chartOut),
-    `Save time after every message (${curveScenario})`,
+  // The session stores' chart keeps LangGraph's SqliteSaver as the reference; the checkpointers get their own.
+  const main = results.filter(
+    (r) => r.scenario === curveScenario && (r.group !== "langgraph" || r.store === "LangGraph SqliteSaver"),
   );
-  console.error(`\nraw results: ${jsonOut}; chart: ${chartOut}`);
+  const checkpointers = results.filter((r) => r.scenario === curveScenario && r.group === "langgraph");
+  if (main.length > 0) {
+    await renderChart(main, path.resolve(chartOut), `Save time after every message (${curveScenario})`);
+  }
+  if (checkpointers.length > 0) {
+    await renderChart(
+      checkpointers,
+      path.resolve(checkpointChartOut),
+      `LangGraph checkpoint time, one message per step (${curveScenario})`,
+    );
+  }
+  console.error(`\nraw results: ${jsonOut}; charts: ${chartOut}, ${checkpointChartOut}`);
 }
 
 await main();

@@ -4,8 +4,10 @@
  * - ours: the dumplings-ai backends (file, SQLite, Redis, PostgreSQL), saved the
  *   way the persistence layer saves them (`write` with the revision and the
  *   number of messages already stored, so a save sends only the new message);
- * - LangGraph.js: `SqliteSaver` and `MemorySaver`, the messages as one channel,
- *   a new checkpoint per save (how a LangGraph agent with a `messages` channel
+ * - LangGraph.js checkpointers: LangGraph's `SqliteSaver`, `MemorySaver` and
+ *   `PostgresSaver`, and ours, `DumplingsSaver` on SQLite, PostgreSQL, Redis
+ *   and memory; the messages as one channel, a pending write and a new
+ *   checkpoint per save (how a LangGraph agent with a `messages` channel
  *   checkpoints after every step);
  * - raw baselines: the cheapest way to make one more message durable in each
  *   kind of store (JSONL append + fdatasync; an SQLite row per message in WAL;
@@ -243,45 +245,69 @@ export function postgresBaseline(): BenchStore {
   };
 }
 
+/** The part of LangGraph's `BaseCheckpointSaver` the bench drives. */
+export interface BenchCheckpointer {
+  // biome-ignore lint/suspicious/noExplicitAny: LangGraph's RunnableConfig/Checkpoint types, kept loose for every saver
+  put(config: any, checkpoint: any, metadata: any, newVersions: Record<string, number>): Promise<any>;
+  // biome-ignore lint/suspicious/noExplicitAny: as above
+  putWrites(config: any, writes: [string, unknown][], taskId: string): Promise<void>;
+  // biome-ignore lint/suspicious/noExplicitAny: as above
+  getTuple(config: any): Promise<any>;
+}
+
+/** How to open, measure and close one LangGraph checkpointer for {@link checkpointerStore}. */
+export interface CheckpointerSpec {
+  name: string;
+  family: BenchStore["family"];
+  /** True for LangGraph's savers, which store the whole `messages` value at every checkpoint. */
+  wholeHistory: boolean;
+  needs?: "redis" | "postgres";
+  make(ctx: BenchContext): Promise<BenchCheckpointer>;
+  /** Bytes stored now; `undefined` when not measurable (in-process memory). */
+  size(ctx: BenchContext, saver: BenchCheckpointer): Promise<number | undefined>;
+  close(ctx: BenchContext, saver: BenchCheckpointer): Promise<void>;
+}
+
 /**
- * LangGraph.js checkpointers (`SqliteSaver`, `MemorySaver`): the messages as one
- * channel, a new checkpoint per save, each checkpoint's parent the previous one.
+ * A LangGraph.js checkpointer driven as a graph with a `messages` channel
+ * (`MessagesAnnotation`) drives it when one node appends one message per step:
+ * the step's write is stored as a pending write of the current checkpoint
+ * (`putWrites`), then the next checkpoint is stored (`put`) with the channel
+ * at a new version, its parent the previous checkpoint. A save is both calls.
+ * The channel value is a new array each step, as LangGraph's reducer returns.
  */
-export function langgraphStore(kind: "sqlite" | "memory"): BenchStore {
-  // biome-ignore lint/suspicious/noExplicitAny: both savers share BaseCheckpointSaver's put/getTuple
-  let saver: any;
-  let file = "";
+export function checkpointerStore(spec: CheckpointerSpec): BenchStore {
+  let saver: BenchCheckpointer;
+  let ctx: BenchContext;
   let threadId = "";
   let parentId: string | undefined;
   let step = 0;
   // biome-ignore lint/suspicious/noExplicitAny: module namespace of @langchain/langgraph-checkpoint
   let lg: any;
   return {
-    name: kind === "sqlite" ? "LangGraph SqliteSaver" : "LangGraph MemorySaver",
-    family: kind,
+    name: spec.name,
+    family: spec.family,
     group: "langgraph",
-    wholeHistory: true,
-    async open(ctx) {
+    wholeHistory: spec.wholeHistory,
+    needs: spec.needs,
+    async open(c) {
+      ctx = c;
       lg = await import("@langchain/langgraph-checkpoint");
-      if (kind === "sqlite") {
-        const { SqliteSaver } = await import("@langchain/langgraph-checkpoint-sqlite");
-        file = path.join(ctx.dir, "langgraph.db");
-        saver = SqliteSaver.fromConnString(file);
-      } else {
-        saver = new lg.MemorySaver();
-      }
-      threadId = `bench-${ctx.id}`;
+      saver = await spec.make(c);
+      threadId = `bench-${c.id}`;
       parentId = undefined;
       step = 0;
     },
     async save(history) {
-      const checkpoint = lg.emptyCheckpoint();
-      checkpoint.id = lg.uuid6(step);
-      checkpoint.channel_values = { messages: history };
-      checkpoint.channel_versions = { messages: step + 1 };
       const config = {
         configurable: { thread_id: threadId, checkpoint_ns: "", ...(parentId ? { checkpoint_id: parentId } : {}) },
       };
+      if (parentId) await saver.putWrites(config, [["messages", [history[history.length - 1]]]], `task-${step}`);
+      const checkpoint = lg.emptyCheckpoint();
+      checkpoint.id = lg.uuid6(step);
+      // A new array, as the messages reducer returns (a saver may keep the previous value to compare).
+      checkpoint.channel_values = { messages: history.slice() };
+      checkpoint.channel_versions = { messages: step + 1 };
       const next = await saver.put(config, checkpoint, { source: "loop", step, parents: {} }, { messages: step + 1 });
       parentId = next.configurable.checkpoint_id;
       step++;
@@ -290,12 +316,46 @@ export function langgraphStore(kind: "sqlite" | "memory"): BenchStore {
       const t = await saver.getTuple({ configurable: { thread_id: threadId, checkpoint_ns: "" } });
       return (t?.checkpoint.channel_values.messages ?? []) as Message[];
     },
-    async size() {
-      if (kind !== "sqlite") return undefined;
-      return fileSize(file) + fileSize(`${file}-wal`);
-    },
-    async close() {
-      if (kind === "sqlite") saver.db.close();
-    },
+    size: () => spec.size(ctx, saver),
+    close: () => spec.close(ctx, saver),
   };
+}
+
+/** SQLite file size with its WAL folded in (through a second connection). */
+export function sqliteFileSize(file: string): number {
+  const db = new Database(file);
+  try {
+    db.pragma("wal_checkpoint(TRUNCATE)");
+  } finally {
+    db.close();
+  }
+  return fileSize(file) + fileSize(`${file}-wal`);
+}
+
+/** Total size of the tables (with indexes and TOAST) of a PostgreSQL schema, except `exclude`d ledgers. */
+export async function postgresSchemaSize(databaseUrl: string, schema: string, exclude: string[]): Promise<number> {
+  const pg = await import("pg");
+  const client = new pg.default.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const r = await client.query(
+      "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS n FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT (c.relname = ANY($2))",
+      [schema, exclude],
+    );
+    return Number(r.rows[0].n);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Drops a bench schema. */
+export async function dropPostgresSchema(databaseUrl: string, schema: string): Promise<void> {
+  const pg = await import("pg");
+  const client = new pg.default.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } finally {
+    await client.end();
+  }
 }

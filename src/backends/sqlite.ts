@@ -2,14 +2,14 @@
  * `SQLiteBackend`: agent states in one SQLite database file (better-sqlite3),
  * safe for many processes at once, with saves that cost O(new messages).
  *
- * ## Schema (`PRAGMA user_version = 1`)
+ * ## Schema (`PRAGMA user_version = 2`)
  *
  * ```sql
  * CREATE TABLE sessions (
  *   key TEXT PRIMARY KEY,
  *   meta TEXT NOT NULL,       -- JSON of state.meta
- *   config TEXT NOT NULL,     -- JSON of state.config
- *   state TEXT NOT NULL,      -- JSON of state.state
+ *   config TEXT NOT NULL,     -- '': in session_parts; a row of an older build holds the JSON of state.config here
+ *   state TEXT NOT NULL,      -- '': in session_parts; likewise the JSON of state.state
  *   history TEXT,             -- NULL; only legacy (seed) rows hold their whole history here as JSONL
  *   saved_at TEXT NOT NULL,   -- UTC ISO-8601 time of the last write (retention/gc uses it)
  *   revision INTEGER NOT NULL DEFAULT 1,  -- +1 per write, for compare-and-set
@@ -21,9 +21,20 @@
  *   body,                      -- TEXT: the message's JSON; BLOB: the same JSON gzip-compressed
  *   PRIMARY KEY (session_key, seq)
  * );                         -- a rowid table: rows up to ~4 KB stay in their leaf page (WITHOUT ROWID would spill rows over ~1 KB to overflow pages)
+ * CREATE TABLE session_parts (  -- config and state, out of the row every save rewrites
+ *   session_key TEXT NOT NULL, part TEXT NOT NULL CHECK (part IN ('config', 'state')),
+ *   body TEXT NOT NULL,       -- the part's JSON
+ *   PRIMARY KEY (session_key, part)
+ * );
  * CREATE TABLE dumplings_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
  *   -- 'revision_floor': highest revision ever deleted (re-created keys start above it)
  * ```
+ *
+ * Why `session_parts`: SQLite rewrites a whole record (or at best reads and
+ * compares it, overflow pages included) when any of its columns changes, and
+ * every save changes the session row (meta, revision, count, time). A 50 MB
+ * prompt in that row made each one-message save cost 110–270 ms of CPU; beside
+ * it, the prompt is written only when it changes.
  *
  * The seed's database (one `sessions` table, `user_version` 0, whole history
  * as JSONL in `history`) is migrated when first opened, in one transaction:
@@ -49,7 +60,10 @@
  *
  * `write(key, state, { expectedRevision, baseLength })` inserts only
  * `history.slice(baseLength)` and updates the header row, in one transaction,
- * after checking the revision in the same transaction (compare-and-set). It
+ * after checking the revision in the same transaction (compare-and-set); the
+ * config and state parts are written in that transaction too, unless this
+ * instance wrote or read exactly that text at the revision found (then they
+ * are known to be stored already). It
  * falls back to a full rewrite when the stored history does not match the
  * claim (`baseLength` beyond the stored count, or the boundary message
  * `baseLength - 1` differs from the stored one). `baseLength` is only trusted
@@ -101,7 +115,7 @@ import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult 
 import { checkWriteOptions } from "./write-options.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
-export const SQLITE_SCHEMA_VERSION = 1;
+export const SQLITE_SCHEMA_VERSION = 2;
 
 /**
  * Options of {@link SQLiteBackend}: the connection options every SQLite
@@ -142,16 +156,23 @@ interface HeadRow {
   revision: number;
   message_count: number | null;
 }
+/** The write's view of a row: whether its config and state live in `session_parts` (their column holds `''`). */
+interface WriteHeadRow extends HeadRow {
+  config_apart: 0 | 1;
+  state_apart: 0 | 1;
+}
 interface SessionRow extends HeadRow {
   meta: string;
-  config: string;
-  state: string;
+  /** The stored config text (from `session_parts` when the row's column holds `''`); null when that part is missing. */
+  config: string | null;
+  state: string | null;
   history: string | null;
 }
 type Body = string | Buffer;
 
 interface Statements {
   head: BetterSqlite3.Statement<[string], HeadRow>;
+  writeHead: BetterSqlite3.Statement<[string], WriteHeadRow>;
   headMeta: BetterSqlite3.Statement<[string], HeadRow & { meta: string }>;
   row: BetterSqlite3.Statement<[string], SessionRow>;
   bodies: BetterSqlite3.Statement<[string, number], Body>;
@@ -161,9 +182,11 @@ interface Statements {
   deleteFrom: BetterSqlite3.Statement<[string, number]>;
   deleteMessages: BetterSqlite3.Statement<[string]>;
   deleteSession: BetterSqlite3.Statement<[string]>;
-  insertSession: BetterSqlite3.Statement<[string, string, string, string, string, number, number]>;
-  update: BetterSqlite3.Statement<[string, string, string, string, number, number, string]>;
-  updateKeepConfig: BetterSqlite3.Statement<[string, string, string, number, number, string]>;
+  putPart: BetterSqlite3.Statement<[string, "config" | "state", string]>;
+  deleteParts: BetterSqlite3.Statement<[string]>;
+  deleteOrphanParts: BetterSqlite3.Statement<[]>;
+  insertSession: BetterSqlite3.Statement<[string, string, string, number, number]>;
+  update: BetterSqlite3.Statement<[string, string, number, number, string]>;
   keys: BetterSqlite3.Statement<[], string>;
   floor: BetterSqlite3.Statement<[], number>;
   raiseFloor: BetterSqlite3.Statement<[number]>;
@@ -281,6 +304,8 @@ export class SQLiteBackend implements StateBackend {
   readonly #tails = new Map<string, { revision: number; count: number; text: string }>();
   /** Per key: the config stored at a revision (an unchanged config is neither serialised nor rewritten). */
   readonly #configs = new ConfigMemo();
+  /** Per key: the JSON text of the `state` part stored at a revision (an unchanged one is not rewritten). Bounded. */
+  readonly #states = new Map<string, { revision: number; text: string }>();
 
   /**
    * Opens (creating or migrating when needed) the database.
@@ -324,6 +349,7 @@ export class SQLiteBackend implements StateBackend {
       const head = this.#s.head.get(key);
       if (!head) return false;
       this.#s.deleteMessages.run(key);
+      this.#s.deleteParts.run(key);
       this.#s.deleteSession.run(key);
       this.#s.raiseFloor.run(head.revision);
       return true;
@@ -333,10 +359,13 @@ export class SQLiteBackend implements StateBackend {
       let floor = 0;
       for (const { key, revision } of old) {
         this.#s.deleteMessages.run(key);
+        this.#s.deleteParts.run(key);
         this.#s.deleteSession.run(key);
         floor = Math.max(floor, revision);
       }
       if (floor > 0) this.#s.raiseFloor.run(floor);
+      // Parts whose session a process of an older build deleted (it knows only `sessions` and `messages`).
+      this.#s.deleteOrphanParts.run();
       return old.length;
     });
   }
@@ -380,6 +409,7 @@ export class SQLiteBackend implements StateBackend {
     validateKey(key);
     this.#tails.delete(key);
     this.#configs.forget(key);
+    this.#states.delete(key);
     return this.#run(`cannot delete ${JSON.stringify(key)}`, key, () => this.#deleteTx.immediate(key));
   }
 
@@ -516,6 +546,7 @@ export class SQLiteBackend implements StateBackend {
     const cutoff = new Date(Date.now() - olderThanMs).toISOString();
     this.#tails.clear();
     this.#configs.forget();
+    this.#states.clear();
     return this.#run("cannot collect old sessions", undefined, () => {
       const deleted = this.#gcTx.immediate(cutoff);
       if (vacuum) this.#db.exec("VACUUM");
@@ -582,7 +613,8 @@ export class SQLiteBackend implements StateBackend {
     if (!found) return undefined;
     const { row, bodies } = found;
     const [meta, config, runtime] = this.#headerParts(key, row);
-    this.#configs.remember(key, row.revision, config, row.config);
+    this.#configs.remember(key, row.revision, config, row.config as string);
+    this.#rememberState(key, row.revision, row.state as string);
     const protocol = (meta as StateMeta).protocol;
     let history: Message[];
     if (row.message_count === null) {
@@ -627,6 +659,8 @@ export class SQLiteBackend implements StateBackend {
     const known = isObject(state) ? this.#configs.lookup(key, state.config) : undefined;
     const [meta, config, runtime] = encodeHeaderParts(state, known?.text);
     const configAt = known?.revision;
+    const storedState = this.#states.get(key);
+    const stateAt = storedState !== undefined && storedState.text === runtime ? storedState.revision : undefined;
     const { expectedRevision, baseLength, force = false } = options;
     if (expectedRevision !== undefined && expectedRevision !== null && !Number.isInteger(expectedRevision)) {
       throw new InvalidStateError(
@@ -654,6 +688,7 @@ export class SQLiteBackend implements StateBackend {
           config,
           configAt,
           runtime,
+          stateAt,
           history,
           from,
           bodies,
@@ -663,9 +698,15 @@ export class SQLiteBackend implements StateBackend {
       queued,
     );
     this.#configs.remember(key, result.revision, state.config, config);
+    this.#rememberState(key, result.revision, runtime);
     const last = bodies.length > 0 ? bodies[bodies.length - 1] : undefined;
     this.#remember(key, result.revision, history.length, typeof last === "string" ? last : undefined, history);
     return result;
+  }
+
+  #rememberState(key: string, revision: number, text: string): void {
+    if (this.#states.size >= 4096 && !this.#states.has(key)) this.#states.clear();
+    this.#states.set(key, { revision, text });
   }
 
   #remember(
@@ -697,7 +738,7 @@ export class SQLiteBackend implements StateBackend {
   /** Runs inside `BEGIN IMMEDIATE`: CAS check, then append or rewrite, then the header. */
   #writeInTx(a: WriteArgs): WriteResult {
     const s = this.#s;
-    const head = s.head.get(a.key);
+    const head = s.writeHead.get(a.key);
     const actual = head ? head.revision : null;
     if (!a.force && a.expectedRevision !== undefined && a.expectedRevision !== actual) {
       throw new ConflictError(a.key, a.expectedRevision, actual, this.name);
@@ -730,14 +771,19 @@ export class SQLiteBackend implements StateBackend {
     const savedAt = new Date().toISOString();
     const count = a.history.length;
     let revision: number;
+    // config and state live in `session_parts`, out of the session row that every save rewrites (SQLite
+    // rewrites a whole record, overflow pages included, when any column changes). A part is written only
+    // when it may differ from the stored one: unless this connection wrote or read exactly this text at
+    // the revision just read under the write lock, and the row already keeps that part apart (a row
+    // written by an older build holds its parts in its own columns, which then win over `session_parts`).
+    if (!(head && head.config_apart === 1 && a.configAt === head.revision)) s.putPart.run(a.key, "config", a.config);
+    if (!(head && head.state_apart === 1 && a.stateAt === head.revision)) s.putPart.run(a.key, "state", a.runtime);
     if (head) {
       revision = head.revision + 1;
-      // The stored config is still the one this connection wrote or read at this revision: leave it.
-      if (a.configAt === head.revision) s.updateKeepConfig.run(a.meta, a.runtime, savedAt, revision, count, a.key);
-      else s.update.run(a.meta, a.config, a.runtime, savedAt, revision, count, a.key);
+      s.update.run(a.meta, savedAt, revision, count, a.key);
     } else {
       revision = (s.floor.get() ?? 0) + 1;
-      s.insertSession.run(a.key, a.meta, a.config, a.runtime, savedAt, revision, count);
+      s.insertSession.run(a.key, a.meta, savedAt, revision, count);
     }
     return { revision, written, rewritten: !append };
   }
@@ -750,6 +796,8 @@ interface WriteArgs {
   /** The revision at which `config` is known to be stored already, if any. */
   configAt: number | undefined;
   runtime: string;
+  /** The revision at which `runtime` (the state part) is known to be stored already, if any. */
+  stateAt: number | undefined;
   history: readonly Message[];
   /** Index of the first message in `bodies`. */
   from: number;
@@ -761,14 +809,15 @@ interface WriteArgs {
 /** The parts of a `sessions` row {@link originalRow} reads. */
 interface RowTexts {
   meta: string;
-  config?: string;
-  state?: string;
+  config?: string | null;
+  state?: string | null;
   history?: string | null;
   message_count: number | null;
 }
 
-function jsonObjectOrUndefined(text: string | undefined): Record<string, unknown> | undefined {
+function jsonObjectOrUndefined(text: string | null | undefined): Record<string, unknown> | undefined {
   if (text === undefined) return {};
+  if (text === null) return undefined;
   try {
     const v: unknown = JSON.parse(text);
     return isObject(v) ? v : undefined;
@@ -834,8 +883,20 @@ function splitLegacyHistory(text: string): string[] {
 function prepare(db: BetterSqlite3.Database): Statements {
   return {
     head: db.prepare("SELECT revision, message_count FROM sessions WHERE key = ?"),
+    writeHead: db.prepare(
+      "SELECT revision, message_count, config = '' AS config_apart, state = '' AS state_apart FROM sessions WHERE key = ?",
+    ),
     headMeta: db.prepare("SELECT revision, message_count, meta FROM sessions WHERE key = ?"),
-    row: db.prepare("SELECT meta, config, state, history, revision, message_count FROM sessions WHERE key = ?"),
+    // A column holding '' means "in session_parts"; any other text (a row of an older build) is the part itself.
+    row: db.prepare(
+      `SELECT meta,
+        CASE WHEN config = '' THEN (SELECT body FROM session_parts WHERE session_key = sessions.key AND part = 'config')
+          ELSE config END AS config,
+        CASE WHEN state = '' THEN (SELECT body FROM session_parts WHERE session_key = sessions.key AND part = 'state')
+          ELSE state END AS state,
+        history, revision, message_count
+      FROM sessions WHERE key = ?`,
+    ),
     // Bounded to [0, message_count): with (session_key, seq) unique, `count === message_count` then means no gap.
     bodies: db
       .prepare<[string, number], Body>(
@@ -852,17 +913,21 @@ function prepare(db: BetterSqlite3.Database): Statements {
     deleteFrom: db.prepare("DELETE FROM messages WHERE session_key = ? AND seq >= ?"),
     deleteMessages: db.prepare("DELETE FROM messages WHERE session_key = ?"),
     deleteSession: db.prepare("DELETE FROM sessions WHERE key = ?"),
+    putPart: db.prepare(
+      `INSERT INTO session_parts (session_key, part, body) VALUES (?, ?, ?)
+       ON CONFLICT (session_key, part) DO UPDATE SET body = excluded.body`,
+    ),
+    deleteParts: db.prepare("DELETE FROM session_parts WHERE session_key = ?"),
+    deleteOrphanParts: db.prepare(
+      "DELETE FROM session_parts WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE key = session_parts.session_key)",
+    ),
     insertSession: db.prepare(
       `INSERT INTO sessions (key, meta, config, state, history, saved_at, revision, message_count)
-       VALUES (?, ?, ?, ?, NULL, ?, ?, ?)`,
-    ),
-    updateKeepConfig: db.prepare(
-      `UPDATE sessions SET meta = ?, state = ?, history = NULL, saved_at = ?, revision = ?, message_count = ?
-       WHERE key = ?`,
+       VALUES (?, ?, '', '', NULL, ?, ?, ?)`,
     ),
     update: db.prepare(
-      `UPDATE sessions SET meta = ?, config = ?, state = ?, history = NULL, saved_at = ?, revision = ?, message_count = ?
-       WHERE key = ?`,
+      `UPDATE sessions SET meta = ?, config = '', state = '', history = NULL, saved_at = ?, revision = ?,
+       message_count = ? WHERE key = ?`,
     ),
     keys: db.prepare<[], string>("SELECT key FROM sessions").pluck(),
     floor: db.prepare<[], number>("SELECT value FROM dumplings_meta WHERE name = 'revision_floor'").pluck(),
@@ -879,8 +944,13 @@ function prepare(db: BetterSqlite3.Database): Statements {
  * run by the driver in one IMMEDIATE transaction, safe when several processes
  * open the file at once). Version 1 creates the schema, or migrates the seed's
  * single-table layout (user_version 0). A file written by dumplings-ai 0.1
- * (user_version 1, no ledger) is adopted. `user_version` is still kept at 1
- * so that 0.1 builds open a file written by this one.
+ * (user_version 1, no ledger) is adopted. Version 2 adds `session_parts`, which
+ * holds config and state out of the session row; existing rows keep theirs in
+ * their columns until their next save moves them (a column holding `''` means
+ * "in `session_parts`", any other text is the part itself), so opening a big
+ * file stays cheap and a process of an older build still writing rows in the
+ * old shape is read right. `user_version` becomes 2: a 0.1 build, which cannot
+ * read split rows, refuses the file instead of misreading it.
  */
 const MIGRATIONS: SqliteMigrations = {
   component: "sessions",
@@ -897,7 +967,19 @@ const MIGRATIONS: SqliteMigrations = {
     }
     return version;
   },
-  migrations: [{ version: 1, name: "sessions and messages", up: createOrMigrateSeed }],
+  migrations: [
+    { version: 1, name: "sessions and messages", up: createOrMigrateSeed },
+    {
+      version: 2,
+      name: "config and state beside the session row",
+      up: [
+        `CREATE TABLE IF NOT EXISTS session_parts (
+          session_key TEXT NOT NULL, part TEXT NOT NULL CHECK (part IN ('config', 'state')), body TEXT NOT NULL,
+          PRIMARY KEY (session_key, part))`,
+        "PRAGMA user_version = 2",
+      ],
+    },
+  ],
 };
 
 function createOrMigrateSeed(db: BetterSqlite3.Database): void {
@@ -928,6 +1010,6 @@ function createOrMigrateSeed(db: BetterSqlite3.Database): void {
       const t = row.saved_at ? new Date(row.saved_at) : new Date();
       update.run(lines.length, Number.isNaN(t.getTime()) ? new Date().toISOString() : t.toISOString(), row.key);
     }
-    db.pragma(`user_version = ${SQLITE_SCHEMA_VERSION}`);
+    db.pragma("user_version = 1"); // migration 2 raises it
   }
 }

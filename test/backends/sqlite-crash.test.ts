@@ -15,6 +15,9 @@ const CHILD = fileURLToPath(new URL("../fixtures/sqlite/crash-child.ts", import.
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-sqlite-crash-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+/** Same rule as configPrompt() in the child. */
+const configPrompt = (i: number) => `prompt ${Math.floor(i / 5)}`;
+
 /** Same rule as fullHistory() in the child. */
 const fullHistory = (v: number) =>
   Array.from({ length: (v % 40) + 1 }, (_, j) => ({ role: "user", content: `v${v}-${j} ${"x".repeat(v % 300)}` }));
@@ -63,6 +66,7 @@ async function checkConsistent(dbPath: string, lastPrinted: number): Promise<num
     expect(m).toEqual({ role: "user", content: `m${j}` });
   });
   expect(appendSession?.state.state.fields.i).toBe(history.length - 1);
+  expect(appendSession?.state.config.prompt).toBe(configPrompt(history.length - 1));
   expect(appendSession?.state.meta.messageCount).toBe(history.length);
   const full = backend.load("crash-full");
   const version = full.state.fields.version as number;

@@ -167,6 +167,10 @@ describe("SQLite rows of the original design", () => {
     raw.close();
     const again = new SQLiteBackend({ dbPath: file });
     expect(again.load("weather").history).toEqual([...HISTORY, { role: "user", content: "And tomorrow?" }]);
+    // The saved row holds the current shape in every part (the config was once kept in its snake_case form).
+    expect(again.load("weather").config).toEqual(EXPECTED.config);
+    expect(again.load("weather").state).toEqual(EXPECTED.state);
+    expect((await loadState<BaseAgent>("weather", { backend: again })).currentTaskId).toBe("tid-abc123");
     again.close();
   });
 

@@ -4,7 +4,7 @@
  * retention (gc), compressed bodies, delete leaving no rows (pb-26), and
  * O(new messages) writes.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import Database from "better-sqlite3";
@@ -12,6 +12,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { SQLiteBackend, SQLiteBusyError } from "../../src/backends/sqlite.js";
 import { BackendError, ConflictError, FormatError, StateNotFoundError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
+import type { AgentState } from "../../src/core/state.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";
 import { makeState } from "../../src/testing/states.js";
 
@@ -23,6 +24,53 @@ const freshPath = () => path.join(dir, `s${n++}.db`);
 const msgs = (count: number, seed = "m"): Message[] =>
   Array.from({ length: count }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${seed} ${i}` }) as Message);
 
+/**
+ * A database exactly as schema version 1 (dumplings-ai 0.1 without the ledger, or the builds with the
+ * ledger at `sessions` version 1) creates and fills it: meta, config and state in the session row.
+ */
+function version1Database(file: string, options: { ledger: boolean; sessions: Record<string, AgentState> }): void {
+  const db = new Database(file);
+  db.pragma("journal_mode = WAL");
+  db.exec(`CREATE TABLE sessions (
+      key TEXT PRIMARY KEY, meta TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL, history TEXT,
+      saved_at TEXT NOT NULL, revision INTEGER NOT NULL DEFAULT 1, message_count INTEGER)`);
+  db.exec(`CREATE TABLE messages (
+      session_key TEXT NOT NULL, seq INTEGER NOT NULL, body, PRIMARY KEY (session_key, seq))`);
+  db.exec("CREATE TABLE dumplings_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID");
+  db.exec("CREATE INDEX sessions_saved_at ON sessions (saved_at)");
+  if (options.ledger) {
+    db.exec(`CREATE TABLE dumplings_migrations (
+        component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,
+        applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        PRIMARY KEY (component, version)) WITHOUT ROWID`);
+    db.exec(
+      "INSERT INTO dumplings_migrations (component, version, name) VALUES ('sessions', 1, 'sessions and messages')",
+    );
+  }
+  db.pragma("user_version = 1");
+  const insert = db.prepare(
+    "INSERT INTO sessions (key, meta, config, state, history, saved_at, revision, message_count) VALUES (?, ?, ?, ?, NULL, ?, ?, ?)",
+  );
+  const message = db.prepare("INSERT INTO messages (session_key, seq, body) VALUES (?, ?, ?)");
+  for (const [key, s] of Object.entries(options.sessions)) {
+    const json = (v: unknown) => JSON.stringify(v);
+    insert.run(key, json(s.meta), json(s.config), json(s.state), new Date().toISOString(), 3, s.history.length);
+    s.history.forEach((m, i) => {
+      message.run(key, i, json(m));
+    });
+  }
+  db.close();
+}
+
+/** Every read path's view of a key: load, read, readHeader, iterHistory. */
+async function everyReadPath(backend: SQLiteBackend, key: string): Promise<unknown[]> {
+  const streamed: Message[] = [];
+  for await (const m of backend.iterHistory(key)) streamed.push(m);
+  const read = await backend.read(key);
+  const head = await backend.readHeader(key);
+  return [backend.load(key), read?.state, { ...head?.header, history: streamed }, read?.revision, head?.revision];
+}
+
 describe("SQLiteBackend schema and connections", () => {
   it("creates the documented schema in WAL mode, on every connection (pb-15)", () => {
     const dbPath = freshPath();
@@ -30,20 +78,32 @@ describe("SQLiteBackend schema and connections", () => {
     backend.save("a", makeState(msgs(3)));
     const raw = new Database(dbPath);
     expect(raw.pragma("journal_mode", { simple: true })).toBe("wal");
-    expect(raw.pragma("user_version", { simple: true })).toBe(1);
+    expect(raw.pragma("user_version", { simple: true })).toBe(2);
     const tables = raw.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all();
-    expect(tables).toEqual(["dumplings_meta", "dumplings_migrations", "messages", "sessions"]);
-    const ledger = raw.prepare("SELECT component, version FROM dumplings_migrations").all();
-    expect(ledger).toEqual([{ component: "sessions", version: 1 }]);
+    expect(tables).toEqual(["dumplings_meta", "dumplings_migrations", "messages", "session_parts", "sessions"]);
+    const ledger = raw.prepare("SELECT component, version FROM dumplings_migrations ORDER BY version").all();
+    expect(ledger).toEqual([
+      { component: "sessions", version: 1 },
+      { component: "sessions", version: 2 },
+    ]);
     const row = raw
-      .prepare("SELECT history, revision, message_count, saved_at FROM sessions WHERE key = 'a'")
+      .prepare("SELECT config, state, history, revision, message_count, saved_at FROM sessions WHERE key = 'a'")
       .get() as {
+      config: string;
+      state: string;
       history: unknown;
       revision: number;
       message_count: number;
       saved_at: string;
     };
-    expect(row).toMatchObject({ history: null, revision: 1, message_count: 3 });
+    // config and state live in session_parts, out of the row every save rewrites.
+    expect(row).toMatchObject({ config: "", state: "", history: null, revision: 1, message_count: 3 });
+    const parts = raw.prepare("SELECT part, body FROM session_parts WHERE session_key = 'a' ORDER BY part").all() as {
+      part: string;
+      body: string;
+    }[];
+    expect(parts.map((p) => p.part)).toEqual(["config", "state"]);
+    expect(JSON.parse(parts[1]?.body as string)).toEqual({ currentTaskId: null, hooks: [], fields: {} });
     expect(new Date(row.saved_at).toISOString()).toBe(row.saved_at);
     expect(raw.prepare("SELECT seq, body FROM messages WHERE session_key = 'a' ORDER BY seq").raw().all()).toEqual([
       [0, '{"role":"user","content":"m 0"}'],
@@ -101,7 +161,7 @@ describe("SQLiteBackend schema and connections", () => {
     });
     expect(backend.load("seed-empty").history).toEqual([]);
     const raw = new Database(dbPath);
-    expect(raw.pragma("user_version", { simple: true })).toBe(1);
+    expect(raw.pragma("user_version", { simple: true })).toBe(2);
     expect(raw.prepare("SELECT count(*) FROM sessions WHERE history IS NOT NULL").pluck().get()).toBe(0);
     expect(raw.prepare("SELECT saved_at FROM sessions WHERE key = 'seed-0'").pluck().get()).toBe(
       "2024-01-02T01:04:05.000Z",
@@ -120,19 +180,17 @@ describe("SQLiteBackend schema and connections", () => {
 
   it("adopts a file written by 0.1 (user_version 1, no ledger) without re-running its DDL, and shares a file with other components", async () => {
     const dbPath = freshPath();
-    const first = new SQLiteBackend({ dbPath });
-    first.save("old", makeState(msgs(4)));
-    first.close();
-    // What 0.1 left: the same tables, user_version 1, no ledger.
-    const raw = new Database(dbPath);
-    raw.exec("DROP TABLE dumplings_migrations");
-    raw.close();
+    // What 0.1 left: the version-1 tables, user_version 1, no ledger.
+    const old = makeState(msgs(4));
+    version1Database(dbPath, { ledger: false, sessions: { old } });
     const backend = new SQLiteBackend({ dbPath });
-    expect(backend.load("old").history).toEqual(msgs(4));
+    expect(backend.load("old")).toEqual(old);
     const check = new Database(dbPath);
-    expect(check.prepare("SELECT component, version, name FROM dumplings_migrations").all()).toEqual([
+    expect(check.prepare("SELECT component, version, name FROM dumplings_migrations ORDER BY version").all()).toEqual([
       { component: "sessions", version: 1, name: "sessions and messages (adopted)" },
+      { component: "sessions", version: 2, name: "config and state beside the session row" },
     ]);
+    expect(check.pragma("user_version", { simple: true })).toBe(2);
     check.close();
     backend.close();
     // A newer ledger entry for the sessions component is refused with the file and the version.
@@ -150,6 +208,108 @@ describe("SQLiteBackend schema and connections", () => {
     })();
     expect(error).toBeInstanceOf(FormatError);
     expect((error as FormatError).message).toMatch(/version 7, newer than this build/);
+  });
+
+  it("migrates a database of schema version 1 on open; every read path sees the same data before and after the next save moves config and state out of the row", async () => {
+    const dbPath = freshPath();
+    const big = makeState(msgs(5), { name: "big", config: { prompt: "p".repeat(1 << 20) }, fields: { doc: "d" } });
+    const small = makeState(msgs(2), { name: "small" });
+    version1Database(dbPath, { ledger: true, sessions: { big, small } });
+    const backend = new SQLiteBackend({ dbPath });
+    const raw = new Database(dbPath);
+    try {
+      expect(raw.prepare("SELECT version FROM dumplings_migrations ORDER BY version").pluck().all()).toEqual([1, 2]);
+      expect(raw.pragma("user_version", { simple: true })).toBe(2);
+      // Opening moves no data: a row keeps its parts in its columns until its next save.
+      expect(raw.prepare("SELECT count(*) FROM session_parts").pluck().get()).toBe(0);
+      expect(await everyReadPath(backend, "big")).toEqual([big, big, big, 3, 3]);
+      expect(await everyReadPath(backend, "small")).toEqual([small, small, small, 3, 3]);
+      expect(backend.listKeys().sort()).toEqual(["big", "small"]);
+
+      const next = {
+        ...big,
+        meta: { ...big.meta, messageCount: 6 },
+        history: [...big.history, { role: "user", content: "after" } as Message],
+      };
+      expect(await backend.write("big", next, { expectedRevision: 3, baseLength: 5 })).toEqual({
+        revision: 4,
+        written: 1,
+        rewritten: false,
+      });
+      const rowSize = (key: string) =>
+        raw
+          .prepare("SELECT length(meta) + length(config) + length(state) FROM sessions WHERE key = ?")
+          .pluck()
+          .get(key) as number;
+      expect(rowSize("big")).toBeLessThan(1000);
+      expect(rowSize("small")).toBeGreaterThan(100); // untouched
+      expect(await everyReadPath(backend, "big")).toEqual([next, next, next, 4, 4]);
+
+      // A process of the version-1 build, still running, writes the row in its shape: its config wins
+      // over the part left in session_parts.
+      const theirs = { ...next.config, prompt: "changed by an old process" };
+      raw
+        .prepare("UPDATE sessions SET config = ?, state = ?, revision = revision + 1 WHERE key = 'big'")
+        .run(JSON.stringify(theirs), JSON.stringify(next.state));
+      const seen = await backend.read("big");
+      expect(seen?.state.config).toEqual(theirs);
+      // Saving that config again at its revision moves it into session_parts (not skipped as "already stored").
+      const after = {
+        ...next,
+        meta: { ...next.meta, messageCount: 7 },
+        config: theirs,
+        history: [...next.history, { role: "assistant", content: "ok" } as Message],
+      };
+      await backend.write("big", after, { expectedRevision: 5, baseLength: 6 });
+      expect(raw.prepare("SELECT config FROM sessions WHERE key = 'big'").pluck().get()).toBe("");
+      const other = new SQLiteBackend({ dbPath });
+      expect(await everyReadPath(other, "big")).toEqual([after, after, after, 6, 6]);
+      other.close();
+
+      // delete and gc remove the parts too; gc also removes parts an old build's delete left behind.
+      expect(backend.delete("big")).toBe(true);
+      expect(raw.prepare("SELECT count(*) FROM session_parts WHERE session_key = 'big'").pluck().get()).toBe(0);
+      backend.save("small", small);
+      raw.prepare("DELETE FROM sessions WHERE key = 'small'").run(); // what a version-1 process's delete does
+      raw.prepare("INSERT INTO session_parts (session_key, part, body) VALUES ('gone', 'config', '{}')").run();
+      backend.save("kept", small);
+      expect(backend.gc({ olderThanMs: 3_600_000 })).toEqual({ deleted: 0 });
+      expect(raw.prepare("SELECT DISTINCT session_key FROM session_parts").pluck().all()).toEqual(["kept"]);
+      expect(backend.load("kept")).toEqual(small);
+    } finally {
+      raw.close();
+      backend.close();
+    }
+  });
+
+  it("an unchanged big state is not rewritten by an append; a changed one is; a missing part is a FormatError", async () => {
+    const dbPath = freshPath();
+    const backend = new SQLiteBackend({ dbPath });
+    const raw = new Database(dbPath);
+    try {
+      const state = makeState(msgs(1), { fields: { doc: "d".repeat(4 << 20) } });
+      let { revision } = await backend.write("k", state, { expectedRevision: null });
+      const wal = async (change?: () => void): Promise<number> => {
+        raw.pragma("wal_checkpoint(TRUNCATE)");
+        change?.();
+        state.history.push({ role: "user", content: "more" });
+        const r = await backend.write("k", state, { expectedRevision: revision, baseLength: state.history.length - 1 });
+        revision = r.revision;
+        return statSync(`${dbPath}-wal`).size;
+      };
+      for (let i = 0; i < 12; i++) expect(await wal()).toBeLessThan(64 * 1024);
+      expect(await wal(() => Object.assign(state.state.fields, { doc: "e".repeat(4 << 20) }))).toBeGreaterThan(4 << 20);
+      const other = new SQLiteBackend({ dbPath });
+      expect(other.load("k")).toEqual(state);
+      raw.prepare("DELETE FROM session_parts WHERE session_key = 'k' AND part = 'state'").run();
+      expect(() => other.load("k")).toThrow(FormatError);
+      expect(() => other.load("k")).toThrow(/state of key "k"/);
+      await expect(other.readHeader("k")).rejects.toBeInstanceOf(FormatError);
+      other.close();
+    } finally {
+      raw.close();
+      backend.close();
+    }
   });
 
   it("refuses a database written by a newer schema", () => {

@@ -8,9 +8,10 @@
  * still be written.
  */
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { FileBackend } from "../../src/backends/file.js";
 import { MemoryBackend } from "../../src/backends/memory.js";
@@ -113,4 +114,48 @@ describe.each(cases)("a one-message save with a big prompt: $name", ({ name, ski
     },
     60_000,
   );
+});
+
+/**
+ * SQLite rewrites a whole record (its overflow pages included) when any column of it changes, and a
+ * save always changes the session row (revision, message count, time). So the config must not live in
+ * that row: bytes written per save are measured as the WAL's size after each one-message save (the WAL
+ * is truncated before each), summed over saves that cross 9 -> 10 messages (a record that changes
+ * size cannot be overwritten in place).
+ */
+describe("SQLite: a one-message save writes O(message) bytes, not O(prompt)", () => {
+  async function walBytesPerSaves(prompt: string, saves: number): Promise<number[]> {
+    const file = path.join(tmp, `${randomUUID()}.db`);
+    const backend = new SQLiteBackend({ dbPath: file });
+    const raw = new Database(file);
+    try {
+      const agent = new BaseAgent({ name: "wal", prompt });
+      const key = `wal-${randomUUID().slice(0, 8)}`;
+      await saveState(agent, key, { backend });
+      const sizes: number[] = [];
+      for (let i = 0; i < saves; i++) {
+        const [checkpoint] = raw.pragma("wal_checkpoint(TRUNCATE)") as { busy: number }[];
+        expect(checkpoint?.busy).toBe(0); // the WAL really is empty before the save
+        agent.history.push({ role: i % 2 ? "assistant" : "user", content: `message ${i} ${"x".repeat(200)}` });
+        const r = await saveState(agent, undefined, { backend });
+        expect(r.written).toBe(1);
+        sizes.push(statSync(`${file}-wal`).size);
+      }
+      const loaded = await loadState(key, { backend });
+      expect(loaded.config.prompt).toBe(prompt);
+      expect(loaded.history).toEqual(agent.history);
+      return sizes;
+    } finally {
+      raw.close();
+      backend.close();
+    }
+  }
+
+  it("the WAL grows as much per save with a 50 MB prompt as with a 1 KB one (within 2x)", async () => {
+    const small = await walBytesPerSaves("p".repeat(1024), 12);
+    const big = await walBytesPerSaves("You are a careful assistant. ".repeat(1_750_000), 12); // ~50 MB
+    const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+    expect(sum(big), `1 KB: ${small.join(",")}; 50 MB: ${big.join(",")}`).toBeLessThanOrEqual(2 * sum(small));
+    expect(Math.max(...big)).toBeLessThan(1 << 20);
+  }, 120_000);
 });

@@ -108,7 +108,7 @@ export type ModelHandler = (request: RecordedRequest, index: number) => Scripted
 
 /** Options of {@link startModelServer}. */
 export interface ModelServerOptions {
-  /** Responses served in order, one per request (shared by both protocols). Exhausted → HTTP 500. */
+  /** Responses served in order, one per request (shared by every protocol). Exhausted → HTTP 500. */
   script?: ScriptedTurn[];
   /** Computes each response instead of `script` (takes precedence). */
   handler?: ModelHandler;

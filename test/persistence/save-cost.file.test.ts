@@ -13,7 +13,7 @@
  * (Kept apart from save-cost.test.ts: mocking `node:fs` applies to a whole test file.)
  */
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
@@ -136,6 +136,7 @@ describe("file backend: a one-message save with a big prompt", () => {
     agent.history.push({ role: "user", content: "after the change" });
     const changed = await saveState(agent, undefined, { backend });
     expect(changed).toMatchObject({ written: 1, rewritten: false });
+    expect(existsSync(path.join(backend.baseDir, `.${key}.duas.hdr`)), "went through the header journal").toBe(true);
     for (let i = 0; i < 2; i++) {
       agent.history.push({ role: "assistant", content: `again ${i}` });
       const m = await largest(() => saveState(agent, undefined, { backend }));

@@ -40,8 +40,8 @@ import type { JsonValue } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { AgentConfigSchema, type AgentState } from "../core/state.js";
+import { canonicalJson, decodeTagged, encodeTagged } from "../core/tagged-json.js";
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
-import { canonicalJson, decodeTagged, encodeTagged } from "./encoding.js";
 
 /** The `meta.class` of a stored chat. */
 export const CHAT_CLASS = "dumplings-ai/ai-sdk:Chat";

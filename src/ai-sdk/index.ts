@@ -24,6 +24,7 @@
  */
 export { fromModelMessages, MessageConversionError, toModelMessages } from "../agent/ai-sdk-messages.js";
 export { fromAiSdkTool, type NamedAiSdkTool } from "../agent/tools.js";
+export { decodeTagged, encodeTagged, TAG } from "../core/tagged-json.js";
 export {
   CHAT_CLASS,
   CHAT_FIELD,
@@ -33,4 +34,3 @@ export {
   type ChatStoreOptions,
   createChatStore,
 } from "./chat-store.js";
-export { decodeTagged, encodeTagged, TAG } from "./encoding.js";

@@ -29,7 +29,6 @@
  */
 import { randomUUID } from "node:crypto";
 import type { AgentInputItem, Session } from "@openai/agents-core";
-import { decodeTagged, encodeTagged } from "../ai-sdk/encoding.js";
 import { validateKey } from "../backends/keys.js";
 import { backendFromSpec } from "../backends/spec.js";
 import type { StateBackend, WriteResult } from "../backends/types.js";
@@ -45,6 +44,7 @@ import type { JsonValue } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { AgentConfigSchema, type AgentState } from "../core/state.js";
+import { decodeTagged, encodeTagged } from "../core/tagged-json.js";
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 
 /** The `meta.class` of a stored OpenAI Agents session. */

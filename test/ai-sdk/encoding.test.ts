@@ -1,8 +1,8 @@
 /** The tagged JSON encoding of chat messages: what it restores, what it refuses, what it reads as an error. */
 import { describe, expect, it } from "vitest";
-import { decodeTagged, encodeTagged } from "../../src/ai-sdk/encoding.js";
 import { FormatError, NonJsonValueError } from "../../src/core/errors.js";
 import type { JsonValue } from "../../src/core/json.js";
+import { decodeTagged, encodeTagged } from "../../src/core/tagged-json.js";
 
 const roundTrip = (v: unknown) => decodeTagged(JSON.parse(JSON.stringify(encodeTagged(v, "m"))) as JsonValue, "test");
 

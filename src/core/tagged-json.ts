@@ -1,7 +1,8 @@
 /**
- * The tagged JSON encoding of AI SDK chat messages: how a `UIMessage` or a
- * `ModelMessage` holding values JSON cannot carry is stored as JSON and read
- * back deep-equal, with the same types.
+ * The tagged JSON encoding the ecosystem adapters store messages with (AI SDK
+ * chats in `dumplings-ai/ai-sdk`, OpenAI Agents session items in
+ * `dumplings-ai/openai-agents`): how a message holding values JSON cannot
+ * carry is stored as JSON and read back deep-equal, with the same types.
  *
  * Rule: every value is stored as itself, except these, stored as an object
  * whose only "tag" key is `"$dumplings"`:
@@ -23,8 +24,8 @@
  *
  * @module
  */
-import { FormatError, NonJsonValueError } from "../core/errors.js";
-import type { JsonObject, JsonValue } from "../core/json.js";
+import { FormatError, NonJsonValueError } from "./errors.js";
+import type { JsonObject, JsonValue } from "./json.js";
 
 /** The key marking a tagged value. */
 export const TAG = "$dumplings";

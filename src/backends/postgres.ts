@@ -49,6 +49,7 @@ import {
   type PgLikeResult,
   type PgNamedQuery,
   type PgQuery,
+  POSTGRES_CONNECTION_KEYS,
   type PostgresConnectionOptions,
   PostgresDriver,
   type PostgresMigrations,
@@ -140,15 +141,7 @@ interface Encoded {
 const GC_OPTIONS = optionKeys<{ olderThanMs: number }>({ olderThanMs: true });
 /** The keys of {@link PostgresBackendOptions}: any other is an `InvalidOptionError`. */
 const POSTGRES_OPTIONS = optionKeys<PostgresBackendOptions>({
-  pool: true,
-  url: true,
-  connectionString: true,
-  schema: true,
-  maxConnections: true,
-  max: true,
-  connectTimeoutMs: true,
-  statementTimeoutMs: true,
-  create: true,
+  ...POSTGRES_CONNECTION_KEYS,
   compressHistory: true,
   compressMinBytes: true,
 });

@@ -54,6 +54,7 @@ import { instanceIdentity, urlIdentity } from "../drivers/options.js";
 import {
   globEscape,
   positiveMs,
+  REDIS_CONNECTION_KEYS,
   RedisConnection,
   type RedisConnectionOptions,
   type RedisScript,
@@ -236,11 +237,7 @@ interface Header {
 
 /** The keys of {@link RedisBackendOptions}: any other is an `InvalidOptionError`. */
 const REDIS_OPTIONS = optionKeys<RedisBackendOptions>({
-  client: true,
-  url: true,
-  keyPrefix: true,
-  connectTimeoutMs: true,
-  commandTimeoutMs: true,
+  ...REDIS_CONNECTION_KEYS,
   ttlMs: true,
   compressHistory: true,
   compressMinBytes: true,

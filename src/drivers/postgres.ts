@@ -34,6 +34,7 @@
 import { createRequire } from "node:module";
 import type pg from "pg";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
+import type { OptionKeyList } from "../core/options.js";
 import { parseUrlOption, positiveOption, renamedOption, wholeOption } from "./options.js";
 import { type SqlDriver, StoreNotFoundError } from "./sql.js";
 
@@ -135,6 +136,22 @@ export interface PostgresConnectionOptions {
    */
   create?: boolean;
 }
+
+/**
+ * The keys of {@link PostgresConnectionOptions}, for each component's option
+ * check (`optionKeys<…>({ ...POSTGRES_CONNECTION_KEYS, own: true })`).
+ */
+export const POSTGRES_CONNECTION_KEYS: OptionKeyList<PostgresConnectionOptions> = {
+  pool: true,
+  url: true,
+  connectionString: true,
+  schema: true,
+  maxConnections: true,
+  max: true,
+  connectTimeoutMs: true,
+  statementTimeoutMs: true,
+  create: true,
+};
 
 /** A query runner handed to migrations and transactions (a checked-out client). */
 export type PgQuery = (text: string, values?: unknown[]) => Promise<PgLikeResult>;

@@ -45,6 +45,7 @@ import type * as BullMQ from "bullmq";
 import type * as IORedis from "ioredis";
 import type { Redis, RedisOptions } from "ioredis";
 import { BackendError, DumplingsError, InvalidOptionError } from "../core/errors.js";
+import type { OptionKeyList } from "../core/options.js";
 import { parseUrlOption, positiveOption, redactUrl, renamedOption as sharedRenamedOption } from "./options.js";
 
 /** Connection URL when neither `url` nor `REDIS_URL` is set. */
@@ -84,6 +85,18 @@ export interface RedisConnectionOptions<C = Redis> {
   /** Bound on each command, in ms; a call that takes longer fails with `BackendError`. @default 2000 */
   commandTimeoutMs?: number;
 }
+
+/**
+ * The keys of {@link RedisConnectionOptions}, for each component's option
+ * check (`optionKeys<…>({ ...REDIS_CONNECTION_KEYS, own: true })`).
+ */
+export const REDIS_CONNECTION_KEYS: OptionKeyList<RedisConnectionOptions> = {
+  client: true,
+  url: true,
+  keyPrefix: true,
+  connectTimeoutMs: true,
+  commandTimeoutMs: true,
+};
 
 /** How a component wants its own client made (not user options: each component fixes these). */
 export interface RedisConnectionSettings {

@@ -17,6 +17,7 @@
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
   type PgLikePool,
+  POSTGRES_CONNECTION_KEYS,
   type PostgresConnectionOptions,
   PostgresDriver,
   type PostgresMigrations,
@@ -25,15 +26,7 @@ import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_POSTGRES_OPTIONS = optionKeys<PostgresJournalOptions>({
-  pool: true,
-  url: true,
-  connectionString: true,
-  schema: true,
-  maxConnections: true,
-  max: true,
-  connectTimeoutMs: true,
-  statementTimeoutMs: true,
-  create: true,
+  ...POSTGRES_CONNECTION_KEYS,
 });
 
 export type { PgPoolLike } from "../drivers/postgres.js";

@@ -27,6 +27,7 @@ import { BackendError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
+  REDIS_CONNECTION_KEYS,
   RedisConnection,
   type RedisConnectionOptions,
   type RedisScript,
@@ -61,11 +62,7 @@ import {
 
 /** The keys of {@link RedisJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_REDIS_OPTIONS = optionKeys<RedisJournalOptions>({
-  client: true,
-  url: true,
-  keyPrefix: true,
-  connectTimeoutMs: true,
-  commandTimeoutMs: true,
+  ...REDIS_CONNECTION_KEYS,
   prefix: true,
 });
 

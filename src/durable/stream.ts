@@ -30,6 +30,7 @@ import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
   positiveMs,
+  REDIS_CONNECTION_KEYS,
   RedisConnection,
   type RedisConnectionOptions,
   redisScript,
@@ -49,11 +50,7 @@ const READ_TEXT_OPTIONS = optionKeys<ReadTextOptions>({ steps: true, seq: true, 
 
 /** The keys of {@link RedisRunStreamOptions}: any other is an `InvalidOptionError`. */
 const STREAM_OPTIONS = optionKeys<RedisRunStreamOptions>({
-  client: true,
-  url: true,
-  keyPrefix: true,
-  connectTimeoutMs: true,
-  commandTimeoutMs: true,
+  ...REDIS_CONNECTION_KEYS,
   prefix: true,
   maxLength: true,
   blockMs: true,

@@ -7,7 +7,7 @@
  * @module
  */
 import { checkOptions, optionKeys } from "../core/options.js";
-import { type PostgresConnectionOptions, PostgresDriver } from "../drivers/postgres.js";
+import { POSTGRES_CONNECTION_KEYS, type PostgresConnectionOptions, PostgresDriver } from "../drivers/postgres.js";
 import { langgraphMigrations, SqlSaverStorage } from "./storage-sql.js";
 
 /**
@@ -19,15 +19,7 @@ import { langgraphMigrations, SqlSaverStorage } from "./storage-sql.js";
 export interface PostgresSaverStoreOptions extends PostgresConnectionOptions {}
 
 const KEYS = optionKeys<PostgresSaverStoreOptions>({
-  pool: true,
-  url: true,
-  connectionString: true,
-  schema: true,
-  maxConnections: true,
-  max: true,
-  connectTimeoutMs: true,
-  statementTimeoutMs: true,
-  create: true,
+  ...POSTGRES_CONNECTION_KEYS,
 });
 
 /**

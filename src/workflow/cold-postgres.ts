@@ -17,20 +17,17 @@
  */
 
 import { checkOptions, optionKeys } from "../core/options.js";
-import { type PgLikePool, type PostgresConnectionOptions, PostgresDriver } from "../drivers/postgres.js";
+import {
+  type PgLikePool,
+  POSTGRES_CONNECTION_KEYS,
+  type PostgresConnectionOptions,
+  PostgresDriver,
+} from "../drivers/postgres.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
 
 /** The keys of {@link PostgresColdStoreOptions}: any other is an `InvalidOptionError`. */
 const COLD_POSTGRES_OPTIONS = optionKeys<PostgresColdStoreOptions>({
-  pool: true,
-  url: true,
-  connectionString: true,
-  schema: true,
-  maxConnections: true,
-  max: true,
-  connectTimeoutMs: true,
-  statementTimeoutMs: true,
-  create: true,
+  ...POSTGRES_CONNECTION_KEYS,
   pruneBatchSize: true,
 });
 

@@ -25,15 +25,11 @@
 import type { Redis } from "ioredis";
 import { BackendError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { positiveMs, RedisConnection, type RedisConnectionOptions } from "../drivers/redis.js";
+import { positiveMs, REDIS_CONNECTION_KEYS, RedisConnection, type RedisConnectionOptions } from "../drivers/redis.js";
 
 /** The keys of {@link RedisHotTierOptions}: any other is an `InvalidOptionError`. */
 const HOT_REDIS_OPTIONS = optionKeys<RedisHotTierOptions>({
-  client: true,
-  url: true,
-  keyPrefix: true,
-  connectTimeoutMs: true,
-  commandTimeoutMs: true,
+  ...REDIS_CONNECTION_KEYS,
   ttlMs: true,
 });
 

@@ -34,14 +34,13 @@ import { createHash } from "node:crypto";
 import type { ModelMessage, UIMessage } from "ai";
 import { validateKey } from "../backends/keys.js";
 import { backendFromSpec } from "../backends/spec.js";
+import { backendLabel, envelopeState } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError, InvalidStateError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
-import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { AgentConfigSchema, type AgentState } from "../core/state.js";
+import type { AgentState } from "../core/state.js";
 import { canonicalJson, decodeTagged, encodeTagged } from "../core/tagged-json.js";
-import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 
 /** The `meta.class` of a stored chat. */
 export const CHAT_CLASS = "dumplings-ai/ai-sdk:Chat";
@@ -170,28 +169,6 @@ function envelope(message: unknown, index: number): Envelope {
   return out;
 }
 
-function chatState(chatId: string, history: Envelope[]): AgentState {
-  return {
-    meta: {
-      formatVersion: FORMAT_VERSION,
-      schemaVersion: packageVersion(),
-      agentUuid: chatId,
-      agentName: chatId,
-      protocol: "openai",
-      class: CHAT_CLASS,
-      savedAt: new Date().toISOString(),
-      messageCount: history.length,
-    },
-    config: AgentConfigSchema.parse({}),
-    state: { currentTaskId: null, hooks: [], fields: {} },
-    history: history as unknown as Message[],
-  };
-}
-
-function backendName(store: StateBackend): string {
-  return typeof store.name === "string" && store.name !== "" ? store.name : "custom";
-}
-
 /**
  * Creates a store of AI SDK chats on a session backend.
  *
@@ -231,7 +208,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
 
   function wrap(what: string, key: string | undefined, e: unknown): never {
     if (e instanceof DumplingsError) throw e;
-    throw new BackendError(backendName(store as StateBackend), what, { key, cause: e });
+    throw new BackendError(backendLabel(store as StateBackend), what, { key, cause: e });
   }
 
   /** Runs the chat's operations one at a time (a save waits for the previous one). */
@@ -268,7 +245,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
     if (state === undefined || state === null) return undefined;
     if (state.meta?.class !== CHAT_CLASS) {
       throw new FormatError(`key ${JSON.stringify(key)} holds a ${String(state.meta?.class)} session, not a chat`, {
-        file: `${backendName(store)} key ${JSON.stringify(key)}`,
+        file: `${backendLabel(store)} key ${JSON.stringify(key)}`,
       });
     }
     return { history: state.history as unknown as Envelope[], revision };
@@ -276,7 +253,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
 
   const decodeHistory = (key: string, history: Envelope[]): M[] =>
     history.map((e, i) => {
-      const source = `${backendName(store)} key ${JSON.stringify(key)} message ${i}`;
+      const source = `${backendLabel(store)} key ${JSON.stringify(key)} message ${i}`;
       if (e === null || typeof e !== "object" || !Object.hasOwn(e, CHAT_FIELD)) {
         throw new FormatError(`history entry is not a chat message (no ${CHAT_FIELD} field)`, { file: source });
       }
@@ -293,7 +270,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
       const history = Array.from(messages, (m, i) => envelope(m, i));
       const fingerprints = history.map(fingerprint);
       return serial(chatId, async () => {
-        const state = chatState(chatId, history);
+        const state = envelopeState(chatId, CHAT_CLASS, history);
         if (typeof store.write !== "function") {
           try {
             await store.save(key, state);

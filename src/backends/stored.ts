@@ -9,7 +9,8 @@ import { createHash } from "node:crypto";
 import { FormatError, InvalidStateError } from "../core/errors.js";
 import { assertJson, parseStoredJson, sameFlatObject } from "../core/json.js";
 import type { Message, Protocol } from "../core/messages.js";
-import { type AgentState, checkFormatVersion, checkStoredMessage } from "../core/state.js";
+import { AgentConfigSchema, type AgentState, checkFormatVersion, checkStoredMessage } from "../core/state.js";
+import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 
 /**
  * Checks a `WriteOptions.expectedRevision`.
@@ -187,4 +188,42 @@ export class ConfigMemo {
     if (key === undefined) this.#byKey.clear();
     else this.#byKey.delete(key);
   }
+}
+
+/**
+ * A backend's name for messages: its `name`, or `custom` for a backend without one.
+ *
+ * @param store - any session backend
+ * @returns e.g. `sqlite`, `redis`, `custom`
+ */
+export function backendLabel(store: { name?: unknown }): string {
+  return typeof store.name === "string" && store.name !== "" ? store.name : "custom";
+}
+
+/**
+ * The session state that stores another library's messages (AI SDK chats,
+ * OpenAI Agents session items) as a history of envelopes: empty config and
+ * state, the id as agent name and uuid, the adapter's marker class.
+ *
+ * @param id - the chat or session id
+ * @param cls - the adapter's marker class (e.g. `dumplings-ai:ai-sdk-chat`), which `loadState` refuses
+ * @param history - the envelopes, one per message
+ * @returns a state any backend saves
+ */
+export function envelopeState(id: string, cls: string, history: readonly object[]): AgentState {
+  return {
+    meta: {
+      formatVersion: FORMAT_VERSION,
+      schemaVersion: packageVersion(),
+      agentUuid: id,
+      agentName: id,
+      protocol: "openai",
+      class: cls,
+      savedAt: new Date().toISOString(),
+      messageCount: history.length,
+    },
+    config: AgentConfigSchema.parse({}),
+    state: { currentTaskId: null, hooks: [], fields: {} },
+    history: history as unknown as Message[],
+  };
 }

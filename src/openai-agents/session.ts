@@ -31,6 +31,7 @@ import { randomUUID } from "node:crypto";
 import type { AgentInputItem, Session } from "@openai/agents-core";
 import { validateKey } from "../backends/keys.js";
 import { backendFromSpec } from "../backends/spec.js";
+import { backendLabel, envelopeState } from "../backends/stored.js";
 import type { StateBackend, WriteResult } from "../backends/types.js";
 import {
   BackendError,
@@ -41,11 +42,9 @@ import {
   InvalidStateError,
 } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
-import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { AgentConfigSchema, type AgentState } from "../core/state.js";
+import type { AgentState } from "../core/state.js";
 import { decodeTagged, encodeTagged } from "../core/tagged-json.js";
-import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 
 /** The `meta.class` of a stored OpenAI Agents session. */
 export const SESSION_CLASS = "dumplings-ai/openai-agents:Session";
@@ -114,28 +113,6 @@ function envelope(item: unknown, index: number): Envelope {
   }
   out[SESSION_FIELD] = encodeTagged(item, `items[${index}]`, index);
   return out;
-}
-
-function sessionState(sessionId: string, history: Envelope[]): AgentState {
-  return {
-    meta: {
-      formatVersion: FORMAT_VERSION,
-      schemaVersion: packageVersion(),
-      agentUuid: sessionId,
-      agentName: sessionId,
-      protocol: "openai",
-      class: SESSION_CLASS,
-      savedAt: new Date().toISOString(),
-      messageCount: history.length,
-    },
-    config: AgentConfigSchema.parse({}),
-    state: { currentTaskId: null, hooks: [], fields: {} },
-    history: history as unknown as Message[],
-  };
-}
-
-function backendName(store: StateBackend): string {
-  return typeof store.name === "string" && store.name !== "" ? store.name : "custom";
 }
 
 /**
@@ -287,7 +264,7 @@ export class DumplingsSession implements Session {
 
   #wrap(what: string, e: unknown): never {
     if (e instanceof DumplingsError) throw e;
-    throw new BackendError(backendName(this.store), `${what} session ${JSON.stringify(this.sessionId)}`, {
+    throw new BackendError(backendLabel(this.store), `${what} session ${JSON.stringify(this.sessionId)}`, {
       key: this.key,
       cause: e,
     });
@@ -304,7 +281,7 @@ export class DumplingsSession implements Session {
       const known = what === "add items to" && this.#known !== undefined ? this.#known : await this.#current();
       const history = next(known.history);
       if (history === undefined) return;
-      const state = sessionState(this.sessionId, history);
+      const state = envelopeState(this.sessionId, SESSION_CLASS, history);
       if (typeof store.write !== "function") {
         try {
           await store.save(this.key, state);
@@ -373,7 +350,7 @@ export class DumplingsSession implements Session {
     if (state.meta?.class !== SESSION_CLASS) {
       throw new FormatError(
         `key ${JSON.stringify(this.key)} holds a ${String(state.meta?.class)} session, not an OpenAI Agents session`,
-        { file: `${backendName(store)} key ${JSON.stringify(this.key)}` },
+        { file: `${backendLabel(store)} key ${JSON.stringify(this.key)}` },
       );
     }
     return { revision, history: state.history as unknown as Envelope[] };
@@ -384,7 +361,7 @@ export class DumplingsSession implements Session {
     const out: AgentInputItem[] = [];
     for (let i = from; i < history.length; i++) {
       const e = history[i];
-      const source = `${backendName(this.store)} key ${JSON.stringify(this.key)} item ${offset + i}`;
+      const source = `${backendLabel(this.store)} key ${JSON.stringify(this.key)} item ${offset + i}`;
       if (e === null || typeof e !== "object" || !Object.hasOwn(e, SESSION_FIELD)) {
         throw new FormatError(`history entry is not an OpenAI Agents item (no ${SESSION_FIELD} field)`, {
           file: source,

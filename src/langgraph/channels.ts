@@ -11,11 +11,15 @@
  *
  * A chain is cut (the next value stored whole) when the items appended since
  * its full row pass twice the full row's length (and `minFullItems`), or when
- * it reaches `maxDeltaChain` links. The first rule keeps the full copies of a
- * growing array to a geometric series of ratio 3 (their total is under 1.5×
- * the final length), so a thread's storage is O(its items), not O(items ×
- * checkpoints), and a read's delta rows hold at most two thirds of the value;
- * the second bounds the number of rows one read returns.
+ * it has more links than both `maxDeltaChain` and its full row's length. Both
+ * rules keep the full copies of a growing array to a geometric series (ratio
+ * 2 at least: their total is under twice the final length), so a thread's
+ * storage is O(its items), not O(items × checkpoints); a read's delta rows
+ * hold at most two thirds of the value, and a read returns at most
+ * max(`maxDeltaChain`, the full row's length) + 1 rows: never more rows than
+ * the value has items, once the value is longer than `maxDeltaChain`. (A
+ * fixed link limit alone made a full copy every `maxDeltaChain` steps of a
+ * long thread, whose total grows with N² / `maxDeltaChain`.)
  *
  * @module
  */
@@ -40,7 +44,10 @@ export const MISSING: unique symbol = Symbol("dumplings.langgraph.missing");
 
 /** When a chain is cut: see the module comment. */
 export interface DeltaPolicy {
-  /** Longest chain of `delta` rows behind a value. @default 1000 */
+  /**
+   * A chain of `delta` rows may always reach this many links; a longer one only while it is
+   * no longer than its full row's item count. @default 1000
+   */
   maxDeltaChain: number;
   /** A chain is never cut for length before this many appended items. @default 32 */
   minFullItems: number;
@@ -100,7 +107,9 @@ export async function encodeChannel(
   }
   if (Array.isArray(value) && prev !== undefined && prev.kind !== "empty" && Array.isArray(prev.value)) {
     const since = value.length - prev.anchorItems;
-    const cut = prev.depth + 1 > policy.maxDeltaChain || since > Math.max(2 * prev.anchorItems, policy.minFullItems);
+    const cut =
+      prev.depth + 1 > Math.max(policy.maxDeltaChain, prev.anchorItems) ||
+      since > Math.max(2 * prev.anchorItems, policy.minFullItems);
     if (!cut && (await isPrefix(serde, prev.value, value))) {
       const [type, data] = await serde.dumpsTyped(value.slice(prev.value.length));
       const row: BlobRow = {

@@ -43,10 +43,34 @@ describe("channel values by version", () => {
     expect((await decodeChannel(serde, rows, "c", "4"))?.value).toBe("text");
   });
 
-  it("a chain is cut at maxDeltaChain links", async () => {
-    const values = Array.from({ length: 8 }, (_, i) => Array.from({ length: 100 + i }, (_, j) => j));
+  it("a chain is cut at maxDeltaChain links while its full row is shorter than that", async () => {
+    const values = Array.from({ length: 8 }, (_, i) => Array.from({ length: 1 + i }, (_, j) => j));
     const { kinds } = await writeAll(values, { maxDeltaChain: 3, minFullItems: 1000 });
     expect(kinds).toEqual(["full", "delta", "delta", "delta", "full", "delta", "delta", "delta"]);
+  });
+
+  it("a chain behind a long full row may grow to that row's length (no full copy every maxDeltaChain steps)", async () => {
+    const values = Array.from({ length: 8 }, (_, i) => Array.from({ length: 100 + i }, (_, j) => j));
+    const { kinds } = await writeAll(values, { maxDeltaChain: 3, minFullItems: 1000 });
+    expect(kinds).toEqual(["full", ...Array(7).fill("delta")]);
+  });
+
+  it("one item per step for 3,000 steps: full copies stay under twice the final length", async () => {
+    // with a fixed limit of 100 links, a full copy every 100 steps would store about 15× the final length
+    const lengths: number[] = [];
+    let prev: ChannelValue | undefined;
+    let value: number[] = [];
+    for (let n = 1; n <= 3000; n++) {
+      value = [...value, n];
+      const { row, entry } = await encodeChannel(serde, "c", String(n), value, prev, {
+        maxDeltaChain: 100,
+        minFullItems: 32,
+      });
+      if (row.kind === "full") lengths.push(n);
+      prev = entry;
+    }
+    expect(lengths.reduce((a, b) => a + b, 0)).toBeLessThan(2 * 3000);
+    expect(lengths.length).toBeLessThan(15);
   });
 
   it("a channel without a value is stored as empty", async () => {

@@ -234,6 +234,9 @@ export class SqliteDriver implements SqlDriver {
     try {
       if (!inMemory && create) mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
       const Database = loadBetterSqlite3();
+      // Reading never writes: look at an existing file read-only before anything below changes it
+      // (WAL mode is persistent, and an empty file would get a database header).
+      if (!create && !inMemory) this.probe(Database, file, migrations);
       db = new Database(file, { timeout: busyTimeoutMs, fileMustExist: !create && !inMemory });
       db.pragma(`busy_timeout = ${busyTimeoutMs}`);
       // Only on a brand-new file: on an existing one the pragma changes nothing but needs the write lock,
@@ -445,6 +448,49 @@ export class SqliteDriver implements SqlDriver {
       this.statements.set(text, c);
     }
     return c;
+  }
+
+  /**
+   * With `create: false`: opens the file read-only and refuses it, changing
+   * nothing, unless it holds this component's tables (its ledger rows, tables
+   * of an older layout `adopt` recognises, or what `present` accepts).
+   *
+   * @throws {StoreNotFoundError} when it holds none (an empty file included)
+   * @throws {FormatError} when the file is not a SQLite database
+   */
+  private probe(Database: typeof BetterSqlite3, file: string, set: SqliteMigrations): void {
+    let probe: BetterSqlite3.Database | undefined;
+    try {
+      probe = new Database(file, { readonly: true, fileMustExist: true });
+      const tables = probe.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[];
+      if (tables.some((t) => t.name === SQLITE_MIGRATIONS_TABLE)) {
+        const row = probe
+          .prepare(`SELECT COUNT(*) AS n FROM ${SQLITE_MIGRATIONS_TABLE} WHERE component = ?`)
+          .get(set.component) as { n: number };
+        if (row.n > 0) return;
+      }
+      let found = false;
+      try {
+        found = set.present?.(probe) === true || (set.adopt ? set.adopt(probe) > 0 : false);
+      } catch {
+        found = tables.length > 0; // a check that needs to write: let the migration decide
+      }
+      if (!found) {
+        throw new StoreNotFoundError(
+          this.name,
+          file,
+          tables.length === 0 ? "an empty file" : `no ${set.component} tables in this file`,
+        );
+      }
+    } catch (cause) {
+      if (cause instanceof DumplingsError) throw cause;
+      if ((cause as { code?: unknown }).code === "SQLITE_NOTADB") {
+        throw new FormatError(`${JSON.stringify(file)} is not a SQLite database`, { file, cause });
+      }
+      throw cause;
+    } finally {
+      probe?.close();
+    }
   }
 
   /** Applies the missing migrations; with `mustExist`, a file without the component's tables is refused (rolled back). */

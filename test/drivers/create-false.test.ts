@@ -7,7 +7,7 @@
  * created.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import Database from "better-sqlite3";
@@ -15,7 +15,7 @@ import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
-import { BackendError } from "../../src/core/errors.js";
+import { BackendError, FormatError } from "../../src/core/errors.js";
 import { StoreNotFoundError } from "../../src/drivers/sql.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
@@ -38,6 +38,38 @@ const tablesOf = (file: string) => {
 };
 
 describe("SQLite, create: false", () => {
+  it("an existing file without the component's tables is refused unchanged: journal mode, size and bytes", () => {
+    const foreign = path.join(tmp, "foreign.db");
+    const db = new Database(foreign);
+    db.pragma("journal_mode = DELETE");
+    db.exec("CREATE TABLE foo (x)");
+    db.close();
+    const before = readFileSync(foreign);
+    for (const open of [
+      () => new SQLiteBackend({ dbPath: foreign, create: false }),
+      () => new SqliteJournal({ path: foreign, create: false }),
+      () => new SqliteColdStore({ path: foreign, create: false }),
+    ]) {
+      expect(open).toThrow(StoreNotFoundError);
+    }
+    expect(readFileSync(foreign).equals(before)).toBe(true);
+    const check = new Database(foreign, { readonly: true });
+    expect(check.pragma("journal_mode", { simple: true })).toBe("delete");
+    check.close();
+    expect(existsSync(`${foreign}-wal`)).toBe(false);
+
+    const empty = path.join(tmp, "empty.db");
+    writeFileSync(empty, "");
+    expect(() => new SQLiteBackend({ dbPath: empty, create: false })).toThrow(/an empty file/);
+    expect(statSync(empty).size).toBe(0);
+
+    const text = path.join(tmp, "notes.txt");
+    writeFileSync(text, "not a database, just some notes that are long enough to fill a header page\n".repeat(20));
+    const textBefore = readFileSync(text);
+    expect(() => new SQLiteBackend({ dbPath: text, create: false })).toThrow(FormatError);
+    expect(readFileSync(text).equals(textBefore)).toBe(true);
+  });
+
   it("a missing file is StoreNotFoundError, and neither it nor its directory is created", () => {
     const file = path.join(tmp, "nope", "journal.db");
     let error: unknown;

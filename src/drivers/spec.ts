@@ -21,6 +21,7 @@
  * @module
  */
 import { InvalidOptionError } from "../core/errors.js";
+import { suggestOption } from "../core/options.js";
 import { redactUrl } from "./options.js";
 
 /** Kinds of store a SPEC can name. */
@@ -167,6 +168,12 @@ export function parseSpec(
     refuse(`a ${kind} store needs a ${protocols.map((p) => `${p}//`).join(" or ")} URL`);
   }
   const name = kind === "postgres" ? "schema" : "prefix";
+  // Other parameters belong to the driver (`sslmode`, `application_name`, …); one that is
+  // a misspelling of ours would silently open the default schema or prefix instead.
+  for (const key of parsed.searchParams.keys()) {
+    if (key !== name && suggestOption(key, [name]) === name)
+      refuse(`unknown parameter ?${key}=; did you mean ?${name}=`);
+  }
   const param = parsed.searchParams.get(name) ?? undefined;
   parsed.searchParams.delete(name);
   return { kind, url: parsed.href, param, label: redactUrl(url), text };

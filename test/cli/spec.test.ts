@@ -155,3 +155,18 @@ describe("the CLI takes one syntax everywhere", () => {
     expect(r.code, r.stderr).toBe(3);
   });
 });
+
+describe("a misspelled schema or prefix parameter", () => {
+  it("is refused with the parameter it meant, instead of opening the default schema or prefix", () => {
+    const all = { kinds: SESSION_KINDS, names: true, option: "--backend" };
+    expect(() => parseSpec("redis://127.0.0.1:6379?prefx=typo:", all)).toThrow(/\?prefx=; did you mean \?prefix=/);
+    expect(() => parseSpec("postgres://u@h/db?shema=s", all)).toThrow(/\?shema=; did you mean \?schema=/);
+    expect(() => parseSpec("postgres://u@h/db?Schema=s", all)).toThrow(/did you mean \?schema=/);
+    // the driver's own parameters pass through
+    expect(parseSpec("postgres://u@h/db?sslmode=disable&schema=s", all)).toMatchObject({
+      kind: "postgres",
+      param: "s",
+      url: "postgres://u@h/db?sslmode=disable",
+    });
+  });
+});

@@ -290,6 +290,8 @@ export class RedisConnection<C = Redis> {
   private readonly label: string;
   private lastError: unknown;
   private connecting: Promise<void> | undefined;
+  /** A database number the server refused: every call fails with it (ioredis would use database 0). */
+  private selectError: InvalidOptionError | undefined;
   /** Set when a connect wait timed out; cleared by the next "ready". Calls meanwhile fail at once. */
   private unreachable = false;
   private closed = false;
@@ -366,6 +368,7 @@ export class RedisConnection<C = Redis> {
    */
   ready(): Promise<void> {
     const redis = this.own;
+    if (this.selectError) return Promise.reject(this.selectError);
     if (!redis || redis.status === "ready") return Promise.resolve();
     if (this.unreachable && !this.connecting) {
       return Promise.reject(
@@ -376,6 +379,8 @@ export class RedisConnection<C = Redis> {
     }
     this.connecting ??= this.waitFor(redis, this.connectTimeoutMs).then((ok) => {
       this.connecting = undefined;
+      // ioredis reports a refused SELECT as an "error" event, then is ready on database 0
+      if (this.selectError) throw this.selectError;
       if (ok) return;
       this.unreachable = true;
       throw new Error(
@@ -476,6 +481,15 @@ export class RedisConnection<C = Redis> {
   private watch(redis: Redis, onReady: (() => void) | undefined): void {
     redis.on("error", (e: unknown) => {
       this.lastError = e;
+      if (e instanceof Error && /DB index is out of range|invalid DB index/i.test(e.message)) {
+        // Every command would otherwise run on database 0: refuse them all, as a bad option.
+        this.selectError = new InvalidOptionError(
+          "redis",
+          "url",
+          `${redactUrl(this.url ?? "")} names database ${String(redis.options.db)}, which this server refuses (${e.message}); nothing was read or written`,
+        );
+        redis.disconnect();
+      }
     });
     redis.on("ready", () => {
       this.unreachable = false;

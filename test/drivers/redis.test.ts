@@ -363,3 +363,23 @@ describe.skipIf(!!noBinary)(`unix: URLs${noBinary ? ` (skipped: ${noBinary})` : 
     raw.disconnect();
   });
 });
+
+describe.skipIf(!!skip)("a database number the server refuses", () => {
+  it("is an InvalidOptionError on every call of every component, and database 0 is never read or written", async () => {
+    const prefix = `test:dbrange:${Date.now()}:`;
+    const base = new URL(REDIS_URL);
+    base.pathname = "/0";
+    const zero = new RedisBackend({ url: base.href, keyPrefix: prefix });
+    await zero.save("k", makeState([{ role: "user", content: "hi" }]));
+    base.pathname = "/99"; // a default server has 16 databases
+    const wrong = new RedisBackend({ url: base.href, keyPrefix: prefix });
+    await expect(wrong.listKeys()).rejects.toBeInstanceOf(InvalidOptionError);
+    await expect(wrong.delete("k")).rejects.toMatchObject({ code: "INVALID_OPTION", option: "url" });
+    await expect(wrong.listKeys()).rejects.toThrow(/names database 99, which this server refuses/);
+    const journal = new RedisJournal({ url: base.href, keyPrefix: prefix });
+    await expect(journal.listRuns()).rejects.toBeInstanceOf(InvalidOptionError);
+    expect(await zero.listKeys()).toEqual(["k"]);
+    await zero.delete("k");
+    await Promise.all([wrong.close?.(), journal.close(), zero.close?.()]);
+  });
+});

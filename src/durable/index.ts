@@ -11,6 +11,10 @@
  *
  * @module
  */
+
+// The errors of the core that durable calls throw (a run input that is not JSON, a bad option), so
+// code importing only this entry can branch on them; the same classes as `dumplings-ai` exports.
+export { InvalidOptionError, NonJsonValueError } from "../core/errors.js";
 export {
   DurableAgent,
   type DurableAgentInput,

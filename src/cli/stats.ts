@@ -9,7 +9,9 @@
  *
  * @module
  */
+import { CHAT_FIELD } from "../ai-sdk/chat-store.js";
 import type { Message } from "../core/messages.js";
+import { SESSION_FIELD } from "../openai-agents/session.js";
 import { oneLine } from "./output.js";
 
 /** What {@link HistoryStats} gathered. */
@@ -79,6 +81,8 @@ export class HistoryStats {
  * @returns one name per tool call, in order (empty when none)
  */
 export function toolCallNames(message: Message): string[] {
+  const inner = envelopeOf(message);
+  if (inner) return envelopeToolNames(inner);
   const names: string[] = [];
   const calls = (message as { tool_calls?: unknown }).tool_calls;
   if (Array.isArray(calls)) {
@@ -120,6 +124,8 @@ export function countToolCalls(history: Iterable<Message>): number {
  * @returns the preview (without the role)
  */
 export function previewMessage(message: Message, max = 160): string {
+  const inner = envelopeOf(message);
+  if (inner) return oneLine(envelopePreview(inner), max);
   const parts: string[] = [];
   const content = (message as { content?: unknown }).content;
   if (typeof content === "string") parts.push(content);
@@ -154,4 +160,72 @@ export function previewMessage(message: Message, max = 160): string {
     .filter((p) => p !== "")
     .join(" ");
   return oneLine(text, max);
+}
+
+type Obj = Record<string, unknown>;
+
+/**
+ * The message another library stored in an envelope (an AI SDK chat's
+ * `UIMessage`/`ModelMessage` under `aiSdk`, an OpenAI Agents session item
+ * under `openaiAgents`), or undefined for a message of the history's own
+ * protocol.
+ */
+function envelopeOf(message: Message): Obj | undefined {
+  const m = message as Obj;
+  for (const field of [CHAT_FIELD, SESSION_FIELD]) {
+    const inner = m[field];
+    if (inner !== null && typeof inner === "object" && !Array.isArray(inner)) return inner as Obj;
+  }
+  return undefined;
+}
+
+/** The parts of an enveloped message: UIMessage `parts`, ModelMessage `content`, an Agents item's `content`. */
+function envelopeParts(inner: Obj): Obj[] {
+  const list = Array.isArray(inner.parts) ? inner.parts : Array.isArray(inner.content) ? inner.content : [];
+  return list.filter((p): p is Obj => p !== null && typeof p === "object");
+}
+
+/** Tool names called by an enveloped message (AI SDK tool parts, Agents `function_call` items). */
+function envelopeToolNames(inner: Obj): string[] {
+  if (inner.type === "function_call") return [String(inner.name ?? "?")];
+  const names: string[] = [];
+  for (const p of envelopeParts(inner)) {
+    const type = String(p.type ?? "");
+    if (type === "tool-call") names.push(String(p.toolName ?? "?"));
+    else if (type === "dynamic-tool") names.push(String(p.toolName ?? "?"));
+    else if (type.startsWith("tool-") && type !== "tool-result" && type !== "tool-approval-request") {
+      names.push(type.slice("tool-".length));
+    }
+  }
+  return names;
+}
+
+/** A preview of an enveloped message: its text, tool calls (`→`) and results (`←`). */
+function envelopePreview(inner: Obj): string {
+  const json = (v: unknown) => (typeof v === "string" ? v : JSON.stringify(v ?? null));
+  switch (inner.type) {
+    case "function_call":
+      return `→ ${String(inner.name)}(${json(inner.arguments)})`;
+    case "function_call_result":
+    case "function_call_output":
+      return `← ${json(inner.output)}`;
+    case "reasoning":
+      return "[reasoning]";
+  }
+  if (typeof inner.content === "string") return inner.content;
+  const out: string[] = [];
+  for (const p of envelopeParts(inner)) {
+    const type = String(p.type ?? "");
+    if (typeof p.text === "string" && (type === "text" || type.endsWith("_text"))) out.push(p.text);
+    else if (type === "tool-call") out.push(`→ ${String(p.toolName)}(${json(p.input)})`);
+    else if (type === "tool-result") out.push(`← ${json((p.output as Obj | undefined)?.value ?? p.output)}`);
+    else if (type.startsWith("tool-") || type === "dynamic-tool") {
+      const name = type === "dynamic-tool" ? String(p.toolName) : type.slice("tool-".length);
+      out.push(`→ ${name}(${json(p.input)})${p.output !== undefined ? ` ← ${json(p.output)}` : ""}`);
+    } else if (type !== "step-start") out.push(`[${type}]`);
+  }
+  return out
+    .map((t) => t.trim())
+    .filter((t) => t !== "")
+    .join(" ");
 }

@@ -352,6 +352,10 @@ export class PostgresDriver implements SqlDriver {
     try {
       await this.readying;
     } catch (e) {
+      // create: false and the database itself does not exist (3D000 invalid_catalog_name): no store to read
+      if (this.mustExist && !(e instanceof DumplingsError) && sqlState(e) === "3D000") {
+        throw new StoreNotFoundError(this.name, `postgres:${this.schema}`, "no such database");
+      }
       throw this.wrap(e, what, key);
     }
   }

@@ -127,6 +127,18 @@ describe.skipIf(postgresReason)("PostgreSQL, create: false", () => {
     expect(await query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema])).toEqual([]);
   });
 
+  it("a database that does not exist is StoreNotFoundError too (a read command's exit 3), not a driver error", async () => {
+    const url = new URL(DATABASE_URL);
+    url.pathname = `/no_such_db_${randomBytes(4).toString("hex")}`;
+    const backend = new PostgresBackend({ url: url.href, schema, create: false });
+    try {
+      await expect(backend.listKeys()).rejects.toThrow(StoreNotFoundError);
+      await expect(backend.listKeys()).rejects.toThrow(/no such database/);
+    } finally {
+      await backend.close();
+    }
+  });
+
   it("a schema without the component's tables gains none; an existing store opens", async () => {
     const journal = new PostgresJournal({ url: DATABASE_URL, schema });
     await journal.listRuns();

@@ -200,6 +200,9 @@ export function backendLabel(store: { name?: unknown }): string {
   return typeof store.name === "string" && store.name !== "" ? store.name : "custom";
 }
 
+/** The empty agent config of every enveloped session (see {@link envelopeState}). */
+let envelopeConfig: AgentState["config"] | undefined;
+
 /**
  * The session state that stores another library's messages (AI SDK chats,
  * OpenAI Agents session items) as a history of envelopes: empty config and
@@ -211,6 +214,9 @@ export function backendLabel(store: { name?: unknown }): string {
  * @returns a state any backend saves
  */
 export function envelopeState(id: string, cls: string, history: readonly object[]): AgentState {
+  // Parsed once: this runs on every save of a chat or session, and the backends'
+  // config memos then see the very object they stored last and skip it.
+  envelopeConfig ??= Object.freeze(AgentConfigSchema.parse({}));
   return {
     meta: {
       formatVersion: FORMAT_VERSION,
@@ -222,7 +228,7 @@ export function envelopeState(id: string, cls: string, history: readonly object[
       savedAt: new Date().toISOString(),
       messageCount: history.length,
     },
-    config: AgentConfigSchema.parse({}),
+    config: envelopeConfig,
     state: { currentTaskId: null, hooks: [], fields: {} },
     history: history as unknown as Message[],
   };

@@ -26,6 +26,7 @@ import { rmCommand } from "./commands/rm.js";
 import { showCommand } from "./commands/show.js";
 import { durableCommands } from "./durable-commands.js";
 import { runProgram } from "./run.js";
+import { uiCommand } from "./ui.js";
 import { workflowCommands } from "./workflow-commands.js";
 
 const program = new Command("dumplings")
@@ -45,5 +46,6 @@ program.addCommand(gcCommand());
 program.addCommand(chatCommand());
 for (const c of workflowCommands()) program.addCommand(c);
 for (const c of durableCommands()) program.addCommand(c);
+program.addCommand(uiCommand());
 
 await runProgram(program);

@@ -1,0 +1,258 @@
+/**
+ * The web inspector over real HTTP (startUi on a free port, Node's fetch and
+ * http client) on seeded SQLite stores: access control (no token 401, the
+ * token exchanged for an HttpOnly SameSite=Strict cookie and stripped from
+ * the address, a POST from a foreign or missing Origin 403, a foreign Host
+ * 403, a strict CSP on every page), escaping of stored strings, paging of a
+ * 100,000-message session, the workflow diff, an approval recorded in the
+ * journal, and both live feeds resuming from Last-Event-ID.
+ */
+import { rmSync } from "node:fs";
+import http from "node:http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SQLiteBackend } from "../../src/backends/sqlite.js";
+import type { Message } from "../../src/core/messages.js";
+import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
+import { approvalSignalName } from "../../src/durable/signals.js";
+import { MemoryRunStream } from "../../src/durable/stream.js";
+import { CONTENT_SECURITY_POLICY } from "../../src/ui/auth.js";
+import { jsonDiff } from "../../src/ui/diff.js";
+import { escapeHtml } from "../../src/ui/html.js";
+import { type RunningUi, startUi } from "../../src/ui/server.js";
+import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { CheckpointStore } from "../../src/workflow/store.js";
+import { RUN_ID, type Seeded, seed, TOOL_CALL_ID, WORKFLOW_ID, XSS_KEY } from "./seed.js";
+
+let seeded: Seeded;
+let ui: RunningUi;
+let backend: SQLiteBackend;
+let journal: SqliteJournal;
+let store: CheckpointStore;
+const stream = new MemoryRunStream();
+let cookie: string;
+const HUGE = 100_000;
+
+beforeAll(async () => {
+  seeded = await seed();
+  backend = new SQLiteBackend({ dbPath: seeded.sessionsDb });
+  // a 100,000-message session, written once with the library's backend
+  const base = backend.load(XSS_KEY);
+  const history: Message[] = [];
+  for (let i = 0; i < HUGE; i++) history.push({ role: i % 2 ? "assistant" : "user", content: `message number ${i}` });
+  backend.save("huge", { ...base, history });
+  journal = new SqliteJournal({ path: seeded.journalDb });
+  store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: seeded.workflowsDb }) });
+  ui = await startUi(
+    {
+      sessions: { value: backend, label: `sqlite:${seeded.sessionsDb}` },
+      workflows: { value: store, label: `sqlite:${seeded.workflowsDb}` },
+      journal: { value: journal, label: `sqlite:${seeded.journalDb}` },
+      stream,
+      by: "tester@test",
+    },
+    { port: 0 },
+  );
+  const r = await fetch(ui.url, { redirect: "manual" });
+  cookie = (r.headers.get("set-cookie") ?? "").split(";")[0] as string;
+}, 120_000);
+
+afterAll(async () => {
+  await ui?.close();
+  await journal?.close();
+  await store?.close();
+  backend?.close();
+  if (seeded) rmSync(seeded.dir, { recursive: true, force: true });
+});
+
+const get = (path: string, headers: Record<string, string> = {}) =>
+  fetch(`${ui.origin}${path}`, { headers: { cookie, ...headers }, redirect: "manual" });
+const post = (path: string, form: Record<string, string>, headers: Record<string, string> = {}) =>
+  fetch(`${ui.origin}${path}`, {
+    method: "POST",
+    headers: { cookie, "content-type": "application/x-www-form-urlencoded", ...headers },
+    body: new URLSearchParams(form).toString(),
+    redirect: "manual",
+  });
+
+describe("access control", () => {
+  it("refuses every page and asset without the token or its cookie (401)", async () => {
+    for (const path of ["/", "/sessions", `/sessions/${XSS_KEY}`, "/runs", "/assets/app.js", `/runs/${RUN_ID}/live`]) {
+      const r = await fetch(`${ui.origin}${path}`, { redirect: "manual" });
+      expect(r.status, path).toBe(401);
+      expect(await r.text()).not.toContain("taubench");
+    }
+    expect((await fetch(`${ui.origin}/?token=wrong`, { redirect: "manual" })).status).toBe(401);
+    expect((await get("/", { cookie: `${cookie.split("=")[0]}=wrong` })).status).toBe(401);
+  });
+
+  it("exchanges the token for an HttpOnly SameSite=Strict cookie and strips it from the address", async () => {
+    expect(ui.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=[A-Za-z0-9_-]{32}$/);
+    const r = await fetch(`${ui.origin}/sessions?q=spotter&token=${ui.token}`, { redirect: "manual" });
+    expect(r.status).toBe(303);
+    expect(r.headers.get("location")).toBe("/sessions?q=spotter");
+    const setCookie = r.headers.get("set-cookie") ?? "";
+    expect(setCookie).toMatch(new RegExp(`^dumplings_ui_${ui.port}=${ui.token};`));
+    expect(setCookie).toMatch(/HttpOnly/);
+    expect(setCookie).toMatch(/SameSite=Strict/);
+    const page = await get("/");
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-security-policy")).toBe(CONTENT_SECURITY_POLICY);
+    expect(CONTENT_SECURITY_POLICY).toContain("script-src 'self'");
+    expect(CONTENT_SECURITY_POLICY).not.toContain("unsafe-inline");
+    expect(page.headers.get("x-frame-options")).toBe("DENY");
+  });
+
+  it("refuses a state change from a foreign or missing Origin, or by GET/PUT (403), and records nothing", async () => {
+    const foreign = await post(
+      `/runs/${RUN_ID}/approve`,
+      { toolCallId: TOOL_CALL_ID },
+      { origin: "http://evil.example" },
+    );
+    expect(foreign.status).toBe(403);
+    const none = await post(`/runs/${RUN_ID}/approve`, { toolCallId: TOOL_CALL_ID });
+    expect(none.status).toBe(403);
+    const put = await fetch(`${ui.origin}/runs/${RUN_ID}/approve`, {
+      method: "PUT",
+      headers: { cookie, origin: ui.origin },
+    });
+    expect(put.status).toBe(403);
+    expect((await get(`/runs/${RUN_ID}/approve`)).status).toBe(404);
+    expect(await journal.listSignals(RUN_ID)).toEqual([]);
+  });
+
+  it("refuses a foreign Host on a loopback bind (DNS rebinding)", async () => {
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = http.request(
+        { host: "127.0.0.1", port: ui.port, path: "/", headers: { host: `evil.example:${ui.port}`, cookie } },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
+      req.on("error", reject);
+      req.end();
+    });
+    expect(status).toBe(403);
+  });
+});
+
+describe("pages", () => {
+  it("renders a stored XSS message as text", async () => {
+    const r = await get(`/sessions/${XSS_KEY}`);
+    expect(r.status).toBe(200);
+    const body = await r.text();
+    expect(body).toContain("Ignore that. &lt;img src=x onerror=&quot;window.__xss=1;");
+    expect(body).toContain("&lt;script&gt;window.__xss=2;");
+    expect(body).not.toMatch(/<img src=x/i);
+    expect(body).not.toContain("<script>window");
+    // the only script is the bundled one
+    expect(body.match(/<script\b[^>]*>/g)).toEqual(['<script src="/assets/app.js" defer>']);
+    expect(escapeHtml(`<a href="x" title='y'>&`)).toBe("&lt;a href=&quot;x&quot; title=&#39;y&#39;&gt;&amp;");
+  });
+
+  it("lists sessions with search and opens a 100,000-message session one page at a time", async () => {
+    const list = await (await get("/sessions?q=HUG")).text();
+    expect(list).toContain('href="/sessions/huge"');
+    expect(list).not.toContain('href="/sessions/taubench');
+    const t0 = performance.now();
+    const first = await get("/sessions/huge");
+    const firstMs = performance.now() - t0;
+    const html = await first.text();
+    expect(first.status).toBe(200);
+    expect(html.match(/<article class="msg/g)).toHaveLength(50);
+    expect(html).toContain("message number 49");
+    expect(html).not.toContain("message number 50<");
+    expect(html).toContain(`of ${HUGE}`);
+    const t1 = performance.now();
+    const last = await (await get("/sessions/huge?page=last")).text();
+    const lastMs = performance.now() - t1;
+    expect(last).toContain(`message number ${HUGE - 1}`);
+    expect(last.match(/<article class="msg/g)).toHaveLength(50);
+    console.log(`[ui] 100,000-message session: first page ${firstMs.toFixed(0)} ms, last page ${lastMs.toFixed(0)} ms`);
+    expect(firstMs).toBeLessThan(2000);
+  });
+
+  it("downloads a session as .duas", async () => {
+    const r = await get(`/sessions/${XSS_KEY}/export`);
+    expect(r.status).toBe(200);
+    expect(r.headers.get("content-disposition")).toBe(`attachment; filename="${XSS_KEY}.duas"`);
+    const text = await r.text();
+    expect(text.startsWith("# dumplingsAI Agent State File")).toBe(true);
+    expect(text).toContain("window.__xss=1");
+  });
+
+  it("shows a workflow's timeline and the diff between two steps", async () => {
+    const body = await (await get(`/workflows/${WORKFLOW_ID}?a=1&b=3`)).text();
+    for (const node of ["plan", "charge", "ship"]) expect(body).toContain(`<td>${node}</td>`);
+    expect(body).toContain("Diff step 1 → step 3");
+    expect(body).toMatch(/<code>\/sharedMemory\/charged<\/code> <span class="muted small">added/);
+    expect(body).toContain("&lt;i&gt;DHL&lt;/i&gt;");
+    expect(jsonDiff({ n: 1, s: "x", a: [1] }, { n: 2, t: true, a: [1, 2] })).toEqual([
+      { path: "/n", kind: "changed", before: 1, after: 2 },
+      { path: "/s", kind: "removed", before: "x" },
+      { path: "/a/1", kind: "added", after: 2 },
+      { path: "/t", kind: "added", after: true },
+    ]);
+  });
+
+  it("a typed error is its HTTP status with its message", async () => {
+    const missing = await get("/sessions/no-such-key");
+    expect(missing.status).toBe(404);
+    expect(await missing.text()).toContain("STATE_NOT_FOUND");
+    expect((await get("/runs/no-such-run")).status).toBe(404);
+    const wrongCall = await post(`/runs/${RUN_ID}/approve`, { toolCallId: "call_other" }, { origin: ui.origin });
+    expect(wrongCall.status).toBe(400);
+    expect(await wrongCall.text()).toContain("does not wait on tool call");
+  });
+});
+
+describe("live feeds", () => {
+  async function readSse(path: string, headers: Record<string, string>, count: number): Promise<string[]> {
+    const abort = new AbortController();
+    const r = await fetch(`${ui.origin}${path}`, { headers: { cookie, ...headers }, signal: abort.signal });
+    expect(r.headers.get("content-type")).toContain("text/event-stream");
+    const reader = r.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    const ids: string[] = [];
+    while (ids.length < count) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      ids.splice(0, ids.length, ...[...text.matchAll(/^id: (\d+)$/gm)].map((m) => m[1] as string));
+    }
+    abort.abort();
+    return ids;
+  }
+
+  it("the journal feed resumes after Last-Event-ID", async () => {
+    const events = await journal.readEvents(RUN_ID);
+    expect(events.length).toBeGreaterThan(4);
+    const ids = await readSse(`/runs/${RUN_ID}/live`, { "last-event-id": "3" }, events.length - 4);
+    expect(ids).toEqual(events.slice(4).map((e) => String(e.index)));
+  });
+
+  it("the side channel resumes after Last-Event-ID", async () => {
+    for (const text of ["Hel", "lo, ", "world"]) await stream.append(RUN_ID, { type: "token", text });
+    const ids = await readSse(`/runs/${RUN_ID}/stream`, { "last-event-id": "1" }, 2);
+    expect(ids).toEqual(["2", "3"]);
+  });
+});
+
+describe("actions", () => {
+  it("Approve records the decision in the journal, as dumplings approve does", async () => {
+    const r = await post(
+      `/runs/${RUN_ID}/approve`,
+      { toolCallId: TOOL_CALL_ID, reason: "ok <b>" },
+      { origin: ui.origin },
+    );
+    expect(r.status).toBe(303);
+    const signal = await journal.getSignal(RUN_ID, approvalSignalName(TOOL_CALL_ID));
+    expect(signal?.value).toEqual({ approved: true, reason: "ok <b>" });
+    const page = await (await get(r.headers.get("location") as string)).text();
+    expect(page).toContain("approved call_refund_1");
+    // a second decision is refused: the run waits on it no more once it is recorded … or the signal exists
+    const again = await post(`/runs/${RUN_ID}/reject`, { toolCallId: TOOL_CALL_ID }, { origin: ui.origin });
+    expect(again.status).toBeGreaterThanOrEqual(400);
+  });
+});

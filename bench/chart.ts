@@ -12,32 +12,90 @@ import * as vegaLite from "vega-lite";
 /** Minimal shape of a bench result needed for the chart. */
 export interface CurveResult {
   store: string;
+  /** Kind of storage (`file`, `sqlite`, …): the line's colour in a chart by family. */
+  family?: string;
+  /** `agent` (saveState), `baseline` (raw floor), `langgraph`, `backend`: the line's dash in a chart by family. */
+  group?: string;
   extrapolated: boolean;
   curve: [number, number][];
 }
 
+const WRITER: Record<string, string> = {
+  agent: "dumplings-ai saveState",
+  backend: "dumplings-ai backend write",
+  baseline: "raw floor",
+  langgraph: "LangGraph.js saver",
+};
+const STORAGE: Record<string, string> = {
+  file: "file",
+  sqlite: "SQLite",
+  redis: "Redis",
+  postgres: "PostgreSQL",
+  memory: "memory",
+};
+
 /**
- * Draws save time (µs, log scale) against history length, one line per store.
+ * Draws save time (µs, log scale) against history length. With `by: "store"`
+ * one colour per store; with `by: "family"` the colour is the kind of storage
+ * and the dash says who writes (our `saveState` solid, the raw floor dashed,
+ * LangGraph's savers dotted), so each store sits next to its floor.
  *
  * @param results - measured results of one scenario
  * @param file - output `.svg` path (its directory is created)
  * @param title - chart title
+ * @param options - `by`: how lines are told apart @default "store"
  */
-export async function renderChart(results: CurveResult[], file: string, title: string): Promise<void> {
+export async function renderChart(
+  results: CurveResult[],
+  file: string,
+  title: string,
+  options: { by?: "store" | "family" } = {},
+): Promise<void> {
+  const byFamily = options.by === "family";
   const values = results.flatMap((r) =>
-    r.curve.map(([length, us]) => ({ store: r.store + (r.extrapolated ? " (sampled)" : ""), length, us })),
+    r.curve.map(([length, us]) => ({
+      store: r.store + (r.extrapolated ? " (sampled)" : ""),
+      storage: STORAGE[r.family ?? ""] ?? r.family ?? "?",
+      writer: (WRITER[r.group ?? ""] ?? r.group ?? "?") + (r.extrapolated ? " (sampled)" : ""),
+      length,
+      us,
+    })),
   );
+  const writers = [...new Set(values.map((v) => v.writer))].sort();
+  const dash = (w: string) => (w.startsWith("raw floor") ? [6, 3] : w.startsWith("LangGraph") ? [2, 2] : [1, 0]);
   const spec: vegaLite.TopLevelSpec = {
     $schema: "https://vega.github.io/schema/vega-lite/v6.json",
     title,
     width: 640,
     height: 360,
     data: { values },
-    mark: { type: "line", point: true },
+    mark: { type: "line", point: { size: 12 }, strokeWidth: 1.6 },
     encoding: {
       x: { field: "length", type: "quantitative", title: "history length (messages)" },
       y: { field: "us", type: "quantitative", title: "save time (µs, log scale)", scale: { type: "log" } },
-      color: { field: "store", type: "nominal", title: "store" },
+      ...(byFamily
+        ? {
+            color: {
+              field: "storage",
+              type: "nominal",
+              title: "storage",
+              scale: { domain: ["file", "SQLite", "Redis", "PostgreSQL", "memory"] },
+            },
+            strokeDash: {
+              field: "writer",
+              type: "nominal",
+              title: "written by",
+              scale: { domain: writers, range: writers.map(dash) },
+              legend: {
+                symbolType: "stroke",
+                symbolSize: 400,
+                labelLimit: 260,
+                // A line legend's symbols take no colour of their own here: draw them dark.
+                encode: { symbols: { update: { stroke: { value: "#333" }, strokeWidth: { value: 2 } } } },
+              },
+            },
+          }
+        : { color: { field: "store", type: "nominal", title: "store", legend: { labelLimit: 260 } } }),
     },
   };
   const compiled = vegaLite.compile(spec).spec;

@@ -1,16 +1,26 @@
 /**
- * The list of stores the bench runs, in table order. Our backends are
+ * The stores `npm run bench` compares, in table order. Our backends are
  * imported lazily so that a missing optional server only skips its rows.
+ *
+ * - `floors`: the raw floor of each kind of store (`stores.ts`);
+ * - `agents`: an agent saved with `saveState` on each of our backends (the
+ *   main table: what users call);
+ * - `backends`: each backend's `write` driven directly (the second table);
+ * - `checkpointers`: LangGraph.js checkpointers (LangGraph's and ours).
+ *
+ * {@link backendSpecs} is the one place that opens, measures and cleans up a
+ * backend of each kind; the extra scenarios (`scenarios.ts`) use it too.
  *
  * @module
  */
 import { statSync } from "node:fs";
 import path from "node:path";
-import Database from "better-sqlite3";
+import type Database from "better-sqlite3";
 import type { Redis } from "ioredis";
 import type { StateBackend } from "../src/backends/types.js";
 import { globEscape } from "../src/drivers/redis.js";
 import {
+  agentStore,
   type BenchCheckpointer,
   type BenchContext,
   type BenchStore,
@@ -27,7 +37,8 @@ import {
 
 export type { BenchContext, BenchStore };
 
-const pgSchema = (ctx: BenchContext) => `bench_${ctx.id.replace(/[^a-z0-9_]/gi, "_")}`.toLowerCase();
+/** A PostgreSQL schema name unique to one bench case. */
+export const pgSchema = (ctx: BenchContext) => `bench_${ctx.id.replace(/[^a-z0-9_]/gi, "_")}`.toLowerCase();
 
 function size(p: string): number {
   try {
@@ -37,8 +48,8 @@ function size(p: string): number {
   }
 }
 
-/** Key prefix of one run of the Redis backend. */
-const redisPrefix = (ctx: BenchContext): string => `bench:${ctx.id}:`;
+/** Key prefix of one run of a Redis component. */
+export const redisPrefix = (ctx: BenchContext): string => `bench:${ctx.id}:`;
 
 /** Every key under `prefix`, found with SCAN (never KEYS, which blocks the server), the prefix matched literally. */
 async function scanKeys(redis: Redis, prefix: string): Promise<string[]> {
@@ -52,8 +63,20 @@ async function scanKeys(redis: Redis, prefix: string): Promise<string[]> {
   return keys;
 }
 
-/** Deletes the run's Redis keys when the store closes, so `npm run bench` leaves nothing behind. */
-function withRedisCleanup(store: BenchStore): BenchStore {
+/** Deletes every Redis key under the case's prefix (so `npm run bench` leaves nothing behind). */
+export async function deleteRedisPrefix(ctx: BenchContext): Promise<void> {
+  const { Redis } = await import("ioredis");
+  const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
+  try {
+    const keys = await scanKeys(redis, redisPrefix(ctx));
+    for (let i = 0; i < keys.length; i += 500) await redis.del(...keys.slice(i, i + 500));
+  } finally {
+    await redis.quit();
+  }
+}
+
+/** Runs `cleanup` after the store closes. */
+function withCleanup(store: BenchStore, cleanup: (ctx: BenchContext) => Promise<void>): BenchStore {
   let ctx: BenchContext | undefined;
   return {
     ...store,
@@ -62,21 +85,16 @@ function withRedisCleanup(store: BenchStore): BenchStore {
       await store.open(c);
     },
     async close() {
-      await store.close();
-      if (ctx === undefined) return;
-      const { Redis } = await import("ioredis");
-      const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
       try {
-        const keys = await scanKeys(redis, redisPrefix(ctx));
-        for (let i = 0; i < keys.length; i += 500) await redis.del(...keys.slice(i, i + 500));
+        await store.close();
       } finally {
-        await redis.quit();
+        if (ctx !== undefined) await cleanup(ctx);
       }
     },
   };
 }
 
-/** Server memory of every key under the run's prefix (`MEMORY USAGE`, keys found with SCAN). */
+/** Server memory of every key under the case's prefix (`MEMORY USAGE`, keys found with SCAN). */
 async function redisPrefixSize(ctx: BenchContext): Promise<number> {
   const { Redis } = await import("ioredis");
   const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
@@ -89,6 +107,67 @@ async function redisPrefixSize(ctx: BenchContext): Promise<number> {
   } finally {
     await redis.quit();
   }
+}
+
+/** How to open, measure and clean up one of our backends for a bench case. */
+export interface BackendSpec {
+  family: BenchStore["family"];
+  label: string;
+  needs?: "redis" | "postgres";
+  make(ctx: BenchContext): Promise<StateBackend>;
+  /** Bytes stored now; `undefined` when not measurable (in-process memory). */
+  sizeOf(ctx: BenchContext, backend: StateBackend): Promise<number | undefined>;
+  /** Removes what the case left on a server (after the backend closed). */
+  cleanup?(ctx: BenchContext): Promise<void>;
+}
+
+/** Our backends: file, SQLite, Redis, PostgreSQL and memory, each with its defaults. */
+export async function backendSpecs(): Promise<BackendSpec[]> {
+  const { FileBackend } = await import("../src/backends/file.js");
+  const { MemoryBackend } = await import("../src/backends/memory.js");
+  const { SQLiteBackend } = await import("../src/backends/sqlite.js");
+  const { RedisBackend } = await import("../src/backends/redis.js");
+  const { PostgresBackend } = await import("../src/backends/postgres.js");
+  return [
+    {
+      family: "file",
+      label: "file (.duas)",
+      make: async (ctx) => new FileBackend({ baseDir: ctx.dir }),
+      // The agent rows save under `bench-agent`, the write rows under `bench-session`: the case's one file.
+      sizeOf: async (ctx) =>
+        size(path.join(ctx.dir, "bench-agent.duas")) + size(path.join(ctx.dir, "bench-session.duas")),
+    },
+    {
+      family: "sqlite",
+      label: "sqlite",
+      make: async (ctx) => new SQLiteBackend({ path: path.join(ctx.dir, "ours.db") }),
+      // Fold the WAL into the main file (as the floor's size does) through a second connection.
+      sizeOf: async (ctx) => sqliteFileSize(path.join(ctx.dir, "ours.db")),
+    },
+    {
+      family: "redis",
+      label: "redis",
+      needs: "redis",
+      make: async (ctx) => new RedisBackend({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) }),
+      sizeOf: (ctx) => redisPrefixSize(ctx),
+      cleanup: deleteRedisPrefix,
+    },
+    {
+      family: "postgres",
+      label: "postgres",
+      needs: "postgres",
+      make: async (ctx) => new PostgresBackend({ url: ctx.databaseUrl, schema: pgSchema(ctx) }),
+      sizeOf: (ctx) =>
+        postgresSchemaSize(ctx.databaseUrl, pgSchema(ctx), ["schema_migrations", "dumplings_migrations"]),
+      cleanup: (ctx) => dropPostgresSchema(ctx.databaseUrl, pgSchema(ctx)),
+    },
+    {
+      family: "memory",
+      label: "memory",
+      make: async () => new MemoryBackend(),
+      sizeOf: async () => undefined,
+    },
+  ];
 }
 
 /**
@@ -154,7 +233,7 @@ async function checkpointers(): Promise<BenchStore[]> {
         await dropPostgresSchema(ctx.databaseUrl, pgSchema(ctx));
       },
     }),
-    withRedisCleanup(
+    withCleanup(
       checkpointerStore({
         name: "DumplingsSaver (redis)",
         family: "redis",
@@ -164,6 +243,7 @@ async function checkpointers(): Promise<BenchStore[]> {
         size: (ctx) => redisPrefixSize(ctx),
         close: closeOurs,
       }),
+      deleteRedisPrefix,
     ),
     checkpointerStore({
       name: "LangGraph MemorySaver",
@@ -187,68 +267,35 @@ async function checkpointers(): Promise<BenchStore[]> {
   ];
 }
 
-/** Every store, baselines first within each kind. */
-export async function allStores(): Promise<BenchStore[]> {
-  const { FileBackend } = await import("../src/backends/file.js");
-  const { SQLiteBackend } = await import("../src/backends/sqlite.js");
-  const { RedisBackend } = await import("../src/backends/redis.js");
-  const { PostgresBackend } = await import("../src/backends/postgres.js");
-  return [
-    jsonlBaseline(),
-    oursStore(
-      "file",
-      "file (.duas)",
-      async (ctx) => new FileBackend({ baseDir: ctx.dir }) as StateBackend,
-      async (ctx) => size(path.join(ctx.dir, "bench-session.duas")),
+/** Every store of the bench, by role; within each kind, the floor comes first. */
+export interface BenchStores {
+  /** One raw floor per kind of store (none for memory). */
+  floors: BenchStore[];
+  /** `saveState` on an agent, one per backend (the main table). */
+  agents: BenchStore[];
+  /** The backends' `write`, one per backend except memory (the second table). */
+  backends: BenchStore[];
+  /** LangGraph.js checkpointers, LangGraph's and ours. */
+  checkpointers: BenchStore[];
+}
+
+/**
+ * Every store the bench runs.
+ *
+ * @param prompt - the system prompt of the agents of the main table
+ */
+export async function allStores(prompt: string): Promise<BenchStores> {
+  const specs = await backendSpecs();
+  const withSpecCleanup = (store: BenchStore, spec: BackendSpec) =>
+    spec.cleanup ? withCleanup(store, spec.cleanup) : store;
+  return {
+    floors: [jsonlBaseline(), sqliteRowBaseline("NORMAL"), redisBaseline(), postgresBaseline()],
+    agents: specs.map((spec) =>
+      withSpecCleanup(agentStore(spec.family, spec.label, spec.make, spec.sizeOf, prompt), spec),
     ),
-    sqliteRowBaseline("NORMAL"),
-    oursStore(
-      "sqlite",
-      "sqlite",
-      async (ctx) => new SQLiteBackend({ dbPath: path.join(ctx.dir, "ours.db") }) as StateBackend,
-      async (ctx) => {
-        // Fold the WAL into the main file (as the baseline's size does) through a second connection.
-        const p = path.join(ctx.dir, "ours.db");
-        const db = new Database(p);
-        db.pragma("wal_checkpoint(TRUNCATE)");
-        db.close();
-        return size(p) + size(`${p}-wal`);
-      },
-    ),
-    redisBaseline(),
-    withRedisCleanup(
-      oursStore(
-        "redis",
-        "redis",
-        async (ctx) => new RedisBackend({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) }) as StateBackend,
-        (ctx) => redisPrefixSize(ctx),
-      ),
-    ),
-    postgresBaseline(),
-    oursStore(
-      "postgres",
-      "postgres",
-      async (ctx) =>
-        new PostgresBackend({
-          connectionString: ctx.databaseUrl,
-          schema: pgSchema(ctx),
-        }) as StateBackend,
-      async (ctx) => {
-        const pg = await import("pg");
-        const client = new pg.default.Client({ connectionString: ctx.databaseUrl });
-        await client.connect();
-        try {
-          const r = await client.query(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS n FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname <> 'schema_migrations'",
-            [pgSchema(ctx)],
-          );
-          return Number(r.rows[0].n);
-        } finally {
-          await client.query(`DROP SCHEMA IF EXISTS "${pgSchema(ctx)}" CASCADE`);
-          await client.end();
-        }
-      },
-    ),
-    ...(await checkpointers()),
-  ];
+    backends: specs
+      .filter((spec) => spec.family !== "memory")
+      .map((spec) => withSpecCleanup(oursStore(spec.family, spec.label, spec.make, spec.sizeOf), spec)),
+    checkpointers: await checkpointers(),
+  };
 }

@@ -1,9 +1,13 @@
 /**
  * The stores `npm run bench` compares, behind one small adapter interface:
  *
- * - ours: the dumplings-ai backends (file, SQLite, Redis, PostgreSQL), saved the
- *   way the persistence layer saves them (`write` with the revision and the
+ * - agents: a `BaseAgent` saved with `agent.saveState(key)` after each pushed
+ *   message, loaded back with `loadState(key)`: the public API, what users call
+ *   (the main table);
+ * - backends: the dumplings-ai backends (file, SQLite, Redis, PostgreSQL), saved
+ *   the way the persistence layer saves them (`write` with the revision and the
  *   number of messages already stored, so a save sends only the new message);
+ *   the second table;
  * - LangGraph.js checkpointers: LangGraph's `SqliteSaver`, `MemorySaver` and
  *   `PostgresSaver`, and ours, `DumplingsSaver` on SQLite, PostgreSQL, Redis
  *   and memory; the messages as one channel, a pending write and a new
@@ -21,6 +25,7 @@ import Database from "better-sqlite3";
 import type { StateBackend } from "../src/backends/types.js";
 import type { Message } from "../src/core/messages.js";
 import type { AgentState } from "../src/core/state.js";
+import { BaseAgent, loadState } from "../src/index.js";
 import { makeState } from "../src/testing/states.js";
 
 /** Where a store keeps its data for one bench case. */
@@ -39,7 +44,8 @@ export interface BenchStore {
   name: string;
   /** Kind of store, for grouping and the baseline ratio. */
   family: "file" | "sqlite" | "redis" | "postgres" | "memory";
-  group: "ours" | "langgraph" | "baseline";
+  /** `agent`: `saveState` on an agent; `backend`: a backend's `write`; `baseline`: a raw floor. */
+  group: "agent" | "backend" | "langgraph" | "baseline";
   /** True when every save rewrites the whole history (sampled in windows at large N). */
   wholeHistory?: boolean;
   /** Needs a server: `redis` or `postgres`. */
@@ -76,9 +82,9 @@ export function oursStore(
   let stored = 0;
   const key = "bench-session";
   return {
-    name: `ours: ${label}`,
+    name: `write: ${label}`,
     family,
-    group: "ours",
+    group: "backend",
     needs: family === "redis" ? "redis" : family === "postgres" ? "postgres" : undefined,
     async open(c) {
       ctx = c;
@@ -109,12 +115,75 @@ export function oursStore(
   };
 }
 
-/** Raw baseline: append the new message as a JSONL line, then fdatasync. */
+/** The key the agent rows save under. */
+export const AGENT_KEY = "bench-agent";
+
+/**
+ * A `BaseAgent` saved the way users save one: push the new message onto
+ * `agent.history`, then `agent.saveState(key)` (the first save names the
+ * backend instance; later saves go back to the key's backend, as a loaded
+ * agent's do). Loading is `loadState(key, { backend })`, which rebuilds the agent.
+ *
+ * @param prompt - the agent's system prompt (`[CONFIG] prompt`)
+ */
+export function agentStore(
+  family: BenchStore["family"],
+  label: string,
+  make: (ctx: BenchContext) => Promise<StateBackend>,
+  sizeOf: (ctx: BenchContext, backend: StateBackend) => Promise<number | undefined>,
+  prompt: string,
+): BenchStore {
+  let backend: StateBackend;
+  let ctx: BenchContext;
+  let agent: BaseAgent;
+  let saved = false;
+  return {
+    name: `saveState: ${label}`,
+    family,
+    group: "agent",
+    needs: family === "redis" ? "redis" : family === "postgres" ? "postgres" : undefined,
+    async open(c) {
+      ctx = c;
+      backend = await make(c);
+      agent = newBenchAgent(prompt);
+      saved = false;
+    },
+    async save(history) {
+      agent.history.push(history[history.length - 1]!);
+      if (saved) await agent.saveState(AGENT_KEY);
+      else {
+        await agent.saveState(AGENT_KEY, { backend });
+        saved = true;
+      }
+    },
+    async load() {
+      const loaded = await loadState(AGENT_KEY, { backend });
+      return loaded.history;
+    },
+    size: () => sizeOf(ctx, backend),
+    async close() {
+      await backend.close?.();
+    },
+  };
+}
+
+/** The agent every agent scenario saves: an OpenAI-protocol `BaseAgent` with `prompt` as its system prompt. */
+export function newBenchAgent(prompt: string): BaseAgent {
+  return new BaseAgent({
+    name: "bench",
+    prompt,
+    apiProvider: "https://api.openai.com/v1",
+    apiKeyEnv: "OPENAI_API_KEY",
+    modelName: "gpt-4o-mini",
+  });
+}
+
+/** Raw floor: append the new message as a JSONL line, then fdatasync. */
 export function jsonlBaseline(): BenchStore {
   let fd = -1;
   let file = "";
   return {
-    name: "baseline: JSONL append + fdatasync",
+    name: "floor: JSONL append + fdatasync",
     family: "file",
     group: "baseline",
     async open(ctx) {
@@ -141,13 +210,13 @@ export function jsonlBaseline(): BenchStore {
   };
 }
 
-/** Raw baseline: one SQLite row per message, WAL, the same `synchronous` setting as our SQLite backend. */
+/** Raw floor: one SQLite row per message, WAL, the same `synchronous` setting as our SQLite backend. */
 export function sqliteRowBaseline(synchronous: string): BenchStore {
   let db: Database.Database;
   let insert: Database.Statement;
   let file = "";
   return {
-    name: "baseline: SQLite row per message (WAL)",
+    name: `floor: SQLite row per message (WAL, ${synchronous})`,
     family: "sqlite",
     group: "baseline",
     async open(ctx) {
@@ -174,13 +243,13 @@ export function sqliteRowBaseline(synchronous: string): BenchStore {
   };
 }
 
-/** Raw baseline: RPUSH of the new message to a Redis list. */
+/** Raw floor: RPUSH of the new message to a Redis list. */
 export function redisBaseline(): BenchStore {
   // biome-ignore lint/suspicious/noExplicitAny: ioredis is loaded lazily so the bench runs without a server
   let redis: any;
   let key = "";
   return {
-    name: "baseline: Redis RPUSH",
+    name: "floor: Redis RPUSH",
     family: "redis",
     group: "baseline",
     needs: "redis",
@@ -206,13 +275,13 @@ export function redisBaseline(): BenchStore {
   };
 }
 
-/** Raw baseline: one INSERT per message into a PostgreSQL table (autocommit). */
+/** Raw floor: one INSERT per message into a PostgreSQL table (autocommit). */
 export function postgresBaseline(): BenchStore {
   // biome-ignore lint/suspicious/noExplicitAny: pg is loaded lazily so the bench runs without a server
   let client: any;
   let table = "";
   return {
-    name: "baseline: PostgreSQL INSERT per message",
+    name: "floor: PostgreSQL INSERT per message",
     family: "postgres",
     group: "baseline",
     needs: "postgres",

@@ -1,0 +1,532 @@
+/**
+ * The bench's scenarios beyond "save after every message" (see `run.ts`):
+ *
+ * - {@link promptScenario}: the cost of adding one message to an agent whose
+ *   prompt is 50 MB, against the same with a 1 KB prompt (unchanged state
+ *   must not be paid for again);
+ * - {@link cpuScenario}: CPU time per `saveState` of the file backend on
+ *   tmpfs (`/dev/shm`), where a sync costs nothing, minus the CPU time of
+ *   encoding the new bytes;
+ * - {@link durableScenario}: a journaled durable step against the journal
+ *   store's raw write floor, and the replay of a 1,000-step run against a raw
+ *   read of its step rows;
+ * - {@link checkpointScenario}: one workflow checkpoint of a 100 KB state
+ *   (SQLite cold store + Redis hot tier) against a raw SQLite insert plus a
+ *   Redis SET of the same bytes.
+ *
+ * Everything is driven through the public API (`saveState`, `runDurable` +
+ * `step`, `CheckpointStore.save`); the floors use the drivers directly.
+ *
+ * @module
+ */
+import {
+  closeSync,
+  fdatasyncSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import Database from "better-sqlite3";
+import type { Message } from "../src/core/messages.js";
+import { type BackendSpec, type BenchContext, deleteRedisPrefix, pgSchema, redisPrefix } from "./registry.js";
+import { dropPostgresSchema, newBenchAgent } from "./stores.js";
+
+/** Sorted-copy quantile (nearest rank). */
+export function quantile(xs: number[], q: number): number {
+  if (xs.length === 0) return Number.NaN;
+  const sorted = [...xs].sort((a, b) => a - b);
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[i]!;
+}
+export const median = (xs: number[]) => quantile(xs, 0.5);
+
+let caseCounter = 0;
+/** A fresh case: a temp directory (under `root`, default the OS temp dir) and a unique id. */
+export function newContext(redisUrl: string, databaseUrl: string, root = os.tmpdir()): BenchContext {
+  const dir = mkdtempSync(path.join(root, "dumplings-bench-"));
+  return { dir, id: `${process.pid}_${Date.now().toString(36)}_x${caseCounter++}`, redisUrl, databaseUrl };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 50 MB prompt
+
+/** One store's save cost with a small and a huge prompt. */
+export interface PromptResult {
+  store: string;
+  family: BackendSpec["family"];
+  /** Saves measured per prompt size. */
+  saves: number;
+  /** History length before the measured saves. */
+  history: number;
+  /** Prompt sizes in bytes. */
+  smallBytes: number;
+  largeBytes: number;
+  /** p50 µs of one `saveState` adding one message. */
+  smallP50: number;
+  largeP50: number;
+}
+
+/**
+ * Adds one message and saves, `saves` times, to an agent with a `smallBytes`
+ * prompt, then to one with a `largeBytes` prompt, each on a fresh store that
+ * already holds the agent with `historyLength` messages (that first save,
+ * which writes the prompt, is not measured).
+ */
+export async function promptScenario(
+  spec: BackendSpec,
+  ctxOf: () => BenchContext,
+  pool: Message[],
+  opts: { saves: number; historyLength: number; smallBytes: number; largeBytes: number },
+): Promise<PromptResult> {
+  const p50 = async (promptBytes: number): Promise<number> => {
+    const ctx = ctxOf();
+    const backend = await spec.make(ctx);
+    try {
+      const agent = newBenchAgent(promptText(promptBytes));
+      for (let i = 0; i < opts.historyLength; i++) agent.history.push(pool[i % pool.length]!);
+      await agent.saveState("bench-prompt", { backend });
+      const times: number[] = [];
+      for (let i = 0; i < opts.saves; i++) {
+        agent.history.push(pool[(opts.historyLength + i) % pool.length]!);
+        const t0 = performance.now();
+        await agent.saveState("bench-prompt");
+        times.push((performance.now() - t0) * 1000);
+      }
+      return median(times);
+    } finally {
+      await backend.close?.();
+      await spec.cleanup?.(ctx);
+      rmSync(ctx.dir, { recursive: true, force: true });
+    }
+  };
+  const smallP50 = await p50(opts.smallBytes);
+  const largeP50 = await p50(opts.largeBytes);
+  return {
+    store: `saveState: ${spec.label}`,
+    family: spec.family,
+    saves: opts.saves,
+    history: opts.historyLength,
+    smallBytes: opts.smallBytes,
+    largeBytes: opts.largeBytes,
+    smallP50,
+    largeP50,
+  };
+}
+
+/** A system prompt of exactly `bytes` bytes of ordinary prose (no credential-like tokens). */
+export function promptText(bytes: number): string {
+  const sentence = "You are a careful support agent. Answer briefly, cite the order number, and never guess. ";
+  return sentence.repeat(Math.ceil(bytes / sentence.length)).slice(0, bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU per save on tmpfs
+
+/** CPU per save on tmpfs. */
+export interface CpuResult {
+  store: string;
+  /** Directory the files lived in (tmpfs when `tmpfs`). */
+  dir: string;
+  tmpfs: boolean;
+  /** Saves whose CPU time was summed (after the warm-up). */
+  saves: number;
+  /** Final history length. */
+  n: number;
+  /** µs of process CPU (user + system, every thread) per save. */
+  cpuPerSave: number;
+  /** µs of CPU to encode one new message's bytes (`JSON.stringify` + UTF-8 `Buffer`), averaged. */
+  encodePerSave: number;
+  /** µs of wall time per save (p50). */
+  wallP50: number;
+}
+
+/** True when `dir` is on a tmpfs (per /proc/mounts). */
+export function isTmpfs(dir: string): boolean {
+  try {
+    const mounts = readFileSync("/proc/mounts", "utf8")
+      .split("\n")
+      .map((l) => l.split(" "))
+      .filter((f) => f.length > 2 && (dir === f[1] || dir.startsWith(`${f[1]}/`) || f[1] === "/"))
+      .sort((a, b) => b[1]!.length - a[1]!.length);
+    return mounts[0]?.[2] === "tmpfs";
+  } catch {
+    return false;
+  }
+}
+
+const cpuNow = () => {
+  const u = process.cpuUsage();
+  return u.user + u.system;
+};
+
+/**
+ * Process CPU (user + system, all threads: `process.cpuUsage()`) of `n`
+ * saves after `warmup` unmeasured ones, per save; and the CPU of encoding
+ * each new message alone (its JSON line as UTF-8 bytes), per save.
+ *
+ * @param save - makes message `i` durable (history has `i + 1` messages)
+ */
+export async function cpuPerSave(
+  label: string,
+  dir: string,
+  messages: Message[],
+  warmup: number,
+  save: (history: Message[]) => Promise<void> | void,
+): Promise<CpuResult> {
+  const history: Message[] = [];
+  const wall: number[] = [];
+  let cpu = 0;
+  for (let i = 0; i < messages.length; i++) {
+    history.push(messages[i]!);
+    const c0 = cpuNow();
+    const t0 = performance.now();
+    await save(history);
+    const t1 = performance.now();
+    if (i >= warmup) {
+      cpu += cpuNow() - c0;
+      wall.push((t1 - t0) * 1000);
+    }
+  }
+  // Encoding the new bytes: what any durable append must spend per message. Repeated for resolution.
+  const reps = 5;
+  let sink = 0;
+  const c0 = cpuNow();
+  for (let r = 0; r < reps; r++) {
+    for (let i = warmup; i < messages.length; i++) sink += Buffer.from(`${JSON.stringify(messages[i])}\n`).length;
+  }
+  const encode = (cpuNow() - c0) / (reps * (messages.length - warmup));
+  if (sink < 0) throw new Error("unreachable");
+  return {
+    store: label,
+    dir,
+    tmpfs: isTmpfs(dir),
+    saves: messages.length - warmup,
+    n: messages.length,
+    cpuPerSave: cpu / (messages.length - warmup),
+    encodePerSave: encode,
+    wallP50: median(wall),
+  };
+}
+
+/** The JSONL floor (append + fdatasync) driven for {@link cpuPerSave}. */
+export function jsonlAppender(dir: string): { save(h: Message[]): void; close(): void } {
+  const fd = openSync(path.join(dir, "floor.jsonl"), "a");
+  return {
+    save(h) {
+      writeSync(fd, `${JSON.stringify(h[h.length - 1])}\n`);
+      fdatasyncSync(fd);
+    },
+    close: () => closeSync(fd),
+  };
+}
+
+/** The directory the tmpfs scenario uses: `/dev/shm` when it is a tmpfs, else the OS temp dir. */
+export function tmpfsRoot(): string {
+  try {
+    if (statSync("/dev/shm").isDirectory() && isTmpfs("/dev/shm")) return "/dev/shm";
+  } catch {
+    // no /dev/shm
+  }
+  return os.tmpdir();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durable steps
+
+/** A journal's step cost and replay time against its store's floors. */
+export interface DurableResult {
+  journal: "sqlite" | "postgres" | "redis";
+  steps: number;
+  /** p50 µs of one `await step(...)` that runs and is journaled (a `started` and a `completed` record). */
+  stepP50: number;
+  /** p50 µs of one raw write of the same completed record's bytes to the same store. */
+  floorWriteP50: number;
+  /** What the floor write is. */
+  floorWrite: string;
+  /** ms of `runDurable` replaying the recorded steps up to the run's wait (median of the repeats). */
+  replayMs: number;
+  /** ms of a raw read of the run's step rows with their outputs parsed (median of the repeats). */
+  rawReadMs: number;
+  /** What the raw read is. */
+  rawRead: string;
+  repeats: number;
+}
+
+/**
+ * Records a run of `steps` steps (each returns a real message, as an `llm`
+ * step does) that then waits for a signal; times each step. Then times
+ * `runDurable` on the waiting run (it replays every step from the journal
+ * and stops at the wait again) against a raw read of its step rows, and
+ * times a raw write of one completed step record to the same store.
+ */
+export async function durableScenario(
+  kind: DurableResult["journal"],
+  ctx: BenchContext,
+  pool: Message[],
+  opts: { steps: number; repeats: number },
+): Promise<DurableResult> {
+  const d = await import("../src/durable/index.js");
+  const runId = `bench-run-${ctx.id}`;
+  // biome-ignore lint/suspicious/noExplicitAny: one of the three journals
+  let journal: any;
+  let cleanup = async () => {};
+  if (kind === "sqlite") {
+    journal = new d.SqliteJournal({ path: path.join(ctx.dir, "journal.db") });
+  } else if (kind === "postgres") {
+    journal = new d.PostgresJournal({ url: ctx.databaseUrl, schema: pgSchema(ctx) });
+    cleanup = () => dropPostgresSchema(ctx.databaseUrl, pgSchema(ctx));
+  } else {
+    journal = new d.RedisJournal({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) });
+    cleanup = () => deleteRedisPrefix(ctx);
+  }
+  try {
+    let recording = true;
+    const stepTimes: number[] = [];
+    const wf = async () => {
+      for (let i = 0; i < opts.steps; i++) {
+        const t0 = performance.now();
+        await d.step("llm", () => pool[i % pool.length] as never);
+        if (recording) stepTimes.push((performance.now() - t0) * 1000);
+      }
+      await d.waitForSignal("done");
+      return null;
+    };
+    const first = await d.runDurable(runId, wf, { journal, input: {}, workflow: "bench" });
+    if (first.status !== "waiting") throw new Error(`durable ${kind}: the recorded run ended ${first.status}`);
+    recording = false;
+    const replays: number[] = [];
+    for (let r = 0; r < opts.repeats; r++) {
+      const t0 = performance.now();
+      const again = await d.runDurable(runId, wf, { journal });
+      replays.push(performance.now() - t0);
+      if (again.status !== "waiting") throw new Error(`durable ${kind}: the replay ended ${again.status}`);
+    }
+    const record = (await journal.readSteps(runId))[1];
+    if (record?.status !== "completed") throw new Error(`durable ${kind}: no completed record`);
+    const floor = await durableFloors(kind, ctx, runId, JSON.stringify(record), opts);
+    return {
+      journal: kind,
+      steps: opts.steps,
+      stepP50: median(stepTimes),
+      floorWriteP50: floor.writeP50,
+      floorWrite: floor.write,
+      replayMs: median(replays),
+      rawReadMs: floor.readMs,
+      rawRead: floor.read,
+      repeats: opts.repeats,
+    };
+  } finally {
+    await journal.close();
+    await cleanup();
+  }
+}
+
+/** The raw floors of one journal's store: a write of one step record, and a read of the run's step rows. */
+async function durableFloors(
+  kind: DurableResult["journal"],
+  ctx: BenchContext,
+  runId: string,
+  recordJson: string,
+  opts: { steps: number; repeats: number },
+): Promise<{ write: string; writeP50: number; read: string; readMs: number }> {
+  const writes: number[] = [];
+  const reads: number[] = [];
+  if (kind === "sqlite") {
+    // Same file, WAL, synchronous = FULL (the journal's default): one INSERT per record, autocommit.
+    const db = new Database(path.join(ctx.dir, "journal.db"));
+    try {
+      db.pragma("journal_mode = WAL");
+      db.pragma("synchronous = FULL");
+      db.exec("CREATE TABLE bench_floor (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)");
+      const insert = db.prepare("INSERT INTO bench_floor (seq, body) VALUES (?, ?)");
+      for (let i = 0; i < opts.steps; i++) {
+        const t0 = performance.now();
+        insert.run(i, recordJson);
+        writes.push((performance.now() - t0) * 1000);
+      }
+      const select = db.prepare("SELECT * FROM durable_steps WHERE run_id = ? ORDER BY seq");
+      for (let r = 0; r < opts.repeats; r++) {
+        const t0 = performance.now();
+        const rows = select.all(runId) as { output_json: string | null }[];
+        for (const row of rows) if (row.output_json !== null) JSON.parse(row.output_json);
+        reads.push(performance.now() - t0);
+        if (rows.length < opts.steps) throw new Error(`durable sqlite: read ${rows.length} step rows`);
+      }
+    } finally {
+      db.close();
+    }
+    return {
+      write: "SQLite INSERT of the record, WAL, synchronous=FULL (as the journal)",
+      writeP50: median(writes),
+      read: "SELECT * of the run's step rows + JSON.parse of each output",
+      readMs: median(reads),
+    };
+  }
+  if (kind === "postgres") {
+    const pg = await import("pg");
+    const client = new pg.default.Client({ connectionString: ctx.databaseUrl });
+    await client.connect();
+    const schema = pgSchema(ctx);
+    try {
+      await client.query(`CREATE TABLE "${schema}".bench_floor (seq integer PRIMARY KEY, body text NOT NULL)`);
+      for (let i = 0; i < opts.steps; i++) {
+        const t0 = performance.now();
+        await client.query(`INSERT INTO "${schema}".bench_floor (seq, body) VALUES ($1, $2)`, [i, recordJson]);
+        writes.push((performance.now() - t0) * 1000);
+      }
+      for (let r = 0; r < opts.repeats; r++) {
+        const t0 = performance.now();
+        const res = await client.query(`SELECT * FROM "${schema}".durable_steps WHERE run_id = $1 ORDER BY seq`, [
+          runId,
+        ]);
+        for (const row of res.rows as { output_json: string | null }[]) {
+          if (row.output_json !== null) JSON.parse(row.output_json);
+        }
+        reads.push(performance.now() - t0);
+        if (res.rows.length < opts.steps) throw new Error(`durable postgres: read ${res.rows.length} step rows`);
+      }
+    } finally {
+      await client.end();
+    }
+    return {
+      write: "PostgreSQL INSERT of the record (autocommit)",
+      writeP50: median(writes),
+      read: "SELECT * of the run's step rows + JSON.parse of each output",
+      readMs: median(reads),
+    };
+  }
+  const { Redis } = await import("ioredis");
+  const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
+  try {
+    const floorKey = `${redisPrefix(ctx)}floor`;
+    for (let i = 0; i < opts.steps; i++) {
+      const t0 = performance.now();
+      await redis.hset(floorKey, String(i), recordJson);
+      writes.push((performance.now() - t0) * 1000);
+    }
+    // The journal's own key of the run's steps hash (`<keyPrefix>{<runId>}:steps`).
+    const stepsKey = `${redisPrefix(ctx)}{${runId}}:steps`;
+    for (let r = 0; r < opts.repeats; r++) {
+      const t0 = performance.now();
+      const h = await redis.hgetall(stepsKey);
+      const records = Object.values(h).map((s) => JSON.parse(s) as { seq: number });
+      records.sort((a, b) => a.seq - b.seq);
+      reads.push(performance.now() - t0);
+      if (records.length < opts.steps) throw new Error(`durable redis: read ${records.length} step records`);
+    }
+  } finally {
+    await redis.quit();
+  }
+  return {
+    write: "Redis HSET of the record",
+    writeP50: median(writes),
+    read: "HGETALL of the run's steps hash + JSON.parse of each record",
+    readMs: median(reads),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflow checkpoints
+
+/** One workflow checkpoint against the raw writes of its bytes. */
+export interface CheckpointResult {
+  checkpoints: number;
+  /** Bytes of one snapshot (`state_json`). */
+  stateBytes: number;
+  /** p50 µs of `CheckpointStore.save` (SQLite cold store, Redis hot tier). */
+  saveP50: number;
+  /** p50 µs of a raw SQLite INSERT (WAL, synchronous=FULL, as the cold store) plus a Redis SET of the same bytes. */
+  floorP50: number;
+  /** The two parts of the floor, p50 µs each. */
+  floorSqliteP50: number;
+  floorRedisP50: number;
+}
+
+/**
+ * Saves `checkpoints` consecutive checkpoints of one workflow whose
+ * `sharedMemory` holds about `stateBytes` of real messages (below the blob
+ * threshold, so inline), with compare-and-set on the step, through
+ * `CheckpointStore` with a `SqliteColdStore` and a `RedisHotTier`; then as
+ * many raw SQLite inserts + Redis SETs of the same bytes.
+ */
+export async function checkpointScenario(
+  ctx: BenchContext,
+  pool: Message[],
+  opts: { checkpoints: number; stateBytes: number },
+): Promise<CheckpointResult> {
+  const w = await import("../src/workflow/index.js");
+  const messages: Message[] = [];
+  let bytes = 0;
+  for (let i = 0; bytes < opts.stateBytes; i++) {
+    const m = pool[i % pool.length]!;
+    messages.push(m);
+    bytes += Buffer.byteLength(JSON.stringify(m)) + 1;
+  }
+  const dbPath = path.join(ctx.dir, "workflows.db");
+  mkdirSync(path.join(ctx.dir, "blobs"), { recursive: true });
+  const store = await w.CheckpointStore.open({
+    cold: new w.SqliteColdStore({ path: dbPath }),
+    hot: new w.RedisHotTier({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) }),
+    blobDir: path.join(ctx.dir, "blobs"),
+  });
+  const saves: number[] = [];
+  let stateJson = "";
+  try {
+    const workflowId = `bench-wf-${ctx.id}`;
+    let state = w.createWorkflowState({ workflowId, sharedMemory: { messages: messages as never } });
+    for (let i = 0; i < opts.checkpoints; i++) {
+      state = { ...state, stepIndex: i, currentNode: `node-${i % 3}`, updatedAt: Date.now() };
+      const t0 = performance.now();
+      await store.save(state, { expectedStep: i === 0 ? null : i - 1 });
+      saves.push((performance.now() - t0) * 1000);
+    }
+    if (store.stats.hotErrors > 0) throw new Error("checkpoint: the Redis hot tier failed");
+    stateJson = JSON.stringify(await store.loadLatest(workflowId));
+  } finally {
+    await store.close();
+  }
+  // Floors: the same bytes, one SQLite row (WAL, FULL) then one Redis SET, per checkpoint.
+  const db = new Database(path.join(ctx.dir, "floor.db"));
+  const { Redis } = await import("ioredis");
+  const redis = new Redis(ctx.redisUrl, { maxRetriesPerRequest: 1 });
+  const both: number[] = [];
+  const sq: number[] = [];
+  const rd: number[] = [];
+  try {
+    db.pragma("journal_mode = WAL");
+    db.pragma("synchronous = FULL");
+    db.exec(
+      "CREATE TABLE s (workflow_id TEXT NOT NULL, step INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (workflow_id, step))",
+    );
+    const insert = db.prepare("INSERT INTO s (workflow_id, step, body) VALUES (?, ?, ?)");
+    for (let i = 0; i < opts.checkpoints; i++) {
+      const t0 = performance.now();
+      insert.run("w", i, stateJson);
+      const t1 = performance.now();
+      await redis.set(`${redisPrefix(ctx)}floor`, stateJson);
+      const t2 = performance.now();
+      sq.push((t1 - t0) * 1000);
+      rd.push((t2 - t1) * 1000);
+      both.push((t2 - t0) * 1000);
+    }
+  } finally {
+    db.close();
+    await redis.quit();
+    await deleteRedisPrefix(ctx);
+  }
+  return {
+    checkpoints: opts.checkpoints,
+    stateBytes: Buffer.byteLength(stateJson),
+    saveP50: median(saves),
+    floorP50: median(both),
+    floorSqliteP50: median(sq),
+    floorRedisP50: median(rd),
+  };
+}

@@ -1,0 +1,240 @@
+/**
+ * The targets `npm run bench` checks, each printed as one MET / MISS line with
+ * the measured value and the threshold, and written to the JSON results.
+ *
+ * Every ratio is taken within one run (the same machine load for both
+ * sides). A target whose measurement did not run (a server down, `--only`)
+ * is `NOT RUN`, never silently left out.
+ *
+ * @module
+ */
+import type { Result, ScenarioResults } from "./run.js";
+
+/** One checked target. */
+export interface TargetCheck {
+  /** Stable id of the target, e.g. `save-vs-floor`. */
+  id: string;
+  /** What was measured: a store, a journal, … */
+  subject: string;
+  /** What the measured value is. */
+  what: string;
+  /** Measured value (`unit`), `null` when not run. */
+  measured: number | null;
+  /** The bound: `≤ threshold` or `≥ threshold` (`direction`). */
+  threshold: number;
+  direction: "<=" | ">=";
+  unit: "×" | "µs";
+  status: "MET" | "MISS" | "NOT RUN";
+  /** The printed line. */
+  line: string;
+}
+
+function check(
+  id: string,
+  subject: string,
+  what: string,
+  measured: number | undefined,
+  direction: "<=" | ">=",
+  threshold: number,
+  unit: "×" | "µs",
+): TargetCheck {
+  const ok = measured !== undefined && Number.isFinite(measured);
+  const status = !ok
+    ? "NOT RUN"
+    : (direction === "<=" ? measured <= threshold : measured >= threshold)
+      ? "MET"
+      : "MISS";
+  const shown = !ok
+    ? "not measured"
+    : unit === "×"
+      ? `${measured.toFixed(measured < 10 ? 2 : 0)}×`
+      : `${measured.toFixed(1)} µs`;
+  const bound = `${direction === "<=" ? "≤" : "≥"} ${threshold}${unit === "×" ? "×" : " µs"}`;
+  return {
+    id,
+    subject,
+    what,
+    measured: ok ? measured : null,
+    threshold,
+    direction,
+    unit,
+    status,
+    line: `${status.padEnd(7)} ${subject}: ${what} ${shown} (target ${bound})`,
+  };
+}
+
+const FAMILIES = ["file", "sqlite", "redis", "postgres", "memory"] as const;
+/** saveState p50 bound, as a multiple of the store's floor. */
+const SAVE_BOUND: Record<string, number> = { file: 1.5, sqlite: 2, redis: 2, postgres: 2 };
+const FLOOR_NAME: Record<string, string> = {
+  file: "JSONL append + fdatasync",
+  sqlite: "SQLite row per message",
+  redis: "Redis RPUSH",
+  postgres: "PostgreSQL INSERT per message",
+};
+
+/**
+ * Checks every target of the "saves at the speed of the storage" issue.
+ *
+ * @param results - the save-after-every-message results
+ * @param scenarios - the extra scenarios
+ * @param opts - `at`: the scenario the save targets are read from (N = 10,000; N = 1,000 with `--quick`)
+ */
+export function checkTargets(results: Result[], scenarios: ScenarioResults, opts: { at: string }): TargetCheck[] {
+  const out: TargetCheck[] = [];
+  const at = results.filter((r) => r.scenario === opts.at);
+  const agent = (f: string) => at.find((r) => r.group === "agent" && r.family === f);
+  const floor = (f: string) => at.find((r) => r.group === "baseline" && r.family === f);
+  const div = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined || b === 0 ? undefined : a / b;
+  for (const f of ["file", "sqlite", "redis", "postgres"]) {
+    out.push(
+      check(
+        "save-vs-floor",
+        `saveState ${f}`,
+        `p50 / ${FLOOR_NAME[f]} p50 =`,
+        div(agent(f)?.p50, floor(f)?.p50),
+        "<=",
+        SAVE_BOUND[f]!,
+        "×",
+      ),
+    );
+  }
+  for (const f of FAMILIES) {
+    const r = agent(f);
+    out.push(
+      check("flat", `saveState ${f}`, "last 40 p50 / first 40 p50 =", div(r?.last40, r?.first40), "<=", 1.5, "×"),
+    );
+  }
+  for (const f of ["file", "sqlite", "redis", "postgres"]) {
+    out.push(
+      check(
+        "load-vs-floor",
+        `loadState ${f}`,
+        `load of the history / the ${FLOOR_NAME[f]} floor's read + parse =`,
+        div(agent(f)?.loadMs, floor(f)?.loadMs),
+        "<=",
+        1.2,
+        "×",
+      ),
+    );
+  }
+  const lg = at.find((r) => r.store === "LangGraph SqliteSaver");
+  for (const f of FAMILIES) {
+    out.push(
+      check(
+        "total-vs-sqlitesaver",
+        `saveState ${f}`,
+        `LangGraph SqliteSaver total save time / ours =`,
+        div(lg?.totalMs, agent(f)?.totalMs),
+        ">=",
+        300,
+        "×",
+      ),
+    );
+  }
+  for (const f of FAMILIES) {
+    const p = scenarios.prompt.find((x) => x.family === f);
+    out.push(
+      check(
+        "prompt-50mb",
+        `saveState ${f}`,
+        "one-message save p50 with a 50 MB prompt / with a 1 KB prompt =",
+        div(p?.largeP50, p?.smallP50),
+        "<=",
+        1.5,
+        "×",
+      ),
+    );
+  }
+  const cpu = scenarios.cpu.find((c) => c.store === "saveState: file (.duas)");
+  out.push(
+    check(
+      "cpu-tmpfs",
+      "saveState file",
+      `CPU per save on ${cpu?.tmpfs ? "tmpfs" : "(no tmpfs here)"} minus the encoding of the new bytes =`,
+      cpu ? cpu.cpuPerSave - cpu.encodePerSave : undefined,
+      "<=",
+      30,
+      "µs",
+    ),
+  );
+  for (const j of ["sqlite", "postgres", "redis"] as const) {
+    const d = scenarios.durable.find((x) => x.journal === j);
+    out.push(
+      check(
+        "durable-step",
+        `${j} journal`,
+        "journaled step p50 / raw write p50 of its record =",
+        div(d?.stepP50, d?.floorWriteP50),
+        "<=",
+        2,
+        "×",
+      ),
+    );
+  }
+  for (const j of ["sqlite", "postgres", "redis"] as const) {
+    const d = scenarios.durable.find((x) => x.journal === j);
+    out.push(
+      check(
+        "replay",
+        `${j} journal`,
+        `replay of ${(d?.steps ?? 1000).toLocaleString("en-US")} recorded steps / raw read of their rows =`,
+        div(d?.replayMs, d?.rawReadMs),
+        "<=",
+        1.5,
+        "×",
+      ),
+    );
+  }
+  const c = scenarios.checkpoint;
+  out.push(
+    check(
+      "checkpoint-100kb",
+      "workflow checkpoint",
+      `CheckpointStore.save p50 of a ${c ? Math.round(c.stateBytes / 1024) : 100} KB state / (SQLite INSERT + Redis SET) p50 =`,
+      div(c?.saveP50, c?.floorP50),
+      "<=",
+      2,
+      "×",
+    ),
+  );
+  return out;
+}
+
+/**
+ * The targets of earlier work, still checked: the backend-level `write` rows
+ * against the floors and LangGraph's `SqliteSaver`, and the `DumplingsSaver`
+ * rows against LangGraph's savers.
+ */
+export function earlierTargets(results: Result[], atName: string): TargetCheck[] {
+  const out: TargetCheck[] = [];
+  const at = results.filter((r) => r.scenario === atName);
+  const jsonl = at.find((r) => r.group === "baseline" && r.family === "file");
+  const lg = at.find((r) => r.store === "LangGraph SqliteSaver");
+  for (const [ours, theirs] of [
+    ["DumplingsSaver (sqlite)", "LangGraph SqliteSaver"],
+    ["DumplingsSaver (postgres)", "LangGraph PostgresSaver"],
+  ] as const) {
+    const r = at.find((x) => x.store === ours);
+    const l = at.find((x) => x.store === theirs);
+    if (!r || !l) continue;
+    out.push(check("cp-flat", ours, "last 40 / first 40 =", r.last40 / r.first40, "<=", 1.5, "×"));
+    if (r.size !== undefined)
+      out.push(check("cp-stored", ours, "stored / raw JSONL =", r.size / r.rawBytes, "<=", 5, "×"));
+    out.push(check("cp-total", ours, `${theirs} total / ours =`, l.totalMs / r.totalMs, ">=", 10, "×"));
+  }
+  for (const r of at.filter((x) => x.group === "backend")) {
+    const base = at.find((b) => b.group === "baseline" && b.family === r.family);
+    if (base) out.push(check("write-vs-floor", r.store, `p50 / ${base.store} p50 =`, r.p50 / base.p50, "<=", 3, "×"));
+    out.push(check("write-flat", r.store, "last 40 / first 40 =", r.last40 / r.first40, "<=", 1.5, "×"));
+    if (lg)
+      out.push(
+        check("write-total", r.store, "LangGraph SqliteSaver total / ours =", lg.totalMs / r.totalMs, ">=", 100, "×"),
+      );
+    if (r.size !== undefined)
+      out.push(check("write-stored", r.store, "stored / raw JSONL =", r.size / r.rawBytes, "<=", 1.3, "×"));
+    if (jsonl) out.push(check("write-load", r.store, "load / JSONL parse =", r.loadMs / jsonl.loadMs, "<=", 1.5, "×"));
+  }
+  return out;
+}

@@ -63,7 +63,15 @@ export async function renderChart(
   );
   const writers = [...new Set(values.map((v) => v.writer))].sort();
   const dash = (w: string) => (w.startsWith("raw floor") ? [6, 3] : w.startsWith("LangGraph") ? [2, 2] : [1, 0]);
-  const spec: vegaLite.TopLevelSpec = {
+  // A dash legend's symbols get no stroke colour from the colour channel: draw them dark. Vega-Lite passes a
+  // legend's `encode` on to Vega, though its `Legend` type does not list it.
+  const dashLegend = {
+    symbolType: "stroke",
+    symbolSize: 400,
+    labelLimit: 260,
+    encode: { symbols: { update: { stroke: { value: "#333" }, strokeWidth: { value: 2 } } } },
+  };
+  const spec = {
     $schema: "https://vega.github.io/schema/vega-lite/v6.json",
     title,
     width: 640,
@@ -86,18 +94,12 @@ export async function renderChart(
               type: "nominal",
               title: "written by",
               scale: { domain: writers, range: writers.map(dash) },
-              legend: {
-                symbolType: "stroke",
-                symbolSize: 400,
-                labelLimit: 260,
-                // A line legend's symbols take no colour of their own here: draw them dark.
-                encode: { symbols: { update: { stroke: { value: "#333" }, strokeWidth: { value: 2 } } } },
-              },
+              legend: dashLegend,
             },
           }
         : { color: { field: "store", type: "nominal", title: "store", legend: { labelLimit: 260 } } }),
     },
-  };
+  } as vegaLite.TopLevelSpec;
   const compiled = vegaLite.compile(spec).spec;
   const view = new vega.View(vega.parse(compiled), { renderer: "none" });
   const svg = await view.toSVG();

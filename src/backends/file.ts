@@ -283,6 +283,22 @@ function readHead(fd: number): Buffer | undefined {
 }
 
 /**
+ * Feeds the header bytes of {@link readHead} (through the `[HISTORY]` line) to `parser`, line by line
+ * with the same UTF-8 rules as the streaming read.
+ *
+ * @throws {FormatError} for a malformed header or one that fails `header_crc32`
+ */
+function feedHeader(parser: DuasLineParser, head: Buffer, file: string): void {
+  let pos = 0;
+  while (pos < head.length) {
+    const nl = head.indexOf(0x0a, pos);
+    const end = nl < 0 ? head.length : nl;
+    parser.feed(decodeUtf8(head.subarray(pos, end), file, parser.line + 1, parser.line > 0));
+    pos = end + 1;
+  }
+}
+
+/**
  * Scans a plain `.duas` file's bytes: parses the header and finds the end of
  * the `message_count`-th history line (the committed end). With `verify`, the
  * committed lines are also checked against `history_crc32` (a writer does so
@@ -1099,16 +1115,16 @@ export class FileBackend implements StateBackend {
   async readHeader(key: string): Promise<HeaderResult | undefined> {
     const current = this.existing(key);
     if (!current) return undefined;
-    const parser = new DuasLineParser(current.file);
+    const ref = { parser: new DuasLineParser(current.file) };
     try {
-      for await (const _ of this.lines(key, current.file, current.gz, parser, true)) {
+      for await (const _ of this.lines(key, current.file, current.gz, ref, true)) {
         // header only
       }
     } catch (e) {
       if (isCode(e, "ENOENT")) return undefined;
       throw this.wrap(e, `cannot load ${JSON.stringify(key)}`, key);
     }
-    const h = parser.header;
+    const h = ref.parser.header;
     if (!h) return undefined;
     return { header: { meta: h.meta, config: h.config, state: h.state }, revision: h.revision ?? 1 };
   }
@@ -1125,52 +1141,74 @@ export class FileBackend implements StateBackend {
   async *iterHistory(key: string): AsyncGenerator<Message> {
     const current = this.existing(key);
     if (!current) throw new StateNotFoundError(key, "file");
-    const parser = new DuasLineParser(current.file);
+    const ref = { parser: new DuasLineParser(current.file) };
     try {
-      yield* this.lines(key, current.file, current.gz, parser, false);
+      yield* this.lines(key, current.file, current.gz, ref, false);
     } catch (e) {
       if (isCode(e, "ENOENT")) throw new StateNotFoundError(key, "file");
       throw this.wrap(e, `cannot read the history of ${JSON.stringify(key)}`, key);
     }
   }
 
+  /**
+   * Streams `file` through `ref.parser`: the header first, read whole with positional reads and
+   * verified (`header_crc32`) before any message is returned, then the history from the same open
+   * descriptor. The committed lines a header counts never change on its inode (writers append past
+   * them, truncate only an uncommitted tail past the newest count, and replace the file by rename),
+   * so the stream is exactly the saved state that header describes, whatever saves run meanwhile.
+   * A header that fails its checks (a writer of another process caught half-way through an in-place
+   * update, or a crash there) is read through the whole-file path, which applies the header journal
+   * and re-reads while the bytes move; what stays malformed is the error.
+   */
   private async *lines(
     key: string,
     file: string,
     gz: boolean,
-    parser: DuasLineParser,
+    ref: { parser: DuasLineParser },
     headerOnly: boolean,
   ): AsyncGenerator<Message> {
     const journal = gz ? undefined : this.readJournal(key);
     if (journal && journalPending(file, journal)) {
       // A save interrupted by a crash, not rolled forward yet (no writer since): the journal holds it.
-      // This rare recovery case reads through the whole-file path instead of streaming.
-      const { state, revision } = this.readFile(key, file, false);
-      const text = encodeHeader(state, state.history.length, { revision }).split("\n");
-      text.pop();
-      for (const l of text) parser.feed(l);
-      if (headerOnly) return;
-      for (const m of state.history) yield m;
+      yield* this.linesOfWholeRead(key, file, ref, headerOnly);
       return;
     }
     const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
     // As the whole-file path: a `.duas.gz` name holding plain text is read as plain text.
     const magic = Buffer.alloc(2);
-    let stream: ReturnType<typeof createReadStream>;
+    let stream: ReturnType<typeof createReadStream> | undefined;
+    let start = 0;
+    let whole = false;
     try {
-      const compressed = gz && readSync(fd, magic, 0, 2, 0) === 2 && isGzip(magic);
-      stream = createReadStream("", { fd, start: 0, highWaterMark: 64 * 1024 });
-      gz = compressed;
-    } catch (e) {
-      closeSync(fd);
-      throw e;
+      gz = gz && readSync(fd, magic, 0, 2, 0) === 2 && isGzip(magic);
+      const head = gz ? undefined : readHead(fd);
+      if (head !== undefined) {
+        const parser = new DuasLineParser(file);
+        try {
+          feedHeader(parser, head, file);
+          ref.parser = parser;
+          start = head.length;
+        } catch (e) {
+          if (!(e instanceof FormatError)) throw e;
+          whole = true;
+        }
+      }
+      if (!whole && !(headerOnly && start > 0)) stream = createReadStream("", { fd, start, highWaterMark: 64 * 1024 });
+    } finally {
+      if (stream === undefined) closeSync(fd);
     }
+    if (whole) {
+      yield* this.linesOfWholeRead(key, file, ref, headerOnly);
+      return;
+    }
+    if (stream === undefined) return; // header only, read and verified
+    const parser = ref.parser;
     const input = gz ? stream.pipe(createGunzip()) : stream;
     if (gz) stream.on("error", (e) => input.destroy(e));
     // Same rules as decodeState over the whole text: lines split on "\n" only, strict UTF-8 per line,
     // the last line must end with "\n", message_count and history_crc32 checked at the end. Only a
     // FileBackend file (it has a revision) may carry an uncommitted tail after its message_count lines.
-    let any = false;
+    let any = start > 0;
     try {
       for await (const { bytes, terminated } of splitLines(input)) {
         any = true;
@@ -1204,6 +1242,26 @@ export class FileBackend implements StateBackend {
       input.destroy();
       stream.destroy();
     }
+  }
+
+  /**
+   * The rare path of {@link lines}: the whole file read and checked as `load` reads it (header journal
+   * applied, re-read while a writer moves the bytes), then fed to a fresh parser as its text.
+   */
+  private async *linesOfWholeRead(
+    key: string,
+    file: string,
+    ref: { parser: DuasLineParser },
+    headerOnly: boolean,
+  ): AsyncGenerator<Message> {
+    const { state, revision } = this.readFile(key, file, false);
+    const parser = new DuasLineParser(file);
+    const text = encodeHeader(state, state.history.length, { revision }).split("\n");
+    text.pop();
+    for (const l of text) parser.feed(l);
+    ref.parser = parser;
+    if (headerOnly) return;
+    for (const m of state.history) yield m;
   }
 
   /** Nothing to release (no handles are kept open between calls). */

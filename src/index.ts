@@ -72,6 +72,7 @@ export { FORMAT_VERSION, packageVersion, SUPPORTED_FORMAT_VERSIONS } from "./cor
 // Persistence API.
 export {
   type AgentClass,
+  type AgentStateHeader,
   assertNoCredentials,
   autoSave,
   type BackendOptions,
@@ -109,6 +110,7 @@ export {
   type SaveResult,
   saveState,
   type ToolArgumentSecretsPolicy,
+  type ToStateOptions,
   trackedRevision,
   UnsupportedOperationError,
 } from "./persistence/index.js";

@@ -42,6 +42,7 @@ import {
   saveState,
 } from "../persistence/api.js";
 import {
+  type AgentStateHeader,
   agentClassName,
   defaultWarn,
   hookFunctionName,
@@ -49,6 +50,7 @@ import {
   type RestoreOptions,
   registerAgentClass,
   resolveHooksSync,
+  type ToStateOptions,
   unregisteredHookWarning,
 } from "../persistence/classes.js";
 import { isEnabled } from "../persistence/config.js";
@@ -79,6 +81,9 @@ export const STRICT_OPTIONS = new WeakSet<object>();
 
 /** The keys of {@link RestoreOptions}: any other is an `InvalidOptionError`. */
 const RESTORE_OPTIONS = optionKeys<RestoreOptions>({ hooks: true, unresolvedHooks: true, onWarning: true });
+
+/** The keys of {@link ToStateOptions}: any other is an `InvalidOptionError`. */
+const TO_STATE_OPTIONS = optionKeys<ToStateOptions>({ history: true });
 
 /** The keys of `registerTool`'s options. */
 const REGISTER_TOOL_OPTIONS = optionKeys<{ replace?: boolean }>({ replace: true });
@@ -454,11 +459,25 @@ export class BaseAgent extends EventEmitter {
    * @example
    * const state = agent.toState(); state.meta.class // "dumplings-ai:BaseAgent"
    */
-  toState(): AgentState {
+  toState(): AgentState;
+  /**
+   * The state without its history (`{ history: false }`): meta (its `messageCount` is the
+   * history's length), config and state, with no copy of a long history. The persistence layer
+   * saves this way and copies only the messages a save adds.
+   *
+   * @param options - `{ history: false }`
+   * @returns `{ meta, config, state }`
+   * @throws {InvalidOptionError} for an unknown option; otherwise as `toState()`
+   * @example
+   * const { meta } = agent.toState({ history: false }); meta.messageCount // agent.history.length
+   */
+  toState(options: ToStateOptions): AgentState | AgentStateHeader;
+  toState(options?: ToStateOptions): AgentState | AgentStateHeader {
+    checkOptions("toState", options, TO_STATE_OPTIONS);
     const ctor = this.constructor as AgentConstructor;
     const className = agentClassName(ctor);
     const config = this.validatedConfig();
-    return {
+    const header: AgentStateHeader = {
       meta: {
         formatVersion: FORMAT_VERSION,
         schemaVersion: packageVersion(),
@@ -475,8 +494,8 @@ export class BaseAgent extends EventEmitter {
         hooks: this.hookNames(),
         fields: this.persistentFieldValues(),
       },
-      history: [...this.history],
     };
+    return options?.history === false ? header : { ...header, history: [...this.history] };
   }
 
   /** Last config validated by {@link BaseAgent.validatedConfig}: a shallow copy of it, and its parsed form. */
@@ -511,15 +530,13 @@ export class BaseAgent extends EventEmitter {
    */
   static fromState<T extends BaseAgent>(this: AgentConstructor<T>, state: AgentState, options: RestoreOptions = {}): T {
     checkOptions("fromState", options, RESTORE_OPTIONS);
-    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
-    const cls = this;
-    if (state.meta.protocol !== cls.protocol) {
+    if (state.meta.protocol !== this.protocol) {
       throw new InvalidStateError(
         "meta.protocol",
-        `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${cls.name} speaks ${cls.protocol}`,
+        `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${this.name} speaks ${this.protocol}`,
       );
     }
-    const agent = new cls({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    const agent = new this({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
     agent.restoreState(state, options);
     return agent;
   }
@@ -602,10 +619,8 @@ export class BaseAgent extends EventEmitter {
     key: string,
     options?: LoadOptions,
   ): Promise<T> {
-    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
-    const cls = this;
     const agent = await loadState(key, options);
-    return checkClass(cls, agent, `key ${JSON.stringify(key)}`);
+    return checkClass(this, agent, `key ${JSON.stringify(key)}`);
   }
 
   /**
@@ -621,10 +636,8 @@ export class BaseAgent extends EventEmitter {
     text: string,
     options?: Omit<LoadOptions, "backend"> & { source?: string },
   ): Promise<T> {
-    // biome-ignore lint/complexity/noThisInStatic: `this` is the (sub)class the method is called on
-    const cls = this;
     const agent = await loadStateString(text, options);
-    return checkClass(cls, agent, options?.source ?? "the .duas string");
+    return checkClass(this, agent, options?.source ?? "the .duas string");
   }
 }
 

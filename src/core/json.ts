@@ -81,6 +81,8 @@ export function joinPath(path: string, key: string | number): string {
  * assertJson({ a: [1, 2n] }, "input") // throws: value at input.a[1] cannot be stored as JSON: a BigInt
  */
 export function assertJson(value: unknown, path = "value", messageIndex?: number): asserts value is JsonValue {
+  // Most values are JSON: a walk that allocates nothing and builds no path says so first.
+  if (isJsonFast(value, 1)) return;
   // The walk keeps a stack of keys and builds the path string only when it throws:
   // this check runs on every save, so the happy path allocates nothing per property.
   const keys: (string | number)[] = [];
@@ -146,6 +148,42 @@ export function assertJson(value: unknown, path = "value", messageIndex?: number
     stack.delete(obj);
   };
   visit(value, 1);
+}
+
+/**
+ * The happy path of {@link assertJson}: true when `v` is JSON by the same rules, walking it
+ * without allocating (no key stack, no cycle set, no closures). False means "not sure": a rule
+ * broken, or nesting deeper than {@link MAX_JSON_DEPTH} (which also stops a cycle); `assertJson`
+ * then walks again to throw with the exact path.
+ */
+function isJsonFast(v: unknown, depth: number): boolean {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return true;
+    case "number":
+      return Number.isFinite(v) && !Object.is(v, -0);
+    case "object": {
+      if (v === null) return true;
+      if (depth > MAX_JSON_DEPTH) return false;
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          if (!(i in v) || !isJsonFast(v[i], depth + 1)) return false;
+        }
+        return true;
+      }
+      const proto = Object.getPrototypeOf(v);
+      if (proto !== Object.prototype && proto !== null) return false;
+      if (Object.getOwnPropertySymbols(v).length > 0) return false;
+      for (const key in v) {
+        const child = (v as Record<string, unknown>)[key];
+        if (child !== undefined && !isJsonFast(child, depth + 1)) return false;
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 /**

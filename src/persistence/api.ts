@@ -9,7 +9,10 @@
  *    given, else — when saving under the key the agent was last loaded from
  *    or saved to (or under no key) — that key's backend, else the default
  *    backend (a new key follows `configure({ backend })`);
- * 2. the state is built (`agent.toState()`), its config checked for
+ * 2. the state is built: its header from `agent.toState({ history: false })`
+ *    (an agent that returns a history anyway is saved with it) and the
+ *    history from `agent.history`, copied in O(new messages) (see
+ *    `saveSnapshot` in `tracker.ts`); its config checked for
  *    credentials ({@link assertNoCredentials}) and its values for JSON
  *    (a non-JSON value → `NonJsonValueError` naming the message index and
  *    path); nothing is written when a check fails;
@@ -52,6 +55,7 @@ import {
   StateMetaSchema,
 } from "../core/state.js";
 import {
+  type AgentStateHeader,
   defaultWarn,
   type PersistableAgent,
   type PersistenceWarning,
@@ -62,6 +66,7 @@ import { backendLabel, currentSettings, resolveBackend } from "./config.js";
 import { applyToolArgumentPolicy, assertNoCredentials, resolveApiKey } from "./credentials.js";
 import { UnsupportedOperationError } from "./errors.js";
 import {
+  abandonSnapshot,
   agentHome,
   computeBaseLength,
   forgetTrack,
@@ -69,6 +74,7 @@ import {
   type Home,
   recordLoaded,
   recordSaved,
+  saveSnapshot,
 } from "./tracker.js";
 
 /** Options of {@link saveState}. */
@@ -179,7 +185,10 @@ function defaultKey(agent: PersistableAgent): string {
   return strategy === "name" ? agent.name : agent.uuid;
 }
 
-function checkHeader(state: AgentState): void {
+/** `toState`'s options for a save: the header only. */
+const HEADER_ONLY = Object.freeze({ history: false });
+
+function checkHeader(state: AgentStateHeader): void {
   assertNoCredentials(state.config);
   assertJson(state.meta, "meta");
   assertJson(state.config, "config");
@@ -260,32 +269,40 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
   const home = agentHome(agent);
   const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = validateKey(key ?? home?.key ?? defaultKey(agent));
-  const state = agent.toState();
-  checkHeader(state);
-  const history = state.history;
+  // The header only (no copy of a long history): the history is taken from the agent below and
+  // copied in O(new messages). An agent that returns a history anyway (a custom one) saves that.
+  const header = agent.toState(HEADER_ONLY) as AgentStateHeader & { history?: Message[] };
+  checkHeader(header);
+  const own = header.history;
+  const live = own ?? agent.history;
 
   if (typeof backend.write === "function") {
     const track = getTrack(agent, backend, k);
     // An instance that never loaded or saved this key may only create it: saving a fresh agent over
     // someone else's session is a ConflictError, not a silent overwrite (`force: true` overwrites).
     let expectedRevision: number | null | undefined = track === undefined ? null : track.revision;
-    let baseLength = track !== undefined && !options.force ? computeBaseLength(track, history) : undefined;
+    let baseLength = track !== undefined && !options.force ? computeBaseLength(track, live) : undefined;
     if (options.ifRevision !== undefined) {
       expectedRevision = options.ifRevision;
       if (track?.revision !== options.ifRevision) baseLength = undefined;
     }
     if (expectedRevision === undefined || expectedRevision === null || options.force) baseLength = undefined;
-    checkHistory(history, baseLength ?? 0);
-    applySecretsPolicy(state);
+    checkHistory(live, baseLength ?? 0);
+    const history = own ?? saveSnapshot(track, live, baseLength);
+    const state: AgentState = { meta: header.meta, config: header.config, state: header.state, history };
     let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
     try {
+      applySecretsPolicy(state);
       result = await backend.write(k, state, { expectedRevision, baseLength, force: options.force ?? false });
     } catch (e) {
+      abandonSnapshot(track, history, baseLength);
       wrap(backend, `cannot save ${JSON.stringify(k)}`, k, e);
     }
     recordSaved(agent, backend, k, history, result.rewritten ? undefined : baseLength, result.revision);
     return { key: k, revision: result.revision, written: result.written, rewritten: result.rewritten };
   }
+  const history = own ?? live.slice();
+  const state: AgentState = { meta: header.meta, config: header.config, state: header.state, history };
 
   if (options.ifRevision !== undefined) {
     throw new UnsupportedOperationError(

@@ -57,9 +57,27 @@ export interface PersistableAgent {
   history: Message[];
   /** Builds the complete state to store (see {@link AgentState}). */
   toState(): AgentState;
+  /**
+   * With `{ history: false }`, the agent may leave the history out (`BaseAgent` does): the
+   * persistence layer then takes it from {@link PersistableAgent.history} and copies only the
+   * messages a save adds. An agent that returns its history anyway is saved with that history.
+   */
+  toState(options: ToStateOptions): AgentState | AgentStateHeader;
   /** Event emitter: persistence emits `persistError` and `persistWarning` on the agent. */
   emit(event: string | symbol, ...args: unknown[]): boolean;
 }
+
+/** Options of an agent's `toState`. */
+export interface ToStateOptions {
+  /**
+   * `false`: build the header only (meta, config, state; `meta.messageCount` is the history's
+   * length), without copying the history. @default true
+   */
+  history?: boolean;
+}
+
+/** An agent state without its history: what `toState({ history: false })` returns. */
+export type AgentStateHeader = Omit<AgentState, "history">;
 
 /** A function saved by name in `[STATE] hooks` (a tool-call hook). */
 // biome-ignore lint/suspicious/noExplicitAny: hooks of any signature can be registered by name

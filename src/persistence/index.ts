@@ -24,6 +24,7 @@ export {
 } from "./api.js";
 export {
   type AgentClass,
+  type AgentStateHeader,
   addClassFallback,
   agentClassName,
   type ClassFallback,
@@ -39,6 +40,7 @@ export {
   registerHookFunction,
   resolveHooksSync,
   savedModuleName,
+  type ToStateOptions,
   unregisteredHookWarning,
 } from "./classes.js";
 export {

@@ -124,6 +124,40 @@ export function computeBaseLength(track: Track, history: readonly Message[]): nu
 }
 
 /**
+ * The history a save hands to the backend: a copy the agent cannot change while the write is in
+ * flight. With a proven stored prefix (`baseLength` from {@link computeBaseLength}) it is built in
+ * O(new messages): the tracker's own array of the stored message objects, extended with the new
+ * ones (it is private to the tracker, and a conforming backend copies what it keeps). Otherwise a
+ * copy of the whole history. After a failed write, {@link abandonSnapshot} takes the new ones out.
+ *
+ * @param track - the tracked record, if any
+ * @param history - the agent's history
+ * @param baseLength - the proven stored prefix, or undefined
+ * @returns the history to write
+ */
+export function saveSnapshot(
+  track: Track | undefined,
+  history: readonly Message[],
+  baseLength: number | undefined,
+): Message[] {
+  if (track === undefined || baseLength === undefined || baseLength !== track.stored.length) return history.slice();
+  const stored = track.stored;
+  for (let i = baseLength; i < history.length; i++) stored.push(history[i] as Message);
+  return stored;
+}
+
+/**
+ * Undoes {@link saveSnapshot} after a write that failed: the tracked prefix is the stored one again.
+ *
+ * @param track - the tracked record given to `saveSnapshot`
+ * @param snapshot - the history it returned
+ * @param baseLength - the `baseLength` given to it
+ */
+export function abandonSnapshot(track: Track | undefined, snapshot: Message[], baseLength: number | undefined): void {
+  if (track !== undefined && baseLength !== undefined && snapshot === track.stored) snapshot.length = baseLength;
+}
+
+/**
  * Records a successful load.
  *
  * @param agent - the new agent instance
@@ -153,7 +187,7 @@ export function recordLoaded(
  * @param agent - the agent
  * @param backend - where it was saved
  * @param key - the key
- * @param history - the history that was saved
+ * @param history - the history that was saved (the array {@link saveSnapshot} returned, or a copy)
  * @param baseLength - the `baseLength` sent (the stored prefix reused), or undefined for a full write
  * @param revision - the new revision, when the backend has revisions
  */
@@ -167,7 +201,9 @@ export function recordSaved(
 ): void {
   const previous = getTrack(agent, backend, key);
   let stored: Message[];
-  if (previous !== undefined && baseLength !== undefined && baseLength === previous.stored.length) {
+  if (previous !== undefined && history === previous.stored) {
+    stored = previous.stored; // saveSnapshot's array: the tracker's own, already holding every saved message
+  } else if (previous !== undefined && baseLength !== undefined && baseLength === previous.stored.length) {
     stored = previous.stored;
     for (let i = baseLength; i < history.length; i++) stored.push(history[i] as Message);
   } else {

@@ -11,7 +11,7 @@
  *   bind the `Host` must be a loopback name (DNS rebinding);
  * - every response carries a strict Content-Security-Policy (scripts and
  *   styles from the inspector itself only, no inline script), `nosniff`,
- *   no framing, no referrer, and `no-store`.
+ *   no framing, no referrer to other origins, and `no-store`.
  *
  * @module
  */
@@ -86,7 +86,8 @@ export function authMiddleware(options: AuthOptions): MiddlewareHandler {
     c.header("Content-Security-Policy", CONTENT_SECURITY_POLICY);
     c.header("X-Content-Type-Options", "nosniff");
     c.header("X-Frame-Options", "DENY");
-    c.header("Referrer-Policy", "no-referrer");
+    // same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with the pages' own form POSTs
+    c.header("Referrer-Policy", "same-origin");
     c.header("Cache-Control", "no-store");
     c.header("Cross-Origin-Resource-Policy", "same-origin");
     const host = c.req.header("host") ?? "";

@@ -95,6 +95,8 @@ function textParts(m: Obj): { texts: string[]; reasoning: string[]; other: unkno
 }
 
 const ENVELOPES = ["aiSdk", "openaiAgents"];
+/** A system message longer than this (characters) is folded under its first line. */
+const LONG_SYSTEM = 400;
 
 /**
  * Renders messages `offset … offset + messages.length - 1` of a history.
@@ -134,7 +136,13 @@ export function renderChat(messages: readonly Message[], offset: number): Html {
     return h`<article class="msg ${roleClass}${partial ? " partial" : ""}" data-index="${index}">
 ${meta}
 ${reasoning.map((r) => h`<details class="reasoning"><summary>reasoning</summary><div class="text">${r}</div></details>`)}
-${texts.filter((t) => t !== "").map((t) => h`<div class="text">${t}</div>`)}
+${texts
+  .filter((t) => t !== "")
+  .map((t) =>
+    role === "system" && t.length > LONG_SYSTEM
+      ? h`<details><summary class="small">${t.slice(0, 120).split("\n")[0]}… (${t.length} characters)</summary><div class="text">${t}</div></details>`
+      : h`<div class="text">${t}</div>`,
+  )}
 ${other.map((o) => jsonBlock(o))}
 ${calls.map((c) => {
   const r = results.get(c.id);

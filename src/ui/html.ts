@@ -71,14 +71,13 @@ export function layout(options: LayoutOptions, body: Html): Html {
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
 <title>${options.title} · dumplings ui</title>
 <link rel="stylesheet" href="/assets/app.css">
 <script src="/assets/app.js" defer></script>
 </head>
 <body>
 <header class="top">
-<a class="brand" href="/">🥟 dumplings</a>
+<a class="brand" href="/">dumplings</a> <span class="muted small">inspector</span>
 <nav class="sections">${nav("sessions", "Sessions", "/sessions")}${nav("workflows", "Workflows", "/workflows")}${nav("runs", "Durable runs", "/runs")}</nav>
 </header>
 <main>

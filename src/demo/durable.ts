@@ -352,8 +352,9 @@ async function main(): Promise<number> {
     // works in this repository (`dumplings` is on the PATH only where the package is installed).
     log(
       args.keep
-        ? `\nsee it yourself (the journal is kept): npm run dumplings -- runs ${runId} ${journalFlag}\n(or npx dumplings runs … where dumplings-ai is installed)`
-        : "\nthe journal is removed now; to look at it yourself: npm run demo:durable -- --keep (it prints the command)",
+        ? `\nsee it yourself (the journal is kept): npm run dumplings -- runs ${runId} ${journalFlag}\n(or npx dumplings runs … where dumplings-ai is installed)` +
+            `\nin a browser: npm run dumplings -- ui ${journalFlag}\n(it prints http://127.0.0.1:PORT/?token=…; the run is at /runs/${runId})`
+        : "\nthe journal is removed now; to look at it yourself: npm run demo:durable -- --keep (it prints the commands, dumplings ui included)",
     );
     return diff || requests !== llmSteps.length || !deployOk || !cancelOk ? 1 : 0;
   } finally {

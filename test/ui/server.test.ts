@@ -15,11 +15,14 @@ import type { Message } from "../../src/core/messages.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { approvalSignalName } from "../../src/durable/signals.js";
 import { MemoryRunStream } from "../../src/durable/stream.js";
+import { createUiApp } from "../../src/ui/app.js";
 import { CONTENT_SECURITY_POLICY } from "../../src/ui/auth.js";
 import { jsonDiff } from "../../src/ui/diff.js";
 import { escapeHtml } from "../../src/ui/html.js";
 import { type RunningUi, startUi } from "../../src/ui/server.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { ResumableGraphRunner } from "../../src/workflow/runner.js";
+import { END } from "../../src/workflow/state.js";
 import { CheckpointStore } from "../../src/workflow/store.js";
 import { RUN_ID, type Seeded, seed, TOOL_CALL_ID, WORKFLOW_ID, XSS_KEY } from "./seed.js";
 
@@ -42,6 +45,9 @@ beforeAll(async () => {
   backend.save("huge", { ...base, history });
   journal = new SqliteJournal({ path: seeded.journalDb });
   store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: seeded.workflowsDb }) });
+  // a workflow waiting on an interrupt
+  const waiting = await askRunner().runOrResume("ask-7", { sharedMemory: { amount: 10 } });
+  if (waiting.status !== "waiting") throw new Error(`ask-7 is ${waiting.status}`);
   ui = await startUi(
     {
       sessions: { value: backend, label: `sqlite:${seeded.sessionsDb}` },
@@ -63,6 +69,19 @@ afterAll(async () => {
   backend?.close();
   if (seeded) rmSync(seeded.dir, { recursive: true, force: true });
 });
+
+/** The application's graph of the waiting workflow: one node that asks a person, then ends. */
+function askRunner(): ResumableGraphRunner {
+  return new ResumableGraphRunner({
+    store,
+    nodes: {
+      ask: async (_s, ctx) => {
+        const ok = await ctx.interrupt<boolean>({ reason: "approve a refund of <b>10</b>?", payload: { amount: 10 } });
+        return { next: END, updates: { approved: ok } };
+      },
+    },
+  });
+}
 
 const get = (path: string, headers: Record<string, string> = {}) =>
   fetch(`${ui.origin}${path}`, { headers: { cookie, ...headers }, redirect: "manual" });
@@ -254,5 +273,65 @@ describe("actions", () => {
     // a second decision is refused: the run waits on it no more once it is recorded … or the signal exists
     const again = await post(`/runs/${RUN_ID}/reject`, { toolCallId: TOOL_CALL_ID }, { origin: ui.origin });
     expect(again.status).toBeGreaterThanOrEqual(400);
+  });
+});
+
+describe("workflow actions", () => {
+  it("shows a pending interrupt; without the application's runner it cannot resume (400), and says how", async () => {
+    const page = await (await get("/workflows/ask-7")).text();
+    expect(page).toContain("Waiting on an interrupt");
+    expect(page).toContain("approve a refund of &lt;b&gt;10&lt;/b&gt;?");
+    expect(page).toContain("runner.resume(&quot;ask-7&quot;");
+    const r = await post("/workflows/ask-7/resume", { value: "true" }, { origin: ui.origin });
+    expect(r.status).toBe(400);
+    expect((await store.loadLatest("ask-7"))?.status).toBe("waiting");
+  });
+
+  it("forks a step: the fork's first checkpoint, its parent recorded, the source untouched", async () => {
+    const before = (await store.history(WORKFLOW_ID)).length;
+    const r = await post(
+      `/workflows/${WORKFLOW_ID}/fork`,
+      { step: "1", newWorkflowId: "order-42-retry" },
+      { origin: ui.origin },
+    );
+    expect(r.status).toBe(303);
+    expect(r.headers.get("location")).toMatch(/^\/workflows\/order-42-retry\?done=/);
+    const fork = await store.loadLatest("order-42-retry");
+    expect(fork?.parent).toEqual({ workflowId: WORKFLOW_ID, stepIndex: 1 });
+    expect(fork?.currentNode).toBe("charge");
+    expect((await store.history(WORKFLOW_ID)).length).toBe(before);
+    const page = await (await get(r.headers.get("location") as string)).text();
+    expect(page).toContain("fork of <a");
+    const again = await post(
+      `/workflows/${WORKFLOW_ID}/fork`,
+      { step: "1", newWorkflowId: "order-42-retry" },
+      { origin: ui.origin },
+    );
+    expect(again.status).toBe(409);
+  });
+
+  it("with the application's runner, Resume delivers the answer and runs the graph on", async () => {
+    const token = "t".repeat(32);
+    const app = createUiApp(
+      {
+        sessions: { label: "none", missing: "none" },
+        workflows: { value: store, label: "sqlite" },
+        journal: { label: "none", missing: "none" },
+        runner: askRunner(),
+      },
+      { token, port: () => 1 },
+    );
+    const headers = { host: "127.0.0.1:1", cookie: `dumplings_ui_1=${token}` };
+    const page = await (await app.request("http://127.0.0.1:1/workflows/ask-7", { headers })).text();
+    const interruptId = /name="interruptId" value="([^"]+)"/.exec(page)?.[1];
+    expect(interruptId).toBe("ask-7:0:ask:0");
+    const r = await app.request("http://127.0.0.1:1/workflows/ask-7/resume", {
+      method: "POST",
+      headers: { ...headers, origin: "http://127.0.0.1:1", "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ interruptId: interruptId as string, value: "true" }).toString(),
+    });
+    expect(r.status).toBe(303);
+    const latest = await store.loadLatest("ask-7");
+    expect(latest).toMatchObject({ status: "finished", sharedMemory: { amount: 10, approved: true } });
   });
 });

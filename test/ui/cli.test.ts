@@ -1,0 +1,90 @@
+/**
+ * The `dumplings ui` command line (real processes) and where the web server
+ * may be imported from: a bad port is a usage error (exit 2), a named store
+ * that does not exist is exit 3 with nothing created, `--host 0.0.0.0`
+ * prints a warning; hono is imported only inside src/ui (and the command
+ * loads src/ui only when it runs), and nothing below the CLI imports src/ui.
+ */
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { programArgs, ROOT, runCli } from "../cli/run-cli.js";
+
+describe("dumplings ui, the command", () => {
+  it("refuses a bad port (exit 2) and a named store that does not exist (exit 3, nothing created)", () => {
+    const bad = runCli(["ui", "--port", "http"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/^dumplings: --port "http" is not a port .*\(USAGE\)$/m);
+    const dir = mkdtempSync(path.join(tmpdir(), "dumplings-ui-cli-"));
+    try {
+      const missing = path.join(dir, "nope.db");
+      const r = runCli(["ui", "--journal", `sqlite:${missing}`, "--port", "0"]);
+      expect(r.code).toBe(3);
+      expect(r.stderr).toContain("INPUT_NOT_FOUND");
+      expect(r.stdout).toBe("");
+      expect(existsSync(missing)).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("warns when it listens on 0.0.0.0, and stops on SIGTERM with exit 0", async () => {
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("DUMPLINGS_")) env[k] = v;
+    const child = spawn(process.execPath, [...programArgs("cli/index"), "ui", "--host", "0.0.0.0", "--port", "0"], {
+      cwd: path.join(ROOT, "test"),
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const line = await new Promise<string>((resolve, reject) => {
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => {
+        out += d.toString();
+        if (out.includes("\n")) resolve(out.split("\n")[0] as string);
+      });
+      child.once("exit", (code) => reject(new Error(`exited ${code}: ${stderr}`)));
+    });
+    expect(line).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=[A-Za-z0-9_-]{32}$/);
+    const r = await fetch(line, { redirect: "manual" });
+    expect(r.status).toBe(303);
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expect(stderr).toMatch(/WARNING: listening on 0\.0\.0\.0/);
+  });
+});
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile() && e.name.endsWith(".ts"))
+    .map((e) => path.join(e.parentPath, e.name));
+}
+
+describe("where the web server is imported from", () => {
+  const src = path.join(ROOT, "src");
+  const rel = (f: string) => path.relative(src, f);
+
+  it("hono is imported only by src/ui, and the command loads src/ui only when it runs", () => {
+    for (const file of sources(src)) {
+      const text = readFileSync(file, "utf8");
+      if (/from "(hono|@hono\/node-server)(\/[^"]*)?"/.test(text)) expect(rel(file)).toMatch(/^ui\//);
+    }
+    const command = readFileSync(path.join(src, "cli", "ui.ts"), "utf8");
+    for (const m of command.matchAll(/^import (type )?.*from "\.\.\/ui\/[^"]+";$/gm)) expect(m[1], m[0]).toBe("type ");
+    expect(command).toContain('await import("../ui/server.js")');
+  });
+
+  it("nothing but the ui command imports src/ui", () => {
+    for (const file of sources(src)) {
+      const r = rel(file);
+      if (r.startsWith("ui/") || r === path.join("cli", "ui.ts")) continue;
+      expect(readFileSync(file, "utf8"), r).not.toMatch(/from "[./]*\/ui\//);
+    }
+  });
+});

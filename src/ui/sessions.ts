@@ -9,7 +9,8 @@
  */
 import { Readable } from "node:stream";
 import type { Hono } from "hono";
-import { listKeysSorted, openSession, readHeaderOf } from "../cli/backend.js";
+import type { StateBackend } from "../backends/types.js";
+import { listKeysSorted, openSession, readHeaderOf, type SessionView } from "../cli/backend.js";
 import { duasChunks } from "../cli/commands/export.js";
 import { formatBytes } from "../cli/output.js";
 import { DumplingsError } from "../core/errors.js";
@@ -41,6 +42,22 @@ export async function readPage(history: AsyncIterable<Message>, offset: number, 
     if (out.length >= limit) break;
   }
   return out;
+}
+
+/**
+ * The size of a session written as `.duas` (what the export downloads), measured by encoding it in
+ * a stream: memory stays one batch of messages, time is proportional to the history.
+ */
+async function duasSize(
+  header: SessionView["header"],
+  backend: StateBackend,
+  key: string,
+  label: string,
+): Promise<number> {
+  const session = await openSession(backend, key, label);
+  let bytes = 0;
+  for await (const chunk of duasChunks({ ...session, header }, key)) bytes += Buffer.byteLength(chunk);
+  return bytes;
 }
 
 const missingPage = (title: string, why: string) =>
@@ -143,7 +160,11 @@ ${pager("/sessions", { q }, page, pages, page + 1 < pages)}`,
 <tr><th>class</th><td>${meta.class}</td></tr>
 <tr><th>messages</th><td>${total}</td></tr>
 <tr><th>revision</th><td>${revision ?? h`<span class="muted">— (${src.label} keeps none)</span>`}</td></tr>
-<tr><th>size</th><td>this page: ${formatBytes(pageBytes)} of JSON; prompt ${config.prompt.length} chars</td></tr>
+<tr><th>size</th><td>${
+          c.req.query("size") === "duas"
+            ? h`${formatBytes(await duasSize(session.header, backend, key, src.label))} as .duas`
+            : h`<a href="${base}?${new URLSearchParams({ ...(asked ? { page: asked } : {}), size: "duas" }).toString()}">measure the .duas size</a> <span class="muted small">(reads the whole history)</span>`
+        }<div class="muted small">this page: ${formatBytes(pageBytes)} of JSON; prompt ${config.prompt.length} characters</div></td></tr>
 <tr><th>saved at</th><td>${meta.savedAt}</td></tr>
 <tr><th>format</th><td>${meta.formatVersion} (schema ${meta.schemaVersion})</td></tr>
 </table></div>

@@ -191,13 +191,49 @@ describe("pages", () => {
     expect(firstMs).toBeLessThan(2000);
   });
 
-  it("downloads a session as .duas", async () => {
+  it("downloads a session as .duas, and measures that size on demand", async () => {
     const r = await get(`/sessions/${XSS_KEY}/export`);
     expect(r.status).toBe(200);
     expect(r.headers.get("content-disposition")).toBe(`attachment; filename="${XSS_KEY}.duas"`);
-    const text = await r.text();
+    const bytes = Buffer.from(await r.arrayBuffer());
+    const text = bytes.toString("utf8");
     expect(text.startsWith("# dumplingsAI Agent State File")).toBe(true);
     expect(text).toContain("window.__xss=1");
+    const page = await (await get(`/sessions/${XSS_KEY}?size=duas`)).text();
+    const kb = (bytes.length / 1024).toFixed(1);
+    expect(page).toContain(`${kb} KB as .duas`);
+    expect(await (await get(`/sessions/${XSS_KEY}`)).text()).toContain("measure the .duas size");
+  });
+
+  it("lists 10,000 sessions a page at a time", async () => {
+    const big = new SQLiteBackend({ dbPath: `${seeded.dir}/tenk.db` });
+    const token = "k".repeat(32);
+    try {
+      const base = backend.load(XSS_KEY);
+      const small = { ...base, history: base.history.slice(0, 3) };
+      for (let i = 0; i < 10_000; i++) big.save(`user-${String(i).padStart(5, "0")}`, small);
+      const app = createUiApp(
+        {
+          sessions: { value: big, label: "sqlite:tenk.db" },
+          workflows: { label: "none", missing: "none" },
+          journal: { label: "none", missing: "none" },
+        },
+        { token, port: () => 1 },
+      );
+      const headers = { host: "127.0.0.1:1", cookie: `dumplings_ui_1=${token}` };
+      const t0 = performance.now();
+      const page = await (await app.request("http://127.0.0.1:1/sessions?page=150", { headers })).text();
+      const ms = performance.now() - t0;
+      expect(page.match(/<tr><td><a href="\/sessions\/user-/g)).toHaveLength(50);
+      expect(page).toContain("user-07500");
+      expect(page).toContain("page 151 of 200");
+      const search = await (await app.request("http://127.0.0.1:1/sessions?q=user-0999", { headers })).text();
+      expect(search.match(/<tr><td><a href="\/sessions\/user-0999/g)).toHaveLength(10);
+      console.log(`[ui] 10,000 sessions: a list page in ${ms.toFixed(0)} ms`);
+      expect(ms).toBeLessThan(1000);
+    } finally {
+      big.close();
+    }
   });
 
   it("shows a workflow's timeline and the diff between two steps", async () => {

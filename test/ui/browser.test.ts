@@ -55,6 +55,8 @@ let page: Page;
 let evil: http.Server;
 let evilOrigin: string;
 const dialogs: string[] = [];
+/** Console errors of the inspector's pages (a CSP violation would be one). */
+const consoleErrors: string[] = [];
 const stderr: string[] = [];
 
 /** Starts `dumplings ui` as a real process and reads the one address line it prints. */
@@ -147,6 +149,10 @@ describe.skipIf(missing && !SERVICES_REQUIRED)("dumplings ui in headless Chromiu
     });
     page = context.pages()[0] ?? (await context.newPage());
     page.setDefaultTimeout(10_000);
+    page.on("console", (m) => {
+      if (m.type() === "error" && page.url().startsWith(origin)) consoleErrors.push(`${page.url()}: ${m.text()}`);
+    });
+    page.on("pageerror", (e) => consoleErrors.push(`${page.url()}: ${e.message}`));
     page.on("dialog", (d) => {
       dialogs.push(d.message());
       void d.dismiss();
@@ -276,5 +282,7 @@ describe.skipIf(missing && !SERVICES_REQUIRED)("dumplings ui in headless Chromiu
     await countIs(page.locator("#approval"), 0);
     await shot("run-completed");
     expect(dialogs).toEqual([]);
+    // nothing the inspector serves was blocked by its own CSP or failed in its script (the 401/403 pages aside)
+    expect(consoleErrors.filter((e) => !/status of 40[13]/.test(e))).toEqual([]);
   });
 });

@@ -38,6 +38,7 @@
  *
  * @module
  */
+import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -453,8 +454,20 @@ async function extraScenarios(
   return out;
 }
 
+/** The checked-out commit, with `+dirty` when the work tree differs from it. */
+function gitCommit(): string | undefined {
+  try {
+    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { encoding: "utf8" }).trim();
+    return dirty ? `${head}+dirty` : head;
+  } catch {
+    return undefined;
+  }
+}
+
 async function main(): Promise<void> {
   const started = Date.now();
+  const loadAtStart = os.loadavg()[0] ?? Number.NaN;
   const bundled = loadSampleConversations({ source: quick ? "bundled" : "shared", protocol: "openai" });
   const pool = bundled.flatMap((c) => c.messages);
   const scenarios: [string, Message[][]][] = SIZES.map((n) => [`synthetic N=${n}`, [syntheticConversation(n, pool)]]);
@@ -528,7 +541,9 @@ async function main(): Promise<void> {
   for (const t of targets) console.log(t.line);
   console.log("```");
   const met = targets.filter((t) => t.status === "MET").length;
-  console.log(`\n${met} of ${targets.length} targets met.`);
+  console.log(
+    `\n${met} of ${targets.length} targets met (${os.cpus().length} CPUs; 1-minute load average ${loadAtStart.toFixed(1)} when the run started, ${os.loadavg()[0]!.toFixed(1)} when it ended).`,
+  );
   if (earlier.length > 0) {
     console.log("\nEarlier targets (backend-level write and checkpointers):\n\n```");
     for (const t of earlier) console.log(t.line);
@@ -546,6 +561,9 @@ async function main(): Promise<void> {
           quick,
           only: only ?? null,
           node: process.version,
+          commit: gitCommit(),
+          /** 1-minute load averages when the run started and ended: other work on the machine makes times noisy. */
+          loadavg: { start: loadAtStart, end: os.loadavg()[0] },
           cpus: os.cpus().length,
           cpuModel: os.cpus()[0]?.model,
           sizes: SIZES,
@@ -579,7 +597,10 @@ async function main(): Promise<void> {
     );
   }
   console.error(
-    `\nraw results: ${jsonOut}; charts: ${chartOut}, ${checkpointChartOut}; ${((Date.now() - started) / 60000).toFixed(1)} min`,
+    `\nload average ${loadAtStart.toFixed(1)} at the start, ${os.loadavg()[0]!.toFixed(1)} at the end (${os.cpus().length} CPUs)`,
+  );
+  console.error(
+    `raw results: ${jsonOut}; charts: ${chartOut}, ${checkpointChartOut}; ${((Date.now() - started) / 60000).toFixed(1)} min`,
   );
 }
 

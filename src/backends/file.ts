@@ -185,7 +185,7 @@ import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
 import { pathIdentity } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
-import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkWriteOptions } from "./write-options.js";
 
 /** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
@@ -1133,17 +1133,21 @@ export class FileBackend implements StateBackend {
    * Streams the history of `key` line by line with bounded memory (also for `.duas.gz`).
    * Only committed messages are returned (see the module doc).
    *
+   * The stream reads one open file: saves made meanwhile (appends, rewrites by rename) never change it.
+   *
    * @param key - session key
+   * @param options - `revision`: the stored revision the stream must be (see {@link HistoryReadOptions})
    * @returns the messages in order
    * @throws {StateNotFoundError} when nothing is stored
+   * @throws {ConflictError} when `options.revision` is not the revision of the file the stream opened
    * @throws {FormatError} for a malformed line (file and line in the message)
    */
-  async *iterHistory(key: string): AsyncGenerator<Message> {
+  async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
     const current = this.existing(key);
     if (!current) throw new StateNotFoundError(key, "file");
     const ref = { parser: new DuasLineParser(current.file) };
     try {
-      yield* this.lines(key, current.file, current.gz, ref, false);
+      yield* this.lines(key, current.file, current.gz, ref, false, options.revision);
     } catch (e) {
       if (isCode(e, "ENOENT")) throw new StateNotFoundError(key, "file");
       throw this.wrap(e, `cannot read the history of ${JSON.stringify(key)}`, key);
@@ -1166,11 +1170,17 @@ export class FileBackend implements StateBackend {
     gz: boolean,
     ref: { parser: DuasLineParser },
     headerOnly: boolean,
+    revision?: number,
   ): AsyncGenerator<Message> {
+    const pin = (h: ParsedHeader) => {
+      if (revision !== undefined && (h.revision ?? 1) !== revision) {
+        throw new ConflictError(key, revision, h.revision ?? 1, this.name);
+      }
+    };
     const journal = gz ? undefined : this.readJournal(key);
     if (journal && journalPending(file, journal)) {
       // A save interrupted by a crash, not rolled forward yet (no writer since): the journal holds it.
-      yield* this.linesOfWholeRead(key, file, ref, headerOnly);
+      yield* this.linesOfWholeRead(key, file, ref, headerOnly, pin);
       return;
     }
     const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
@@ -1188,6 +1198,7 @@ export class FileBackend implements StateBackend {
           feedHeader(parser, head, file);
           ref.parser = parser;
           start = head.length;
+          if (parser.header) pin(parser.header);
         } catch (e) {
           if (!(e instanceof FormatError)) throw e;
           whole = true;
@@ -1198,7 +1209,7 @@ export class FileBackend implements StateBackend {
       if (stream === undefined) closeSync(fd);
     }
     if (whole) {
-      yield* this.linesOfWholeRead(key, file, ref, headerOnly);
+      yield* this.linesOfWholeRead(key, file, ref, headerOnly, pin);
       return;
     }
     if (stream === undefined) return; // header only, read and verified
@@ -1209,6 +1220,7 @@ export class FileBackend implements StateBackend {
     // the last line must end with "\n", message_count and history_crc32 checked at the end. Only a
     // FileBackend file (it has a revision) may carry an uncommitted tail after its message_count lines.
     let any = start > 0;
+    let pinned = start > 0;
     try {
       for await (const { bytes, terminated } of splitLines(input)) {
         any = true;
@@ -1228,6 +1240,10 @@ export class FileBackend implements StateBackend {
           parser.fail("truncated: the last line does not end with a newline");
         }
         const m = parser.feed(text);
+        if (!pinned && parser.header !== undefined) {
+          pinned = true;
+          pin(parser.header);
+        }
         if (parser.header !== undefined && headerOnly) return;
         if (m !== undefined) yield m;
       }
@@ -1253,6 +1269,7 @@ export class FileBackend implements StateBackend {
     file: string,
     ref: { parser: DuasLineParser },
     headerOnly: boolean,
+    pin: (h: ParsedHeader) => void,
   ): AsyncGenerator<Message> {
     const { state, revision } = this.readFile(key, file, false);
     const parser = new DuasLineParser(file);
@@ -1260,6 +1277,7 @@ export class FileBackend implements StateBackend {
     text.pop();
     for (const l of text) parser.feed(l);
     ref.parser = parser;
+    if (parser.header) pin(parser.header);
     if (headerOnly) return;
     for (const m of state.history) yield m;
   }

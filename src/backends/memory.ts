@@ -26,7 +26,7 @@ import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { validateKey } from "./keys.js";
 import { decodeStoredMessage, parseHeaderField } from "./stored.js";
-import type { ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkWriteOptions } from "./write-options.js";
 
 interface StoredSession {
@@ -192,12 +192,17 @@ export class MemoryBackend implements StateBackend {
    * The history is the one stored when iteration starts.
    *
    * @param key - state key
+   * @param options - `revision`: the stored revision the stream must be (see {@link HistoryReadOptions})
    * @throws {StateNotFoundError} when nothing is stored under `key`
+   * @throws {ConflictError} when `options.revision` is not the stored revision
    */
-  async *iterHistory(key: string): AsyncGenerator<Message> {
+  async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
     validateKey(key);
     const stored = this.#sessions.get(key);
     if (!stored) throw new StateNotFoundError(key, this.name);
+    if (options.revision !== undefined && options.revision !== stored.revision) {
+      throw new ConflictError(key, options.revision, stored.revision, this.name);
+    }
     const lines = stored.history; // arrays are replaced or appended to, never edited in place below a reader's length
     const { protocol } = parseHeaderField(key, "memory", "meta", stored.meta, StateMetaSchema);
     const n = lines.length;

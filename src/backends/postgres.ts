@@ -65,7 +65,7 @@ import {
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
-import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkWriteOptions } from "./write-options.js";
 
 export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery, PostgresConnectionOptions };
@@ -463,10 +463,12 @@ export class PostgresBackend implements StateBackend {
    * seen). Holds one pooled connection until the iteration ends; end it (or
    * `break`) rather than abandoning it.
    *
+   * @param options - `revision`: the stored revision the stream must be (see {@link HistoryReadOptions})
    * @throws {StateNotFoundError} when nothing is stored
+   * @throws {ConflictError} when `options.revision` is not the stored revision in the stream's snapshot
    * @throws {FormatError} / {BackendError} as `read`
    */
-  async *iterHistory(key: string): AsyncIterable<Message> {
+  async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncIterable<Message> {
     validateKey(key);
     const what = `cannot read the history of ${JSON.stringify(key)}`;
     await this.driver.readyFor(what, key);
@@ -480,8 +482,15 @@ export class PostgresBackend implements StateBackend {
     };
     try {
       await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-      const head = await run(this.sql("SELECT message_count, meta FROM {s}.sessions WHERE session_key = $1"), [key]);
+      const head = await run(
+        this.sql("SELECT message_count, meta, revision FROM {s}.sessions WHERE session_key = $1"),
+        [key],
+      );
       if (!head.rows[0]) throw new StateNotFoundError(key, this.name);
+      const stored = Number(head.rows[0].revision);
+      if (options.revision !== undefined && options.revision !== stored) {
+        throw new ConflictError(key, options.revision, stored, this.name);
+      }
       const count = Number(head.rows[0].message_count);
       // Checked as a load checks them: the messages against the protocol's schema, the format version.
       const { protocol } = parseHeaderField(key, this.label(key), "meta", head.rows[0].meta, StateMetaSchema);

@@ -72,7 +72,7 @@ import {
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
-import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkWriteOptions } from "./write-options.js";
 
 /**
@@ -497,11 +497,13 @@ export class RedisBackend implements StateBackend {
    * one page. The stream is the history as stored when iteration began;
    * appends made meanwhile are not included.
    *
+   * @param options - `revision`: the stored revision the stream must be (see {@link HistoryReadOptions})
    * @throws {StateNotFoundError} when nothing is stored
-   * @throws {ConflictError} when the history is rewritten (or deleted) while being read
+   * @throws {ConflictError} when `options.revision` is not the stored revision as the stream starts, or the
+   *   history is rewritten (or deleted) while being read (appends meanwhile are not returned)
    * @throws {FormatError} / {BackendError} as `read`
    */
-  async *iterHistory(key: string): AsyncIterable<Message> {
+  async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncIterable<Message> {
     validateKey(key);
     const keys = [this.headerKey(key), this.historyKey(key)];
     const what = `cannot read the history of ${JSON.stringify(key)}`;
@@ -518,6 +520,9 @@ export class RedisBackend implements StateBackend {
       const now = this.decodeHeader(key, rawHeader);
       if (header === undefined) {
         header = now;
+        if (options.revision !== undefined && options.revision !== now.rev) {
+          throw new ConflictError(key, options.revision, now.rev, this.name);
+        }
         // Checked as a load checks them: the messages against the protocol's schema, the format version.
         protocol = parseHeaderField(key, `redis:${keys[0]}`, "meta", now.meta, StateMetaSchema).protocol;
       } else if (now.gen !== header.gen) throw new ConflictError(key, header.rev, now.rev, this.name);

@@ -111,7 +111,7 @@ import {
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
 import { ConfigMemo, decodeStoredMessage } from "./stored.js";
-import type { HeaderResult, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkWriteOptions } from "./write-options.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
@@ -480,17 +480,22 @@ export class SQLiteBackend implements StateBackend {
    * whatever the history's size.
    *
    * @param key - state key
+   * @param options - `revision`: the stored revision the stream must be (see {@link HistoryReadOptions})
    * @throws {StateNotFoundError} when nothing is stored under `key`
-   * @throws {ConflictError} when the session is written or deleted while being iterated (no mixed histories)
+   * @throws {ConflictError} when `options.revision` is not the stored revision as the stream starts, or the
+   *   session is written or deleted while being iterated (no mixed histories)
    * @throws {FormatError} when a stored message is corrupt
    */
-  async *iterHistory(key: string): AsyncGenerator<Message> {
+  async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
     validateKey(key);
     const what = `cannot read history of ${JSON.stringify(key)}`;
     const head = await this.#driver.serialize(what, key, () =>
       this.#run(what, key, () => originalRow(this.#s.headMeta.get(key), key, this.dbPath), true),
     );
     if (!head) throw new StateNotFoundError(key, this.name);
+    if (options.revision !== undefined && options.revision !== head.revision) {
+      throw new ConflictError(key, options.revision, head.revision, this.name);
+    }
     // The messages are checked against the protocol's schema, as a load checks them (the meta row is small).
     const protocol = (this.#headerParts(key, { ...head, config: "{}", state: "{}", history: null })[0] as StateMeta)
       .protocol;

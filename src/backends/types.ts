@@ -64,6 +64,23 @@ export interface ReadResult {
   revision: number;
 }
 
+/**
+ * Options of {@link StateBackend.iterHistory}.
+ */
+export interface HistoryReadOptions {
+  /**
+   * Stream the history of exactly this stored revision (the `revision` a
+   * {@link StateBackend.readHeader} returned), so a header and a history read
+   * one after the other are one saved state. When the key is stored at another
+   * revision as the stream starts, the first `next()` throws `ConflictError`
+   * (`expectedRevision` = this, `actualRevision` = the stored one) and nothing
+   * is returned: read the header again. Saves made after the stream started
+   * do not change what it returns, except where a backend documents a
+   * `ConflictError` mid-stream (paged stores when a save replaces the history).
+   */
+  revision?: number;
+}
+
 /** A stored state's header (everything but the history), read by the optional {@link StateBackend.readHeader}. */
 export interface HeaderResult {
   /** `meta` (its `messageCount` is the stored history's length), `config` and `state`. */
@@ -108,8 +125,11 @@ export interface StateBackend {
   write?(key: string, state: AgentState, options?: WriteOptions): Promise<WriteResult>;
   /** Optional: load with the stored revision; `undefined` when missing. */
   read?(key: string): Promise<ReadResult | undefined>;
-  /** Optional: stream the history of `key` in order with bounded memory; throws `StateNotFoundError` when missing. */
-  iterHistory?(key: string): AsyncIterable<Message>;
+  /**
+   * Optional: stream the history of `key` in order with bounded memory; throws `StateNotFoundError` when
+   * missing, and `ConflictError` when `options.revision` is given and not the stored one (see {@link HistoryReadOptions}).
+   */
+  iterHistory?(key: string, options?: HistoryReadOptions): AsyncIterable<Message>;
   /** Optional: the header of `key` without its history; `undefined` when missing. */
   readHeader?(key: string): Promise<HeaderResult | undefined>;
   /** Optional: release connections and file handles. */

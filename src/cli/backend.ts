@@ -20,7 +20,7 @@ import { MemoryBackend } from "../backends/memory.js";
 import { configureBuiltinBackends, getBackend } from "../backends/registry.js";
 import { SQLiteBackend } from "../backends/sqlite.js";
 import type { StateBackend } from "../backends/types.js";
-import { StateNotFoundError } from "../core/errors.js";
+import { ConflictError, StateNotFoundError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
 import { InputNotFoundError, missingStore, UsageError } from "./errors.js";
@@ -298,35 +298,135 @@ export async function readHeaderOf(
 export interface SessionView {
   /** `meta`, `config` and `state` of the stored session. */
   header: Omit<AgentState, "history">;
-  /** The history, in order; iterate it once. */
+  /** The history, in order; iterate it once. It is the history of the same saved state as `header`. */
   history: AsyncIterable<Message>;
   /** True when the history is streamed from the backend (bounded memory), false when it was loaded whole. */
   streamed: boolean;
+  /** The stored revision of the state read, when the backend keeps revisions. */
+  revision?: number;
 }
+
+/** Options of {@link openSession}. */
+export interface OpenSessionOptions {
+  /** Open exactly this stored revision: `ConflictError` when the session is stored at another one. */
+  revision?: number;
+}
+
+/** How many times a read that met a save in between is started again (see {@link openSession}). */
+const READ_ATTEMPTS = 10;
 
 /**
  * Opens a stored session for reading through the storage contract. When the
  * backend offers both `readHeader` and `iterHistory`, only the header is read
- * now and the history is streamed (memory bounded regardless of its size);
- * otherwise the whole state is loaded.
+ * now and the history is streamed (memory bounded regardless of its size),
+ * pinned to the header's revision: a save landing between the two reads
+ * (a live session) makes the stream refuse to start (`ConflictError`), and the
+ * header is read again, so header and history are always one saved state
+ * (after 10 such races in a row, the whole state is loaded instead).
+ * Otherwise the whole state is loaded.
  *
  * @param backend - the backend
  * @param key - the session key (validated first)
  * @param label - backend label for the not-found message
- * @returns the header and a one-shot history stream
+ * @param options - `revision`: open only that stored revision
+ * @returns the header and a one-shot history stream of the same saved state
  * @throws {InvalidKeyError} for a bad key
  * @throws {StateNotFoundError} when nothing is stored under the key
+ * @throws {ConflictError} when `options.revision` is not the stored revision
  */
-export async function openSession(backend: StateBackend, key: string, label?: string): Promise<SessionView> {
+export async function openSession(
+  backend: StateBackend,
+  key: string,
+  label?: string,
+  options: OpenSessionOptions = {},
+): Promise<SessionView> {
   validateKey(key);
   if (typeof backend.readHeader === "function" && typeof backend.iterHistory === "function") {
-    const found = await backend.readHeader(key);
+    for (let attempt = 1; ; attempt++) {
+      const found = await backend.readHeader(key);
+      if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+      const revision = found.revision;
+      if (options.revision !== undefined && revision !== undefined && revision !== options.revision) {
+        throw new ConflictError(key, options.revision, revision, backend.name);
+      }
+      const stream = backend.iterHistory(key, revision === undefined ? {} : { revision })[Symbol.asyncIterator]();
+      let first: IteratorResult<Message>;
+      try {
+        // Started now: a save between the header and the history is a ConflictError before any message.
+        first = await stream.next();
+      } catch (e) {
+        if (!(e instanceof ConflictError) || options.revision !== undefined) throw e;
+        // A session saved faster than a header and a first page can be read in turn: read it whole instead
+        // (one saved state, in memory).
+        if (attempt >= READ_ATTEMPTS) return whole(backend, key, label);
+        continue;
+      }
+      return { header: found.header, history: resumed(first, stream), streamed: true, revision };
+    }
+  }
+  if (options.revision !== undefined && typeof backend.read === "function") {
+    const view = await whole(backend, key, label);
+    if (view.revision !== options.revision)
+      throw new ConflictError(key, options.revision, view.revision ?? null, backend.name);
+    return view;
+  }
+  return whole(backend, key, label);
+}
+
+/** The whole stored state, loaded at once (with its revision when the backend keeps revisions). */
+async function whole(backend: StateBackend, key: string, label: string | undefined): Promise<SessionView> {
+  if (typeof backend.read === "function") {
+    const found = await backend.read(key);
     if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
-    return { header: found.header, history: backend.iterHistory(key), streamed: true };
+    const { history, ...header } = found.state;
+    return { header, history: toAsync(history), streamed: false, revision: found.revision };
   }
   const state = await loadRaw(backend, key, label);
   const { history, ...header } = state;
   return { header, history: toAsync(history), streamed: false };
+}
+
+/**
+ * Opens a session with {@link openSession} and reads it with `read`; when a
+ * paged store reports that a save replaced the history mid-read
+ * (`ConflictError`), the whole read starts again (up to 10 times). `read` must
+ * have no effect outside itself before it finishes (it may run again).
+ *
+ * @param backend - the backend
+ * @param key - the session key
+ * @param label - backend label for the not-found message
+ * @param read - consumes the session; its result is returned
+ * @returns what `read` returned for one saved state
+ * @throws {ConflictError} when the session kept changing 10 times in a row; what `read` or {@link openSession} throw
+ */
+export async function readSession<T>(
+  backend: StateBackend,
+  key: string,
+  label: string | undefined,
+  read: (session: SessionView) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const session = await openSession(backend, key, label);
+    try {
+      return await read(session);
+    } catch (e) {
+      if (e instanceof ConflictError && attempt < READ_ATTEMPTS) continue;
+      throw e;
+    }
+  }
+}
+
+/** `first` then the rest of `rest`; a consumer that stops early closes `rest` (its file or connection). */
+async function* resumed<T>(first: IteratorResult<T>, rest: AsyncIterator<T>): AsyncGenerator<T> {
+  if (first.done) return;
+  let done = false;
+  try {
+    yield first.value;
+    for (let r = await rest.next(); !r.done; r = await rest.next()) yield r.value;
+    done = true;
+  } finally {
+    if (!done) await rest.return?.();
+  }
 }
 
 async function* toAsync<T>(items: Iterable<T>): AsyncGenerator<T> {

@@ -602,6 +602,35 @@ export function runBackendConformance<B extends StateBackend>(
         for await (const _ of backend.iterHistory(empty)) throw new Error("an empty history yielded a message");
       });
 
+      it("with { revision } streams that revision, and refuses another one before any message", async (ctx) => {
+        if (!backend.iterHistory || !backend.write || !backend.readHeader) {
+          return ctx.skip("the backend has no iterHistory, write or readHeader");
+        }
+        const iterHistory = backend.iterHistory.bind(backend);
+        const k = key("iter-rev");
+        const h = syntheticHistory(700, "rv");
+        const first = await backend.write(k, makeState(h.slice(0, 600)), { expectedRevision: null });
+        const header = await backend.readHeader(k);
+        expect(header?.revision).toBe(first.revision);
+        const pinned: Message[] = [];
+        for await (const m of iterHistory(k, { revision: first.revision })) pinned.push(m);
+        expect(pinned).toEqual(h.slice(0, 600));
+        // A save lands between the header and the history: the pinned stream refuses to start.
+        const second = await backend.write(k, makeState(h), {
+          expectedRevision: first.revision,
+          baseLength: 600,
+        });
+        let yielded = 0;
+        const e = await failsWith(async () => {
+          for await (const _ of iterHistory(k, { revision: first.revision })) yielded++;
+        }, ConflictError);
+        expect(yielded).toBe(0);
+        expect(e).toMatchObject({ expectedRevision: first.revision, actualRevision: second.revision });
+        const now: Message[] = [];
+        for await (const m of iterHistory(k, { revision: second.revision })) now.push(m);
+        expect(now).toEqual(h);
+      });
+
       it("throws StateNotFoundError for a missing key", async (ctx) => {
         if (!backend.iterHistory) return ctx.skip("the backend has no iterHistory");
         const iterHistory = backend.iterHistory.bind(backend);

@@ -23,7 +23,14 @@ import { Command } from "commander";
 import { encodeHeader, encodeHistoryLines } from "../../core/codec.js";
 import { FormatError } from "../../core/errors.js";
 import type { Message } from "../../core/messages.js";
-import { closeBackend, openBackendAsync, openSession, type SessionView, withBackendOptions } from "../backend.js";
+import {
+  closeBackend,
+  openBackendAsync,
+  openSession,
+  readSession,
+  type SessionView,
+  withBackendOptions,
+} from "../backend.js";
 
 /** Options of `dumplings export`. */
 interface ExportOptions {
@@ -83,41 +90,47 @@ export function exportCommand(): Command {
     .action(async (key: string, options: ExportOptions) => {
       const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
-        if (options.output === undefined || options.output === "-") {
-          // Nothing reaches stdout before the stored history has passed every check of the read path.
-          const check = await openSession(backend, key, label);
-          let n = 0;
-          for await (const _ of check.history) n++;
-          if (n !== check.header.meta.messageCount) {
-            throw new FormatError(
-              `stored session ${JSON.stringify(key)} says message_count = ${check.header.meta.messageCount} but its history holds ${n} messages`,
-            );
-          }
-        }
-        const session = await openSession(backend, key, label);
         const gzip = options.gzip === true || (options.output?.toLowerCase().endsWith(".gz") ?? false);
-        const source = Readable.from(duasChunks(session, key));
         if (options.output === undefined || options.output === "-") {
+          // Nothing reaches stdout before the stored history has passed every check of the read path; the
+          // output pass then opens the same saved state (a save in between: both passes run again).
+          const session = await readSession(backend, key, label, async (check) => {
+            let n = 0;
+            for await (const _ of check.history) n++;
+            if (n !== check.header.meta.messageCount) {
+              throw new FormatError(
+                `stored session ${JSON.stringify(key)} says message_count = ${check.header.meta.messageCount} but its history holds ${n} messages`,
+              );
+            }
+            return check.revision === undefined
+              ? openSession(backend, key, label)
+              : openSession(backend, key, label, { revision: check.revision });
+          });
+          const source = Readable.from(duasChunks(session, key));
           if (gzip) await pipeline(source, createGzip(), process.stdout, { end: false });
           else await pipeline(source, process.stdout, { end: false });
           return;
         }
         const target = path.resolve(options.output);
         const temp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.tmp`);
-        try {
-          if (gzip) await pipeline(source, createGzip(), createWriteStream(temp, { flags: "wx" }));
-          else await pipeline(source, createWriteStream(temp, { flags: "wx" }));
-          const handle = await open(temp, "r");
+        // A save that replaces the history mid-read (paged stores) starts the export again on a new temp file.
+        await readSession(backend, key, label, async (session) => {
+          const source = Readable.from(duasChunks(session, key));
           try {
-            await handle.sync();
-          } finally {
-            await handle.close();
+            if (gzip) await pipeline(source, createGzip(), createWriteStream(temp, { flags: "wx" }));
+            else await pipeline(source, createWriteStream(temp, { flags: "wx" }));
+            const handle = await open(temp, "r");
+            try {
+              await handle.sync();
+            } finally {
+              await handle.close();
+            }
+            await rename(temp, target);
+          } catch (error) {
+            await rm(temp, { force: true });
+            throw error;
           }
-          await rename(temp, target);
-        } catch (error) {
-          await rm(temp, { force: true });
-          throw error;
-        }
+        });
         process.stderr.write(`exported ${key} to ${options.output}\n`);
       } finally {
         await closeBackend(backend);

@@ -6,7 +6,7 @@
  * @module
  */
 import { Command, InvalidArgumentError } from "commander";
-import { closeBackend, openBackendAsync, openSession, withBackendOptions } from "../backend.js";
+import { closeBackend, openBackendAsync, readSession, withBackendOptions } from "../backend.js";
 import { oneLine, printJson } from "../output.js";
 import { HistoryStats, previewMessage } from "../stats.js";
 
@@ -45,9 +45,12 @@ export function showCommand(): Command {
     .action(async (key: string, options: ShowOptions) => {
       const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
-        const session = await openSession(backend, key, label);
-        const stats = new HistoryStats(options.last);
-        for await (const message of session.history) stats.add(message);
+        // Header and history of one saved state, read again when a save replaced the history mid-read.
+        const { session, stats } = await readSession(backend, key, label, async (session) => {
+          const stats = new HistoryStats(options.last);
+          for await (const message of session.history) stats.add(message);
+          return { session, stats };
+        });
         const summary = stats.summary();
         const { meta, config, state } = session.header;
         if (options.json) {

@@ -20,7 +20,7 @@ import type { Journal } from "../durable/journal.js";
 import type { RunEventStream } from "../durable/stream-contract.js";
 import type { UiSources } from "../ui/sources.js";
 import type { CheckpointStore } from "../workflow/store.js";
-import { closeBackend, openBackendAsync, withBackendOptions } from "./backend.js";
+import { closeBackend, DEFAULT_DIR, openBackendAsync, withBackendOptions } from "./backend.js";
 import { DEFAULT_JOURNAL, openJournal } from "./durable-commands.js";
 import { InputNotFoundError, UsageError } from "./errors.js";
 import { parseSpec } from "./spec.js";
@@ -107,7 +107,7 @@ export function uiCommand(): Command {
       try {
         const sessions = await openOrMissing<StateBackend>(
           set(options.backend) || set(options.dir) || set(options.db) || set(env.DUMPLINGS_PERSISTENCE_BACKEND),
-          "sessions",
+          `file:${env.DUMPLINGS_PERSISTENCE_DIR || DEFAULT_DIR}`, // the default session store
           async () => {
             const b = await openBackendAsync(options, env, { mustExist: true });
             opened.push(() => closeBackend(b.backend));

@@ -5,12 +5,47 @@
  * prints a warning; hono is imported only inside src/ui (and the command
  * loads src/ui only when it runs), and nothing below the CLI imports src/ui.
  */
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { RedisRunStream } from "../../src/durable/stream.js";
 import { programArgs, ROOT, runCli } from "../cli/run-cli.js";
+import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
+
+const redisSkip = await redisSkipReason();
+
+/** Starts `dumplings ui ARGS` as a real process; resolves with the child and the address it printed. */
+async function startUi(args: string[]): Promise<{ child: ChildProcess; address: string; stderr: () => string }> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("DUMPLINGS_")) env[k] = v;
+  const child = spawn(process.execPath, [...programArgs("cli/index"), "ui", ...args], {
+    cwd: path.join(ROOT, "test"),
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  child.stderr?.on("data", (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const address = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    child.stdout?.on("data", (d: Buffer) => {
+      out += d.toString();
+      if (out.includes("\n")) resolve(out.split("\n")[0] as string);
+    });
+    child.once("exit", (code) => reject(new Error(`exited ${code}: ${stderr}`)));
+  });
+  return { child, address, stderr: () => stderr };
+}
+
+/** Stops it with SIGTERM; resolves with the exit code. */
+async function stop(child: ChildProcess): Promise<number | null> {
+  const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+  child.kill("SIGTERM");
+  return exited;
+}
 
 describe("dumplings ui, the command", () => {
   it("refuses a bad port (exit 2) and a named store that does not exist (exit 3, nothing created)", () => {
@@ -31,33 +66,65 @@ describe("dumplings ui, the command", () => {
   });
 
   it("warns when it listens on 0.0.0.0, and stops on SIGTERM with exit 0", async () => {
-    const env: Record<string, string> = {};
-    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("DUMPLINGS_")) env[k] = v;
-    const child = spawn(process.execPath, [...programArgs("cli/index"), "ui", "--host", "0.0.0.0", "--port", "0"], {
-      cwd: path.join(ROOT, "test"),
-      env,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stderr = "";
-    child.stderr.on("data", (d: Buffer) => {
-      stderr += d.toString();
-    });
-    const line = await new Promise<string>((resolve, reject) => {
-      let out = "";
-      child.stdout.on("data", (d: Buffer) => {
-        out += d.toString();
-        if (out.includes("\n")) resolve(out.split("\n")[0] as string);
-      });
-      child.once("exit", (code) => reject(new Error(`exited ${code}: ${stderr}`)));
-    });
-    expect(line).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=[A-Za-z0-9_-]{32}$/);
-    const r = await fetch(line, { redirect: "manual" });
+    const { child, address, stderr } = await startUi(["--host", "0.0.0.0", "--port", "0"]);
+    expect(address).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=[A-Za-z0-9_-]{32}$/);
+    const r = await fetch(address, { redirect: "manual" });
     expect(r.status).toBe(303);
-    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
-    child.kill("SIGTERM");
-    expect(await exited).toBe(0);
-    expect(stderr).toMatch(/WARNING: listening on 0\.0\.0\.0/);
+    expect(await stop(child)).toBe(0);
+    expect(stderr()).toMatch(/WARNING: listening on 0\.0\.0\.0/);
   });
+
+  it.skipIf(!!redisSkip)(
+    `--stream follows a run's Redis side channel from Last-Event-ID${redisSkip ? ` (skipped: ${redisSkip})` : ""}`,
+    async () => {
+      const keyPrefix = `dumplings:ui-test:${process.pid}:`;
+      const stream = new RedisRunStream({ url: REDIS_URL, keyPrefix });
+      const dir = mkdtempSync(path.join(tmpdir(), "dumplings-ui-stream-"));
+      try {
+        for (const text of ["a", "b", "c"]) await stream.append("run-s", { type: "token", text });
+        const { SqliteJournal } = await import("../../src/durable/journal-sqlite.js");
+        const journal = new SqliteJournal({ path: path.join(dir, "j.db") });
+        await journal.createRun({ runId: "run-s", workflow: "w", input: null });
+        await journal.close();
+        const url = new URL(REDIS_URL);
+        url.searchParams.set("prefix", keyPrefix);
+        const { child, address } = await startUi([
+          "--journal",
+          `sqlite:${path.join(dir, "j.db")}`,
+          "--stream",
+          url.toString(),
+          "--port",
+          "0",
+        ]);
+        try {
+          const cookie = ((await fetch(address, { redirect: "manual" })).headers.get("set-cookie") ?? "").split(
+            ";",
+          )[0] as string;
+          const origin = new URL(address).origin;
+          expect(await (await fetch(`${origin}/runs/run-s`, { headers: { cookie } })).text()).toContain(
+            'data-stream="/runs/run-s/stream"',
+          );
+          const abort = new AbortController();
+          const r = await fetch(`${origin}/runs/run-s/stream`, {
+            headers: { cookie, "last-event-id": "1" },
+            signal: abort.signal,
+          });
+          const reader = r.body!.getReader();
+          let text = "";
+          while (!/^id: 3$/m.test(text)) text += new TextDecoder().decode((await reader.read()).value);
+          abort.abort();
+          expect([...text.matchAll(/^id: (\d+)$/gm)].map((m) => m[1])).toEqual(["2", "3"]);
+          expect(text).toContain('"text":"b"');
+        } finally {
+          expect(await stop(child)).toBe(0);
+        }
+      } finally {
+        await stream.delete("run-s");
+        await stream.close();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });
 
 function sources(dir: string): string[] {

@@ -219,6 +219,7 @@ describe.skipIf(missing && !SERVICES_REQUIRED)("dumplings ui in headless Chromiu
 
   it("opens the workflow with its steps and a diff", async () => {
     await page.goto(`${origin}/workflows`);
+    await shot("workflows");
     await page.getByRole("link", { name: WORKFLOW_ID }).click();
     const timeline = page.locator("#timeline tbody tr");
     await countIs(timeline, 4);
@@ -254,6 +255,7 @@ describe.skipIf(missing && !SERVICES_REQUIRED)("dumplings ui in headless Chromiu
 
   it("shows the pending tool and its arguments; Approve is journaled and the run continues", async () => {
     await page.goto(`${origin}/runs?status=waiting`);
+    await shot("runs");
     await page.getByRole("link", { name: RUN_ID }).click();
     const approval = page.locator("#approval");
     await textIs(approval.locator(".tool-name"), "refund_payment");

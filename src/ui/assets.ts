@@ -42,6 +42,7 @@ button { font:inherit; padding:.35rem .9rem; border-radius:6px; border:1px solid
 button.primary { background:#166534; color:#fff; border-color:#166534; } button.danger { background:#b91c1c; color:#fff; border-color:#b91c1c; }
 .actions { display:flex; gap:.5rem; flex-wrap:wrap; align-items:flex-start; margin:.5rem 0; }
 .pager { display:flex; gap:1rem; align-items:center; flex-wrap:wrap; margin:.7rem 0; }
+.pager a.active { font-weight:700; color:var(--fg); border-bottom:2px solid var(--accent); }
 .flash { padding:.6rem .9rem; border-radius:6px; margin:.5rem 0; background:#ecfdf5; border:1px solid #a7f3d0; }
 .flash.error { background:#fef2f2; border-color:#fecaca; }
 .chat { display:flex; flex-direction:column; gap:.6rem; }

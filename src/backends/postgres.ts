@@ -62,6 +62,7 @@ import {
   decodeStoredMessage,
   jsonText,
   messageDigest,
+  messageText,
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
@@ -570,11 +571,11 @@ export class PostgresBackend implements StateBackend {
     const gz: (Buffer | null)[] | undefined = this.compress ? [] : undefined;
     for (let i = from; i < history.length; i++) {
       const message = history[i];
-      assertJson(message, `history[${i}]`, i);
       if (typeof message !== "object" || message === null || Array.isArray(message)) {
+        assertJson(message, `history[${i}]`, i);
         throw new InvalidStateError(`history[${i}]`, "a history message must be a JSON object");
       }
-      const json = JSON.stringify(message);
+      const json = messageText(history, i); // checked and serialised, or the text the caller lent
       if (gz && json.length >= this.compressMinBytes) {
         bodies.push(null);
         gz.push(gzipSync(Buffer.from(json, "utf8")));

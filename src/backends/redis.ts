@@ -69,6 +69,7 @@ import {
   decodeStoredMessage,
   jsonText,
   messageDigest,
+  messageText,
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
@@ -385,7 +386,7 @@ export class RedisBackend implements StateBackend {
     const what = `cannot save ${JSON.stringify(key)}`;
     const attempt = async (from: number): Promise<WriteResult | "full"> => {
       const items: string[] = [];
-      for (let i = Math.max(from, 0); i < history.length; i++) items.push(this.encodeMessage(history[i], i));
+      for (let i = Math.max(from, 0); i < history.length; i++) items.push(this.encodeMessage(history, i));
       const args: (string | number)[] = [
         expected === undefined ? "" : expected === null ? "n" : String(expected),
         force ? "1" : "0",
@@ -543,12 +544,13 @@ export class RedisBackend implements StateBackend {
 
   // ---- internals ----
 
-  private encodeMessage(message: unknown, index: number): string {
-    assertJson(message, `history[${index}]`, index);
+  private encodeMessage(history: readonly unknown[], index: number): string {
+    const message = history[index];
     if (typeof message !== "object" || message === null || Array.isArray(message)) {
+      assertJson(message, `history[${index}]`, index);
       throw new InvalidStateError(`history[${index}]`, "a history message must be a JSON object");
     }
-    const json = JSON.stringify(message);
+    const json = messageText(history, index); // checked and serialised, or the text the caller lent
     if (this.compress && json.length >= this.compressMinBytes) {
       return COMPRESSED_MARK + gzipSync(Buffer.from(json, "utf8")).toString("base64");
     }

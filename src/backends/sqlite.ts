@@ -11,7 +11,7 @@
  *   config TEXT NOT NULL,     -- '': in session_parts; a row of an older build holds the JSON of state.config here
  *   state TEXT NOT NULL,      -- '': in session_parts; likewise the JSON of state.state
  *   history TEXT,             -- NULL; only legacy (seed) rows hold their whole history here as JSONL
- *   saved_at TEXT NOT NULL,   -- UTC ISO-8601 time of the last write (retention/gc uses it)
+ *   saved_at TEXT NOT NULL,   -- UTC ISO-8601 time of the last write, to within 1 s (retention/gc uses it)
  *   revision INTEGER NOT NULL DEFAULT 1,  -- +1 per write, for compare-and-set
  *   message_count INTEGER     -- rows in `messages`; NULL marks a legacy row
  * );
@@ -71,6 +71,13 @@
  * stored one only at that revision) and without `force`; otherwise the whole
  * history is rewritten. A plain `save` rewrites the whole history.
  *
+ * The common save — an append after exactly what this connection last wrote
+ * or read, config and state unchanged — is two statements: a header `UPDATE`
+ * whose `WHERE` is the compare-and-set (revision, count, parts kept apart) and
+ * the message `INSERT`. It leaves `saved_at` alone when this connection set it
+ * less than a second before, so one save dirties the message pages and the
+ * session row, not also the `saved_at` index.
+ *
  * Loads read the header and the message rows in one snapshot and check that
  * exactly `message_count` rows exist (`FormatError` otherwise); with the
  * bodies stored as the messages' JSON text, loading costs about what parsing
@@ -110,7 +117,7 @@ import {
   type SqliteMigrations,
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
-import { ConfigMemo, decodeStoredMessage } from "./stored.js";
+import { ConfigMemo, decodeStoredMessage, messageText } from "./stored.js";
 import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkWriteOptions } from "./write-options.js";
 
@@ -187,6 +194,8 @@ interface Statements {
   deleteOrphanParts: BetterSqlite3.Statement<[]>;
   insertSession: BetterSqlite3.Statement<[string, string, string, number, number]>;
   update: BetterSqlite3.Statement<[string, string, number, number, string]>;
+  appendHead: BetterSqlite3.Statement<[string, number, number, string, number, number]>;
+  appendHeadAt: BetterSqlite3.Statement<[string, string, number, number, string, number, number]>;
   keys: BetterSqlite3.Statement<[], string>;
   floor: BetterSqlite3.Statement<[], number>;
   raiseFloor: BetterSqlite3.Statement<[number]>;
@@ -195,49 +204,15 @@ interface Statements {
 
 const PAGE_SIZE = 512;
 
+/**
+ * `saved_at` (the retention clock of `gc`) is kept to within this many ms: an append less than
+ * this long after the time this connection stored leaves it, so the row's index is not rewritten
+ * at every save.
+ */
+const SAVED_AT_RESOLUTION_MS = 1000;
+
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-/**
- * Fast path of `assertJson`: true when `v` is JSON by the same rules, without
- * building paths. False means "not sure" (a rule broken, or nesting deeper
- * than 512 levels — which also stops cycles): the caller then runs
- * `assertJson`, which throws with the exact path or accepts.
- */
-function isJsonFast(v: unknown, depth = 0): boolean {
-  switch (typeof v) {
-    case "string":
-    case "boolean":
-      return true;
-    case "number":
-      return Number.isFinite(v) && !Object.is(v, -0);
-    case "object": {
-      if (v === null) return true;
-      if (depth > 512) return false;
-      if (Array.isArray(v)) {
-        for (let i = 0; i < v.length; i++) {
-          if (!(i in v) || !isJsonFast(v[i], depth + 1)) return false;
-        }
-        return true;
-      }
-      const proto = Object.getPrototypeOf(v);
-      if (proto !== Object.prototype && proto !== null) return false;
-      if (Object.getOwnPropertySymbols(v).length > 0) return false;
-      for (const key in v) {
-        const child = (v as Record<string, unknown>)[key];
-        if (child !== undefined && !isJsonFast(child, depth + 1)) return false;
-      }
-      return true;
-    }
-    default:
-      return false;
-  }
-}
-
-/** `assertJson` with the fast path first. */
-function checkJson(value: unknown, label: string, messageIndex?: number): void {
-  if (!isJsonFast(value)) assertJson(value, label, messageIndex);
 }
 
 /**
@@ -255,7 +230,7 @@ function encodeHeaderParts(state: AgentState, configText?: string): [meta: strin
   return parts.map(([name, value]) => {
     if (!isObject(value)) throw new InvalidStateError(name, `${name} must be an object`);
     if (name === "config" && configText !== undefined) return configText;
-    checkJson(value, name);
+    assertJson(value, name);
     return JSON.stringify(value);
   }) as [string, string, string];
 }
@@ -301,7 +276,9 @@ export class SQLiteBackend implements StateBackend {
   readonly #deleteTx: BetterSqlite3.Transaction<(key: string) => boolean>;
   readonly #gcTx: BetterSqlite3.Transaction<(cutoff: string) => number>;
   /** Per key: JSON text of the last message at a revision (spares a query per append). Bounded. */
-  readonly #tails = new Map<string, { revision: number; count: number; text: string }>();
+  readonly #tails = new Map<string, { revision: number; count: number; text: string; savedAt?: number }>();
+  /** The time (ms) in `saved_at` after the last write transaction of this connection. */
+  #savedAt: number | undefined;
   /** Per key: the config stored at a revision (an unchanged config is neither serialised nor rewritten). */
   readonly #configs = new ConfigMemo();
   /** Per key: the JSON text of the `state` part stored at a revision (an unchanged one is not rewritten). Bounded. */
@@ -705,7 +682,8 @@ export class SQLiteBackend implements StateBackend {
     this.#configs.remember(key, result.revision, state.config, config);
     this.#rememberState(key, result.revision, runtime);
     const last = bodies.length > 0 ? bodies[bodies.length - 1] : undefined;
-    this.#remember(key, result.revision, history.length, typeof last === "string" ? last : undefined, history);
+    const text = typeof last === "string" ? last : undefined;
+    this.#remember(key, result.revision, history.length, text, history, this.#savedAt);
     return result;
   }
 
@@ -720,28 +698,64 @@ export class SQLiteBackend implements StateBackend {
     count: number,
     text: string | undefined,
     history?: readonly Message[],
+    savedAt?: number,
   ): void {
     if (count === 0) {
       this.#tails.delete(key);
       return;
     }
     if (this.#tails.size >= 4096 && !this.#tails.has(key)) this.#tails.clear();
-    this.#tails.set(key, { revision, count, text: text ?? JSON.stringify(history?.[count - 1]) });
+    const last = text ?? (history === undefined ? undefined : messageText(history, count - 1));
+    if (last === undefined) this.#tails.delete(key);
+    else this.#tails.set(key, { revision, count, text: last, savedAt });
   }
 
   #encodeRange(history: readonly Message[], from: number, to: number): Body[] {
     const out = new Array<Body>(to - from);
     for (let i = from; i < to; i++) {
       const m = history[i];
-      checkJson(m, `history[${i}]`, i);
-      if (!isObject(m)) throw new InvalidStateError(`history[${i}]`, "a message must be a JSON object");
-      out[i - from] = this.#encodeBody(JSON.stringify(m));
+      if (!isObject(m)) {
+        assertJson(m, `history[${i}]`, i);
+        throw new InvalidStateError(`history[${i}]`, "a message must be a JSON object");
+      }
+      out[i - from] = this.#encodeBody(messageText(history, i)); // the caller's text when it lent one
     }
     return out;
   }
 
+  /**
+   * The common save in two statements: an append after exactly the messages this connection
+   * last wrote or read at `expectedRevision` (boundary text, config and state parts known stored
+   * there). The header `UPDATE` is the compare-and-set (its `WHERE` pins the revision, the count
+   * and the parts kept apart); it leaves `saved_at` (and its index) alone when this connection set
+   * it less than {@link SAVED_AT_RESOLUTION_MS} ago. Undefined when it does not apply or the
+   * `UPDATE` matched no row: then {@link SQLiteBackend.#writeInTx} does the general write.
+   */
+  #appendInTx(a: WriteArgs): WriteResult | undefined {
+    const expected = a.expectedRevision;
+    if (a.force || typeof expected !== "number" || a.from === 0) return undefined;
+    if (a.configAt !== expected || a.stateAt !== expected) return undefined;
+    const cached = this.#tails.get(a.key);
+    if (cached === undefined || cached.revision !== expected || cached.count !== a.from) return undefined;
+    if (cached.text !== messageText(a.history, a.from - 1)) return undefined;
+    const s = this.#s;
+    const revision = expected + 1;
+    const count = a.history.length;
+    const now = Date.now();
+    const keepTime = cached.savedAt !== undefined && now - cached.savedAt < SAVED_AT_RESOLUTION_MS;
+    const changed = keepTime
+      ? s.appendHead.run(a.meta, revision, count, a.key, expected, a.from).changes
+      : s.appendHeadAt.run(a.meta, new Date(now).toISOString(), revision, count, a.key, expected, a.from).changes;
+    if (changed !== 1) return undefined;
+    for (let i = 0; i < a.bodies.length; i++) s.insert.run(a.key, a.from + i, a.bodies[i] as Body);
+    this.#savedAt = keepTime ? cached.savedAt : now;
+    return { revision, written: a.bodies.length, rewritten: false };
+  }
+
   /** Runs inside `BEGIN IMMEDIATE`: CAS check, then append or rewrite, then the header. */
   #writeInTx(a: WriteArgs): WriteResult {
+    const fast = this.#appendInTx(a);
+    if (fast !== undefined) return fast;
     const s = this.#s;
     const head = s.writeHead.get(a.key);
     const actual = head ? head.revision : null;
@@ -760,7 +774,7 @@ export class SQLiteBackend implements StateBackend {
         const body = s.bodyAt.get(a.key, a.from - 1);
         stored = body === undefined ? undefined : this.#bodyText(a.key, a.from - 1, body);
       }
-      append = stored === JSON.stringify(a.history[a.from - 1]);
+      append = stored === messageText(a.history, a.from - 1);
     }
     let written: number;
     if (append && head) {
@@ -773,7 +787,9 @@ export class SQLiteBackend implements StateBackend {
       for (let i = 0; i < all.length; i++) s.insert.run(a.key, i, all[i] as Body);
       written = all.length;
     }
-    const savedAt = new Date().toISOString();
+    const now = Date.now();
+    const savedAt = new Date(now).toISOString();
+    this.#savedAt = now;
     const count = a.history.length;
     let revision: number;
     // config and state live in `session_parts`, out of the session row that every save rewrites (SQLite
@@ -933,6 +949,14 @@ function prepare(db: BetterSqlite3.Database): Statements {
     update: db.prepare(
       `UPDATE sessions SET meta = ?, config = '', state = '', history = NULL, saved_at = ?, revision = ?,
        message_count = ? WHERE key = ?`,
+    ),
+    appendHead: db.prepare(
+      `UPDATE sessions SET meta = ?, revision = ?, message_count = ?
+       WHERE key = ? AND revision = ? AND message_count = ? AND config = '' AND state = ''`,
+    ),
+    appendHeadAt: db.prepare(
+      `UPDATE sessions SET meta = ?, saved_at = ?, revision = ?, message_count = ?
+       WHERE key = ? AND revision = ? AND message_count = ? AND config = '' AND state = ''`,
     ),
     keys: db.prepare<[], string>("SELECT key FROM sessions").pluck(),
     floor: db.prepare<[], number>("SELECT value FROM dumplings_meta WHERE name = 'revision_floor'").pluck(),

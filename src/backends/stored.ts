@@ -118,6 +118,44 @@ export function decodeStoredMessage(
   return checkStoredMessage(value, protocol, index, { file, label }); // the JSON read rule, then the schema
 }
 
+/** JSON texts of history messages lent for one write, by the history array written (see {@link lendTexts}). */
+const lentTexts = new WeakMap<readonly unknown[], { from: number; texts: readonly string[] }>();
+
+/**
+ * Lends the backends the JSON texts of messages of a history about to be written, so a message
+ * is serialised once per save, by whoever needs it first: the persistence layer serialises the
+ * new messages (it checks them anyway) and knows the text of the boundary message
+ * (`baseLength - 1`, whose text proved the stored prefix), and a backend that would serialise
+ * them again asks {@link lentText} instead. Only for the duration of the write: take them back
+ * with {@link reclaimTexts}. Keyed by the history array itself, which the caller does not change
+ * while the write runs, so a text is never used for another history.
+ *
+ * @param history - the `state.history` array handed to `write`
+ * @param from - the index of `texts[0]`
+ * @param texts - `texts[i]` is exactly `JSON.stringify(history[from + i])`, of a message `assertJson` accepted
+ */
+export function lendTexts(history: readonly unknown[], from: number, texts: readonly string[]): void {
+  lentTexts.set(history, { from, texts });
+}
+
+/** Takes back the texts lent with {@link lendTexts} for `history`. */
+export function reclaimTexts(history: readonly unknown[]): void {
+  lentTexts.delete(history);
+}
+
+/**
+ * The lent JSON text of `history[index]` (see {@link lendTexts}), when there is one: it is
+ * `JSON.stringify(history[index])` of a message already checked by `assertJson`.
+ *
+ * @param history - the history being written
+ * @param index - the message's index
+ * @returns the text, or undefined (then serialise and check the message)
+ */
+export function lentText(history: readonly unknown[], index: number): string | undefined {
+  const lent = lentTexts.get(history);
+  return lent === undefined ? undefined : lent.texts[index - lent.from];
+}
+
 /**
  * Digest (sha1, base64) of a message's JSON text, stored for the last message
  * so an append can check (not assume) that the writer's history ends where the
@@ -126,9 +164,36 @@ export function decodeStoredMessage(
  * @throws {NonJsonValueError} when the message is not JSON
  */
 export function messageDigest(history: readonly unknown[], index: number): string {
+  return textDigest(messageText(history, index));
+}
+
+/**
+ * The JSON text of `history[index]`: the lent one ({@link lentText}), else checked and serialised.
+ *
+ * @throws {NonJsonValueError} when the message is not JSON
+ */
+export function messageText(history: readonly unknown[], index: number): string {
+  const lent = lentText(history, index);
+  if (lent !== undefined) return lent;
   const message = history[index];
   assertJson(message, `history[${index}]`, index);
-  return createHash("sha1").update(JSON.stringify(message)).digest("base64");
+  return JSON.stringify(message);
+}
+
+/** The last digest computed by {@link textDigest}: a save digests its new last message, the next one its boundary, the same text. */
+let lastDigest: { text: string; digest: string } | undefined;
+
+/**
+ * Digest (sha1, base64) of a message's JSON text (see {@link messageDigest}).
+ *
+ * @param text - the message's JSON text
+ * @returns the digest
+ */
+export function textDigest(text: string): string {
+  if (lastDigest !== undefined && lastDigest.text === text) return lastDigest.digest;
+  const digest = createHash("sha1").update(text).digest("base64");
+  lastDigest = { text, digest };
+  return digest;
 }
 
 /** {@link messageDigest} of the last message, `""` for an empty history. */

@@ -40,6 +40,7 @@
 
 import { z } from "zod";
 import { validateKey } from "../backends/keys.js";
+import { lendTexts, reclaimTexts } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
 import { decodeState, encodeState } from "../core/codec.js";
 import { BackendError, DumplingsError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
@@ -203,6 +204,26 @@ function checkHistory(history: readonly Message[], from: number): void {
   }
 }
 
+/**
+ * Checks the messages `from..` of a history to save (as {@link checkHistory}) and serialises them.
+ *
+ * @param history - the history
+ * @param from - the first message to check
+ * @param boundary - the known JSON text of `history[from - 1]`, put first when given
+ * @returns the texts of `history[from - 1]` (when `boundary` is given) and `history[from..]`
+ * @throws {NonJsonValueError} naming the message index and path of a value JSON cannot carry
+ */
+function encodeHistory(history: readonly Message[], from: number, boundary: string | undefined): string[] {
+  if (!Array.isArray(history)) throw new TypeError("state.history must be an array");
+  const texts: string[] = boundary === undefined ? [] : [boundary];
+  for (let i = from; i < history.length; i++) {
+    if (!(i in history)) assertJson(history, "history");
+    assertJson(history[i], `history[${i}]`, i);
+    texts.push(JSON.stringify(history[i]));
+  }
+  return texts;
+}
+
 /** Redacted (or checked-clean) form of each message object already scanned, per policy. */
 const scanned = { redact: new WeakMap<object, Message>(), refuse: new WeakSet<object>() };
 
@@ -287,18 +308,27 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
       if (track?.revision !== options.ifRevision) baseLength = undefined;
     }
     if (expectedRevision === undefined || expectedRevision === null || options.force) baseLength = undefined;
-    checkHistory(live, baseLength ?? 0);
+    // Each message is serialised once per save: the new ones here (checked on the way), the boundary
+    // message's text is the fingerprint that proved the stored prefix; the backend borrows them.
+    const from = baseLength ?? 0;
+    const boundary = from > 0 ? track?.lastFingerprint : undefined;
+    const texts = encodeHistory(live, from, boundary);
     const history = own ?? saveSnapshot(track, live, baseLength);
     const state: AgentState = { meta: header.meta, config: header.config, state: header.state, history };
     let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
     try {
       applySecretsPolicy(state);
+      // Redacted messages are other objects: the backend serialises those itself.
+      if (state.history === history) lendTexts(history, boundary === undefined ? from : from - 1, texts);
       result = await backend.write(k, state, { expectedRevision, baseLength, force: options.force ?? false });
     } catch (e) {
       abandonSnapshot(track, history, baseLength);
       wrap(backend, `cannot save ${JSON.stringify(k)}`, k, e);
+    } finally {
+      reclaimTexts(history);
     }
-    recordSaved(agent, backend, k, history, result.rewritten ? undefined : baseLength, result.revision);
+    const lastText = history.length > 0 ? texts[texts.length - 1] : undefined;
+    recordSaved(agent, backend, k, history, result.rewritten ? undefined : baseLength, result.revision, lastText);
     return { key: k, revision: result.revision, written: result.written, rewritten: result.rewritten };
   }
   const history = own ?? live.slice();

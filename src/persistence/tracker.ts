@@ -190,6 +190,8 @@ export function recordLoaded(
  * @param history - the history that was saved (the array {@link saveSnapshot} returned, or a copy)
  * @param baseLength - the `baseLength` sent (the stored prefix reused), or undefined for a full write
  * @param revision - the new revision, when the backend has revisions
+ * @param lastText - the JSON text of the last message as it was written, when the caller has it
+ *   (the fingerprint is then what was stored, even if the message changed during the write)
  */
 export function recordSaved(
   agent: object,
@@ -198,6 +200,7 @@ export function recordSaved(
   history: readonly Message[],
   baseLength: number | undefined,
   revision: number | undefined,
+  lastText?: string,
 ): void {
   const previous = getTrack(agent, backend, key);
   let stored: Message[];
@@ -209,7 +212,8 @@ export function recordSaved(
   } else {
     stored = history.slice();
   }
-  setTrack(agent, backend, key, { revision, stored, lastFingerprint: fingerprint(history[history.length - 1]) });
+  const lastFingerprint = lastText ?? fingerprint(history[history.length - 1]);
+  setTrack(agent, backend, key, { revision, stored, lastFingerprint });
   homes.set(agent, { backend, key });
 }
 

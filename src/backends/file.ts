@@ -186,7 +186,7 @@ import type { AgentState } from "../core/state.js";
 import { pathIdentity } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
 import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkWriteOptions } from "./write-options.js";
+import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
 const FILE_OPTIONS = optionKeys<FileBackendOptions>({
@@ -1143,6 +1143,7 @@ export class FileBackend implements StateBackend {
    * @throws {FormatError} for a malformed line (file and line in the message)
    */
   async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
+    checkHistoryReadOptions(this.name, options);
     const current = this.existing(key);
     if (!current) throw new StateNotFoundError(key, "file");
     const ref = { parser: new DuasLineParser(current.file) };

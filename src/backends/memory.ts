@@ -27,7 +27,7 @@ import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaS
 import { validateKey } from "./keys.js";
 import { decodeStoredMessage, parseHeaderField } from "./stored.js";
 import type { HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkWriteOptions } from "./write-options.js";
+import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 interface StoredSession {
   /** `JSON.stringify` of `meta`, `config` and `state`. */
@@ -197,6 +197,7 @@ export class MemoryBackend implements StateBackend {
    * @throws {ConflictError} when `options.revision` is not the stored revision
    */
   async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
+    checkHistoryReadOptions(this.name, options);
     validateKey(key);
     const stored = this.#sessions.get(key);
     if (!stored) throw new StateNotFoundError(key, this.name);

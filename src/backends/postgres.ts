@@ -67,7 +67,7 @@ import {
   tailDigest,
 } from "./stored.js";
 import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkWriteOptions } from "./write-options.js";
+import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery, PostgresConnectionOptions };
 
@@ -470,6 +470,7 @@ export class PostgresBackend implements StateBackend {
    * @throws {FormatError} / {BackendError} as `read`
    */
   async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncIterable<Message> {
+    checkHistoryReadOptions(this.name, options);
     validateKey(key);
     const what = `cannot read the history of ${JSON.stringify(key)}`;
     await this.driver.readyFor(what, key);

@@ -74,7 +74,7 @@ import {
   tailDigest,
 } from "./stored.js";
 import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkWriteOptions } from "./write-options.js";
+import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /**
  * The minimal structural shape of a Redis client this backend calls. An
@@ -505,6 +505,7 @@ export class RedisBackend implements StateBackend {
    * @throws {FormatError} / {BackendError} as `read`
    */
   async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncIterable<Message> {
+    checkHistoryReadOptions(this.name, options);
     validateKey(key);
     const keys = [this.headerKey(key), this.historyKey(key)];
     const what = `cannot read the history of ${JSON.stringify(key)}`;

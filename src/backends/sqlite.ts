@@ -119,7 +119,7 @@ import {
 import { validateKey } from "./keys.js";
 import { ConfigMemo, decodeStoredMessage, messageText } from "./stored.js";
 import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkWriteOptions } from "./write-options.js";
+import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
 export const SQLITE_SCHEMA_VERSION = 2;
@@ -464,6 +464,7 @@ export class SQLiteBackend implements StateBackend {
    * @throws {FormatError} when a stored message is corrupt
    */
   async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
+    checkHistoryReadOptions(this.name, options);
     validateKey(key);
     const what = `cannot read history of ${JSON.stringify(key)}`;
     const head = await this.#driver.serialize(what, key, () =>

@@ -6,10 +6,13 @@
  *
  * @module
  */
+
+import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import type { WriteOptions } from "./types.js";
+import type { HistoryReadOptions, WriteOptions } from "./types.js";
 
 const WRITE_OPTIONS = optionKeys<WriteOptions>({ expectedRevision: true, baseLength: true, force: true });
+const HISTORY_READ_OPTIONS = optionKeys<HistoryReadOptions>({ revision: true });
 
 /**
  * Refuses an unknown key in the options of a backend's `write`.
@@ -22,4 +25,24 @@ const WRITE_OPTIONS = optionKeys<WriteOptions>({ expectedRevision: true, baseLen
  */
 export function checkWriteOptions(backend: string, options: WriteOptions | undefined): void {
   checkOptions(`${backend} write`, options, WRITE_OPTIONS);
+}
+
+/**
+ * Refuses an unknown key, or a `revision` that is not a positive integer, in
+ * the options of a backend's `iterHistory`.
+ *
+ * @param backend - the backend's name, for the message (e.g. `sqlite`)
+ * @param options - the options given to `iterHistory`
+ * @throws {InvalidOptionError} naming the option at fault
+ */
+export function checkHistoryReadOptions(backend: string, options: HistoryReadOptions | undefined): void {
+  checkOptions(`${backend} iterHistory`, options, HISTORY_READ_OPTIONS);
+  const revision = options?.revision;
+  if (revision !== undefined && !(Number.isSafeInteger(revision) && revision >= 1)) {
+    throw new InvalidOptionError(
+      `${backend} iterHistory`,
+      "revision",
+      `must be an integer >= 1, got ${String(revision)}`,
+    );
+  }
 }

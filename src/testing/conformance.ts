@@ -22,7 +22,13 @@
  */
 import { randomUUID } from "node:crypto";
 import type { StateBackend } from "../backends/types.js";
-import { ConflictError, InvalidKeyError, NonJsonValueError, StateNotFoundError } from "../core/errors.js";
+import {
+  ConflictError,
+  InvalidKeyError,
+  InvalidOptionError,
+  NonJsonValueError,
+  StateNotFoundError,
+} from "../core/errors.js";
 import type { Message, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
@@ -629,6 +635,14 @@ export function runBackendConformance<B extends StateBackend>(
         const now: Message[] = [];
         for await (const m of iterHistory(k, { revision: second.revision })) now.push(m);
         expect(now).toEqual(h);
+        // A misspelt or meaningless option is refused, never ignored (an unpinned read would be silently wrong).
+        for (const bad of [{ revison: second.revision }, { revision: 0 }, { revision: 1.5 }]) {
+          await failsWith(async () => {
+            for await (const _ of iterHistory(k, bad as never)) {
+              // nothing
+            }
+          }, InvalidOptionError);
+        }
       });
 
       it("throws StateNotFoundError for a missing key", async (ctx) => {

@@ -6,8 +6,8 @@
  * rm KEY | convert --from SPEC --to SPEC | gc --older-than 30d`, each with
  * `--backend`, `--dir`, `--db` (or the `DUMPLINGS_PERSISTENCE_*` env vars);
  * `dumplings chat` (a resumable terminal chat), `dumplings workflows …`
- * (workflow checkpoints) and `dumplings runs | approve | reject | signal`
- * (durable runs).
+ * (workflow checkpoints), `dumplings runs | approve | reject | signal`
+ * (durable runs) and `dumplings ui` (the local web inspector over all three).
  *
  * Each command lives in its own factory; adding one is a single
  * `program.addCommand(factory())` line below.

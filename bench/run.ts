@@ -143,103 +143,139 @@ export interface Result {
   curve: [number, number][];
 }
 
-async function measure(store: BenchStore, scenario: string, conversations: Message[][]): Promise<Result> {
-  const durations: number[] = [];
-  const curve: [number, number][] = [];
-  let totalMs = 0;
-  let bytes = 0;
-  let size = 0;
-  let sizeKnown = true;
-  let loadMs = 0;
-  let rawBytes = 0;
-  let first40: number[] = [];
-  let last40: number[] = [];
-  let extrapolated = false;
+/** What {@link measure} accumulates for one store of a group. */
+interface Tally {
+  durations: number[];
+  points: [number, number, number][]; // of the first conversation: [length, µs, bytes]
+  totalMs: number;
+  bytes: number;
+  size: number;
+  sizeKnown: boolean;
+  loadMs: number;
+  extrapolated: boolean;
+}
+
+/**
+ * Saves every conversation after every message into each store of `group`,
+ * in lockstep: message i is saved to the first store, then to the second, …,
+ * before message i + 1, so a burst of load on the machine (other processes'
+ * disk or CPU) hits every store of the group alike, and their ratios stay
+ * fair. Loads are interleaved the same way. A whole-history store (sampled in
+ * windows at large N) is measured alone.
+ */
+async function measure(group: BenchStore[], scenario: string, conversations: Message[][]): Promise<Result[]> {
+  if (group.length > 1 && group.some((s) => s.wholeHistory)) throw new Error("a sampled store is measured alone");
+  const tallies: Tally[] = group.map(() => ({
+    durations: [],
+    points: [],
+    totalMs: 0,
+    bytes: 0,
+    size: 0,
+    sizeKnown: true,
+    loadMs: 0,
+    extrapolated: false,
+  }));
   let n = 0;
+  let rawBytes = 0;
   for (const [ci, messages] of conversations.entries()) {
-    const ctx = newContext(REDIS_URL, DATABASE_URL);
-    await store.open(ctx);
+    const contexts = group.map(() => newContext(REDIS_URL, DATABASE_URL));
+    const opened: BenchStore[] = [];
     try {
+      for (const [k, store] of group.entries()) {
+        await store.open(contexts[k]!);
+        opened.push(store);
+      }
       const N = messages.length;
       n = Math.max(n, N);
       rawBytes += messages.reduce((s, m) => s + Buffer.byteLength(JSON.stringify(m)) + 1, 0);
-      const sampled = store.wholeHistory === true && N > SAMPLE_ABOVE;
+      const sampled = group[0]!.wholeHistory === true && N > SAMPLE_ABOVE;
       const starts = sampled ? [0, Math.floor(N * 0.25), Math.floor(N * 0.5), Math.floor(N * 0.75), N - WINDOW] : [0];
-      const points: [number, number, number][] = []; // [length, µs, bytes]
+      const points: [number, number, number][][] = group.map(() => []);
       for (const start of starts) {
         const end = sampled ? start + WINDOW : N;
-        // One growing array, as an agent's history grows: no per-save copying in the measured loop.
-        const history = messages.slice(0, start);
+        // One growing array per store, as an agent's history grows: no per-save copying in the measured loop.
+        const histories = group.map(() => messages.slice(0, start));
         for (let i = start; i < end; i++) {
-          history.push(messages[i]!);
-          const w0 = wchar();
-          const t0 = performance.now();
-          await store.save(history);
-          const us = (performance.now() - t0) * 1000;
-          const b = wchar() - w0;
-          durations.push(us);
-          points.push([i + 1, us, b]);
-          if (!sampled) {
-            totalMs += us / 1000;
-            bytes += b;
+          for (const [k, store] of group.entries()) {
+            const history = histories[k]!;
+            history.push(messages[i]!);
+            const w0 = wchar();
+            const t0 = performance.now();
+            await store.save(history);
+            const us = (performance.now() - t0) * 1000;
+            const b = wchar() - w0;
+            const t = tallies[k]!;
+            t.durations.push(us);
+            points[k]!.push([i + 1, us, b]);
+            if (!sampled) {
+              t.totalMs += us / 1000;
+              t.bytes += b;
+            }
           }
         }
       }
-      if (sampled) {
-        extrapolated = true;
-        const fitUs = linearFit(points.map(([x, y]) => [x, y]));
-        const fitB = linearFit(points.map(([x, , b]) => [x, b]));
-        // Σ_{x=1..N} (a + b·x) = N·a + b·N(N+1)/2
-        const sum = (f: { a: number; b: number }) => N * f.a + (f.b * N * (N + 1)) / 2;
-        totalMs += sum(fitUs) / 1000;
-        bytes += sum(fitB);
+      for (const [k, t] of tallies.entries()) {
+        if (sampled) {
+          t.extrapolated = true;
+          const fitUs = linearFit(points[k]!.map(([x, y]) => [x, y]));
+          const fitB = linearFit(points[k]!.map(([x, , b]) => [x, b]));
+          // Σ_{x=1..N} (a + b·x) = N·a + b·N(N+1)/2
+          const sum = (f: { a: number; b: number }) => N * f.a + (f.b * N * (N + 1)) / 2;
+          t.totalMs += sum(fitUs) / 1000;
+          t.bytes += sum(fitB);
+        }
+        if (ci === 0) t.points = points[k]!;
       }
-      const series = points.map((p) => p[1]);
-      if (ci === 0 || conversations.length === 1) {
-        first40 = series.slice(0, WINDOW);
-        last40 = series.slice(-WINDOW);
-        curve.push(...bucket(points));
-      }
-      const loads: number[] = [];
+      const loads: number[][] = group.map(() => []);
       for (let l = 0; l < (conversations.length === 1 ? LOADS : 1); l++) {
-        const t0 = performance.now();
-        const loaded = await store.load();
-        loads.push(performance.now() - t0);
-        if (loaded.length !== N || JSON.stringify(loaded.at(-1)) !== JSON.stringify(messages.at(-1))) {
-          throw new Error(`${store.name}: loaded ${loaded.length} messages, expected ${N} equal to the input`);
+        for (const [k, store] of group.entries()) {
+          const t0 = performance.now();
+          const loaded = await store.load();
+          loads[k]!.push(performance.now() - t0);
+          if (loaded.length !== N || JSON.stringify(loaded.at(-1)) !== JSON.stringify(messages.at(-1))) {
+            throw new Error(`${store.name}: loaded ${loaded.length} messages, expected ${N} equal to the input`);
+          }
         }
       }
-      loadMs += median(loads);
-      const s = await store.size();
-      if (s === undefined) sizeKnown = false;
-      else if (sampled) {
-        // Storage of a whole-history store after N saves ≈ what it holds now × (N saves / saves made).
-        size += (s * N) / points.length;
-      } else size += s;
+      for (const [k, store] of group.entries()) {
+        const t = tallies[k]!;
+        t.loadMs += median(loads[k]!);
+        const s = await store.size();
+        if (s === undefined) t.sizeKnown = false;
+        else if (sampled) {
+          // Storage of a whole-history store after N saves ≈ what it holds now × (N saves / saves made).
+          t.size += (s * N) / points[k]!.length;
+        } else t.size += s;
+      }
     } finally {
-      await store.close();
-      rmSync(ctx.dir, { recursive: true, force: true });
+      for (const store of opened) await store.close();
+      for (const ctx of contexts) rmSync(ctx.dir, { recursive: true, force: true });
     }
   }
-  return {
-    scenario,
-    store: store.name,
-    group: store.group,
-    family: store.family,
-    n,
-    saves: durations.length,
-    p50: quantile(durations, 0.5),
-    p99: quantile(durations, 0.99),
-    first40: median(first40),
-    last40: median(last40),
-    totalMs,
-    bytesWritten: bytes,
-    size: sizeKnown ? size : undefined,
-    loadMs,
-    rawBytes,
-    extrapolated,
-    curve,
-  };
+  return group.map((store, k) => {
+    const t = tallies[k]!;
+    const series = t.points.map((p) => p[1]);
+    return {
+      scenario,
+      store: store.name,
+      group: store.group,
+      family: store.family,
+      n,
+      saves: t.durations.length,
+      p50: quantile(t.durations, 0.5),
+      p99: quantile(t.durations, 0.99),
+      // Of the first conversation (the only one of a synthetic scenario).
+      first40: median(series.slice(0, WINDOW)),
+      last40: median(series.slice(-WINDOW)),
+      totalMs: t.totalMs,
+      bytesWritten: t.bytes,
+      size: t.sizeKnown ? t.size : undefined,
+      loadMs: t.loadMs,
+      rawBytes,
+      extrapolated: t.extrapolated,
+      curve: bucket(t.points),
+    };
+  });
 }
 
 function linearFit(points: [number, number][]): { a: number; b: number } {
@@ -487,18 +523,22 @@ async function main(): Promise<void> {
   }
   const results: Result[] = [];
   for (const [name, convs] of scenarios) {
-    // Per kind of store: the floor, then ours through saveState, then ours through write (close in time).
-    const order: BenchStore[] = [];
+    // Per kind of store, in lockstep: the floor, ours through saveState, ours through write (see `measure`).
     for (const family of ["file", "sqlite", "redis", "postgres", "memory"] as const) {
-      order.push(...stores.floors.filter((s) => s.family === family));
-      // The agent rows run the synthetic histories; the real conversations run at backend level.
-      if (name !== realName) order.push(...stores.agents.filter((s) => s.family === family));
-      order.push(...stores.backends.filter((s) => s.family === family));
+      const group = [
+        ...stores.floors.filter((s) => s.family === family),
+        // The agent rows run the synthetic histories; the real conversations run at backend level.
+        ...(name !== realName ? stores.agents.filter((s) => s.family === family) : []),
+        ...stores.backends.filter((s) => s.family === family),
+      ].filter((s) => matches(s) && (!s.needs || up[s.needs]));
+      if (group.length === 0) continue;
+      results.push(
+        ...(await progress(`${name}: ${group.map((s) => s.name).join(" | ")}`, () => measure(group, name, convs))),
+      );
     }
-    order.push(...stores.checkpointers);
-    for (const store of order) {
+    for (const store of stores.checkpointers) {
       if (!matches(store) || (store.needs && !up[store.needs])) continue;
-      results.push(await progress(`${name}: ${store.name}`, () => measure(store, name, convs)));
+      results.push(...(await progress(`${name}: ${store.name}`, () => measure([store], name, convs))));
     }
   }
   const scenarioResults: ScenarioResults = runScenarios

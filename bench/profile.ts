@@ -66,7 +66,8 @@ function category(frame: CpuProfileNode["callFrame"]): string {
   return `js: ${path.basename(url)}`;
 }
 
-function report(profile: CpuProfile, wallUs: number, count: number): void {
+function report(profile: CpuProfile, wallUs: number, count: number): string {
+  const lines: string[] = [];
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const cats = new Map<string, number>();
   const fns = new Map<string, number>();
@@ -84,15 +85,16 @@ function report(profile: CpuProfile, wallUs: number, count: number): void {
   });
   // Samples are taken on the main thread whether it runs or waits (`(idle)`), so their deltas add up to wall time.
   const per = (t: number) => `${(t / count).toFixed(1)} µs`;
-  console.log(`${target}: ${count} saves, ${(wallUs / count).toFixed(0)} µs per save (wall)\n`);
-  console.log(`profiled: ${(total / count).toFixed(0)} µs per save; by category (share, µs per save):`);
+  lines.push(`${target}: ${count} saves, ${(wallUs / count).toFixed(0)} µs per save (wall)\n`);
+  lines.push(`profiled: ${(total / count).toFixed(0)} µs per save; by category (share, µs per save):`);
   for (const [c, t] of [...cats].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
-    console.log(`  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${per(t).padStart(10)}  ${c}`);
+    lines.push(`  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${per(t).padStart(10)}  ${c}`);
   }
-  console.log("\nfunctions with the most self time:");
+  lines.push("\nfunctions with the most self time:");
   for (const [f, t] of [...fns].sort((a, b) => b[1] - a[1]).slice(0, 20)) {
-    console.log(`  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${f}`);
+    lines.push(`  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${f}`);
   }
+  return lines.join("\n");
 }
 
 async function main(): Promise<void> {
@@ -151,13 +153,15 @@ async function main(): Promise<void> {
       await spec.cleanup?.(ctx);
     };
   }
+  let text = "";
   try {
     await session.post("Profiler.start");
     const t0 = performance.now();
     await run();
     const wallUs = (performance.now() - t0) * 1000;
     const { profile } = await session.post("Profiler.stop");
-    report(profile as unknown as CpuProfile, wallUs, n);
+    // Printed after the cleanup, so a closed stdout (`| head`) cannot leave a schema or keys behind.
+    text = report(profile as unknown as CpuProfile, wallUs, n);
     const save = value("--save");
     if (save) writeFileSync(save, JSON.stringify(profile));
   } finally {
@@ -165,6 +169,7 @@ async function main(): Promise<void> {
     await close();
     rmSync(ctx.dir, { recursive: true, force: true });
   }
+  console.log(text);
 }
 
 await main();

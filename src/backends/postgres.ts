@@ -27,7 +27,12 @@
  * writer's message at `baseLength - 1`, so an edit at the boundary is
  * detected, not assumed) is ONE statement — a conditional `UPDATE` of the header
  * (the compare-and-set) plus a multi-row `INSERT … SELECT FROM unnest(…)` of
- * the new messages only — so it costs one round trip and O(new messages). Any
+ * the new messages only — so it costs one round trip and O(new messages). It
+ * sends the config and the state only when they differ from the text this
+ * instance last wrote or read at that revision, and keeps `saved_at` to within
+ * a second (an append less than a second after the last time stored leaves
+ * it), so the header update changes no indexed column and stays a HOT update
+ * (no new index entries per save). Any
  * other write (first save, edited history, `force`, no revision) is one
  * transaction that locks the row, rewrites the messages and the header. Every
  * query is parameterised; the schema name is validated and quoted.
@@ -63,6 +68,7 @@ import {
   jsonText,
   messageDigest,
   messageText,
+  PartMemo,
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
@@ -168,6 +174,8 @@ export class PostgresBackend implements StateBackend {
   readonly storeId: string;
   /** Per key: the config stored at a revision (an unchanged config is neither serialised nor sent). */
   private readonly configs = new ConfigMemo();
+  /** Per key: the `state` part's text stored at a revision (an unchanged one is not sent by an append). */
+  private readonly states = new PartMemo();
   private readonly driver: PostgresDriver;
   /** Name of the prepared append, per schema: a hash keeps it within PostgreSQL's 63-byte identifiers whatever the schema's length. */
   private readonly appendStatement: string;
@@ -222,6 +230,7 @@ export class PostgresBackend implements StateBackend {
   async delete(key: string): Promise<boolean> {
     validateKey(key);
     this.configs.forget(key);
+    this.states.forget(key);
     const r = await this.call(`cannot delete ${JSON.stringify(key)}`, key, () =>
       this.pool.query(this.sql("DELETE FROM {s}.sessions WHERE session_key = $1"), [key]),
     );
@@ -281,8 +290,9 @@ export class PostgresBackend implements StateBackend {
           name: this.appendStatement,
           text: this.sql(`WITH upd AS (
               UPDATE {s}.sessions
-                 SET meta = $3, config = COALESCE($4, config), state = $5, revision = revision + 1, message_count = $6,
-                     last_digest = $10, saved_at = now()
+                 SET meta = $3, config = COALESCE($4, config), state = COALESCE($5, state), revision = revision + 1,
+                     message_count = $6, last_digest = $10,
+                     saved_at = CASE WHEN saved_at > now() - interval '1 second' THEN saved_at ELSE now() END
                WHERE session_key = $1 AND revision = $2 AND message_count = $7 AND ($7 = 0 OR last_digest = $11)
            RETURNING revision
             ), ins AS (
@@ -297,7 +307,7 @@ export class PostgresBackend implements StateBackend {
             expected,
             header[0],
             known?.revision === expected ? null : header[1], // the row matches only at `expected`
-            header[2],
+            this.states.lookup(key, header[2]) === expected ? null : header[2],
             history.length,
             base,
             enc.bodies,
@@ -310,6 +320,7 @@ export class PostgresBackend implements StateBackend {
       const revision = r.rows[0]?.revision;
       if (revision !== null && revision !== undefined) {
         this.configs.remember(key, Number(revision), state.config, header[1]);
+        this.states.remember(key, Number(revision), header[2]);
         return { revision: Number(revision), written: history.length - base, rewritten: false };
       }
       // Not applied: a conflict, or a stored history that is not the `baseLength` prefix (then rewrite all).
@@ -347,6 +358,7 @@ export class PostgresBackend implements StateBackend {
         throw new ConflictError(key, null, now.rows[0] ? Number(now.rows[0].revision) : null, this.name);
       }
       this.configs.remember(key, Number(revision), state.config, header[1]);
+      this.states.remember(key, Number(revision), header[2]);
       return { revision: Number(revision), written: history.length, rewritten: true };
     }
 
@@ -380,6 +392,7 @@ export class PostgresBackend implements StateBackend {
       return { revision: Number(up.rows[0]!.revision), written: history.length, rewritten: true };
     });
     this.configs.remember(key, full.revision, state.config, header[1]);
+    this.states.remember(key, full.revision, header[2]);
     return full;
   }
 
@@ -419,6 +432,7 @@ export class PostgresBackend implements StateBackend {
     const config = parseHeaderField(key, label, "config", head.config, AgentConfigSchema);
     const state = parseHeaderField(key, label, "state", head.state, AgentRuntimeStateSchema);
     this.configs.remember(key, Number(head.revision), config, String(head.config));
+    this.states.remember(key, Number(head.revision), String(head.state));
     const history: Message[] = new Array(count);
     for (let i = 0; i < count; i++) {
       const row = rows[i + 1]!;
@@ -535,6 +549,7 @@ export class PostgresBackend implements StateBackend {
       throw new TypeError(`gc olderThanMs must be a non-negative number of ms, got ${String(ms)}`);
     }
     this.configs.forget();
+    this.states.forget();
     const r = await this.call("cannot delete old sessions", undefined, () =>
       this.pool.query(
         this.sql(

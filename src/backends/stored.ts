@@ -256,6 +256,46 @@ export class ConfigMemo {
 }
 
 /**
+ * Per-key memory of a header part's JSON text stored at a revision (the `state` part): a save
+ * whose part serialises to the remembered text does not send or rewrite it when the stored
+ * revision is still the remembered one (checked inside the write's own compare-and-set).
+ * Bounded (4096 keys, then cleared).
+ */
+export class PartMemo {
+  readonly #byKey = new Map<string, { revision: number; text: string }>();
+
+  /**
+   * The revision at which `text` is known to be stored under `key`.
+   *
+   * @param key - the session key
+   * @param text - the part's JSON text about to be written
+   * @returns the revision, or undefined when not known (send it)
+   */
+  lookup(key: string, text: string): number | undefined {
+    const m = this.#byKey.get(key);
+    return m !== undefined && m.text === text ? m.revision : undefined;
+  }
+
+  /**
+   * Remembers the part's text stored under `key` at `revision` (after a write or a read).
+   *
+   * @param key - the session key
+   * @param revision - the stored revision holding it
+   * @param text - its stored JSON text
+   */
+  remember(key: string, revision: number, text: string): void {
+    if (this.#byKey.size >= 4096 && !this.#byKey.has(key)) this.#byKey.clear();
+    this.#byKey.set(key, { revision, text });
+  }
+
+  /** Forgets `key` (deleted), or everything. */
+  forget(key?: string): void {
+    if (key === undefined) this.#byKey.clear();
+    else this.#byKey.delete(key);
+  }
+}
+
+/**
  * A backend's name for messages: its `name`, or `custom` for a backend without one.
  *
  * @param store - any session backend

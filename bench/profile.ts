@@ -1,12 +1,16 @@
 /**
- * `node --import tsx bench/profile.ts <store> [--n 10000] [--dir /dev/shm] [--save p.cpuprofile]`:
- * where the time of one `agent.saveState` goes, for one store (`file`,
- * `sqlite`, `redis`, `postgres`, `memory`) or a durable step (`durable-sqlite`,
- * `durable-postgres`, `durable-redis`).
+ * `node --import tsx bench/profile.ts <what> [--n 10000] [--dir /dev/shm] [--save p.cpuprofile]`:
+ * where the time goes, for one of
  *
- * Runs `n` saves (one real message pushed before each) under V8's sampling
- * CPU profiler, started through `node:inspector` around the measured loop
- * only (module loading is not in the profile), and prints the main thread's
+ * - `file`, `sqlite`, `redis`, `postgres`, `memory`: `n` calls of
+ *   `agent.saveState` (one real message pushed before each);
+ * - `load-<store>`: 10 `loadState` calls of an agent saved with `n` messages;
+ * - `durable-<journal>` (`sqlite`, `postgres`, `redis`): a run of `n` steps;
+ * - `replay-<journal>`: 20 replays of a recorded run of `n` steps.
+ *
+ * The setup (saving before a load, recording before a replay) is not
+ * profiled: V8's sampling CPU profiler is started through `node:inspector`
+ * around the measured loop only (nor is module loading), and prints the main thread's
  * time by category: waiting (`(idle)`: the event loop waits for a server's
  * reply or the thread pool), garbage collection, system calls made
  * synchronously (`fdatasync`, `open`, `mkdir`, …), and JavaScript by source
@@ -20,6 +24,7 @@ import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Message } from "../src/core/messages.js";
+import { loadState } from "../src/index.js";
 import { loadSampleConversations } from "../src/testing/samples.js";
 import { backendSpecs, deleteRedisPrefix, pgSchema, redisPrefix } from "./registry.js";
 import { promptText } from "./scenarios.js";
@@ -66,7 +71,7 @@ function category(frame: CpuProfileNode["callFrame"]): string {
   return `js: ${path.basename(url)}`;
 }
 
-function report(profile: CpuProfile, wallUs: number, count: number): string {
+function report(profile: CpuProfile, wallUs: number, count: number, unit: string): string {
   const lines: string[] = [];
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const cats = new Map<string, number>();
@@ -85,8 +90,8 @@ function report(profile: CpuProfile, wallUs: number, count: number): string {
   });
   // Samples are taken on the main thread whether it runs or waits (`(idle)`), so their deltas add up to wall time.
   const per = (t: number) => `${(t / count).toFixed(1)} µs`;
-  lines.push(`${target}: ${count} saves, ${(wallUs / count).toFixed(0)} µs per save (wall)\n`);
-  lines.push(`profiled: ${(total / count).toFixed(0)} µs per save; by category (share, µs per save):`);
+  lines.push(`${target}: ${count} × ${unit}, ${(wallUs / count).toFixed(0)} µs each (wall)\n`);
+  lines.push(`profiled: ${(total / count).toFixed(0)} µs each; by category (share, µs each):`);
   for (const [c, t] of [...cats].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
     lines.push(`  ${((100 * t) / total).toFixed(1).padStart(5)}%  ${per(t).padStart(10)}  ${c}`);
   }
@@ -111,8 +116,11 @@ async function main(): Promise<void> {
   await session.post("Profiler.setSamplingInterval", { interval: 100 });
   let run: () => Promise<void>;
   let close: () => Promise<void>;
-  if (target.startsWith("durable-")) {
-    const kind = target.slice(8);
+  let ops = n;
+  let unit = "save";
+  if (target.startsWith("durable-") || target.startsWith("replay-")) {
+    const replay = target.startsWith("replay-");
+    const kind = target.slice(target.indexOf("-") + 1);
     const d = await import("../src/durable/index.js");
     const journal =
       kind === "sqlite"
@@ -120,34 +128,53 @@ async function main(): Promise<void> {
         : kind === "postgres"
           ? new d.PostgresJournal({ url: ctx.databaseUrl, schema: pgSchema(ctx) })
           : new d.RedisJournal({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) });
-    run = async () => {
-      await d.runDurable(
-        `profile-${ctx.id}`,
-        async () => {
-          for (let i = 0; i < n; i++) await d.step("llm", () => pool[i % pool.length] as never);
-          return null;
-        },
-        { journal, input: {} },
-      );
+    const wf = async () => {
+      for (let i = 0; i < n; i++) await d.step("llm", () => pool[i % pool.length] as never);
+      if (replay) await d.waitForSignal("done");
+      return null;
     };
+    const runId = `profile-${ctx.id}`;
+    if (replay) {
+      // Recorded once (not profiled); each profiled op replays its n steps up to the wait.
+      await d.runDurable(runId, wf, { journal, input: {} });
+      ops = 20;
+      unit = `replay of ${n} steps`;
+      run = async () => {
+        for (let r = 0; r < ops; r++) await d.runDurable(runId, wf, { journal });
+      };
+    } else {
+      unit = "step";
+      run = async () => void (await d.runDurable(runId, wf, { journal, input: {} }));
+    }
     close = async () => {
       await journal.close();
       if (kind === "postgres") await dropPostgresSchema(ctx.databaseUrl, pgSchema(ctx));
       if (kind === "redis") await deleteRedisPrefix(ctx);
     };
   } else {
-    const spec = (await backendSpecs()).find((s) => s.family === target);
-    if (!spec) throw new Error(`unknown store ${target}`);
+    const load = target.startsWith("load-");
+    const family = load ? target.slice(5) : target;
+    const spec = (await backendSpecs()).find((s) => s.family === family);
+    if (!spec) throw new Error(`unknown store ${family}`);
     const backend = await spec.make(ctx);
     const agent = newBenchAgent(promptText(1024));
     agent.history.push(pool[0]!);
     await agent.saveState("profile", { backend });
-    run = async () => {
-      for (let i = 1; i <= n; i++) {
+    const saves = async () => {
+      for (let i = 1; i < n; i++) {
         agent.history.push(pool[i % pool.length]!);
         await agent.saveState("profile");
       }
     };
+    if (load) {
+      // Saved once (not profiled); each profiled op is a loadState of the n messages.
+      await saves();
+      ops = 10;
+      unit = `loadState of ${n} messages`;
+      run = async () => {
+        for (let r = 0; r < ops; r++) await loadState("profile", { backend });
+      };
+    } else run = saves;
     close = async () => {
       await backend.close?.();
       await spec.cleanup?.(ctx);
@@ -161,7 +188,7 @@ async function main(): Promise<void> {
     const wallUs = (performance.now() - t0) * 1000;
     const { profile } = await session.post("Profiler.stop");
     // Printed after the cleanup, so a closed stdout (`| head`) cannot leave a schema or keys behind.
-    text = report(profile as unknown as CpuProfile, wallUs, n);
+    text = report(profile as unknown as CpuProfile, wallUs, ops, unit);
     const save = value("--save");
     if (save) writeFileSync(save, JSON.stringify(profile));
   } finally {

@@ -70,6 +70,7 @@ import {
   jsonText,
   messageDigest,
   messageText,
+  PartMemo,
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
@@ -143,7 +144,7 @@ const DEADLINE_MARGIN_MS = 250;
  * ARGV[1] expected revision ("" none, "n" must not exist, else an integer)
  * ARGV[2] force ("1"/"0")
  * ARGV[3] base length (-1: full rewrite; else append after this many stored messages)
- * ARGV[4..6] meta, config, state JSON (config "": unchanged, keep the stored one); ARGV[7] new message count;
+ * ARGV[4..6] meta, config, state JSON (config or state "": unchanged, keep the stored one); ARGV[7] new message count;
  * ARGV[8] TTL ms ("0": none)
  * ARGV[9] deadline in server ms ("0": none)
  * ARGV[10] digest of the message at base - 1 as the writer has it ("" when base <= 0)
@@ -179,9 +180,10 @@ for i = 12, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 local newrev = (rev or 0) + 1
-redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4], 'state', ARGV[6],
+redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4],
   'rev', newrev, 'count', ARGV[7], 'gen', gen, 'tail', ARGV[11])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'state', ARGV[6]) end
 local ttl = tonumber(ARGV[8])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
@@ -264,6 +266,8 @@ export class RedisBackend implements StateBackend {
   readonly storeId: string;
   /** Per key: the config stored at a revision (an unchanged config is neither serialised nor sent). */
   private readonly configs = new ConfigMemo();
+  /** Per key: the `state` part's text stored at a revision (an unchanged one is not sent when the CAS pins it). */
+  private readonly states = new PartMemo();
   private readonly conn: RedisConnection<RedisLikeClient>;
   private readonly ttlMs: number;
   private readonly commandTimeoutMs: number;
@@ -326,6 +330,7 @@ export class RedisBackend implements StateBackend {
   async delete(key: string): Promise<boolean> {
     validateKey(key);
     this.configs.forget(key);
+    this.states.forget(key);
     const n = await this.call(`cannot delete ${JSON.stringify(key)}`, key, () =>
       this.run(SCRIPTS.delete, [this.headerKey(key), this.historyKey(key)], []),
     );
@@ -393,7 +398,7 @@ export class RedisBackend implements StateBackend {
         from === -1 ? -1 : from,
         meta,
         !force && typeof expected === "number" && known?.revision === expected ? "" : config,
-        runtime,
+        !force && typeof expected === "number" && this.states.lookup(key, runtime) === expected ? "" : runtime,
         history.length,
         this.ttlMs,
         await this.deadline(key, what),
@@ -407,6 +412,7 @@ export class RedisBackend implements StateBackend {
       switch (reply[0]) {
         case "ok":
           this.configs.remember(key, Number(reply[1]), state.config, config);
+          this.states.remember(key, Number(reply[1]), runtime);
           return { revision: Number(reply[1]), written: items.length, rewritten: from === -1 };
         case "conflict": {
           const actual = Number(reply[1]);
@@ -469,6 +475,7 @@ export class RedisBackend implements StateBackend {
     }
     const state = this.assemble(key, header, []);
     this.configs.remember(key, header.rev, state.config, header.config);
+    this.states.remember(key, header.rev, header.state);
     const protocol = state.meta.protocol;
     state.history = items.map((item, i) => this.decodeMessage(key, item, i, protocol));
     return { state, revision: header.rev };

@@ -8,10 +8,14 @@
  *   `PostgresBackend`, a custom `StateBackend`). A round trip is deep-equal,
  *   `Uint8Array`s and `URL`s included (the tagged JSON rule of
  *   {@link encodeTagged}); a chat that grew by one message writes one message.
+ * - {@link runUIMessageStream} / {@link resumeRunResponse}: a durable run's
+ *   side channel as a UI message stream that `useChat({ resume: true })` can
+ *   resume (a full replay, then live; no text of an abandoned attempt), and
+ *   the resume endpoint's answer (the stream, or 204 when no run is active).
  * - {@link toModelMessages} / {@link fromModelMessages}: convert an agent's
  *   history (OpenAI chat or Anthropic messages) to AI SDK model messages and back.
  *
- * `ai` is a peer dependency: this module imports only its types.
+ * `ai` is a peer dependency.
  *
  * @example
  * import { createChatStore } from "dumplings-ai/ai-sdk";
@@ -34,3 +38,11 @@ export {
   type ChatStoreOptions,
   createChatStore,
 } from "./chat-store.js";
+export {
+  type ResumeRunResponseOptions,
+  type RunDraftData,
+  type RunJournalReader,
+  type RunUIMessageStreamOptions,
+  resumeRunResponse,
+  runUIMessageStream,
+} from "./run-ui-stream.js";

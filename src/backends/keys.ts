@@ -21,6 +21,8 @@ export const MAX_KEY_BYTES = 200;
  * @throws {InvalidKeyError} with the reason
  */
 export function validateKey(key: unknown): string {
+  // A session is saved under the same key again and again (by the persistence layer, then its backend).
+  if (typeof key === "string" && key === lastValidKey) return key;
   if (typeof key !== "string") throw new InvalidKeyError(String(key), "a key must be a string");
   if (key.length === 0) throw new InvalidKeyError(key, "a key must not be empty");
   if (Buffer.byteLength(key, "utf8") > MAX_KEY_BYTES) {
@@ -32,5 +34,9 @@ export function validateKey(key: unknown): string {
   if (/[\u0000-\u001f\u007f-\u009f]/.test(key))
     throw new InvalidKeyError(key, "a key must not contain control characters");
   if (!key.isWellFormed()) throw new InvalidKeyError(key, "a key must not contain a lone UTF-16 surrogate");
+  lastValidKey = key;
   return key;
 }
+
+/** The last key {@link validateKey} accepted. */
+let lastValidKey: string | undefined;

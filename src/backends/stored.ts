@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import * as crypto from "node:crypto";
 import { FormatError, InvalidStateError } from "../core/errors.js";
 import { assertJson, parseStoredJson, sameFlatObject } from "../core/json.js";
 import type { Message, Protocol } from "../core/messages.js";
@@ -180,6 +180,9 @@ export function messageText(history: readonly unknown[], index: number): string 
   return JSON.stringify(message);
 }
 
+/** `crypto.hash` (Node >= 20.12): one call, no Hash object per digest. */
+const oneShotHash = (crypto as { hash?: (algorithm: string, data: string, encoding: "base64") => string }).hash;
+
 /** The last digest computed by {@link textDigest}: a save digests its new last message, the next one its boundary, the same text. */
 let lastDigest: { text: string; digest: string } | undefined;
 
@@ -191,7 +194,9 @@ let lastDigest: { text: string; digest: string } | undefined;
  */
 export function textDigest(text: string): string {
   if (lastDigest !== undefined && lastDigest.text === text) return lastDigest.digest;
-  const digest = createHash("sha1").update(text).digest("base64");
+  const digest = oneShotHash
+    ? oneShotHash("sha1", text, "base64")
+    : crypto.createHash("sha1").update(text).digest("base64");
   lastDigest = { text, digest };
   return digest;
 }

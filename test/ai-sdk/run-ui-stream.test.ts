@@ -25,7 +25,7 @@ import { MemoryRunStream, RedisRunStream, type RunEventStream, readText } from "
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
-/** What the model answers (streamed 4 characters per SSE event, 10 ms apart: about 250 ms). */
+/** What the model answers (streamed 4 characters per SSE event, 20 ms apart: about 0.3 s). */
 const TEXT = "Durable answers survive a dropped model stream, exactly once.";
 const redisSkip = await redisSkipReason();
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-run-ui-"));
@@ -56,13 +56,13 @@ beforeAll(async () => {
           ? {
               text: ROUND_1,
               chunkSize: 4,
-              chunkDelayMs: 10,
+              chunkDelayMs: 20,
               toolCalls: [{ id: "c1", name: "lookup", arguments: { q: "x" } }],
             }
-          : { text: ROUND_2, chunkSize: 4, chunkDelayMs: 10 };
+          : { text: ROUND_2, chunkSize: 4, chunkDelayMs: 20 };
       }
       const cut = (n === 1 && dropFirst.has(run)) || dropAll.has(run) ? { dropAfterEvents: 5 } : {};
-      return { text: TEXT, chunkSize: 4, chunkDelayMs: 10, ...cut };
+      return { text: TEXT, chunkSize: 4, chunkDelayMs: 20, ...cut };
     },
   });
 });

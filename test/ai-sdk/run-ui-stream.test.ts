@@ -262,6 +262,40 @@ describe("the run's end and the resume answer", () => {
     }
   });
 
+  it("with the journal, a run that waits for an approval ends the stream with what it said so far; messageId and signal", async () => {
+    const stream = new MemoryRunStream();
+    const runId = `ui-wait-${randomUUID().slice(0, 8)}`;
+    twoRounds.add(runId);
+    const provider = createOpenAICompatible({ name: "local", baseURL: server.url, apiKey: "k" });
+    const lookup = tool({
+      inputSchema: z.object({ q: z.string() }),
+      needsApproval: true,
+      execute: async () => ({ answer: 42 }),
+    });
+    const a = new DurableAgent({ model: provider("scripted"), tools: { lookup } });
+    const stopped = new AbortController();
+    const readings = [
+      read(runUIMessageStream(stream, runId, { journal, pollMs: 50, messageId: "answer-1" })),
+      read(runUIMessageStream(stream, runId, { signal: stopped.signal })), // without the journal: no end event comes
+    ];
+    const result = await runDurable(runId, a.workflow(), {
+      journal,
+      stream,
+      input: { messages: [{ role: "user", content: `[${runId}] explain` }] },
+    });
+    expect(result).toMatchObject({ status: "waiting", waitingFor: { kind: "signal", name: "approval:c1" } });
+    const waiting = await readings[0];
+    expect(waiting?.message?.id).toBe("answer-1");
+    expect(textOf(waiting?.message)).toBe(ROUND_1);
+    expect(waiting?.chunks.at(-1)).toStrictEqual({ type: "finish" });
+    stopped.abort();
+    const cut = await readings[1];
+    // without the journal nothing says the model call was committed (no later step streamed, no end event):
+    // its text is still held when the reader stops
+    expect(textOf(cut?.message)).toBe("");
+    expect(cut?.chunks.map((c) => c.type)).not.toContain("finish");
+  });
+
   it("a run whose model call fails on every attempt: the stream ends with an error chunk and sends none of the streamed text", async () => {
     const stream = new MemoryRunStream();
     const runId = `ui-fail-${randomUUID().slice(0, 8)}`;

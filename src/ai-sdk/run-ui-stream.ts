@@ -11,7 +11,8 @@
  * `DefaultChatTransport` treats a resumed stream as a full replay by default
  * (`resumeStreamIsReplay: true`): "On the first `start` chunk, the client
  * resets the interrupted response and rebuilds it from the replay" (AI SDK
- * docs, "Chatbot Resume Streams"). Every stream made here starts with the same
+ * docs, "Chatbot Resume Streams",
+ * https://ai-sdk.dev/docs/ai-sdk-ui/chatbot-resume-streams). Every stream made here starts with the same
  * `start` chunk (`messageId`, by default the run id) and rebuilds the whole
  * answer, so a reconnect — a second call, in any process — ends with the same
  * message as an uninterrupted read.
@@ -23,8 +24,9 @@
  * `{ type: "reset", seq, attempt }` event or with a newer attempt's tokens
  * (`stream.ts`). A UI message stream cannot take text back: a text part only
  * grows (`text-start` adds a part, `text-delta` appends to it, `text-end`
- * closes it); only `data-*` parts are reconciled by id ("Data Part
- * Reconciliation", AI SDK docs, "Streaming Custom Data"); and the client
+ * closes it: "Stream Protocols", https://ai-sdk.dev/docs/ai-sdk-ui/stream-protocol);
+ * only `data-*` parts are reconciled by id ("Data Part Reconciliation",
+ * https://ai-sdk.dev/docs/ai-sdk-ui/streaming-data); and the client
  * resets its message only on the first `start` chunk of a *resumed* stream,
  * not on the stream `useChat` reads after a POST. Text streamed from an
  * attempt that is later abandoned would therefore stay in the client's

@@ -357,7 +357,7 @@ function cpuTable(rows: CpuResult[]): string {
   ];
   for (const r of rows) {
     lines.push(
-      `| ${r.store} | ${r.dir}${r.tmpfs ? " (tmpfs)" : " (not tmpfs)"} | ${fmt(r.saves)} (${fmt(r.n)}) | ${fmt(r.cpuPerSave, 1)} | ${fmt(r.encodePerSave, 1)} | ${fmt(r.cpuPerSave - r.encodePerSave, 1)} | ${fmt(r.wallP50)} |`,
+      `| ${r.store} | ${path.dirname(r.dir)}${r.tmpfs ? " (tmpfs)" : " (not tmpfs)"} | ${fmt(r.saves)} (${fmt(r.n)}) | ${fmt(r.cpuPerSave, 1)} | ${fmt(r.encodePerSave, 1)} | ${fmt(r.cpuPerSave - r.encodePerSave, 1)} | ${fmt(r.wallP50)} |`,
     );
   }
   return lines.join("\n");

@@ -6,7 +6,8 @@
  * assistant message whose text is the model's text exactly once — also when
  * the first model request fails mid-stream and the `llm` step is retried
  * (where a naive reader of the side channel shows the first attempt's words
- * twice). With and without the journal.
+ * twice), and when the process running it is SIGKILLed mid-answer and another
+ * one takes the run over. With and without the journal.
  */
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -23,6 +24,9 @@ import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
 import { MemoryRunStream, RedisRunStream, type RunEventStream, readText } from "../../src/durable/stream.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
+import { fixture, runChild } from "../fixtures/durable/spawn.js";
+import { journalStores } from "../fixtures/durable/stores.js";
+import { makeHelloAgent } from "../fixtures/durable/stream-fixture.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
 /** What the model answers (streamed 4 characters per SSE event, 20 ms apart: about 0.3 s). */
@@ -230,6 +234,49 @@ for (const kind of kinds) {
     }
   });
 }
+
+describe.skipIf(!!redisSkip)(`a process killed mid-stream${redisSkip ? ` (skipped: ${redisSkip})` : ""}`, () => {
+  it("SIGKILL mid-answer, the run taken over by another process: every reader ends with the text once", async () => {
+    const [sqlite] = await journalStores();
+    const opened = (sqlite as NonNullable<typeof sqlite>).open();
+    closers.push(() => opened.destroy());
+    const prefix = `test:run-ui-kill:${randomUUID()}:`;
+    const stream = new RedisRunStream({ url: REDIS_URL, keyPrefix: prefix, blockMs: 100 });
+    closers.push(() => stream.close());
+    const runId = `ui-kill-${randomUUID().slice(0, 8)}`;
+    const readers = [
+      read(runUIMessageStream(stream, runId, { journal: opened.journal, pollMs: 50, drafts: true })),
+      read(runUIMessageStream(stream, runId, { drafts: true })),
+    ];
+    // the first process streams "Dura", "ble " and dies (its model response still open)
+    const child = await runChild(fixture("stream-child.ts"), {
+      ...opened.env,
+      REDIS_URL,
+      STREAM_PREFIX: prefix,
+      MODEL_URL: server.url,
+      RUN_ID: runId,
+      LEASE_TTL_MS: "500",
+      KILL_AFTER_TOKENS: "2",
+    });
+    expect(child.signal, child.stderr).toBe("SIGKILL");
+    expect(await tokens(stream, runId)).toBe("Durable ");
+    // this process takes the run over when the dead one's lease expires, under a newer fencing token
+    const result = await runDurable(runId, makeHelloAgent(server.url).workflow(), { journal: opened.journal, stream });
+    expect(result).toMatchObject({ status: "completed", output: { text: TEXT } });
+    expect(await tokens(stream, runId)).toBe(`Durable ${TEXT}`);
+    readers.push(read(runUIMessageStream(stream, runId, { journal: opened.journal })));
+    const results = await Promise.all(readers);
+    for (const { chunks, message } of results) {
+      expect(textOf(message)).toBe(TEXT);
+      expect(deltas(chunks)).toBe(TEXT);
+    }
+    expect(results[1]?.message).toStrictEqual(results[0]?.message);
+    expect(results[2]?.message).toStrictEqual(results[0]?.message);
+    // the live readers drafted the dead attempt, then dropped it
+    for (const r of results.slice(0, 2))
+      expect(drafts(r.chunks)).toContainEqual({ seq: 0, attempt: 1, state: "abandoned" });
+  });
+});
 
 describe("the run's end and the resume answer", () => {
   it("a tool round: one text part per model call, in order, with and without the journal", async () => {

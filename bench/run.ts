@@ -8,8 +8,9 @@
  * fdatasync; an SQLite row per message, WAL, `synchronous=NORMAL`; Redis
  * RPUSH; a PostgreSQL INSERT per message) and LangGraph.js's `SqliteSaver`
  * and `PostgresSaver`. The histories are built by concatenating the real
- * recorded messages of the bundled conversations (a construction: no real
- * conversation is that long).
+ * recorded messages of the data set's conversations (a construction: no real
+ * conversation is that long). Each store runs in lockstep with its floor
+ * (see `measure`), so the ratios stay fair on a machine shared with other work.
  *
  * Second table: the backends' `write` driven directly (as the persistence
  * layer drives it), at the same N and on every real conversation of the data
@@ -31,9 +32,10 @@
  * linearly with the history), which the tables mark with `~`.
  *
  * Options: `--quick` (N = 1,000 only, the bundled data, fewer repeats;
- * targets are then checked at N = 1,000, indicatively), `--only <regex>` (stores whose name
- * matches it, case-insensitive; the extra scenarios run only without it or
- * with `--scenarios`), `--json <file>` (write raw results), `--chart <file.svg>`,
+ * targets are then checked at N = 1,000, indicatively), `--only <regex>`
+ * (stores whose name matches it, case-insensitive; the extra scenarios run
+ * only without it or with `--scenarios`), `--json <file>` (raw results,
+ * default `bench/results/latest.json`), `--chart <file.svg>`,
  * `--checkpoint-chart <file.svg>` (the checkpointers' chart).
  *
  * @module

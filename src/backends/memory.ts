@@ -25,7 +25,7 @@ import { assertJson, sameFlatObject } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { validateKey } from "./keys.js";
-import { decodeStoredMessage, parseHeaderField } from "./stored.js";
+import { decodeStoredMessage, messageText, parseHeaderField } from "./stored.js";
 import type { HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
@@ -80,11 +80,11 @@ function messagesJson(history: readonly Message[], from: number): string[] {
   const out = new Array<string>(history.length - from);
   for (let i = from; i < history.length; i++) {
     const m = history[i];
-    assertJson(m, `history[${i}]`, i);
     if (m === null || typeof m !== "object" || Array.isArray(m)) {
+      assertJson(m, `history[${i}]`, i);
       throw new InvalidStateError(`history[${i}]`, "a message must be a JSON object");
     }
-    out[i - from] = JSON.stringify(m);
+    out[i - from] = messageText(history, i); // checked and serialised, or the text the caller lent
   }
   return out;
 }
@@ -250,7 +250,7 @@ export class MemoryBackend implements StateBackend {
       const added = messagesJson(history, base);
       // Detect (not assume) a matching prefix at the boundary: the last message the writer
       // says is stored must be byte-identical; otherwise rewrite everything.
-      const boundaryOk = base === 0 || stored.history[base - 1] === JSON.stringify(history[base - 1]);
+      const boundaryOk = base === 0 || stored.history[base - 1] === messageText(history, base - 1);
       if (boundaryOk) {
         const kept = base === stored.history.length ? stored.history : stored.history.slice(0, base);
         for (const line of added) kept.push(line);

@@ -345,6 +345,63 @@ export function sameFlatObject(a: unknown, b: unknown): boolean {
   return true;
 }
 
+/**
+ * A structural copy of a JSON value for {@link sameJsonShape}: arrays and objects are copied
+ * (keys in `JSON.stringify`'s order, `undefined` properties left out as JSON leaves them out),
+ * strings and other primitives are shared, not copied. O(nodes), whatever the strings' length.
+ *
+ * @param value - a value `assertJson` accepts
+ * @returns its shape (treat as opaque)
+ * @example
+ * const shape = jsonShape(message); message.content = "edited"; sameJsonShape(message, shape) // false
+ */
+export function jsonShape(value: unknown): unknown {
+  if (typeof value !== "object" || value === null) return value;
+  if (Array.isArray(value)) {
+    const out = new Array<unknown>(value.length);
+    for (let i = 0; i < value.length; i++) out[i] = jsonShape(value[i]);
+    return out;
+  }
+  const out: Record<string, unknown> = {};
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    const child = (value as Record<string, unknown>)[key];
+    if (child !== undefined) out[key] = jsonShape(child);
+  }
+  return out;
+}
+
+/**
+ * Whether a JSON value still serialises to the text of the value {@link jsonShape} was taken
+ * from: the same keys in the same order, equal primitives (strings compared by value, in O(1)
+ * when they are the very same string, as an unchanged message's are). A cheap "edited in place
+ * since it was saved?" test, O(nodes) instead of serialising O(bytes).
+ *
+ * @param value - the value now (a value `assertJson` accepts, or the answer is false for anything else it meets)
+ * @param shape - `jsonShape` of the value as it was
+ * @returns true when `JSON.stringify(value)` equals the text the value had
+ */
+export function sameJsonShape(value: unknown, shape: unknown): boolean {
+  if (value === shape) return true;
+  if (typeof value !== "object" || value === null || typeof shape !== "object" || shape === null) return false;
+  if (Array.isArray(value)) {
+    if (!Array.isArray(shape) || value.length !== shape.length) return false;
+    for (let i = 0; i < value.length; i++) if (!sameJsonShape(value[i], shape[i])) return false;
+    return true;
+  }
+  if (Array.isArray(shape)) return false;
+  const keys = Object.keys(shape);
+  let j = 0;
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    const child = (value as Record<string, unknown>)[key];
+    if (child === undefined) continue;
+    if (keys[j] !== key || !sameJsonShape(child, (shape as Record<string, unknown>)[key])) return false;
+    j++;
+  }
+  return j === keys.length;
+}
+
 /** True for a plain (non-array) JSON object. */
 export function isJsonObject(value: unknown): value is JsonObject {
   return typeof value === "object" && value !== null && !Array.isArray(value);

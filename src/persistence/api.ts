@@ -44,7 +44,7 @@ import { lendTexts, reclaimTexts } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
 import { decodeState, encodeState } from "../core/codec.js";
 import { BackendError, DumplingsError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
-import { assertJson, checkStoredJson } from "../core/json.js";
+import { assertJson, checkStoredJson, jsonShape } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
@@ -311,10 +311,13 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
     // Each message is serialised once per save: the new ones here (checked on the way), the boundary
     // message's text is the fingerprint that proved the stored prefix; the backend borrows them.
     const from = baseLength ?? 0;
-    const boundary = from > 0 ? track?.lastFingerprint : undefined;
+    const boundary = from > 0 ? track?.lastText : undefined;
     const texts = encodeHistory(live, from, boundary);
     const history = own ?? saveSnapshot(track, live, baseLength);
     const state: AgentState = { meta: header.meta, config: header.config, state: header.state, history };
+    // The last message as this write stores it: the tracker's fingerprint for the next save.
+    const lastIndex = history.length - 1;
+    const last = lastIndex < 0 ? undefined : { text: texts[texts.length - 1], shape: jsonShape(history[lastIndex]) };
     let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
     try {
       applySecretsPolicy(state);
@@ -327,8 +330,7 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
     } finally {
       reclaimTexts(history);
     }
-    const lastText = history.length > 0 ? texts[texts.length - 1] : undefined;
-    recordSaved(agent, backend, k, history, result.rewritten ? undefined : baseLength, result.revision, lastText);
+    recordSaved(agent, backend, k, history, result.rewritten ? undefined : baseLength, result.revision, last);
     return { key: k, revision: result.revision, written: result.written, rewritten: result.rewritten };
   }
   const history = own ?? live.slice();

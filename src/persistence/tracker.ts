@@ -7,14 +7,18 @@
  * retained once the agent is garbage):
  * - the stored revision (from `read`/`write` of a revision-aware backend);
  * - the history message OBJECTS known to be stored, in order (references,
- *   not copies), and a fingerprint (the JSON text) of the last one.
+ *   not copies), and a fingerprint of the last one: its structure as it was
+ *   written (`jsonShape`: arrays and objects copied, strings shared) and,
+ *   when known, the JSON text written.
  *
  * Append detection — "detected, not assumed": a save sends
  * `baseLength = stored.length` only when the history still starts with
  * exactly the stored objects (`history[i] === stored[i]` for every stored
  * position, O(n) pointer comparisons, no serialisation) and the last stored
- * message still serialises to its fingerprint (catches the common in-place
- * edit of the latest message, e.g. a streamed answer completed in place).
+ * message still has its fingerprint's structure and values (`sameJsonShape`,
+ * O(its nodes), not O(its bytes): a 50 MB tool output is not serialised again
+ * at every save; catches the common in-place edit of the latest message, e.g.
+ * a streamed answer completed in place).
  * Anything else — a shorter history, a replaced, removed or inserted
  * message — sends no `baseLength`, so the backend rewrites the whole
  * history. Rule for users: treat stored messages as immutable and replace a
@@ -35,6 +39,7 @@
  * @module
  */
 import type { StateBackend } from "../backends/types.js";
+import { jsonShape, sameJsonShape } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 
 /** What is known to be stored for one (agent, store, key). */
@@ -43,8 +48,10 @@ export interface Track {
   revision: number | undefined;
   /** The message objects stored, in order (references). */
   stored: Message[];
-  /** JSON text of `stored[stored.length - 1]` when it was stored. */
-  lastFingerprint: string | undefined;
+  /** `jsonShape` of `stored[stored.length - 1]` as it was stored (undefined for an empty history). */
+  lastShape: unknown;
+  /** The JSON text of `stored[stored.length - 1]` as written, when known (lent to the next save's backend). */
+  lastText: string | undefined;
 }
 
 /** Where an agent was last loaded from or saved to. */
@@ -61,10 +68,6 @@ interface AgentTracks {
 
 const tracks = new WeakMap<object, AgentTracks>();
 const homes = new WeakMap<object, Home>();
-
-function fingerprint(message: Message | undefined): string | undefined {
-  return message === undefined ? undefined : JSON.stringify(message);
-}
 
 /**
  * The tracked record of (agent, store of `backend`, key), if any.
@@ -119,7 +122,7 @@ export function computeBaseLength(track: Track, history: readonly Message[]): nu
   const n = stored.length;
   if (history.length < n) return undefined;
   for (let i = 0; i < n; i++) if (history[i] !== stored[i]) return undefined;
-  if (n > 0 && fingerprint(history[n - 1]) !== track.lastFingerprint) return undefined;
+  if (n > 0 && !sameJsonShape(history[n - 1], track.lastShape)) return undefined;
   return n;
 }
 
@@ -176,7 +179,8 @@ export function recordLoaded(
   setTrack(agent, backend, key, {
     revision,
     stored: history.slice(),
-    lastFingerprint: fingerprint(history[history.length - 1]),
+    lastShape: jsonShape(history[history.length - 1]),
+    lastText: undefined,
   });
   homes.set(agent, { backend, key });
 }
@@ -190,8 +194,9 @@ export function recordLoaded(
  * @param history - the history that was saved (the array {@link saveSnapshot} returned, or a copy)
  * @param baseLength - the `baseLength` sent (the stored prefix reused), or undefined for a full write
  * @param revision - the new revision, when the backend has revisions
- * @param lastText - the JSON text of the last message as it was written, when the caller has it
- *   (the fingerprint is then what was stored, even if the message changed during the write)
+ * @param last - the last message's JSON text and `jsonShape` taken when it was serialised for the
+ *   write (then the fingerprint is what was stored, even if the message changed during the write);
+ *   without it, the shape is taken now and the text is not known
  */
 export function recordSaved(
   agent: object,
@@ -200,7 +205,7 @@ export function recordSaved(
   history: readonly Message[],
   baseLength: number | undefined,
   revision: number | undefined,
-  lastText?: string,
+  last?: { text: string | undefined; shape: unknown },
 ): void {
   const previous = getTrack(agent, backend, key);
   let stored: Message[];
@@ -212,8 +217,10 @@ export function recordSaved(
   } else {
     stored = history.slice();
   }
-  const lastFingerprint = lastText ?? fingerprint(history[history.length - 1]);
-  setTrack(agent, backend, key, { revision, stored, lastFingerprint });
+  const message = history[history.length - 1];
+  const lastShape = last?.shape ?? jsonShape(message);
+  const lastText = last?.text;
+  setTrack(agent, backend, key, { revision, stored, lastShape, lastText });
   homes.set(agent, { backend, key });
 }
 

@@ -4,7 +4,11 @@
  * behave as a snapshot: a write in flight never sees the agent's later changes, and a failed
  * write leaves nothing claimed as stored.
  */
-import { describe, expect, it } from "vitest";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, expect, it, vi } from "vitest";
+import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import {
   type AgentState,
   BackendError,
@@ -125,5 +129,83 @@ describe("the history a save hands to the backend", () => {
     });
     expect(header.meta.messageCount).toBe(2);
     expect(() => agent.toState({ histroy: false } as never)).toThrow(/did you mean history/);
+  });
+});
+
+describe("the fingerprint of the last stored message", () => {
+  const edits: [string, (m: Record<string, unknown>) => void][] = [
+    ["a nested value", (m) => ((m.tool_calls as { function: { arguments: string } }[])[0]!.function.arguments = "{}")],
+    [
+      "an array grown",
+      (m) => (m.tool_calls as unknown[]).push({ id: "c2", type: "function", function: { name: "g", arguments: "{}" } }),
+    ],
+    ["a key added", (m) => (m.name = "bot")],
+    [
+      "keys reordered",
+      (m) => {
+        const { role, ...rest } = m;
+        for (const k of Object.keys(m)) delete m[k];
+        Object.assign(m, rest, { role });
+      },
+    ],
+  ];
+  it.each(edits)("detects %s edited in place (the whole history is rewritten)", async (_, edit) => {
+    const backend = new GatedBackend();
+    const agent = new BaseAgent({ name: "fp" });
+    const last = {
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: '{"x":1}' } }],
+    } as Message;
+    agent.history.push(msg(0), last);
+    await agent.saveState("k", { backend });
+    edit(last as unknown as Record<string, unknown>);
+    const r = await agent.saveState("k", { backend });
+    expect(r.rewritten).toBe(true);
+    expect((await backend.read("k"))?.state.history).toEqual(agent.history);
+    expect(JSON.stringify((await backend.read("k"))?.state.history[1])).toBe(JSON.stringify(last));
+  });
+
+  it("does not count an undefined property added in place as an edit (JSON leaves it out): an append", async () => {
+    const backend = new GatedBackend();
+    const agent = new BaseAgent({ name: "fp" });
+    const last: Message = { role: "assistant", content: "done" };
+    agent.history.push(msg(0), last);
+    await agent.saveState("k", { backend });
+    (last as { extra?: unknown }).extra = undefined;
+    agent.history.push(msg(2));
+    const r = await agent.saveState("k", { backend });
+    expect(r).toMatchObject({ rewritten: false, written: 1 });
+  });
+
+  it("is not the message's JSON text: a huge last message is not serialised again by the next saves", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "dumplings-snapshot-"));
+    const backend = new SQLiteBackend({ path: path.join(dir, "s.db") });
+    try {
+      const agent = new BaseAgent({ name: "big" });
+      const huge = "tool output line\n".repeat(250_000); // ~4.3 MB
+      agent.history.push(msg(0), { role: "tool", tool_call_id: "c1", content: huge } as Message);
+      await agent.saveState("k", { backend });
+      const original = JSON.stringify;
+      let big = 0;
+      const spy = vi.spyOn(JSON, "stringify").mockImplementation(((...args: Parameters<typeof JSON.stringify>) => {
+        const out = original(...args);
+        if (typeof out === "string" && out.length >= huge.length) big++;
+        return out;
+      }) as typeof JSON.stringify);
+      try {
+        for (let i = 2; i < 6; i++) {
+          agent.history.push(msg(i));
+          expect(await agent.saveState("k", { backend })).toMatchObject({ rewritten: false, written: 1 });
+        }
+      } finally {
+        spy.mockRestore();
+      }
+      expect(big).toBe(0);
+      expect((await backend.read("k"))?.state.history).toEqual(agent.history);
+    } finally {
+      backend.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

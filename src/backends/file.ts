@@ -41,9 +41,15 @@
  *
  * When the changed header bytes span more than one 4096-byte page (a long
  * prompt sits between `[META]` and `[STATE]`), the save instead writes a
- * journal, `.<key>.duas.hdr` (inode, generation, revision, data offset, SHA-256,
- * new header, new lines), `fdatasync`s it — that is the commit point — then
- * writes the lines and the header into the file and `fdatasync`s it once.
+ * journal, `.<key>.duas.hdr` (`duas-header-journal/4`: inode, generation,
+ * revision, header length, data offset, SHA-256, the byte ranges of the header
+ * the save changes with their new bytes, new lines), `fdatasync`s it — that is
+ * the commit point — then writes the lines and those ranges into the file and
+ * `fdatasync`s it once. Only changed bytes are journaled and written: a save
+ * that changes `[STATE]` under a 50 MB prompt writes the head and `[STATE]`,
+ * a few hundred bytes (the `[CONFIG]` bytes and their CRC-32 are the memo's).
+ * Journals of the previous version (`/3`, `/2`: the whole new header) are
+ * still applied.
  *
  * **Crash-safety argument.** `message_count` (with `revision`) is the commit
  * record: readers take exactly the first `message_count` history lines and
@@ -689,7 +695,7 @@ export class FileBackend implements StateBackend {
       if (patched) {
         // roll the interrupted save forward (we hold the lock); the tail check below truncates what follows
         writeAll(fd, journal.lines, journal.dataOffset);
-        writeAll(fd, journal.header, 0);
+        for (const p of journal.patches) writeAll(fd, p.bytes, p.offset);
         fdatasyncSync(fd);
         data = patched;
         got = Math.max(got, journal.dataOffset + journal.lines.length);
@@ -761,34 +767,54 @@ export class FileBackend implements StateBackend {
     let enc: EncodedHeader;
     try {
       enc = encodeHeaderMemo(state, count, layout, info.memo);
-      if (enc.headOnly && enc.headBytes !== info.headBytes) enc = encodeHeaderMemo(state, count, layout);
+      if ((enc.headOnly || enc.tail) && enc.headBytes !== info.headBytes) enc = encodeHeaderMemo(state, count, layout);
     } catch (e) {
       if (e instanceof RangeError) return undefined; // outgrew the padding
       throw e;
     }
-    const text = Buffer.from(enc.text, "utf8");
-    const old = enc.headOnly ? info.header.subarray(0, info.headBytes) : info.header;
-    if (text.length !== old.length) return undefined;
-    let first = 0;
-    while (first < text.length && text[first] === old[first]) first++;
-    let last = text.length;
-    while (last > first && text[last - 1] === old[last - 1]) last--;
-    const multiPage = last > first && Math.floor(first / PAGE) !== Math.floor((last - 1) / PAGE);
+    // The new header as pieces at their offsets (head only; head and tail around an unchanged config;
+    // or all of it), each cut down to the bytes that differ from the header on disk.
+    const pieces: HeaderPatch[] = [{ offset: 0, bytes: Buffer.from(enc.text, "utf8") }];
+    if (enc.tail) pieces.push({ offset: enc.tail.offset, bytes: Buffer.from(enc.tail.text, "utf8") });
+    const covered = enc.tail ? info.header.length : enc.headOnly ? info.headBytes : info.header.length;
+    const last = pieces[pieces.length - 1] as HeaderPatch;
+    if (
+      last.offset + last.bytes.length !== covered ||
+      (pieces.length > 1 && pieces[0]?.bytes.length !== info.headBytes)
+    ) {
+      return undefined;
+    }
+    let patches = changedRanges(pieces, info.header);
+    const pages = new Set<number>();
+    for (const p of patches) {
+      for (let page = Math.floor(p.offset / PAGE); page <= Math.floor((p.offset + p.bytes.length - 1) / PAGE); page++) {
+        pages.add(page);
+      }
+    }
+    if (pages.size === 1 && patches.length > 1) {
+      // Within one page, one write (all-or-nothing under kill -9, see the module doc), not one per range.
+      const from = (patches[0] as HeaderPatch).offset;
+      const to =
+        (patches[patches.length - 1] as HeaderPatch).offset + (patches[patches.length - 1] as HeaderPatch).bytes.length;
+      const bytes = Buffer.from(info.header.subarray(from, to));
+      for (const p of patches) p.bytes.copy(bytes, p.offset - from);
+      patches = [{ offset: from, bytes }];
+    }
     const lines = Buffer.from(linesText, "utf8");
     let journal = info.journal;
-    if (multiPage) {
-      const header = enc.headOnly ? Buffer.concat([text, info.header.subarray(text.length)]) : text;
+    if (pages.size > 1) {
       // the journal is the commit point; then the file is patched and synced once
       this.writeJournal(key, {
         ino: info.ino,
         generation: info.generation,
         revision,
-        header,
+        headerLength: info.header.length,
+        patches,
         dataOffset: info.end,
         lines,
       });
       if (lines.length > 0) writeAll(fd, lines, info.end);
-      writeAll(fd, text.subarray(first, last), first);
+      for (const p of patches) writeAll(fd, p.bytes, p.offset);
       fdatasyncSync(fd);
       journal = this.journalId(key); // applied: settled for the next saves
     } else {
@@ -796,15 +822,15 @@ export class FileBackend implements StateBackend {
         writeAll(fd, lines, info.end);
         fdatasyncSync(fd);
       }
-      if (last > first) {
-        writeAll(fd, text.subarray(first, last), first);
+      if (patches.length > 0) {
+        for (const p of patches) writeAll(fd, p.bytes, p.offset);
         fdatasyncSync(fd);
       }
     }
+    // Our own copy of the header (same length: fixed width), patched as the file was.
+    for (const p of patches) p.bytes.copy(info.header, p.offset);
+    const header = info.header;
     const st = fstatSync(fd, { bigint: true });
-    // Our own copy of the header: patched in place (its head) when the body did not change.
-    if (enc.headOnly) text.copy(info.header, 0);
-    const header = enc.headOnly ? info.header : text;
     this.cache.set(key, {
       ino: info.ino,
       end: info.end + lines.length,
@@ -1435,29 +1461,82 @@ function nextRevision(actual: number | null): number {
   return (actual ?? 0) + 1;
 }
 
-/** A durable copy of a save (new header + appended lines) about to be written in place across several pages. */
+/** Bytes of a header at a byte offset (a piece of a new header, or what a save changes in it). */
+interface HeaderPatch {
+  offset: number;
+  bytes: Buffer;
+}
+
+/**
+ * A durable copy of a save (the header bytes it changes + appended lines) about to be written in place
+ * across several pages.
+ */
 interface Journal {
   ino: number;
   /** `[META] generation` of the file it patches (undefined in a journal of an older version, `/2`). */
   generation: string | undefined;
   revision: number;
-  header: Buffer;
+  /** Byte length of the header (fixed: an in-place save never changes it). */
+  headerLength: number;
+  /** The new header's bytes where they differ from the old one, in order (a `/2`, `/3` journal: all of it). */
+  patches: HeaderPatch[];
   /** Offset where `lines` go (the committed end before the save). */
   dataOffset: number;
   lines: Buffer;
 }
 
-const JOURNAL_MAGIC = "duas-header-journal/3";
-/** Journals of older versions: no generation; they apply only to files without one. */
+const JOURNAL_MAGIC = "duas-header-journal/4";
+/** Journals of older versions, each holding the whole new header: `/3`, and `/2` without a generation. */
+const JOURNAL_MAGIC_V3 = "duas-header-journal/3";
 const JOURNAL_MAGIC_V2 = "duas-header-journal/2";
 
 function sha256(bytes: Buffer): string {
   return createHash("sha256").update(bytes).digest("hex");
 }
 
+/**
+ * The byte ranges where `pieces` (of a new header, at their offsets) differ from `old`: compared a
+ * page at a time (memcmp), runs of changed pages joined, each run cut to its first and last changed
+ * byte. A save that changes the head and `[STATE]` around a 50 MB prompt yields two small patches.
+ */
+function changedRanges(pieces: readonly HeaderPatch[], old: Buffer): HeaderPatch[] {
+  const out: HeaderPatch[] = [];
+  for (const { offset, bytes } of pieces) {
+    const end = offset + bytes.length;
+    let run = -1; // file offset where the current run of changed pages starts
+    const close = (upTo: number) => {
+      let a = run;
+      while (a < upTo && bytes[a - offset] === old[a]) a++;
+      let b = upTo;
+      while (b > a && bytes[b - 1 - offset] === old[b - 1]) b--;
+      if (b > a) out.push({ offset: a, bytes: bytes.subarray(a - offset, b - offset) });
+      run = -1;
+    };
+    for (let at = offset; at < end; ) {
+      const next = Math.min(end, (Math.floor(at / PAGE) + 1) * PAGE);
+      const same = bytes.subarray(at - offset, next - offset).equals(old.subarray(at, next));
+      if (!same && run < 0) run = at;
+      if (same && run >= 0) close(at);
+      at = next;
+    }
+    if (run >= 0) close(end);
+  }
+  return out;
+}
+
 function encodeJournal(j: Journal): Buffer {
-  const body = Buffer.concat([j.header, j.lines]);
-  const fields = [JOURNAL_MAGIC, j.ino, j.generation ?? "-", j.revision, j.header.length, j.dataOffset, j.lines.length];
+  const body = Buffer.concat([...j.patches.map((p) => p.bytes), j.lines]);
+  const spec = j.patches.length === 0 ? "-" : j.patches.map((p) => `${p.offset}+${p.bytes.length}`).join(",");
+  const fields = [
+    JOURNAL_MAGIC,
+    j.ino,
+    j.generation ?? "-",
+    j.revision,
+    j.headerLength,
+    j.dataOffset,
+    j.lines.length,
+    spec,
+  ];
   // The checksum covers the identity fields too: a flipped inode or generation digit makes the journal torn.
   const head = fields.join(" ");
   return Buffer.concat([Buffer.from(`${head} ${sha256(Buffer.concat([Buffer.from(head, "latin1"), body]))}\n`), body]);
@@ -1469,24 +1548,61 @@ function decodeJournal(bytes: Buffer): Journal | undefined {
   if (nl < 0) return undefined;
   const first = bytes.toString("latin1", 0, nl);
   const parts = first.split(" ");
-  const v2 = parts[0] === JOURNAL_MAGIC_V2;
-  if (!v2 && parts[0] !== JOURNAL_MAGIC) return undefined;
-  const [ino, generation, revision, headerLength, dataOffset, linesLength, hash] = v2
-    ? [parts[1], "-", ...parts.slice(2)]
-    : parts.slice(1);
+  const version =
+    parts[0] === JOURNAL_MAGIC ? 4 : parts[0] === JOURNAL_MAGIC_V3 ? 3 : parts[0] === JOURNAL_MAGIC_V2 ? 2 : 0;
+  if (version === 0) return undefined;
+  const [ino, generation, revision, headerLength, dataOffset, linesLength, spec, hash] =
+    version === 2
+      ? [parts[1], "-", ...parts.slice(2, 6), "", parts[6]]
+      : version === 3
+        ? [...parts.slice(1, 7), "", parts[7]]
+        : parts.slice(1);
   const h = Number(headerLength);
-  const total = h + Number(linesLength);
-  if (!Number.isSafeInteger(total) || h < 0 || total < h || nl + 1 + total > bytes.length) return undefined;
+  const l = Number(linesLength);
+  // /2 and /3 hold the whole header at offset 0; /4 the changed ranges its spec lists, in order
+  const ranges: [number, number][] = [];
+  if (version < 4) ranges.push([0, h]);
+  else if (spec !== "-") {
+    for (const r of (spec ?? "").split(",")) {
+      const m = /^(\d+)\+(\d+)$/.exec(r);
+      if (!m) return undefined;
+      ranges.push([Number(m[1]), Number(m[2])]);
+    }
+  }
+  let total = l;
+  let prev = 0;
+  for (const [o, n] of ranges) {
+    if (!Number.isSafeInteger(o) || !Number.isSafeInteger(n) || o < prev || o + n > h) return undefined;
+    prev = o + n;
+    total += n;
+  }
+  if (
+    !Number.isSafeInteger(h) ||
+    !Number.isSafeInteger(l) ||
+    l < 0 ||
+    !Number.isSafeInteger(total) ||
+    nl + 1 + total > bytes.length
+  ) {
+    return undefined;
+  }
   const body = bytes.subarray(nl + 1, nl + 1 + total);
-  const sealed = v2 ? body : Buffer.concat([Buffer.from(first.slice(0, first.lastIndexOf(" ")), "latin1"), body]);
+  const sealed =
+    version === 2 ? body : Buffer.concat([Buffer.from(first.slice(0, first.lastIndexOf(" ")), "latin1"), body]);
   if (sha256(sealed) !== hash) return undefined;
+  let at = 0;
+  const patches = ranges.map(([offset, n]) => {
+    const p = { offset, bytes: Buffer.from(body.subarray(at, at + n)) };
+    at += n;
+    return p;
+  });
   return {
     ino: Number(ino),
     generation: generation === "-" ? undefined : generation,
     revision: Number(revision),
-    header: Buffer.from(body.subarray(0, h)),
+    headerLength: h,
+    patches,
     dataOffset: Number(dataOffset),
-    lines: Buffer.from(body.subarray(h)),
+    lines: Buffer.from(body.subarray(at)),
   };
 }
 
@@ -1497,6 +1613,12 @@ function fileGeneration(head: Buffer): string | undefined {
   return m?.[1];
 }
 
+/** Reads `length` bytes of a file at `offset` (fewer at its end). */
+type ReadAt = (offset: number, length: number) => Buffer;
+
+/** How much of a header's start holds `[META]` (its generation and revision) in all but odd files. */
+const META_PROBE = 64 * 1024;
+
 /**
  * The file's committed bytes with the journal's save applied, when the journal
  * applies and the file does not already hold it: same inode, and the file's
@@ -1505,25 +1627,24 @@ function fileGeneration(head: Buffer): string | undefined {
  * byte of the file was touched). Otherwise undefined.
  */
 function applyJournal(buf: Buffer, journal: Journal, ino: number): Buffer | undefined {
-  const { header, lines, dataOffset } = journal;
-  if (buf.length < dataOffset) return undefined;
-  const end = dataOffset + lines.length;
-  const head = buf.subarray(0, Math.min(header.length, buf.length));
-  if (!journalApplies(head, buf.subarray(dataOffset, Math.min(end, buf.length)), buf.length, journal, ino)) {
-    return undefined;
-  }
-  return Buffer.concat([header, buf.subarray(header.length, dataOffset), lines]);
+  const readAt: ReadAt = (offset, length) => buf.subarray(offset, Math.min(offset + length, buf.length));
+  if (!journalApplies(readAt, buf.length, journal, ino)) return undefined;
+  const out = Buffer.concat([buf.subarray(0, journal.dataOffset), journal.lines]);
+  for (const p of journal.patches) p.bytes.copy(out, p.offset);
+  return out;
 }
 
 /**
- * The decision of {@link applyJournal} from the file's header bytes, the bytes
- * at the journal's data offset and the file size.
+ * The decision of {@link applyJournal}, reading the file's bytes through `readAt`: the header's
+ * `[META]`, the bytes under each patch and at the journal's data offset.
  */
-function journalApplies(head: Buffer, dataAt: Buffer, size: number, journal: Journal, ino: number): boolean {
-  const { header, lines, dataOffset } = journal;
-  if (journal.ino !== ino || size < dataOffset || dataOffset < header.length || head.length < header.length) {
-    return false;
-  }
+function journalApplies(readAt: ReadAt, size: number, journal: Journal, ino: number): boolean {
+  const { headerLength, lines, dataOffset } = journal;
+  if (journal.ino !== ino || size < dataOffset || dataOffset < headerLength) return false;
+  let meta = readAt(0, Math.min(headerLength, META_PROBE));
+  if (meta.indexOf("\n[CONFIG]") < 0 && meta.length < headerLength) meta = readAt(0, headerLength);
+  const end = meta.indexOf("\n[CONFIG]");
+  const head = end < 0 ? meta : meta.subarray(0, end);
   // Bound to the file's incarnation: a journal left by a deleted session never applies to a new file that
   // reuses the inode and the revision numbers (a generation never changes within one file).
   if (journal.generation !== fileGeneration(head)) return false;
@@ -1531,19 +1652,20 @@ function journalApplies(head: Buffer, dataAt: Buffer, size: number, journal: Jou
   // A journal applies only on top of the revision it was written for (or a torn header of its own save):
   // an older journal never rolls a newer file back, nor a newer journal an older file.
   if (m && Number(m[1]) !== journal.revision && Number(m[1]) !== journal.revision - 1) return false;
-  return !(head.equals(header) && dataAt.equals(lines));
+  const holds = (offset: number, bytes: Buffer) => bytes.length === 0 || readAt(offset, bytes.length).equals(bytes);
+  return !(journal.patches.every((p) => holds(p.offset, p.bytes)) && holds(dataOffset, lines));
 }
 
-/** True when `journal` holds a save that `file` does not (checked with two small reads). */
+/** True when `journal` holds a save that `file` does not (checked with a few small reads). */
 function journalPending(file: string, journal: Journal): boolean {
   const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
   try {
     const st = fstatSync(fd);
-    const head = Buffer.alloc(journal.header.length);
-    const a = readSync(fd, head, 0, head.length, 0);
-    const data = Buffer.alloc(journal.lines.length);
-    const b = data.length === 0 ? 0 : readSync(fd, data, 0, data.length, journal.dataOffset);
-    return journalApplies(head.subarray(0, a), data.subarray(0, b), st.size, journal, st.ino);
+    const readAt: ReadAt = (offset, length) => {
+      const b = Buffer.alloc(length);
+      return b.subarray(0, readSync(fd, b, 0, length, offset));
+    };
+    return journalApplies(readAt, st.size, journal, st.ino);
   } finally {
     closeSync(fd);
   }

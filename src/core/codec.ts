@@ -370,6 +370,9 @@ export interface HeaderMemo {
   readonly bodyCrc: number;
   /** The operator that carries a CRC-32 over the body's byte length (see {@link crc32Shift}). */
   readonly shift: Uint32Array;
+  /** CRC-32 and UTF-8 byte length of the `[CONFIG]` section alone (the body's first part). */
+  readonly configCrc: number;
+  readonly configBytes: number;
 }
 
 /** The result of {@link encodeHeaderMemo}. @internal */
@@ -381,6 +384,12 @@ export interface EncodedHeader {
    */
   text: string;
   headOnly: boolean;
+  /**
+   * When only `[STATE]` changed (same config as the memo, a fixed-width layout): `text` is the head
+   * (as with `headOnly`), the `[CONFIG]` bytes after it are the memo's, unchanged, and `tail` is the
+   * rest of the header from byte `offset`: `[STATE]`, the padding and the `[HISTORY]` line.
+   */
+  tail?: { offset: number; text: string };
   /** UTF-8 byte length of the prefix and `[META]` through the `header_crc32` line. */
   headBytes: number;
   /** The memo for the next call (undefined when a config value is not a primitive). */
@@ -442,9 +451,31 @@ export function encodeHeaderMemo(
     const text = head + line("header_crc32", crcHex((crc32Apply(memo.shift, canonicalHead) ^ memo.bodyCrc) >>> 0));
     return { text, headOnly: true, headBytes: Buffer.byteLength(text), memo };
   }
-  const body = configSection(config ?? checkHeader(state).config) + stateText;
-  const bodyCrc = crc32(body);
-  const shift = crc32Shift(Buffer.byteLength(body));
+  const stateBytes = Buffer.byteLength(stateText);
+  const stateCrc = crc32(stateText);
+  if (reuse && memo !== undefined && layout.padTo !== undefined && layout.fixedWidth === true) {
+    // Only [STATE] changed: the config's bytes and CRC are the memo's (a 50 MB prompt is not touched).
+    const bodyCrc = (crc32Apply(crc32Shift(stateBytes), memo.configCrc) ^ stateCrc) >>> 0;
+    const shift = crc32Shift(memo.configBytes + stateBytes);
+    const sealed = head + line("header_crc32", crcHex((crc32Apply(shift, canonicalHead) ^ bodyCrc) >>> 0));
+    const headBytes = Buffer.byteLength(sealed);
+    const used = headBytes + memo.configBytes + stateBytes + "[HISTORY]\n".length;
+    const pad = layout.padTo - used;
+    if (pad < 2) throw new RangeError(`header needs ${used + 2} bytes, more than padTo=${layout.padTo}`);
+    return {
+      text: sealed,
+      headOnly: false,
+      tail: { offset: headBytes + memo.configBytes, text: `${stateText}#${" ".repeat(pad - 2)}\n[HISTORY]\n` },
+      headBytes,
+      memo: { ...memo, stateText, bodyCrc, shift },
+    };
+  }
+  const configText = configSection(config ?? checkHeader(state).config);
+  const body = configText + stateText;
+  const configBytes = Buffer.byteLength(configText);
+  const configCrc = crc32(configText);
+  const bodyCrc = (crc32Apply(crc32Shift(stateBytes), configCrc) ^ stateCrc) >>> 0;
+  const shift = crc32Shift(configBytes + stateBytes);
   const sealed = head + line("header_crc32", crcHex((crc32Apply(shift, canonicalHead) ^ bodyCrc) >>> 0));
   let out = sealed + body;
   if (layout.padTo !== undefined) {
@@ -458,7 +489,7 @@ export function encodeHeaderMemo(
     text: `${out}[HISTORY]\n`,
     headOnly: false,
     headBytes: Buffer.byteLength(sealed),
-    memo: primitive ? { config: { ...state.config }, stateText, bodyCrc, shift } : undefined,
+    memo: primitive ? { config: { ...state.config }, stateText, bodyCrc, shift, configCrc, configBytes } : undefined,
   };
 }
 

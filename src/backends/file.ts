@@ -382,8 +382,13 @@ export class FileBackend implements StateBackend {
   readonly baseDir: string;
   /** The store's identity: the directory's real path (instances on one directory share revision tracking). */
   get storeId(): string {
-    return pathIdentity("file", this.baseDir);
+    if (this.realDir !== undefined) return this.realDir;
+    const id = pathIdentity("file", this.baseDir);
+    // Once the directory exists its real path is known for good (asked on every save by the tracker).
+    if (this.dirExists()) this.realDir = id;
+    return id;
   }
+  private realDir: string | undefined;
   private readonly gzip: boolean;
   private readonly lockTimeoutMs: number;
   private readonly staleLockMs: number;
@@ -579,8 +584,7 @@ export class FileBackend implements StateBackend {
     const protocol = state.meta.protocol;
     let lock: string | undefined;
     try {
-      mkdirSync(this.baseDir, { recursive: true });
-      lock = await this.lock(key);
+      lock = await this.lock(key); // creates the directory when it is missing
       return this.writeLocked(key, target, state, protocol, options);
     } catch (e) {
       // Refusals (conflict, bad value) happen before any byte is written: the cache stays valid.
@@ -1359,6 +1363,11 @@ export class FileBackend implements StateBackend {
         }
         return lockPath;
       } catch (e) {
+        if (isCode(e, "ENOENT")) {
+          // the first write into a new directory (not a mkdir on every save)
+          mkdirSync(path.dirname(lockPath), { recursive: true });
+          continue;
+        }
         if (!isCode(e, "EEXIST")) throw e;
       }
       if (this.breakIfStale(lockPath)) continue;

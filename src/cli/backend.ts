@@ -388,16 +388,17 @@ async function whole(backend: StateBackend, key: string, label: string | undefin
 
 /**
  * Opens a session with {@link openSession} and reads it with `read`; when a
- * paged store reports that a save replaced the history mid-read
- * (`ConflictError`), the whole read starts again (up to 10 times). `read` must
- * have no effect outside itself before it finishes (it may run again).
+ * paged store reports that a save changed the history mid-read
+ * (`ConflictError`), the whole read starts again (the 10th time on the session
+ * loaded whole). `read` must have no effect outside itself before it finishes
+ * (it may run again).
  *
  * @param backend - the backend
  * @param key - the session key
  * @param label - backend label for the not-found message
  * @param read - consumes the session; its result is returned
  * @returns what `read` returned for one saved state
- * @throws {ConflictError} when the session kept changing 10 times in a row; what `read` or {@link openSession} throw
+ * @throws what `read` or {@link openSession} throw
  */
 export async function readSession<T>(
   backend: StateBackend,
@@ -406,7 +407,9 @@ export async function readSession<T>(
   read: (session: SessionView) => Promise<T>,
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
-    const session = await openSession(backend, key, label);
+    // The last attempt loads the session whole (one saved state, in memory): a paged store written
+    // faster than it can be read page by page is still read.
+    const session = attempt < READ_ATTEMPTS ? await openSession(backend, key, label) : await whole(backend, key, label);
     try {
       return await read(session);
     } catch (e) {

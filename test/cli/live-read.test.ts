@@ -55,16 +55,17 @@ async function readWhileSaving(backend: StateBackend, key: string, ms: number): 
   return reads;
 }
 
-/** Saves stateAt(n) after every message (appends, every 10th a whole write) until `stop()`. */
-function inProcessWriter(backend: StateBackend, key: string) {
+/** Saves stateAt(n) after every message from n = `from` (appends, every 10th a whole write) until `stop()`. */
+function inProcessWriter(backend: StateBackend, key: string, from = 1) {
   let stopped = false;
   let saves = 0;
   const done = (async () => {
     const write = backend.write?.bind(backend);
     if (!write) throw new Error("no write");
     let revision: number | null = null;
-    for (let n = 1; !stopped; n++) {
-      const options: WriteOptions = n % 10 === 0 ? { expectedRevision: revision } : { expectedRevision: revision, baseLength: n - 1 };
+    for (let n = from; !stopped; n++) {
+      const options: WriteOptions =
+        n % 10 === 0 || n === from ? { expectedRevision: revision } : { expectedRevision: revision, baseLength: n - 1 };
       revision = (await write(key, stateAt(n), options)).revision;
       saves++;
       await new Promise((r) => setImmediate(r));
@@ -114,6 +115,18 @@ describe("a live session read while it is saved is one saved state", () => {
       }
     }, 30_000);
   }
+
+  it("sqlite: a history longer than a page, appended to while it is read page by page, is still read", async () => {
+    const backend = new SQLiteBackend({ path: path.join(tmp("live-sqlite-pages-"), "s.db") });
+    const writer = inProcessWriter(backend, "long", 1500);
+    try {
+      while (writer.saves < 2) await new Promise((r) => setTimeout(r, 5));
+      expect(await readWhileSaving(backend, "long", 1500)).toBeGreaterThan(2);
+    } finally {
+      await writer.stop();
+      backend.close();
+    }
+  }, 30_000);
 
   it("file: show's read during another process's saves (appends, in-place headers, whole rewrites)", async () => {
     const dir = tmp("live-file-");

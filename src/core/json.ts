@@ -226,6 +226,8 @@ export interface StoredJsonSource {
  * checkStoredJson(JSON.parse('{"a":1e400}'), { label: "history[0]", line: 12 }) // throws FormatError (line 12)
  */
 export function checkStoredJson<T>(value: T, source: StoredJsonSource, baseDepth = 0): T {
+  // Most stored values keep the rule: a walk that allocates nothing says so first.
+  if (isStoredJsonFast(value, baseDepth + 1)) return value;
   const keys: (string | number)[] = [];
   const fail = (what: string): never => {
     let p = "";
@@ -281,6 +283,38 @@ export function checkStoredJson<T>(value: T, source: StoredJsonSource, baseDepth
     return v;
   };
   return visit(value, baseDepth + 1) as T;
+}
+
+/**
+ * The happy path of {@link checkStoredJson}: true when `v` keeps the read rule and holds no
+ * `-0` (which the full walk rewrites), walking it without allocating. False means "let the full
+ * walk decide" (and report or normalise).
+ */
+function isStoredJsonFast(v: unknown, depth: number): boolean {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return true;
+    case "number":
+      return Number.isFinite(v) && !Object.is(v, -0);
+    case "object": {
+      if (v === null) return true;
+      if (depth > MAX_JSON_DEPTH) return false;
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) if (!isStoredJsonFast(v[i], depth + 1)) return false;
+        return true;
+      }
+      const proto = Object.getPrototypeOf(v);
+      if (proto !== Object.prototype && proto !== null) return false;
+      for (const key in v) {
+        const child = (v as Record<string, unknown>)[key];
+        if (child !== undefined && !isStoredJsonFast(child, depth + 1)) return false;
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 /**

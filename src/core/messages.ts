@@ -60,3 +60,67 @@ export type Message = OpenAIMessage | AnthropicMessage;
 export function messageSchemaFor(protocol: Protocol): z.ZodType<Message> {
   return (protocol === "openai" ? OpenAIMessageSchema : AnthropicMessageSchema) as z.ZodType<Message>;
 }
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** `openAIContent` (and Anthropic's block list) by hand: a string, null (OpenAI) or an array of objects with a string `type`. */
+function isContent(v: unknown, nullable: boolean): boolean {
+  if (typeof v === "string") return true;
+  if (v === null) return nullable;
+  if (!Array.isArray(v)) return false;
+  for (let i = 0; i < v.length; i++) {
+    const part: unknown = v[i];
+    if (!isPlainObject(part) || typeof part.type !== "string") return false;
+  }
+  return true;
+}
+
+function isOpenAIToolCalls(v: unknown): boolean {
+  if (v === undefined) return true;
+  if (!Array.isArray(v)) return false;
+  for (let i = 0; i < v.length; i++) {
+    const call: unknown = v[i];
+    if (!isPlainObject(call) || typeof call.id !== "string") return false;
+    if (call.type !== undefined && typeof call.type !== "string") return false;
+    const fn = call.function;
+    if (!isPlainObject(fn) || typeof fn.name !== "string" || typeof fn.arguments !== "string") return false;
+  }
+  return true;
+}
+
+/**
+ * The message schema of a protocol ({@link messageSchemaFor}) as a plain predicate, for the
+ * read path that checks every stored message: true only when the schema accepts `value`
+ * (false may also mean "ask the schema", which then names the offending field). A history
+ * of 10,000 messages is checked without running zod 10,000 times.
+ *
+ * @param protocol - the history's protocol
+ * @param value - a parsed message
+ * @returns true when `messageSchemaFor(protocol).safeParse(value)` succeeds
+ * @example
+ * isWellFormedMessage("openai", { role: "user", content: "hi" }) // true
+ * isWellFormedMessage("openai", { role: "robot", content: "hi" }) // false
+ */
+export function isWellFormedMessage(protocol: Protocol, value: unknown): boolean {
+  if (!isPlainObject(value)) return false;
+  const role = value.role;
+  if (protocol === "anthropic") {
+    return (role === "user" || role === "assistant") && isContent(value.content, false);
+  }
+  switch (role) {
+    case "system":
+    case "developer":
+    case "user":
+      return isContent(value.content, true);
+    case "assistant":
+      return (value.content === undefined || isContent(value.content, true)) && isOpenAIToolCalls(value.tool_calls);
+    case "tool":
+      return isContent(value.content, true) && typeof value.tool_call_id === "string";
+    case "function":
+      return isContent(value.content, true) && typeof value.name === "string";
+    default:
+      return false;
+  }
+}

@@ -8,7 +8,7 @@
 import { z } from "zod";
 import { FormatError, InvalidStateError } from "./errors.js";
 import { checkStoredJson, type JsonValue, type StoredJsonSource } from "./json.js";
-import { type Message, messageSchemaFor, type Protocol, ProtocolSchema } from "./messages.js";
+import { isWellFormedMessage, type Message, messageSchemaFor, type Protocol, ProtocolSchema } from "./messages.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 
 /** Agent configuration (`[CONFIG]`). API keys are never stored: only the env-var name. */
@@ -171,6 +171,7 @@ export function checkStoredMessage(
   checkStoredJson(value, { ...source, label: `${source.label}: history[${index}]` });
   // A header without a known protocol is refused by the header's own check, which names it.
   if (!ProtocolSchema.options.includes(protocol)) return value as Message;
+  if (isWellFormedMessage(protocol, value)) return value as Message; // the schema's verdict, without zod
   const r = messageSchemaFor(protocol).safeParse(value);
   if (!r.success) {
     const issue = r.error.issues[0];

@@ -28,7 +28,10 @@
  * Embedded SQLite journal by default; with `REDIS_URL` set, the workers are
  * `DurableWorker` processes on a BullMQ queue (the dead worker's job is
  * recovered by BullMQ's stalled-job check, and the approval re-enqueues the run).
- * Options: `--conversation ID`, `--keep` (keep the journal file), `--local`
+ * The journal (a SQLite file in the OS temp folder) is kept, and the demo ends
+ * with the `dumplings runs` and `dumplings ui` commands that show the run it
+ * made. Options: `--conversation ID`, `--clean` (remove the journal at the
+ * end instead), `--keep` (the default; accepted for older scripts), `--local`
  * (ignore REDIS_URL).
  *
  * @module
@@ -63,10 +66,13 @@ const { values: args } = parseArgs({
   options: {
     conversation: { type: "string" },
     keep: { type: "boolean", default: false },
+    clean: { type: "boolean", default: false },
     local: { type: "boolean", default: false },
   },
 });
 
+/** The journal is kept unless `--clean` (then `--keep` cannot bring it back: `--clean` wins). */
+const keep = !args.clean;
 const log = (line = "") => process.stdout.write(`${line}\n`);
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -348,13 +354,13 @@ async function main(): Promise<number> {
     // [6] a second run, cancelled by an operator while it waits
     const cancelOk = await cancelDemo({ journal, env: v2env, runId: cancelledId, journalFlag, queueClient });
 
-    // The journal is removed below unless --keep: name it only when it will still exist, with a command that
+    // The journal is removed below with --clean: name it only when it will still exist, with a command that
     // works in this repository (`dumplings` is on the PATH only where the package is installed).
     log(
-      args.keep
+      keep
         ? `\nsee it yourself (the journal is kept): npm run dumplings -- runs ${runId} ${journalFlag}\n(or npx dumplings runs … where dumplings-ai is installed)` +
             `\nin a browser: npm run dumplings -- ui ${journalFlag}\n(it prints http://127.0.0.1:PORT/?token=…; the run is at /runs/${runId})`
-        : "\nthe journal is removed now; to look at it yourself: npm run demo:durable -- --keep (it prints the commands, dumplings ui included)",
+        : "\nthe journal is removed now (--clean); to look at it yourself: npm run demo:durable (it prints the commands, dumplings ui included)",
     );
     return diff || requests !== llmSteps.length || !deployOk || !cancelOk ? 1 : 0;
   } finally {
@@ -368,7 +374,7 @@ async function main(): Promise<number> {
     }
     await journal.close();
     await server.close();
-    if (!args.keep) rmSync(dir, { recursive: true, force: true });
+    if (!keep) rmSync(dir, { recursive: true, force: true });
   }
 }
 

@@ -1,8 +1,8 @@
 /**
- * The closing hint of `npm run demo:durable` (issue 11, item 17): with
- * `--keep` it names a journal that still exists and a command that works in
- * this repository (`npm run dumplings -- runs …`); without `--keep` the
- * journal is removed and the hint names no path, only how to keep it.
+ * The closing hint of `npm run demo:durable` (issue 11, item 17; issue 14):
+ * by default the journal is kept and the demo ends with commands that work in
+ * this repository (`npm run dumplings -- runs …`, `… ui …`); with `--clean`
+ * the journal is removed and the hint names no path.
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
@@ -23,8 +23,8 @@ function demo(...args: string[]): { status: number | null; out: string } {
 }
 
 describe("the durable demo's closing hint", () => {
-  it("with --keep, names the kept journal and a command that works here", () => {
-    const { status, out } = demo("--keep");
+  it("by default, keeps the journal and ends with commands that work here (dumplings ui last)", () => {
+    const { status, out } = demo();
     const db = /^journal: SQLite (\S+);/m.exec(out)?.[1];
     try {
       expect(status, out).toBe(0);
@@ -42,17 +42,18 @@ describe("the durable demo's closing hint", () => {
       const r = runCli((command as string).split(" "));
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toMatch(/ completed /);
+      expect(out.trimEnd().split("\n").at(-2)).toBe(`in a browser: npm run dumplings -- ui --journal sqlite:${db}`);
     } finally {
       if (db) rmSync(path.dirname(db), { recursive: true, force: true });
     }
   }, 180_000);
 
-  it("without --keep, the journal is gone and the hint names no path", () => {
-    const { status, out } = demo();
+  it("with --clean, the journal is gone and the hint names no path", () => {
+    const { status, out } = demo("--clean");
     expect(status, out).toBe(0);
     const db = /^journal: SQLite (\S+);/m.exec(out)?.[1];
     expect(db && existsSync(db)).toBe(false);
-    expect(out).toMatch(/^the journal is removed now; to look at it yourself: npm run demo:durable -- --keep/m);
+    expect(out).toMatch(/^the journal is removed now \(--clean\); to look at it yourself: npm run demo:durable /m);
     expect(out).not.toMatch(/see it yourself/);
   }, 180_000);
 });

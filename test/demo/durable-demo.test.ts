@@ -19,7 +19,7 @@ describe("npm run demo:durable", () => {
   it("resumes a v1 run under v2 with drift and no duplicated model call, and cancels a second run", async () => {
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== "REDIS_URL") env[k] = v;
-    const r = spawnSync(process.execPath, [...programArgs("demo/durable"), "--local", "--keep"], {
+    const r = spawnSync(process.execPath, [...programArgs("demo/durable"), "--local"], {
       cwd: ROOT,
       env,
       encoding: "utf8",

@@ -1,5 +1,5 @@
 /**
- * `npm run demo:durable -- --keep` ends with the `dumplings ui` command that
+ * `npm run demo:durable` ends with the `dumplings ui` command that
  * shows the run it made: the command, run as printed (plus `--port 0`),
  * serves the run's page with its journal (the approved `tool:` step and the
  * completed status), and its default session and workflow stores, which do
@@ -21,7 +21,7 @@ function cleanEnv(): Record<string, string> {
 
 describe("the durable demo's dumplings ui command", () => {
   it("shows the run the demo made", async () => {
-    const demo = spawnSync(process.execPath, [...programArgs("demo/durable"), "--local", "--keep"], {
+    const demo = spawnSync(process.execPath, [...programArgs("demo/durable"), "--local"], {
       cwd: ROOT,
       env: cleanEnv(),
       encoding: "utf8",

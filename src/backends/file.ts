@@ -186,11 +186,12 @@ import {
   InvalidKeyError,
   StateNotFoundError,
 } from "../core/errors.js";
-import type { Message } from "../core/messages.js";
+import { isWellFormedMessage, type Message, type Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
 import { pathIdentity } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
+import { lentText, messageText } from "./stored.js";
 import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
 import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
@@ -751,12 +752,12 @@ export class FileBackend implements StateBackend {
     if (base > 0) {
       try {
         if (JSON.stringify(state.history[0]) !== info.firstLine) return undefined;
-        if (JSON.stringify(state.history[base - 1]) !== info.lastLine) return undefined;
+        if (messageText(state.history, base - 1) !== info.lastLine) return undefined;
       } catch {
         return undefined; // not JSON: the whole-file path reports it with its path
       }
     }
-    const linesText = encodeHistoryLines(state.history.slice(base), state.meta.protocol, base);
+    const linesText = newLines(state.history, base, state.meta.protocol);
     const historyCrc32 = crcHex(historyCrcOfLines(Number.parseInt(info.historyCrc32, 16), linesText));
     const layout = {
       revision,
@@ -843,7 +844,7 @@ export class FileBackend implements StateBackend {
       revision,
       protocol: info.protocol,
       firstLine: base === 0 ? jsonOf(state.history[0]) : info.firstLine,
-      lastLine: count > base ? jsonOf(state.history[count - 1]) : info.lastLine,
+      lastLine: count > base ? messageText(state.history, count - 1) : info.lastLine,
       generation: info.generation,
       historyCrc32,
       headBytes: enc.headBytes,
@@ -1678,6 +1679,24 @@ function journalPending(file: string, journal: Journal): boolean {
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * The `.duas` lines of `history[from…]`: a message whose JSON text the persistence layer lent for this
+ * write (see `lendTexts`) and that keeps its protocol's schema is not serialised or validated again;
+ * any other goes through `encodeHistoryLines` (which names the field at fault).
+ */
+function newLines(history: readonly Message[], from: number, protocol: Protocol): string {
+  const parts: string[] = [];
+  for (let i = from; i < history.length; i++) {
+    const lent = lentText(history, i);
+    parts.push(
+      lent !== undefined && isWellFormedMessage(protocol, history[i])
+        ? `${lent}\n`
+        : encodeHistoryLines([history[i] as Message], protocol, i),
+    );
+  }
+  return parts.join("");
 }
 
 function jsonOf(message: Message | undefined): string | undefined {

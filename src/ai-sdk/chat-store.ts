@@ -36,7 +36,14 @@ import { validateKey } from "../backends/keys.js";
 import { backendFromSpec } from "../backends/spec.js";
 import { backendLabel, envelopeState } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
-import { BackendError, DumplingsError, FormatError, InvalidOptionError, InvalidStateError } from "../core/errors.js";
+import {
+  BackendError,
+  ConflictError,
+  DumplingsError,
+  FormatError,
+  InvalidOptionError,
+  InvalidStateError,
+} from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
@@ -74,6 +81,26 @@ export interface ChatSaveResult {
   rewritten: boolean;
 }
 
+/** Options of {@link ChatStore.save}. */
+export interface ChatSaveOptions {
+  /**
+   * The revision the caller's messages are based on (what {@link ChatStore.read} returned; `null`:
+   * the chat must not exist yet). When the chat is stored at another revision (another request saved
+   * it meanwhile), the save is a `ConflictError` and nothing is written — unless the stored chat
+   * already holds exactly these messages (a save repeated after a crash), which is a no-op.
+   * Without it, the save is compared with what this store instance last loaded or saved.
+   */
+  expectedRevision?: number | null;
+}
+
+/** A chat read with its revision ({@link ChatStore.read}). */
+export interface ChatRead<M extends ChatMessage = ChatMessage> {
+  /** The messages, as {@link ChatStore.load} returns them. */
+  messages: M[];
+  /** The stored revision (backends with revisions): pass it to `save` as `expectedRevision`. */
+  revision?: number;
+}
+
 /** A store of AI SDK chats; made by {@link createChatStore}. */
 export interface ChatStore<M extends ChatMessage = ChatMessage> {
   /** The backend. */
@@ -86,10 +113,23 @@ export interface ChatStore<M extends ChatMessage = ChatMessage> {
    * @returns `{ revision, written, rewritten }`
    * @throws {InvalidKeyError} for a bad chat id; {InvalidStateError} for a message without a valid `role`;
    *   {NonJsonValueError} naming `messages[i]…` for a value the encoding cannot carry (nothing written)
-   * @throws {ConflictError} when another writer saved the chat since this store loaded or saved it (nothing written; `load` again)
+   * @param options - `expectedRevision`: the revision the messages are based on (see {@link ChatSaveOptions});
+   *   two requests that each read the chat and save their own turn must pass it, or the later save wins
+   * @throws {ConflictError} when the chat is stored at another revision than `options.expectedRevision`, or
+   *   another writer saved it since this store loaded or saved it (nothing written; read again)
+   * @throws {InvalidOptionError} for an unknown option or an `expectedRevision` that is not an integer >= 1 or null
    * @throws {BackendError} wrapping a driver failure
    */
-  save(chatId: string, messages: readonly M[]): Promise<ChatSaveResult>;
+  save(chatId: string, messages: readonly M[], options?: ChatSaveOptions): Promise<ChatSaveResult>;
+  /**
+   * Reads a chat with its stored revision, for a later `save(…, { expectedRevision })`.
+   *
+   * @param chatId - the chat id
+   * @returns `{ messages, revision }`, or `undefined` when none is stored
+   * @throws {FormatError} when the key holds something that is not a chat
+   * @throws {BackendError} wrapping a driver failure
+   */
+  read(chatId: string): Promise<ChatRead<M> | undefined>;
   /**
    * Reads a chat.
    *
@@ -115,6 +155,7 @@ export interface ChatStore<M extends ChatMessage = ChatMessage> {
 }
 
 const OPTIONS = optionKeys<ChatStoreOptions>({ store: true, keyPrefix: true });
+const SAVE_OPTIONS = optionKeys<ChatSaveOptions>({ expectedRevision: true });
 
 /** What this store instance knows is stored for a chat. */
 interface Track {
@@ -173,7 +214,7 @@ function envelope(message: unknown, index: number): Envelope {
  * Creates a store of AI SDK chats on a session backend.
  *
  * @param options - `store`: the backend instance; `keyPrefix` @default "chat-"
- * @returns `{ save, load, delete, list }`
+ * @returns `{ save, read, load, delete, list }`
  * @throws {InvalidOptionError} for an unknown option, a missing `store` or a non-string `keyPrefix`
  * @example
  * import { createChatStore } from "dumplings-ai/ai-sdk";
@@ -263,7 +304,16 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
   return {
     store,
 
-    async save(chatId, messages) {
+    async save(chatId, messages, options = {}) {
+      checkOptions("chat save", options, SAVE_OPTIONS);
+      const expected = options.expectedRevision;
+      if (expected !== undefined && expected !== null && !(Number.isSafeInteger(expected) && expected >= 1)) {
+        throw new InvalidOptionError(
+          "chat save",
+          "expectedRevision",
+          `must be an integer >= 1 or null, got ${String(expected)}`,
+        );
+      }
       const key = keyOf(chatId);
       if (!Array.isArray(messages)) throw new InvalidStateError("messages", "messages must be an array");
       // Encode (and check) everything before any I/O: bad input never changes stored data.
@@ -281,9 +331,20 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
           return { written: history.length, rewritten: true };
         }
         let track = tracks.get(chatId);
-        if (track === undefined) {
+        const pinned = expected !== undefined && typeof store.read === "function";
+        if (track === undefined || (pinned && (track.revision ?? null) !== expected)) {
           const stored = await readChat(chatId, key);
           track = trackOf(stored?.revision, stored?.history ?? []);
+          remember(chatId, track);
+        }
+        if (pinned && (track.revision ?? null) !== expected) {
+          // Another request saved the chat since the caller read it. Saving again exactly what is stored
+          // (a step re-run after a crash) is a no-op; anything else would drop that request's turn.
+          const same =
+            track.fingerprints.length === fingerprints.length &&
+            track.fingerprints.every((f, i) => f === fingerprints[i]);
+          if (same) return { revision: track.revision, written: 0, rewritten: false };
+          throw new ConflictError(key, expected ?? null, track.revision ?? null, backendLabel(store));
         }
         const n = track.fingerprints.length;
         let baseLength: number | undefined;
@@ -314,6 +375,20 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
         }
         remember(chatId, trackOf(result.revision, history, fingerprints));
         return { revision: result.revision, written: result.written, rewritten: result.rewritten };
+      });
+    },
+
+    async read(chatId) {
+      const key = keyOf(chatId);
+      return serial(chatId, async () => {
+        const stored = await readChat(chatId, key);
+        if (stored === undefined) {
+          tracks.delete(chatId);
+          return undefined;
+        }
+        const messages = decodeHistory(key, stored.history);
+        remember(chatId, trackOf(stored.revision, stored.history));
+        return stored.revision === undefined ? { messages } : { messages, revision: stored.revision };
       });
     },
 

@@ -1,7 +1,8 @@
 /**
  * `dumplings-ai/ai-sdk`: AI SDK chats on this library's storage.
  *
- * - {@link createChatStore}: `save(chatId, messages)`, `load(chatId)`,
+ * - {@link createChatStore}: `save(chatId, messages, { expectedRevision? })`,
+ *   `read(chatId)` (messages and revision), `load(chatId)`,
  *   `delete(chatId)`, `list()` for `UIMessage[]` (from `useChat`) and
  *   `ModelMessage[]` (for `generateText`/`streamText`) on any session backend
  *   (`MemoryBackend`, `FileBackend`, `SQLiteBackend`, `RedisBackend`,
@@ -33,6 +34,8 @@ export {
   CHAT_CLASS,
   CHAT_FIELD,
   type ChatMessage,
+  type ChatRead,
+  type ChatSaveOptions,
   type ChatSaveResult,
   type ChatStore,
   type ChatStoreOptions,

@@ -131,6 +131,45 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
     expect(loaded).toStrictEqual(handMadeUIMessages());
   });
 
+  it.skipIf(h.skip)(
+    "two requests saving their own turn on one read: the later is a ConflictError, no turn is dropped",
+    async () => {
+      const chats = createChatStore<UIMessage>({ store: backend });
+      const id = `turns-${randomUUID()}`;
+      const text = (i: string, role: "user" | "assistant"): UIMessage => ({
+        id: i,
+        role,
+        parts: [{ type: "text", text: i }],
+      });
+      await chats.save(id, [text("u1", "user"), text("a1", "assistant")], { expectedRevision: null });
+      // both requests read the same chat (one store instance, as one server process serves both)
+      const a = (await chats.read(id)) as { messages: UIMessage[]; revision?: number };
+      const b = (await chats.read(id)) as { messages: UIMessage[]; revision?: number };
+      expect(a.revision).toBeGreaterThanOrEqual(1);
+      const turnA = [...a.messages, text("u2", "user"), text("a2", "assistant")];
+      const turnB = [...b.messages, text("u3", "user"), text("a3", "assistant")];
+      const savedA = await chats.save(id, turnA, { expectedRevision: a.revision });
+      expect(savedA).toMatchObject({ written: 2, rewritten: false });
+      const lost = await chats.save(id, turnB, { expectedRevision: b.revision }).catch((e: unknown) => e);
+      expect(lost).toBeInstanceOf(ConflictError);
+      expect(lost).toMatchObject({ expectedRevision: b.revision, actualRevision: savedA.revision });
+      expect(await chats.load(id)).toStrictEqual(turnA);
+      // the same save repeated (a step re-run after a crash) is a no-op, not a conflict
+      expect(await chats.save(id, turnA, { expectedRevision: a.revision })).toMatchObject({
+        revision: savedA.revision,
+        written: 0,
+      });
+      // a new chat with expectedRevision null exists now: a second creator conflicts
+      await expect(chats.save(id, [text("x", "user")], { expectedRevision: null })).rejects.toBeInstanceOf(
+        ConflictError,
+      );
+      for (const bad of [{ expectedRevison: 1 }, { expectedRevision: 0 }, { expectedRevision: 1.5 }]) {
+        await expect(chats.save(id, turnA, bad as never)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+      expect(await chats.load(id)).toStrictEqual(turnA);
+    },
+  );
+
   it.skipIf(h.skip)("round-trips hand-made ModelMessages: Uint8Array stays Uint8Array, URL stays URL", async () => {
     const chats = createChatStore<ModelMessage>({ store: backend });
     const id = `model-${randomUUID()}`;

@@ -14,6 +14,7 @@ import { afterAll, afterEach, expect, it } from "vitest";
 import { type ChatStore, createChatStore } from "../../src/ai-sdk/index.js";
 import { MemoryBackend } from "../../src/backends/memory.js";
 import type { StateBackend, WriteResult } from "../../src/backends/types.js";
+import { ConflictError } from "../../src/core/errors.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
 
 const root = path.resolve(import.meta.dirname, "..", "..");
@@ -113,4 +114,39 @@ it("the README's useChat route stores each turn, appending two messages per turn
   const sent = JSON.stringify(server.requests[1]?.body.messages);
   expect(sent).toContain("Hello there.");
   expect(sent).toContain("Still there?");
+});
+
+it("two turns posted at once to the README's route: one is stored whole, the other is refused, none is silently dropped", async () => {
+  server = await startModelServer({ script: [{ text: "First." }, { text: "A." }, { text: "B." }] });
+  const model = createOpenAICompatible({ name: "local", baseURL: server.url, apiKey: "k" })("scripted");
+  const chats = createChatStore<UIMessage>({ store: new MemoryBackend() });
+  const route = (await readmeRoute())(chats, model);
+  const id = `chat-${randomUUID()}`;
+  const q1: UIMessage = { id: "q1", role: "user", parts: [{ type: "text", text: "Hi?" }] };
+  await (await post(route, id, [q1])).text();
+  await until(async () => ((await chats.load(id)) ?? []).length === 2);
+  const base = (await chats.load(id)) as UIMessage[];
+  const qa: UIMessage = { id: "qa", role: "user", parts: [{ type: "text", text: "A?" }] };
+  const qb: UIMessage = { id: "qb", role: "user", parts: [{ type: "text", text: "B?" }] };
+  const failures: unknown[] = [];
+  const onRejection = (e: unknown) => failures.push(e);
+  process.on("unhandledRejection", onRejection);
+  try {
+    const [ra, rb] = await Promise.all([post(route, id, [...base, qa]), post(route, id, [...base, qb])]);
+    // the refused save fails the later response's stream at its end (useChat reports it): never a silent loss
+    const read = await Promise.allSettled([ra.text(), rb.text()]);
+    const refused = read.filter((r) => r.status === "rejected").map((r) => (r as PromiseRejectedResult).reason);
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toBeInstanceOf(ConflictError);
+    await new Promise((r) => setTimeout(r, 200));
+  } finally {
+    process.off("unhandledRejection", onRejection);
+  }
+  const stored = (await chats.load(id)) as UIMessage[];
+  // exactly one of the two turns, whole: the question and its answer, after the first turn
+  expect(stored).toHaveLength(4);
+  expect(stored.slice(0, 2)).toStrictEqual(base);
+  expect(["qa", "qb"]).toContain(stored[2]?.id);
+  expect(stored[3]?.role).toBe("assistant");
+  expect(failures).toStrictEqual([]);
 });

@@ -7,11 +7,15 @@
  *
  * @module
  */
+import { createReadStream } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
 import { Readable } from "node:stream";
 import type { Hono } from "hono";
 import type { StateBackend } from "../backends/types.js";
-import { listKeysSorted, openSession, readHeaderOf, type SessionView } from "../cli/backend.js";
-import { duasChunks } from "../cli/commands/export.js";
+import { listKeysSorted, openSession, readHeaderOf, readSession, type SessionView } from "../cli/backend.js";
+import { duasChunks, exportSession } from "../cli/commands/export.js";
 import { formatBytes } from "../cli/output.js";
 import { DumplingsError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
@@ -116,9 +120,20 @@ ${pager("/sessions", { q }, page, pages, page + 1 < pages)}`,
     const src = sources.sessions;
     if (src.value === undefined) return c.text(src.missing, 404);
     const key = c.req.param("key");
-    const session = await openSession(src.value, key, src.label);
+    // Written and verified in a temporary file first (as `dumplings export` to stdout): a download never
+    // ends with a partial session when a save lands mid-read.
+    const dir = await mkdtemp(path.join(os.tmpdir(), "dumplings-ui-export-"));
+    const file = path.join(dir, "session.duas");
+    try {
+      await exportSession(src.value, key, src.label, file, false);
+    } catch (e) {
+      await rm(dir, { recursive: true, force: true });
+      throw e;
+    }
+    const stream = createReadStream(file);
+    stream.once("close", () => void rm(dir, { recursive: true, force: true }));
     const name = `${key.replace(/[^A-Za-z0-9._-]+/g, "_")}.duas`;
-    const body = Readable.toWeb(Readable.from(duasChunks(session, key))) as ReadableStream;
+    const body = Readable.toWeb(stream) as ReadableStream;
     return c.body(body, 200, {
       "Content-Type": "text/plain; charset=utf-8",
       "Content-Disposition": `attachment; filename="${name}"`,
@@ -130,15 +145,17 @@ ${pager("/sessions", { q }, page, pages, page + 1 < pages)}`,
     if (src.value === undefined) return c.html(missingPage("Session", src.missing));
     const key = c.req.param("key");
     const backend = src.value;
-    const session = await openSession(backend, key, src.label);
-    const revision = typeof backend.readHeader === "function" ? (await backend.readHeader(key))?.revision : undefined;
+    const asked = c.req.query("page");
+    // Header, revision and page of one saved state; read again when a save lands mid-read (a live session).
+    const { session, messages, page, pages, offset } = await readSession(backend, key, src.label, async (session) => {
+      const pages = Math.max(1, Math.ceil(session.header.meta.messageCount / MESSAGES_PER_PAGE));
+      const page = asked === "last" ? pages - 1 : Math.min(pageParam(asked), pages - 1);
+      const offset = page * MESSAGES_PER_PAGE;
+      return { session, messages: await readPage(session.history, offset, MESSAGES_PER_PAGE), page, pages, offset };
+    });
+    const revision = session.revision;
     const { meta, config, state } = session.header;
     const total = meta.messageCount;
-    const pages = Math.max(1, Math.ceil(total / MESSAGES_PER_PAGE));
-    const asked = c.req.query("page");
-    const page = asked === "last" ? pages - 1 : Math.min(pageParam(asked), pages - 1);
-    const offset = page * MESSAGES_PER_PAGE;
-    const messages = await readPage(session.history, offset, MESSAGES_PER_PAGE);
     const pageBytes = messages.reduce((n, m) => n + Buffer.byteLength(JSON.stringify(m)), 0);
     const base = `/sessions/${encodeURIComponent(key)}`;
     return c.html(

@@ -162,6 +162,37 @@ describe("a live session read while it is saved is one saved state", () => {
     }
   }, 60_000);
 
+  it("sqlite: `dumplings export -o -` and `-o FILE` of a 1,500-message session another process rewrites and appends to: a whole saved state or nothing, never a truncated file", async () => {
+    const db = path.join(tmp("live-export-"), "s.db");
+    const writer = fileURLToPath(new URL("../fixtures/live-writer.ts", import.meta.url));
+    const child = spawn(process.execPath, ["--import", "tsx", writer, `sqlite:${db}`, "k", "1500"], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let acks = 0;
+    child.stdout.on("data", (d: Buffer) => {
+      acks += String(d)
+        .split("\n")
+        .filter((l) => l.startsWith("ack")).length;
+    });
+    try {
+      for (let i = 0; i < 1500 && acks < 3; i++) await new Promise((r) => setTimeout(r, 20));
+      for (let i = 0; i < 4; i++) {
+        const out = runCli(["export", "k", "--backend", `sqlite:${db}`, "-o", "-"]);
+        expect(out.code, out.stderr).toBe(0);
+        const state = decodeState(out.stdout);
+        expect(state).toEqual(stateAt(state.history.length));
+        const file = path.join(path.dirname(db), `out-${i}.duas`);
+        const r = runCli(["export", "k", "--backend", `sqlite:${db}`, "-o", file]);
+        expect(r.code, r.stderr).toBe(0);
+        const saved = decodeState(readFileSync(file, "utf8"));
+        expect(saved).toEqual(stateAt(saved.history.length));
+      }
+      expect(acks).toBeGreaterThan(3);
+    } finally {
+      child.kill("SIGKILL");
+    }
+  }, 90_000);
+
   it("openSession with a revision the session no longer has is a ConflictError; without one it reads the new one", async () => {
     const backend = new FileBackend({ baseDir: tmp("live-pin-") });
     const first = await backend.write("k", stateAt(3), { expectedRevision: null });

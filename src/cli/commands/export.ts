@@ -6,31 +6,28 @@
  * renamed into place, so a failed export never leaves a partial file. Every
  * message is read through the backend's own verified read path (for `.duas`
  * files: strict UTF-8, the final newline, `message_count` and
- * `history_sha256`, as `loadState`); to stdout, where a partial output cannot
- * be taken back, the whole history is read and verified once before the
- * first byte is written.
+ * `history_crc32`, as `loadState`). Header and history are one saved state
+ * (see `readSession`: a save landing mid-read starts the read again). To
+ * stdout, where a partial output cannot be taken back, the export is written
+ * and verified in a temporary file first, then copied out, so a failed or
+ * interrupted read never reaches stdout.
  *
  * @module
  */
 
-import { createWriteStream } from "node:fs";
-import { open, rename, rm } from "node:fs/promises";
+import { createReadStream, createWriteStream } from "node:fs";
+import { mkdtemp, open, rename, rm } from "node:fs/promises";
+import os from "node:os";
 import path from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGzip } from "node:zlib";
 import { Command } from "commander";
+import type { StateBackend } from "../../backends/types.js";
 import { encodeHeader, encodeHistoryLines } from "../../core/codec.js";
 import { FormatError } from "../../core/errors.js";
 import type { Message } from "../../core/messages.js";
-import {
-  closeBackend,
-  openBackendAsync,
-  openSession,
-  readSession,
-  type SessionView,
-  withBackendOptions,
-} from "../backend.js";
+import { closeBackend, openBackendAsync, readSession, type SessionView, withBackendOptions } from "../backend.js";
 
 /** Options of `dumplings export`. */
 interface ExportOptions {
@@ -75,6 +72,69 @@ export async function* duasChunks(session: SessionView, key: string): AsyncGener
 }
 
 /**
+ * Writes the stored session `key` as `.duas` (gzip-compressed with `gzip`) to `target`: to a temporary
+ * name beside it, fsync'ed, then renamed into place, so a failed export never leaves a partial file.
+ * Header and history are one saved state; a save that lands mid-read starts the read again.
+ *
+ * @param backend - the backend
+ * @param key - the session key
+ * @param label - backend label for messages
+ * @param target - the file to write (replaced when it exists)
+ * @param gzip - gzip-compress the output
+ * @throws {StateNotFoundError} / {FormatError} / {InvalidKeyError} as the read path; nothing is left at `target`
+ */
+export async function exportSession(
+  backend: StateBackend,
+  key: string,
+  label: string | undefined,
+  target: string,
+  gzip: boolean,
+): Promise<void> {
+  const temp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.tmp`);
+  await readSession(backend, key, label, async (session) => {
+    const source = Readable.from(duasChunks(session, key));
+    try {
+      if (gzip) await pipeline(source, createGzip(), createWriteStream(temp, { flags: "wx" }));
+      else await pipeline(source, createWriteStream(temp, { flags: "wx" }));
+      const handle = await open(temp, "r");
+      try {
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(temp, target);
+    } catch (error) {
+      await rm(temp, { force: true });
+      throw error;
+    }
+  });
+}
+
+/**
+ * Exports `key` to a temporary file (see {@link exportSession}), hands it to `use` (e.g. to copy it
+ * to stdout or an HTTP response), then removes it: nothing partial or unverified is ever handed out.
+ *
+ * @param use - reads the finished file; it is removed when `use` settles
+ * @returns what `use` returned
+ */
+export async function withExportFile<T>(
+  backend: StateBackend,
+  key: string,
+  label: string | undefined,
+  gzip: boolean,
+  use: (file: string) => Promise<T>,
+): Promise<T> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), "dumplings-export-"));
+  try {
+    const file = path.join(dir, gzip ? "session.duas.gz" : "session.duas");
+    await exportSession(backend, key, label, file, gzip);
+    return await use(file);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/**
  * Builds the `export` command.
  *
  * @returns the commander command
@@ -92,45 +152,12 @@ export function exportCommand(): Command {
       try {
         const gzip = options.gzip === true || (options.output?.toLowerCase().endsWith(".gz") ?? false);
         if (options.output === undefined || options.output === "-") {
-          // Nothing reaches stdout before the stored history has passed every check of the read path; the
-          // output pass then opens the same saved state (a save in between: both passes run again).
-          const session = await readSession(backend, key, label, async (check) => {
-            let n = 0;
-            for await (const _ of check.history) n++;
-            if (n !== check.header.meta.messageCount) {
-              throw new FormatError(
-                `stored session ${JSON.stringify(key)} says message_count = ${check.header.meta.messageCount} but its history holds ${n} messages`,
-              );
-            }
-            return check.revision === undefined
-              ? openSession(backend, key, label)
-              : openSession(backend, key, label, { revision: check.revision });
+          await withExportFile(backend, key, label, gzip, async (file) => {
+            await pipeline(createReadStream(file), process.stdout, { end: false });
           });
-          const source = Readable.from(duasChunks(session, key));
-          if (gzip) await pipeline(source, createGzip(), process.stdout, { end: false });
-          else await pipeline(source, process.stdout, { end: false });
           return;
         }
-        const target = path.resolve(options.output);
-        const temp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.tmp`);
-        // A save that replaces the history mid-read (paged stores) starts the export again on a new temp file.
-        await readSession(backend, key, label, async (session) => {
-          const source = Readable.from(duasChunks(session, key));
-          try {
-            if (gzip) await pipeline(source, createGzip(), createWriteStream(temp, { flags: "wx" }));
-            else await pipeline(source, createWriteStream(temp, { flags: "wx" }));
-            const handle = await open(temp, "r");
-            try {
-              await handle.sync();
-            } finally {
-              await handle.close();
-            }
-            await rename(temp, target);
-          } catch (error) {
-            await rm(temp, { force: true });
-            throw error;
-          }
-        });
+        await exportSession(backend, key, label, path.resolve(options.output), gzip);
         process.stderr.write(`exported ${key} to ${options.output}\n`);
       } finally {
         await closeBackend(backend);

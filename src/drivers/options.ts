@@ -81,12 +81,22 @@ export function wholeOption(component: string, option: string, value: unknown, f
 }
 
 /**
+/**
+ * Query parameters that carry a secret in the connection URLs of PostgreSQL (libpq's `password`,
+ * `sslpassword`), Redis (`password`) and common drivers and proxies (tokens, keys).
+ */
+const SECRET_PARAMS = /^(password|passwd|pwd|pass|sslpassword|secret|token|auth|auth_?token|access_?token|api_?key)$/i;
+
+/**
  * A URL without its credentials, for messages and labels: the user name is
- * kept, a password becomes `***`. Anything after the scheme of a text that is
- * not a parsable URL is dropped (it may hold a password in any shape).
+ * kept, a password becomes `***`, and so does the value of a query parameter
+ * that carries a secret (`?password=`, `sslpassword`, `token`, `api_key`, …).
+ * Anything after the scheme of a text that is not a parsable URL is dropped
+ * (it may hold a password in any shape).
  *
  * @example
  * redactUrl("postgres://app:s3cret@db:5432/x") // "postgres://app:***@db:5432/x"
+ * redactUrl("postgres://db/x?schema=s&password=s3cret") // "postgres://db/x?schema=s&password=***"
  */
 export function redactUrl(url: string): string {
   let u: URL;
@@ -96,7 +106,15 @@ export function redactUrl(url: string): string {
     return describeUnparsable(url);
   }
   if (u.password) u.password = "***";
-  return u.href;
+  let hidden = false;
+  for (const name of [...new Set(u.searchParams.keys())]) {
+    if (SECRET_PARAMS.test(name.replace(/-/g, "_"))) {
+      u.searchParams.set(name, "***");
+      hidden = true;
+    }
+  }
+  // searchParams re-encodes the query: only when something was hidden, so other URLs keep their exact text
+  return hidden ? u.href.replace(/=\*\*\*(?=&|#|$)/g, "=***").replace(/%2A%2A%2A/g, "***") : u.href;
 }
 
 /** What may be said of a text that does not parse as a URL: its scheme, never the rest. */

@@ -87,3 +87,24 @@ describe.skipIf(postgresReason)("convert through PostgreSQL", () => {
     );
   });
 });
+
+describe.skipIf(postgresReason)("a password in a connection URL's query", () => {
+  it("is never printed: ls, show and a failing command hide ?password= and ?sslpassword= as they hide user:password@", () => {
+    const url = new URL(DATABASE_URL);
+    url.searchParams.set("schema", `clitest_pw_${run}`);
+    url.searchParams.set("password", "S3cretQueryPw");
+    url.searchParams.set("sslpassword", "S3cretSslPw");
+    const spec = url.href;
+    const outputs = [
+      runCli(["ls", "--backend", spec, "--json"]),
+      runCli(["ls", "--backend", spec]),
+      runCli(["show", "no-such-session", "--backend", spec]),
+    ];
+    for (const r of outputs) {
+      const all = `${r.stdout}\n${r.stderr}`;
+      expect(all).not.toContain("S3cretQueryPw");
+      expect(all).not.toContain("S3cretSslPw");
+    }
+    expect(`${outputs[0]?.stdout}${outputs[1]?.stdout}${outputs[1]?.stderr}`).toContain("password=***");
+  });
+});

@@ -8,6 +8,7 @@
  * @module
  */
 import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import { errorParts, exitCodeFor } from "../cli/errors.js";
 import { DumplingsError } from "../core/errors.js";
 import { APP_CSS, APP_JS } from "./assets.js";
@@ -42,6 +43,9 @@ export function statusFor(error: unknown): 400 | 404 | 409 | 500 {
   return 500;
 }
 
+/** Largest request body the inspector reads (its forms), in bytes. */
+export const MAX_FORM_BYTES = 16 * 1024;
+
 /**
  * Builds the inspector's app over the given stores.
  *
@@ -54,6 +58,15 @@ export function statusFor(error: unknown): 400 | 404 | 409 | 500 {
 export function createUiApp(sources: UiSources, options: UiAppOptions): Hono {
   const app = new Hono();
   app.use("*", authMiddleware({ token: options.token, port: options.port, loopback: options.loopback ?? true }));
+  // The forms send a tool call id, a decision and a short note: a bigger body is refused before it is read
+  // (a 100 MB cancel reason was journaled, and its run page became 200 MB).
+  app.use(
+    "*",
+    bodyLimit({
+      maxSize: MAX_FORM_BYTES,
+      onError: (c) => c.text(`413 Payload Too Large: a form is at most ${MAX_FORM_BYTES} bytes\n`, 413),
+    }),
+  );
   app.get("/assets/app.css", (c) => c.body(APP_CSS, 200, { "Content-Type": "text/css; charset=utf-8" }));
   app.get("/assets/app.js", (c) => c.body(APP_JS, 200, { "Content-Type": "text/javascript; charset=utf-8" }));
   app.get("/favicon.ico", (c) => c.body(null, 204));

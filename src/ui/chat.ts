@@ -10,7 +10,7 @@
  */
 import { previewMessage } from "../cli/stats.js";
 import type { Message } from "../core/messages.js";
-import { type Html, h, jsonBlock } from "./html.js";
+import { clip, type Html, h, jsonBlock } from "./html.js";
 
 type Obj = Record<string, unknown>;
 
@@ -66,9 +66,9 @@ function resultsOf(m: Obj): { id: string; content: unknown; isError: boolean }[]
 }
 
 function resultBody(content: unknown): Html {
-  if (typeof content === "string") return h`<pre>${content}</pre>`;
+  if (typeof content === "string") return h`<pre>${clip(content)}</pre>`;
   if (Array.isArray(content) && content.every((p) => isObj(p) && p.type === "text")) {
-    return h`<pre>${content.map((p) => String((p as Obj).text ?? "")).join("\n")}</pre>`;
+    return h`<pre>${clip(content.map((p) => String((p as Obj).text ?? "")).join("\n"))}</pre>`;
   }
   return jsonBlock(content);
 }
@@ -135,13 +135,13 @@ export function renderChat(messages: readonly Message[], offset: number): Html {
     const standaloneResults = own.filter((r) => !shownWithCall.has(r.id));
     return h`<article class="msg ${roleClass}${partial ? " partial" : ""}" data-index="${index}">
 ${meta}
-${reasoning.map((r) => h`<details class="reasoning"><summary>reasoning</summary><div class="text">${r}</div></details>`)}
+${reasoning.map((r) => h`<details class="reasoning"><summary>reasoning</summary><div class="text">${clip(r)}</div></details>`)}
 ${texts
   .filter((t) => t !== "")
   .map((t) =>
     role === "system" && t.length > LONG_SYSTEM
-      ? h`<details><summary class="small">${t.slice(0, 120).split("\n")[0]}… (${t.length} characters)</summary><div class="text">${t}</div></details>`
-      : h`<div class="text">${t}</div>`,
+      ? h`<details><summary class="small">${t.slice(0, 120).split("\n")[0]}… (${t.length} characters)</summary><div class="text">${clip(t)}</div></details>`
+      : h`<div class="text">${clip(t)}</div>`,
   )}
 ${other.map((o) => jsonBlock(o))}
 ${calls.map((c) => {

@@ -95,6 +95,22 @@ ${body}
  * @param maxChars - longest text shown @default 20000
  * @returns the fragment
  */
+/** Characters of one stored text a page shows before cutting it (the export holds all of it). */
+export const MAX_TEXT_CHARS = 100_000;
+
+/**
+ * A stored text, escaped, cut at `maxChars` with a note saying so: a 30 MB tool output or prompt
+ * does not make a 30 MB page.
+ *
+ * @param text - the text
+ * @param maxChars - @default {@link MAX_TEXT_CHARS}
+ * @returns the HTML (the text as text, never markup)
+ */
+export function clip(text: string, maxChars = MAX_TEXT_CHARS): Html {
+  if (text.length <= maxChars) return h`${text}`;
+  return h`${text.slice(0, maxChars)}… <span class="muted small">(cut at ${maxChars} of ${text.length} characters; the .duas export holds all of it)</span>`;
+}
+
 export function jsonBlock(value: unknown, maxChars = 20_000): Html {
   if (value === undefined) return h`<span class="muted">—</span>`;
   let text = JSON.stringify(value, null, 2) ?? String(value);

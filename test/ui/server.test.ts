@@ -15,10 +15,10 @@ import type { Message } from "../../src/core/messages.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { approvalSignalName } from "../../src/durable/signals.js";
 import { MemoryRunStream } from "../../src/durable/stream.js";
-import { createUiApp } from "../../src/ui/app.js";
+import { createUiApp, MAX_FORM_BYTES } from "../../src/ui/app.js";
 import { CONTENT_SECURITY_POLICY } from "../../src/ui/auth.js";
 import { jsonDiff } from "../../src/ui/diff.js";
-import { escapeHtml } from "../../src/ui/html.js";
+import { escapeHtml, MAX_TEXT_CHARS } from "../../src/ui/html.js";
 import { type RunningUi, startUi } from "../../src/ui/server.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { ResumableGraphRunner } from "../../src/workflow/runner.js";
@@ -139,6 +139,14 @@ describe("access control", () => {
     expect(await journal.listSignals(RUN_ID)).toEqual([]);
   });
 
+  it("refuses a form body above MAX_FORM_BYTES (413) before reading it, and journals nothing", async () => {
+    const before = (await journal.readEvents(RUN_ID)).length;
+    const big = await post(`/runs/${RUN_ID}/cancel`, { reason: "x".repeat(MAX_FORM_BYTES + 1) }, { origin: ui.origin });
+    expect(big.status).toBe(413);
+    expect((await journal.getRun(RUN_ID))?.status).not.toBe("cancelled");
+    expect((await journal.readEvents(RUN_ID)).length).toBe(before);
+  });
+
   it("refuses a foreign Host on a loopback bind (DNS rebinding)", async () => {
     const status = await new Promise<number>((resolve, reject) => {
       const req = http.request(
@@ -167,6 +175,19 @@ describe("pages", () => {
     // the only script is the bundled one
     expect(body.match(/<script\b[^>]*>/g)).toEqual(['<script src="/assets/app.js" defer>']);
     expect(escapeHtml(`<a href="x" title='y'>&`)).toBe("&lt;a href=&quot;x&quot; title=&#39;y&#39;&gt;&amp;");
+  });
+
+  it("cuts a stored text longer than MAX_TEXT_CHARS on the page (the export holds all of it)", async () => {
+    const long = "y".repeat(MAX_TEXT_CHARS * 3);
+    const base = backend.load(XSS_KEY);
+    backend.save("long-output", { ...base, history: [{ role: "user", content: long }] });
+    const r = await get("/sessions/long-output");
+    expect(r.status).toBe(200);
+    const body = await r.text();
+    expect(body.length).toBeLessThan(MAX_TEXT_CHARS * 2);
+    expect(body).toContain(`cut at ${MAX_TEXT_CHARS} of ${long.length} characters`);
+    const exported = await (await get("/sessions/long-output/export")).text();
+    expect(exported).toContain(long);
   });
 
   it("lists sessions with search and opens a 100,000-message session one page at a time", async () => {

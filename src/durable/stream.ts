@@ -26,6 +26,7 @@
  */
 import { EventEmitter } from "node:events";
 import type { Redis } from "ioredis";
+import { FormatError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
@@ -54,6 +55,7 @@ const STREAM_OPTIONS = optionKeys<RedisRunStreamOptions>({
   prefix: true,
   maxLength: true,
   blockMs: true,
+  ttlMs: true,
 });
 
 export type { EventOrigin, RunEventStream, RunStreamEvent, SubscribeOptions } from "./stream-contract.js";
@@ -173,14 +175,25 @@ export interface RedisRunStreamOptions extends RedisConnectionOptions<Redis> {
   maxLength?: number;
   /** Blocking-read timeout (ms) of a subscription poll. @default 1000 */
   blockMs?: number;
+  /**
+   * Time to live of a run's stream after its last event, in ms: every append sets both of the run's
+   * keys to expire that long after it (Redis `PEXPIRE`), so the streams of finished runs go away
+   * without a `delete`. @default undefined (kept until `delete`)
+   */
+  ttlMs?: number;
 }
 
-// ARGV: data, max length, then the origin's field/value pairs (r runId, s seq, a attempt, t fencing token)
+// ARGV: data, max length, ttl in ms ('0': none), then the origin's field/value pairs (r runId, s seq, a attempt,
+// t fencing token)
 const APPEND_SCRIPT = redisScript(`
 local n = redis.call('INCR', KEYS[2])
 local fields = { 'd', ARGV[1] }
-for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], n .. '-1', unpack(fields))
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
 return n`);
 
 /**
@@ -197,17 +210,20 @@ export class RedisRunStream implements RunEventStream {
   private readonly prefix: string;
   private readonly maxLength: number;
   private readonly blockMs: number;
+  private readonly ttlMs: number | undefined;
   private readonly readers = new Set<RedisConnection<Redis>>();
 
   /**
-   * @param options - `client` or `url`, `keyPrefix` (default `dumplings:stream:`), `maxLength` (default 10000), `blockMs` (default 1000), timeouts
+   * @param options - `client` or `url`, `keyPrefix` (default `dumplings:stream:`), `maxLength` (default 10000), `blockMs` (default 1000),
+   *   `ttlMs` (default none), timeouts
    * @throws {InvalidOptionError} on a malformed URL, a timeout or `blockMs` that is not a positive number of ms, or `prefix` and `keyPrefix` both given and different
    */
   constructor(options: RedisRunStreamOptions = {}) {
     checkOptions("RedisRunStream", options, STREAM_OPTIONS);
-    const { prefix, maxLength, blockMs, ...rest } = options;
+    const { prefix, maxLength, blockMs, ttlMs, ...rest } = options;
     const keyPrefix = renamedOption("keyPrefix", rest.keyPrefix, "prefix", prefix);
     this.blockMs = positiveMs("blockMs", blockMs, 1000);
+    this.ttlMs = ttlMs === undefined ? undefined : positiveMs("ttlMs", ttlMs, 1);
     this.conn = new RedisConnection({ ...rest, keyPrefix }, { label: "run stream", keyPrefix: "dumplings:stream:" });
     this.prefix = this.conn.keyPrefix;
     this.maxLength = maxLength ?? 10_000;
@@ -231,7 +247,12 @@ export class RedisRunStream implements RunEventStream {
         c,
         APPEND_SCRIPT,
         [this.key(runId), `${this.prefix}{${runId}}:n`],
-        [JSON.stringify(data), String(this.maxLength), ...fields],
+        [
+          JSON.stringify(data),
+          String(this.maxLength),
+          String(this.ttlMs === undefined ? 0 : Math.ceil(this.ttlMs)),
+          ...fields,
+        ],
       ),
     );
     return Number(n);
@@ -432,14 +453,17 @@ export function rebuildText(events: readonly RunStreamEvent[], options: RebuildT
  * `journal`, exactly the text of the journaled (completed) attempts: for a
  * durable agent's run, the text of its recorded assistant messages.
  *
- * Only the events the stream still holds count (a {@link RedisRunStream} keeps
- * the last `maxLength` events of a run).
+ * A stream whose first events were trimmed (a {@link RedisRunStream} keeps the
+ * last `maxLength` events of a run) is refused rather than rebuilt without its
+ * beginning: a `FormatError`. With `journal`, read the recorded step outputs
+ * instead (they hold the whole text).
  *
  * @param stream - the run's side channel
  * @param runId - the run
  * @param options - `journal` (or `steps`), `seq` (one step's text), `type` (default `"token"`)
  * @returns the text (empty when the run streamed nothing)
  * @throws {BackendError} when the stream or the journal fails
+ * @throws {FormatError} when the stream no longer holds the run's first events (trimmed)
  * @example
  * await runDurable("chat-1", agent.workflow(), { journal, stream, input: { messages } });
  * await readText(stream, "chat-1", { journal }); // "Hello, world" even if the first llm attempt died mid-stream
@@ -448,6 +472,12 @@ export async function readText(stream: RunEventStream, runId: string, options: R
   checkOptions("readText", options, READ_TEXT_OPTIONS);
   const { journal, ...rest } = options;
   const events = await stream.read(runId);
+  const first = events[0]?.index;
+  if (first !== undefined && first > 1) {
+    throw new FormatError(
+      `the side channel of run ${JSON.stringify(runId)} starts at event ${first}: its first ${first - 1} events were trimmed (the stream keeps the last maxLength events of a run), so its text cannot be rebuilt from it`,
+    );
+  }
   const steps = rest.steps ?? (journal ? await journal.readSteps(runId) : undefined);
   return rebuildText(events, { ...rest, ...(steps ? { steps } : {}) });
 }

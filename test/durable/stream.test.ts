@@ -3,9 +3,10 @@
  * run's events in order, resume from an index, and stop on `until`.
  */
 import { randomUUID } from "node:crypto";
+import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
-import { NonJsonValueError } from "../../src/core/errors.js";
-import { MemoryRunStream, RedisRunStream, type RunEventStream } from "../../src/durable/stream.js";
+import { FormatError, InvalidOptionError, NonJsonValueError } from "../../src/core/errors.js";
+import { MemoryRunStream, RedisRunStream, type RunEventStream, readText } from "../../src/durable/stream.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
 const skip = await redisSkipReason();
@@ -75,3 +76,50 @@ streamSuite(
   },
   skip,
 );
+
+describe.skipIf(skip)("RedisRunStream retention", () => {
+  it("ttlMs: both keys of a run expire that long after its last event", async () => {
+    const prefix = `test:stream:${randomUUID()}:`;
+    const s = new RedisRunStream({ url: REDIS_URL, keyPrefix: prefix, blockMs: 100, ttlMs: 60_000 });
+    opened.push(s);
+    await s.append("r1", { type: "token", text: "a" });
+    const probe = new Redis(REDIS_URL);
+    try {
+      const keys = await probe.keys(`${prefix}*`);
+      expect(keys).toHaveLength(2);
+      for (const k of keys) {
+        const ttl = await probe.pttl(k);
+        expect(ttl).toBeGreaterThan(50_000);
+        expect(ttl).toBeLessThanOrEqual(60_000);
+      }
+      // without ttlMs the keys stay (the default)
+      const kept = new RedisRunStream({ url: REDIS_URL, keyPrefix: `${prefix}kept:`, blockMs: 100 });
+      opened.push(kept);
+      await kept.append("r2", { type: "token", text: "b" });
+      for (const k of await probe.keys(`${prefix}kept:*`)) expect(await probe.pttl(k)).toBe(-1);
+      expect(() => new RedisRunStream({ url: REDIS_URL, ttlMs: -5 })).toThrow(InvalidOptionError);
+      await s.delete("r1");
+      await kept.delete("r2");
+    } finally {
+      probe.disconnect();
+    }
+  });
+
+  it("readText refuses a stream whose first events were trimmed (maxLength) instead of returning the end of the text", async () => {
+    const s = new RedisRunStream({
+      url: REDIS_URL,
+      keyPrefix: `test:stream:${randomUUID()}:`,
+      blockMs: 100,
+      maxLength: 5,
+    });
+    opened.push(s);
+    for (let i = 0; i < 400; i++) await s.append("long", { type: "token", text: `w${i} ` });
+    expect((await s.read("long"))[0]?.index).toBeGreaterThan(1);
+    await expect(readText(s, "long")).rejects.toBeInstanceOf(FormatError);
+    await s.delete("long");
+    const short = new MemoryRunStream();
+    await short.append("ok", { type: "token", text: "all " });
+    await short.append("ok", { type: "token", text: "here" });
+    expect(await readText(short, "ok")).toBe("all here");
+  });
+});

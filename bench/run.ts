@@ -50,6 +50,7 @@ import type { Message } from "../src/core/messages.js";
 import { loadSampleConversations } from "../src/testing/samples.js";
 import { renderChart } from "./chart.js";
 import { allStores, type BackendSpec, type BenchContext, type BenchStore, backendSpecs } from "./registry.js";
+import type { Result, ScenarioResults } from "./results.js";
 import {
   type CheckpointResult,
   type CpuResult,
@@ -118,31 +119,6 @@ function reachable(url: string, port: number): Promise<boolean> {
     s.once("connect", () => done(true));
     s.once("error", () => done(false));
   });
-}
-
-/** One measured (store, scenario) pair. */
-export interface Result {
-  scenario: string;
-  store: string;
-  group: BenchStore["group"];
-  family: BenchStore["family"];
-  n: number;
-  saves: number;
-  /** µs */
-  p50: number;
-  p99: number;
-  first40: number;
-  last40: number;
-  /** ms */
-  totalMs: number;
-  bytesWritten: number;
-  size: number | undefined;
-  /** ms, median of {@link LOADS} loads */
-  loadMs: number;
-  rawBytes: number;
-  extrapolated: boolean;
-  /** [history length, µs] points for the chart. */
-  curve: [number, number][];
 }
 
 /** What {@link measure} accumulates for one store of a group. */
@@ -401,14 +377,6 @@ function progress<T>(label: string, f: () => Promise<T>): Promise<T> {
   );
 }
 
-/** The extra scenarios' results (absent when not run or when their server is down). */
-export interface ScenarioResults {
-  prompt: PromptResult[];
-  cpu: CpuResult[];
-  durable: DurableResult[];
-  checkpoint: CheckpointResult | undefined;
-}
-
 async function extraScenarios(
   pool: Message[],
   up: { redis: boolean; postgres: boolean },
@@ -651,6 +619,6 @@ function isLangGraphReference(r: Result): boolean {
   return r.store === "LangGraph SqliteSaver" || r.store === "LangGraph PostgresSaver";
 }
 
-export type { BenchContext };
+export type { BenchContext, Result, ScenarioResults };
 
 await main();

@@ -8,7 +8,7 @@
  *
  * @module
  */
-import type { Result, ScenarioResults } from "./run.js";
+import type { Result, ScenarioResults } from "./results.js";
 
 /** One checked target. */
 export interface TargetCheck {

@@ -483,7 +483,20 @@ export function runUIMessageStream(
       const main = async () => {
         out.push({ type: "start", messageId: options.messageId ?? runId });
         // replay: the stored events in one read
-        for (const e of await stream.read(runId)) {
+        const stored = await stream.read(runId);
+        const first = stored[0]?.index;
+        if (first !== undefined && first > 1) {
+          // The stream lost its first events (a RedisRunStream keeps the last maxLength of a run): the answer
+          // cannot be rebuilt from it, and half of it must not pass for all of it.
+          out.push({
+            type: "error",
+            errorText: `the side channel of run ${runId} starts at event ${first}: its first ${first - 1} events were trimmed (maxLength); the answer is in the run's journal`,
+          });
+          out.push({ type: "finish" });
+          emit(out);
+          return;
+        }
+        for (const e of stored) {
           state.add(e, out, false);
           processed = e.index;
         }

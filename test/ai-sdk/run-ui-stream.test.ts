@@ -424,6 +424,24 @@ describe("the run's end and the resume answer", () => {
     expect((seen[0] as { code?: string }).code).toBe("BACKEND_ERROR");
   });
 
+  it.skipIf(!!redisSkip)(
+    "a Redis side channel trimmed by maxLength: an error chunk, never the end of the answer passed off as all of it",
+    async () => {
+      const trimmed = new RedisRunStream({ url: REDIS_URL, keyPrefix: `test:trim:${randomUUID()}:`, maxLength: 5 });
+      closers.push(() => trimmed.close());
+      for (let i = 0; i < 300; i++)
+        await trimmed.append("r-long", { type: "token", seq: 0, attempt: 1, text: `w${i} ` });
+      expect((await trimmed.read("r-long"))[0]?.index).toBeGreaterThan(1);
+      const errors: UIMessageChunk[] = [];
+      const { chunks } = await read(runUIMessageStream(trimmed, "r-long"), errors);
+      expect(chunks.map((c) => c.type)).toStrictEqual(["start", "error", "finish"]);
+      expect(deltas(chunks)).toBe("");
+      expect(errors).toHaveLength(1);
+      expect((chunks[1] as { errorText: string }).errorText).toMatch(/trimmed \(maxLength\)/);
+      await trimmed.delete("r-long");
+    },
+  );
+
   it("refuses an unknown option, an empty run id and a bad pollMs", async () => {
     const stream = new MemoryRunStream();
     expect(() => runUIMessageStream(stream, "r", { jounral: journal } as never)).toThrow(InvalidOptionError);

@@ -301,6 +301,21 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
       return decodeTagged(e[CHAT_FIELD], source) as M;
     });
 
+  /** The stored chat and its revision (the one path of `read` and `load`). */
+  const read = async (chatId: string): Promise<ChatRead<M> | undefined> => {
+    const key = keyOf(chatId);
+    return serial(chatId, async () => {
+      const stored = await readChat(chatId, key);
+      if (stored === undefined) {
+        tracks.delete(chatId);
+        return undefined;
+      }
+      const messages = decodeHistory(key, stored.history);
+      remember(chatId, trackOf(stored.revision, stored.history));
+      return stored.revision === undefined ? { messages } : { messages, revision: stored.revision };
+    });
+  };
+
   return {
     store,
 
@@ -378,32 +393,10 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
       });
     },
 
-    async read(chatId) {
-      const key = keyOf(chatId);
-      return serial(chatId, async () => {
-        const stored = await readChat(chatId, key);
-        if (stored === undefined) {
-          tracks.delete(chatId);
-          return undefined;
-        }
-        const messages = decodeHistory(key, stored.history);
-        remember(chatId, trackOf(stored.revision, stored.history));
-        return stored.revision === undefined ? { messages } : { messages, revision: stored.revision };
-      });
-    },
+    read,
 
     async load(chatId) {
-      const key = keyOf(chatId);
-      return serial(chatId, async () => {
-        const stored = await readChat(chatId, key);
-        if (stored === undefined) {
-          tracks.delete(chatId);
-          return undefined;
-        }
-        const messages = decodeHistory(key, stored.history);
-        remember(chatId, trackOf(stored.revision, stored.history));
-        return messages;
-      });
+      return (await read(chatId))?.messages;
     },
 
     async delete(chatId) {

@@ -1352,6 +1352,7 @@ export class FileBackend implements StateBackend {
   /** Takes the lock file `lockPath` (O_EXCL), breaking a stale one. */
   private async lockAt(lockPath: string, key?: string): Promise<string> {
     const me = `${process.pid}\n${hostname()}\n`;
+    let madeDir = false;
     const deadline = Date.now() + this.lockTimeoutMs;
     let wait = 1;
     for (;;) {
@@ -1364,9 +1365,10 @@ export class FileBackend implements StateBackend {
         }
         return lockPath;
       } catch (e) {
-        if (isCode(e, "ENOENT")) {
+        if (isCode(e, "ENOENT") && !madeDir) {
           // the first write into a new directory (not a mkdir on every save)
           mkdirSync(path.dirname(lockPath), { recursive: true });
+          madeDir = true;
           continue;
         }
         if (!isCode(e, "EEXIST")) throw e;

@@ -151,12 +151,14 @@ export function assertJson(value: unknown, path = "value", messageIndex?: number
 }
 
 /**
- * The happy path of {@link assertJson}: true when `v` is JSON by the same rules, walking it
- * without allocating (no key stack, no cycle set, no closures). False means "not sure": a rule
- * broken, or nesting deeper than {@link MAX_JSON_DEPTH} (which also stops a cycle); `assertJson`
- * then walks again to throw with the exact path.
+ * The happy path of {@link assertJson} and {@link checkStoredJson}: true when `v` is JSON by
+ * their rules, walking it without a key stack, cycle set or closures. False means "not sure": a
+ * rule broken, `-0` (which the stored walk rewrites), or nesting deeper than
+ * {@link MAX_JSON_DEPTH} (which also stops a cycle); the full walk then decides, and reports the
+ * exact path. `written` (values about to be written) also refuses array holes and symbol keys,
+ * which a stored value (parsed from JSON text) cannot hold.
  */
-function isJsonFast(v: unknown, depth: number): boolean {
+function isJsonFast(v: unknown, depth: number, written = true): boolean {
   switch (typeof v) {
     case "string":
     case "boolean":
@@ -168,16 +170,16 @@ function isJsonFast(v: unknown, depth: number): boolean {
       if (depth > MAX_JSON_DEPTH) return false;
       if (Array.isArray(v)) {
         for (let i = 0; i < v.length; i++) {
-          if (!(i in v) || !isJsonFast(v[i], depth + 1)) return false;
+          if ((written && !(i in v)) || !isJsonFast(v[i], depth + 1, written)) return false;
         }
         return true;
       }
       const proto = Object.getPrototypeOf(v);
       if (proto !== Object.prototype && proto !== null) return false;
-      if (Object.getOwnPropertySymbols(v).length > 0) return false;
+      if (written && Object.getOwnPropertySymbols(v).length > 0) return false;
       for (const key in v) {
         const child = (v as Record<string, unknown>)[key];
-        if (child !== undefined && !isJsonFast(child, depth + 1)) return false;
+        if (child !== undefined && !isJsonFast(child, depth + 1, written)) return false;
       }
       return true;
     }
@@ -227,7 +229,7 @@ export interface StoredJsonSource {
  */
 export function checkStoredJson<T>(value: T, source: StoredJsonSource, baseDepth = 0): T {
   // Most stored values keep the rule: a walk that allocates nothing says so first.
-  if (isStoredJsonFast(value, baseDepth + 1)) return value;
+  if (isJsonFast(value, baseDepth + 1, false)) return value;
   const keys: (string | number)[] = [];
   const fail = (what: string): never => {
     let p = "";
@@ -283,38 +285,6 @@ export function checkStoredJson<T>(value: T, source: StoredJsonSource, baseDepth
     return v;
   };
   return visit(value, baseDepth + 1) as T;
-}
-
-/**
- * The happy path of {@link checkStoredJson}: true when `v` keeps the read rule and holds no
- * `-0` (which the full walk rewrites), walking it without allocating. False means "let the full
- * walk decide" (and report or normalise).
- */
-function isStoredJsonFast(v: unknown, depth: number): boolean {
-  switch (typeof v) {
-    case "string":
-    case "boolean":
-      return true;
-    case "number":
-      return Number.isFinite(v) && !Object.is(v, -0);
-    case "object": {
-      if (v === null) return true;
-      if (depth > MAX_JSON_DEPTH) return false;
-      if (Array.isArray(v)) {
-        for (let i = 0; i < v.length; i++) if (!isStoredJsonFast(v[i], depth + 1)) return false;
-        return true;
-      }
-      const proto = Object.getPrototypeOf(v);
-      if (proto !== Object.prototype && proto !== null) return false;
-      for (const key in v) {
-        const child = (v as Record<string, unknown>)[key];
-        if (child !== undefined && !isStoredJsonFast(child, depth + 1)) return false;
-      }
-      return true;
-    }
-    default:
-      return false;
-  }
 }
 
 /**

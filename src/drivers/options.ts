@@ -106,15 +106,11 @@ export function redactUrl(url: string): string {
     return describeUnparsable(url);
   }
   if (u.password) u.password = "***";
-  let hidden = false;
+  // (searchParams.set re-encodes the query, so it runs only where a secret is: other URLs keep their text)
   for (const name of [...new Set(u.searchParams.keys())]) {
-    if (SECRET_PARAMS.test(name.replace(/-/g, "_"))) {
-      u.searchParams.set(name, "***");
-      hidden = true;
-    }
+    if (SECRET_PARAMS.test(name.replace(/-/g, "_"))) u.searchParams.set(name, "***");
   }
-  // searchParams re-encodes the query: only when something was hidden, so other URLs keep their exact text
-  return hidden ? u.href.replace(/=\*\*\*(?=&|#|$)/g, "=***").replace(/%2A%2A%2A/g, "***") : u.href;
+  return u.href;
 }
 
 /** What may be said of a text that does not parse as a URL: its scheme, never the rest. */

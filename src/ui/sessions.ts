@@ -8,14 +8,11 @@
  * @module
  */
 import { createReadStream } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
-import os from "node:os";
-import path from "node:path";
 import { Readable } from "node:stream";
 import type { Hono } from "hono";
 import type { StateBackend } from "../backends/types.js";
 import { listKeysSorted, openSession, readHeaderOf, readSession, type SessionView } from "../cli/backend.js";
-import { duasChunks, exportSession } from "../cli/commands/export.js";
+import { duasChunks, exportToTemp } from "../cli/commands/export.js";
 import { formatBytes } from "../cli/output.js";
 import { DumplingsError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
@@ -122,16 +119,9 @@ ${pager("/sessions", { q }, page, pages, page + 1 < pages)}`,
     const key = c.req.param("key");
     // Written and verified in a temporary file first (as `dumplings export` to stdout): a download never
     // ends with a partial session when a save lands mid-read.
-    const dir = await mkdtemp(path.join(os.tmpdir(), "dumplings-ui-export-"));
-    const file = path.join(dir, "session.duas");
-    try {
-      await exportSession(src.value, key, src.label, file, false);
-    } catch (e) {
-      await rm(dir, { recursive: true, force: true });
-      throw e;
-    }
+    const { file, remove } = await exportToTemp(src.value, key, src.label, false);
     const stream = createReadStream(file);
-    stream.once("close", () => void rm(dir, { recursive: true, force: true }));
+    stream.once("close", () => void remove());
     const name = `${key.replace(/[^A-Za-z0-9._-]+/g, "_")}.duas`;
     const body = Readable.toWeb(stream) as ReadableStream;
     return c.body(body, 200, {

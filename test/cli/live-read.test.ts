@@ -55,6 +55,28 @@ async function readWhileSaving(backend: StateBackend, key: string, ms: number): 
   return reads;
 }
 
+/**
+ * Starts a writer fixture (`test/fixtures/<fixture>`, printing `ack …` after each save) in a process
+ * of its own and waits for its first `ready` saves; `kill()` SIGKILLs it.
+ */
+async function childWriter(fixture: string, args: string[], ready: number) {
+  const file = fileURLToPath(new URL(`../fixtures/${fixture}`, import.meta.url));
+  const child = spawn(process.execPath, ["--import", "tsx", file, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  let acks = 0;
+  child.stdout.on("data", (d: Buffer) => {
+    acks += String(d)
+      .split("\n")
+      .filter((l) => l.startsWith("ack")).length;
+  });
+  for (let i = 0; i < 1500 && acks < ready; i++) await new Promise((r) => setTimeout(r, 20));
+  return {
+    get acks() {
+      return acks;
+    },
+    kill: () => child.kill("SIGKILL"),
+  };
+}
+
 /** Saves stateAt(n) after every message from n = `from` (appends, every 10th a whole write) until `stop()`. */
 function inProcessWriter(backend: StateBackend, key: string, from = 1) {
   let stopped = false;
@@ -130,21 +152,11 @@ describe("a live session read while it is saved is one saved state", () => {
 
   it("file: show's read during another process's saves (appends, in-place headers, whole rewrites)", async () => {
     const dir = tmp("live-file-");
-    const writer = fileURLToPath(new URL("../fixtures/crash/file-writer.ts", import.meta.url));
-    const child = spawn(process.execPath, ["--import", "tsx", writer, dir, "k"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let acks = 0;
-    child.stdout.on("data", (d: Buffer) => {
-      acks += String(d)
-        .split("\n")
-        .filter((l) => l.startsWith("ack")).length;
-    });
+    const writer = await childWriter("crash/file-writer.ts", [dir, "k"], 2);
     try {
-      for (let i = 0; i < 1500 && acks < 2; i++) await new Promise((r) => setTimeout(r, 20));
       const backend = new FileBackend({ baseDir: dir });
       expect(await readWhileSaving(backend, "k", 3000)).toBeGreaterThan(5);
-      expect(acks).toBeGreaterThan(10);
+      expect(writer.acks).toBeGreaterThan(10);
       // `dumplings export` and `show` of the live session: a valid file of one saved state, exit 0
       for (let i = 0; i < 3; i++) {
         const out = path.join(dir, `out-${i}.duas`);
@@ -158,24 +170,14 @@ describe("a live session read while it is saved is one saved state", () => {
         expect(shown.messages.total).toBe(shown.meta.messageCount);
       }
     } finally {
-      child.kill("SIGKILL");
+      writer.kill();
     }
   }, 60_000);
 
   it("sqlite: `dumplings export -o -` and `-o FILE` of a 1,500-message session another process rewrites and appends to: a whole saved state or nothing, never a truncated file", async () => {
     const db = path.join(tmp("live-export-"), "s.db");
-    const writer = fileURLToPath(new URL("../fixtures/live-writer.ts", import.meta.url));
-    const child = spawn(process.execPath, ["--import", "tsx", writer, `sqlite:${db}`, "k", "1500"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let acks = 0;
-    child.stdout.on("data", (d: Buffer) => {
-      acks += String(d)
-        .split("\n")
-        .filter((l) => l.startsWith("ack")).length;
-    });
+    const writer = await childWriter("live-writer.ts", [`sqlite:${db}`, "k", "1500"], 3);
     try {
-      for (let i = 0; i < 1500 && acks < 3; i++) await new Promise((r) => setTimeout(r, 20));
       for (let i = 0; i < 4; i++) {
         const out = runCli(["export", "k", "--backend", `sqlite:${db}`, "-o", "-"]);
         expect(out.code, out.stderr).toBe(0);
@@ -187,9 +189,9 @@ describe("a live session read while it is saved is one saved state", () => {
         const saved = decodeState(readFileSync(file, "utf8"));
         expect(saved).toEqual(stateAt(saved.history.length));
       }
-      expect(acks).toBeGreaterThan(3);
+      expect(writer.acks).toBeGreaterThan(3);
     } finally {
-      child.kill("SIGKILL");
+      writer.kill();
     }
   }, 90_000);
 

@@ -111,27 +111,28 @@ export async function exportSession(
 }
 
 /**
- * Exports `key` to a temporary file (see {@link exportSession}), hands it to `use` (e.g. to copy it
- * to stdout or an HTTP response), then removes it: nothing partial or unverified is ever handed out.
+ * Exports `key` to a new temporary file (see {@link exportSession}), complete and verified, for a
+ * reader that cannot take back what it already sent (stdout, an HTTP response).
  *
- * @param use - reads the finished file; it is removed when `use` settles
- * @returns what `use` returned
+ * @returns `file`, and `remove()` to delete it (and its folder) once read
+ * @throws as {@link exportSession}; then nothing is left behind
  */
-export async function withExportFile<T>(
+export async function exportToTemp(
   backend: StateBackend,
   key: string,
   label: string | undefined,
   gzip: boolean,
-  use: (file: string) => Promise<T>,
-): Promise<T> {
+): Promise<{ file: string; remove: () => Promise<void> }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), "dumplings-export-"));
+  const remove = () => rm(dir, { recursive: true, force: true });
+  const file = path.join(dir, gzip ? "session.duas.gz" : "session.duas");
   try {
-    const file = path.join(dir, gzip ? "session.duas.gz" : "session.duas");
     await exportSession(backend, key, label, file, gzip);
-    return await use(file);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
+  } catch (e) {
+    await remove();
+    throw e;
   }
+  return { file, remove };
 }
 
 /**
@@ -152,9 +153,12 @@ export function exportCommand(): Command {
       try {
         const gzip = options.gzip === true || (options.output?.toLowerCase().endsWith(".gz") ?? false);
         if (options.output === undefined || options.output === "-") {
-          await withExportFile(backend, key, label, gzip, async (file) => {
+          const { file, remove } = await exportToTemp(backend, key, label, gzip);
+          try {
             await pipeline(createReadStream(file), process.stdout, { end: false });
-          });
+          } finally {
+            await remove();
+          }
           return;
         }
         await exportSession(backend, key, label, path.resolve(options.output), gzip);

@@ -401,7 +401,7 @@ export class RedisBackend implements StateBackend {
         !force && typeof expected === "number" && this.states.lookup(key, runtime) === expected ? "" : runtime,
         history.length,
         this.ttlMs,
-        await this.deadline(key, what),
+        this.clockOffsetMs === undefined ? await this.deadline(key, what) : this.deadlineNow(),
         from > 0 ? messageDigest(history, from - 1) : "",
         tailDigest(history),
         ...items,
@@ -625,7 +625,7 @@ export class RedisBackend implements StateBackend {
     };
   }
 
-  /** The server-clock deadline for a write sent now ("0" when unknown and not measurable). */
+  /** The server-clock deadline for a write sent now, measuring the clock offset first when it is not known. */
   private async deadline(key: string, what: string): Promise<string> {
     if (this.clockOffsetMs === undefined) {
       const server = Number(await this.call(what, key, () => this.run(SCRIPTS.time, [], [])));
@@ -635,7 +635,12 @@ export class RedisBackend implements StateBackend {
       if (!Number.isFinite(server)) throw new BackendError(this.name, `${what}: bad TIME reply`, { key });
       this.clockOffsetMs = server - t1;
     }
-    return String(Math.floor(Date.now() + this.clockOffsetMs + this.commandTimeoutMs - DEADLINE_MARGIN_MS));
+    return this.deadlineNow();
+  }
+
+  /** The server-clock deadline for a write sent now, the clock offset being known (no await: a save's hot path). */
+  private deadlineNow(): string {
+    return String(Math.floor(Date.now() + (this.clockOffsetMs ?? 0) + this.commandTimeoutMs - DEADLINE_MARGIN_MS));
   }
 
   /** Runs a script by SHA (EVAL when the server does not know it). */

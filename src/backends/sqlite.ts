@@ -2,7 +2,7 @@
  * `SQLiteBackend`: agent states in one SQLite database file (better-sqlite3),
  * safe for many processes at once, with saves that cost O(new messages).
  *
- * ## Schema (`PRAGMA user_version = 2`)
+ * ## Schema (`PRAGMA user_version = 3`)
  *
  * ```sql
  * CREATE TABLE sessions (
@@ -13,14 +13,15 @@
  *   history TEXT,             -- NULL; only legacy (seed) rows hold their whole history here as JSONL
  *   saved_at TEXT NOT NULL,   -- UTC ISO-8601 time of the last write, to within 1 s (retention/gc uses it)
  *   revision INTEGER NOT NULL DEFAULT 1,  -- +1 per write, for compare-and-set
- *   message_count INTEGER     -- rows in `messages`; NULL marks a legacy row
+ *   message_count INTEGER,    -- rows in `messages`; NULL marks a legacy row
+ *   sid INTEGER               -- the session's number in `messages` ids (1, 2, …; NULL only on a legacy row)
  * );
  * CREATE INDEX sessions_saved_at ON sessions (saved_at);  -- for gc()
+ * CREATE UNIQUE INDEX sessions_sid ON sessions (sid);
  * CREATE TABLE messages (      -- one row per history message
- *   session_key TEXT NOT NULL, seq INTEGER NOT NULL,  -- seq = 0-based index in the history
- *   body,                      -- TEXT: the message's JSON; BLOB: the same JSON gzip-compressed
- *   PRIMARY KEY (session_key, seq)
- * );                         -- a rowid table: rows up to ~4 KB stay in their leaf page (WITHOUT ROWID would spill rows over ~1 KB to overflow pages)
+ *   id INTEGER PRIMARY KEY,    -- (sid << 32) | seq, seq = 0-based index in the history
+ *   body                       -- TEXT: the message's JSON; BLOB: the same JSON gzip-compressed
+ * );
  * CREATE TABLE session_parts (  -- config and state, out of the row every save rewrites
  *   session_key TEXT NOT NULL, part TEXT NOT NULL CHECK (part IN ('config', 'state')),
  *   body TEXT NOT NULL,       -- the part's JSON
@@ -29,6 +30,14 @@
  * CREATE TABLE dumplings_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
  *   -- 'revision_floor': highest revision ever deleted (re-created keys start above it)
  * ```
+ *
+ * Why one integer key for `messages`: an append then writes one B-tree, the
+ * table's (a key of `(session_key, seq)` is a second B-tree, its index, whose
+ * leaf every append dirtied too), and a session's messages are one contiguous
+ * range of it, appended at its end like the rows of a plain log table. Rows up
+ * to ~4 KB stay in their leaf page (a `WITHOUT ROWID` table would spill rows
+ * over ~1 KB to overflow pages). Schema 2 (`messages` keyed by `(session_key,
+ * seq)`) is migrated when first opened, in one transaction.
  *
  * Why `session_parts`: SQLite rewrites a whole record (or at best reads and
  * compares it, overflow pages included) when any of its columns changes, and
@@ -118,11 +127,11 @@ import {
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
 import { ConfigMemo, decodeStoredMessage, messageText } from "./stored.js";
-import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
+import type { HeaderReadOptions, HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
-export const SQLITE_SCHEMA_VERSION = 2;
+export const SQLITE_SCHEMA_VERSION = 3;
 
 /**
  * Options of {@link SQLiteBackend}: the connection options every SQLite
@@ -162,6 +171,8 @@ export { SQLiteBusyError };
 interface HeadRow {
   revision: number;
   message_count: number | null;
+  /** The session's number in `messages` ids (`sid * 2^32 + seq`); null only on a legacy row. */
+  sid: number | null;
 }
 /** The write's view of a row: whether its config and state live in `session_parts` (their column holds `''`). */
 interface WriteHeadRow extends HeadRow {
@@ -182,27 +193,41 @@ interface Statements {
   writeHead: BetterSqlite3.Statement<[string], WriteHeadRow>;
   headMeta: BetterSqlite3.Statement<[string], HeadRow & { meta: string }>;
   row: BetterSqlite3.Statement<[string], SessionRow>;
-  bodies: BetterSqlite3.Statement<[string, number], Body>;
-  page: BetterSqlite3.Statement<[string, number, number], [number, Body]>;
-  bodyAt: BetterSqlite3.Statement<[string, number], Body>;
-  insert: BetterSqlite3.Statement<[string, number, Body]>;
-  deleteFrom: BetterSqlite3.Statement<[string, number]>;
-  deleteMessages: BetterSqlite3.Statement<[string]>;
+  /** (sid, sid, count) */
+  bodies: BetterSqlite3.Statement<[Sid, Sid, number], Body>;
+  /** (sid, from, sid, to): [seq, body] rows */
+  page: BetterSqlite3.Statement<[Sid, number, Sid, number], [number, Body]>;
+  bodyAt: BetterSqlite3.Statement<[Sid, number], Body>;
+  insert: BetterSqlite3.Statement<[Sid, number, Body]>;
+  /** (sid, from, sid) */
+  deleteFrom: BetterSqlite3.Statement<[Sid, number, Sid]>;
+  /** (sid, sid) */
+  deleteMessages: BetterSqlite3.Statement<[Sid, Sid]>;
+  nextSid: BetterSqlite3.Statement<[], number>;
   deleteSession: BetterSqlite3.Statement<[string]>;
   putPart: BetterSqlite3.Statement<[string, "config" | "state", string]>;
   deleteParts: BetterSqlite3.Statement<[string]>;
   deleteOrphanParts: BetterSqlite3.Statement<[]>;
-  insertSession: BetterSqlite3.Statement<[string, string, string, number, number]>;
-  update: BetterSqlite3.Statement<[string, string, number, number, string]>;
-  appendHead: BetterSqlite3.Statement<[string, number, number, string, number, number]>;
-  appendHeadAt: BetterSqlite3.Statement<[string, string, number, number, string, number, number]>;
+  insertSession: BetterSqlite3.Statement<[string, string, string, number, number, number]>;
+  update: BetterSqlite3.Statement<[string, string, number, number, number, string]>;
+  appendHead: BetterSqlite3.Statement<[string, number, number, string, number, number, number]>;
+  appendHeadAt: BetterSqlite3.Statement<[string, string, number, number, string, number, number, number]>;
   keys: BetterSqlite3.Statement<[], string>;
   floor: BetterSqlite3.Statement<[], number>;
   raiseFloor: BetterSqlite3.Statement<[number]>;
-  older: BetterSqlite3.Statement<[string], { key: string; revision: number }>;
+  older: BetterSqlite3.Statement<[string], { key: string; revision: number; sid: Sid }>;
 }
 
+/** A session's number in `messages` ids; null on a legacy row (which has no message rows). */
+type Sid = number | null;
+
 const PAGE_SIZE = 512;
+
+/**
+ * A message's id in `messages` is `(sid << 32) | seq`: fewer than ID_SPAN (2^32) messages a session,
+ * 2^31 sessions (ids stay below 2^63; SQLite computes them, JavaScript never holds one).
+ */
+const ID_SPAN = 4294967296;
 
 /**
  * `saved_at` (the retention clock of `gc`) is kept to within this many ms: an append less than
@@ -276,9 +301,11 @@ export class SQLiteBackend implements StateBackend {
   readonly #deleteTx: BetterSqlite3.Transaction<(key: string) => boolean>;
   readonly #gcTx: BetterSqlite3.Transaction<(cutoff: string) => number>;
   /** Per key: JSON text of the last message at a revision (spares a query per append). Bounded. */
-  readonly #tails = new Map<string, { revision: number; count: number; text: string; savedAt?: number }>();
+  readonly #tails = new Map<string, { revision: number; count: number; text: string; sid: number; savedAt?: number }>();
   /** The time (ms) in `saved_at` after the last write transaction of this connection. */
   #savedAt: number | undefined;
+  /** The `sid` of the session the last write transaction of this connection wrote. */
+  #sid: Sid = null;
   /** Per key: the config stored at a revision (an unchanged config is neither serialised nor rewritten). */
   readonly #configs = new ConfigMemo();
   /** Per key: the JSON text of the `state` part stored at a revision (an unchanged one is not rewritten). Bounded. */
@@ -316,16 +343,16 @@ export class SQLiteBackend implements StateBackend {
     this.#readTx = db.transaction((key: string) => {
       const row = originalRow(this.#s.row.get(key), key, this.dbPath);
       if (!row) return undefined;
-      return { row, bodies: row.message_count === null ? [] : this.#s.bodies.all(key, row.message_count) };
+      return { row, bodies: row.message_count === null ? [] : this.#s.bodies.all(row.sid, row.sid, row.message_count) };
     });
-    this.#pageTx = db.transaction((key: string, from: number, to: number) => ({
-      head: this.#s.head.get(key),
-      rows: this.#s.page.all(key, from, to),
-    }));
+    this.#pageTx = db.transaction((key: string, from: number, to: number) => {
+      const head = this.#s.head.get(key);
+      return { head, rows: head ? this.#s.page.all(head.sid, from, head.sid, to) : [] };
+    });
     this.#deleteTx = db.transaction((key: string) => {
       const head = this.#s.head.get(key);
       if (!head) return false;
-      this.#s.deleteMessages.run(key);
+      this.#s.deleteMessages.run(head.sid, head.sid);
       this.#s.deleteParts.run(key);
       this.#s.deleteSession.run(key);
       this.#s.raiseFloor.run(head.revision);
@@ -334,8 +361,8 @@ export class SQLiteBackend implements StateBackend {
     this.#gcTx = db.transaction((cutoff: string) => {
       const old = this.#s.older.all(cutoff);
       let floor = 0;
-      for (const { key, revision } of old) {
-        this.#s.deleteMessages.run(key);
+      for (const { key, revision, sid } of old) {
+        this.#s.deleteMessages.run(sid, sid);
         this.#s.deleteParts.run(key);
         this.#s.deleteSession.run(key);
         floor = Math.max(floor, revision);
@@ -439,7 +466,9 @@ export class SQLiteBackend implements StateBackend {
    * @throws {FormatError} when the stored header is corrupt
    * @throws {BackendError} when the driver fails
    */
-  async readHeader(key: string): Promise<HeaderResult | undefined> {
+  async readHeader(key: string, options: HeaderReadOptions = {}): Promise<HeaderResult | undefined> {
+    // Every value is returned whole: `clipAt` allows clipping, it does not require it.
+    checkHeaderReadOptions(this.name, options);
     validateKey(key);
     const what = `cannot read ${JSON.stringify(key)}`;
     const row = await this.#driver.serialize(what, key, () =>
@@ -609,7 +638,7 @@ export class SQLiteBackend implements StateBackend {
       history = new Array(bodies.length);
       for (let i = 0; i < bodies.length; i++) history[i] = this.#decodeMessage(key, i, bodies[i] as Body, protocol);
       const last = bodies[bodies.length - 1];
-      if (typeof last === "string") this.#remember(key, row.revision, bodies.length, last);
+      if (typeof last === "string") this.#remember(key, row.sid, row.revision, bodies.length, last);
     }
     return {
       state: { meta, config, state: runtime, history } as unknown as AgentState,
@@ -652,6 +681,9 @@ export class SQLiteBackend implements StateBackend {
       );
     }
     const history = state.history;
+    if (history.length >= ID_SPAN) {
+      throw new InvalidStateError("history", `a history of SQLite holds fewer than ${ID_SPAN} messages`);
+    }
     const appendable =
       !force &&
       typeof expectedRevision === "number" &&
@@ -684,7 +716,7 @@ export class SQLiteBackend implements StateBackend {
     this.#rememberState(key, result.revision, runtime);
     const last = bodies.length > 0 ? bodies[bodies.length - 1] : undefined;
     const text = typeof last === "string" ? last : undefined;
-    this.#remember(key, result.revision, history.length, text, history, this.#savedAt);
+    this.#remember(key, this.#sid, result.revision, history.length, text, history, this.#savedAt);
     return result;
   }
 
@@ -695,20 +727,21 @@ export class SQLiteBackend implements StateBackend {
 
   #remember(
     key: string,
+    sid: Sid,
     revision: number,
     count: number,
     text: string | undefined,
     history?: readonly Message[],
     savedAt?: number,
   ): void {
-    if (count === 0) {
+    if (count === 0 || sid === null) {
       this.#tails.delete(key);
       return;
     }
     if (this.#tails.size >= 4096 && !this.#tails.has(key)) this.#tails.clear();
     const last = text ?? (history === undefined ? undefined : messageText(history, count - 1));
     if (last === undefined) this.#tails.delete(key);
-    else this.#tails.set(key, { revision, count, text: last, savedAt });
+    else this.#tails.set(key, { revision, count, text: last, sid, savedAt });
   }
 
   #encodeRange(history: readonly Message[], from: number, to: number): Body[] {
@@ -744,12 +777,14 @@ export class SQLiteBackend implements StateBackend {
     const count = a.history.length;
     const now = Date.now();
     const keepTime = cached.savedAt !== undefined && now - cached.savedAt < SAVED_AT_RESOLUTION_MS;
+    const sid = cached.sid;
     const changed = keepTime
-      ? s.appendHead.run(a.meta, revision, count, a.key, expected, a.from).changes
-      : s.appendHeadAt.run(a.meta, new Date(now).toISOString(), revision, count, a.key, expected, a.from).changes;
+      ? s.appendHead.run(a.meta, revision, count, a.key, expected, a.from, sid).changes
+      : s.appendHeadAt.run(a.meta, new Date(now).toISOString(), revision, count, a.key, expected, a.from, sid).changes;
     if (changed !== 1) return undefined;
-    for (let i = 0; i < a.bodies.length; i++) s.insert.run(a.key, a.from + i, a.bodies[i] as Body);
+    for (let i = 0; i < a.bodies.length; i++) s.insert.run(sid, a.from + i, a.bodies[i] as Body);
     this.#savedAt = keepTime ? cached.savedAt : now;
+    this.#sid = sid;
     return { revision, written: a.bodies.length, rewritten: false };
   }
 
@@ -763,7 +798,15 @@ export class SQLiteBackend implements StateBackend {
     if (!a.force && a.expectedRevision !== undefined && a.expectedRevision !== actual) {
       throw new ConflictError(a.key, a.expectedRevision, actual, this.name);
     }
-    let append = a.from > 0 && head !== undefined && head.message_count !== null && a.from <= head.message_count;
+    let append =
+      a.from > 0 &&
+      head !== undefined &&
+      head.message_count !== null &&
+      head.sid !== null &&
+      a.from <= head.message_count;
+    // A new session (or a legacy row, which has no message rows) takes the next free number.
+    const sid = head?.sid ?? (s.nextSid.get() as number);
+    this.#sid = sid;
     if (append && head) {
       // Detect, not assume, that the stored prefix is the writer's: the boundary message must match.
       // The text of the last message this connection wrote or read is cached per key and used only
@@ -772,20 +815,20 @@ export class SQLiteBackend implements StateBackend {
       let stored: string | undefined;
       if (cached && cached.revision === head.revision && cached.count === a.from) stored = cached.text;
       else {
-        const body = s.bodyAt.get(a.key, a.from - 1);
+        const body = s.bodyAt.get(sid, a.from - 1);
         stored = body === undefined ? undefined : this.#bodyText(a.key, a.from - 1, body);
       }
       append = stored === messageText(a.history, a.from - 1);
     }
     let written: number;
     if (append && head) {
-      if ((head.message_count as number) > a.from) s.deleteFrom.run(a.key, a.from);
-      for (let i = 0; i < a.bodies.length; i++) s.insert.run(a.key, a.from + i, a.bodies[i] as Body);
+      if ((head.message_count as number) > a.from) s.deleteFrom.run(sid, a.from, sid);
+      for (let i = 0; i < a.bodies.length; i++) s.insert.run(sid, a.from + i, a.bodies[i] as Body);
       written = a.bodies.length;
     } else {
-      if (head) s.deleteMessages.run(a.key);
+      s.deleteMessages.run(sid, sid); // a new number's range is empty: one seek
       const all = a.from === 0 ? a.bodies : [...this.#encodeRange(a.history, 0, a.from), ...a.bodies];
-      for (let i = 0; i < all.length; i++) s.insert.run(a.key, i, all[i] as Body);
+      for (let i = 0; i < all.length; i++) s.insert.run(sid, i, all[i] as Body);
       written = all.length;
     }
     const now = Date.now();
@@ -802,10 +845,10 @@ export class SQLiteBackend implements StateBackend {
     if (!(head && head.state_apart === 1 && a.stateAt === head.revision)) s.putPart.run(a.key, "state", a.runtime);
     if (head) {
       revision = head.revision + 1;
-      s.update.run(a.meta, savedAt, revision, count, a.key);
+      s.update.run(a.meta, savedAt, revision, count, sid, a.key);
     } else {
       revision = (s.floor.get() ?? 0) + 1;
-      s.insertSession.run(a.key, a.meta, savedAt, revision, count);
+      s.insertSession.run(a.key, a.meta, savedAt, revision, count, sid);
     }
     return { revision, written, rewritten: !append };
   }
@@ -904,11 +947,11 @@ function splitLegacyHistory(text: string): string[] {
 
 function prepare(db: BetterSqlite3.Database): Statements {
   return {
-    head: db.prepare("SELECT revision, message_count FROM sessions WHERE key = ?"),
+    head: db.prepare("SELECT revision, message_count, sid FROM sessions WHERE key = ?"),
     writeHead: db.prepare(
-      "SELECT revision, message_count, config = '' AS config_apart, state = '' AS state_apart FROM sessions WHERE key = ?",
+      "SELECT revision, message_count, sid, config = '' AS config_apart, state = '' AS state_apart FROM sessions WHERE key = ?",
     ),
-    headMeta: db.prepare("SELECT revision, message_count, meta FROM sessions WHERE key = ?"),
+    headMeta: db.prepare("SELECT revision, message_count, sid, meta FROM sessions WHERE key = ?"),
     // A column holding '' means "in session_parts"; any other text (a row of an older build) is the part itself.
     row: db.prepare(
       `SELECT meta,
@@ -916,24 +959,28 @@ function prepare(db: BetterSqlite3.Database): Statements {
           ELSE config END AS config,
         CASE WHEN state = '' THEN (SELECT body FROM session_parts WHERE session_key = sessions.key AND part = 'state')
           ELSE state END AS state,
-        history, revision, message_count
+        history, revision, message_count, sid
       FROM sessions WHERE key = ?`,
     ),
-    // Bounded to [0, message_count): with (session_key, seq) unique, `count === message_count` then means no gap.
+    // A message's id is `(sid << 32) | seq`: a session's messages are the id range [sid << 32,
+    // (sid + 1) << 32), in order. SQLite's bit operators work on 64-bit integers (better-sqlite3 binds a
+    // number as a REAL; `<<` and `|` make it an integer). A NULL sid (a legacy row) matches no id.
+    // Bounded to [0, message_count): with ids unique, `count === message_count` then means no gap.
     bodies: db
-      .prepare<[string, number], Body>(
-        "SELECT body FROM messages WHERE session_key = ? AND seq >= 0 AND seq < ? ORDER BY seq",
+      .prepare<[Sid, Sid, number], Body>(
+        "SELECT body FROM messages WHERE id >= (? << 32) AND id < ((? << 32) | ?) ORDER BY id",
       )
       .pluck(),
     page: db
-      .prepare<[string, number, number], [number, Body]>(
-        "SELECT seq, body FROM messages WHERE session_key = ? AND seq >= ? AND seq < ? ORDER BY seq",
+      .prepare<[Sid, number, Sid, number], [number, Body]>(
+        "SELECT id & 4294967295, body FROM messages WHERE id >= ((? << 32) | ?) AND id < ((? << 32) | ?) ORDER BY id",
       )
       .raw(),
-    bodyAt: db.prepare<[string, number], Body>("SELECT body FROM messages WHERE session_key = ? AND seq = ?").pluck(),
-    insert: db.prepare("INSERT INTO messages (session_key, seq, body) VALUES (?, ?, ?)"),
-    deleteFrom: db.prepare("DELETE FROM messages WHERE session_key = ? AND seq >= ?"),
-    deleteMessages: db.prepare("DELETE FROM messages WHERE session_key = ?"),
+    bodyAt: db.prepare<[Sid, number], Body>("SELECT body FROM messages WHERE id = ((? << 32) | ?)").pluck(),
+    insert: db.prepare("INSERT INTO messages (id, body) VALUES ((? << 32) | ?, ?)"),
+    deleteFrom: db.prepare("DELETE FROM messages WHERE id >= ((? << 32) | ?) AND id < ((? + 1) << 32)"),
+    deleteMessages: db.prepare("DELETE FROM messages WHERE id >= (? << 32) AND id < ((? + 1) << 32)"),
+    nextSid: db.prepare<[], number>("SELECT COALESCE(MAX(sid), 0) + 1 FROM sessions").pluck(),
     deleteSession: db.prepare("DELETE FROM sessions WHERE key = ?"),
     putPart: db.prepare(
       `INSERT INTO session_parts (session_key, part, body) VALUES (?, ?, ?)
@@ -944,20 +991,20 @@ function prepare(db: BetterSqlite3.Database): Statements {
       "DELETE FROM session_parts WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE key = session_parts.session_key)",
     ),
     insertSession: db.prepare(
-      `INSERT INTO sessions (key, meta, config, state, history, saved_at, revision, message_count)
-       VALUES (?, ?, '', '', NULL, ?, ?, ?)`,
+      `INSERT INTO sessions (key, meta, config, state, history, saved_at, revision, message_count, sid)
+       VALUES (?, ?, '', '', NULL, ?, ?, ?, ?)`,
     ),
     update: db.prepare(
       `UPDATE sessions SET meta = ?, config = '', state = '', history = NULL, saved_at = ?, revision = ?,
-       message_count = ? WHERE key = ?`,
+       message_count = ?, sid = ? WHERE key = ?`,
     ),
     appendHead: db.prepare(
       `UPDATE sessions SET meta = ?, revision = ?, message_count = ?
-       WHERE key = ? AND revision = ? AND message_count = ? AND config = '' AND state = ''`,
+       WHERE key = ? AND revision = ? AND message_count = ? AND sid = ? AND config = '' AND state = ''`,
     ),
     appendHeadAt: db.prepare(
       `UPDATE sessions SET meta = ?, saved_at = ?, revision = ?, message_count = ?
-       WHERE key = ? AND revision = ? AND message_count = ? AND config = '' AND state = ''`,
+       WHERE key = ? AND revision = ? AND message_count = ? AND sid = ? AND config = '' AND state = ''`,
     ),
     keys: db.prepare<[], string>("SELECT key FROM sessions").pluck(),
     floor: db.prepare<[], number>("SELECT value FROM dumplings_meta WHERE name = 'revision_floor'").pluck(),
@@ -965,7 +1012,7 @@ function prepare(db: BetterSqlite3.Database): Statements {
       `INSERT INTO dumplings_meta (name, value) VALUES ('revision_floor', ?)
        ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)`,
     ),
-    older: db.prepare("SELECT key, revision FROM sessions WHERE saved_at < ?"),
+    older: db.prepare("SELECT key, revision, sid FROM sessions WHERE saved_at < ?"),
   };
 }
 
@@ -980,7 +1027,13 @@ function prepare(db: BetterSqlite3.Database): Statements {
  * "in `session_parts`", any other text is the part itself), so opening a big
  * file stays cheap and a process of an older build still writing rows in the
  * old shape is read right. `user_version` becomes 2: a 0.1 build, which cannot
- * read split rows, refuses the file instead of misreading it.
+ * read split rows, refuses the file instead of misreading it. Version 3 moves
+ * `messages` from a `(session_key, seq)` key (a table and its index: two
+ * B-trees written by every append) to one integer key, `(sid << 32) | seq`,
+ * with `sid` a new column of `sessions`: every message row is copied once, in
+ * the migration's transaction. `user_version` becomes 3; a build of schema 2
+ * refuses the file (its ledger holds a newer version) instead of writing rows
+ * in the old table, which no longer exists.
  */
 const MIGRATIONS: SqliteMigrations = {
   component: "sessions",
@@ -1007,6 +1060,24 @@ const MIGRATIONS: SqliteMigrations = {
           session_key TEXT NOT NULL, part TEXT NOT NULL CHECK (part IN ('config', 'state')), body TEXT NOT NULL,
           PRIMARY KEY (session_key, part))`,
         "PRAGMA user_version = 2",
+      ],
+    },
+    {
+      version: 3,
+      name: "messages keyed by one integer, (sid << 32) | seq",
+      up: [
+        // Every row gets a distinct number (its rowid, unique now); new sessions take MAX(sid) + 1.
+        "ALTER TABLE sessions ADD COLUMN sid INTEGER",
+        "UPDATE sessions SET sid = rowid",
+        "CREATE UNIQUE INDEX sessions_sid ON sessions (sid)",
+        "CREATE TABLE messages_by_id (id INTEGER PRIMARY KEY, body)",
+        // Rows no session owns, or outside [0, 2^32), were never readable: they are not carried over.
+        `INSERT INTO messages_by_id (id, body)
+          SELECT (s.sid << 32) | m.seq, m.body FROM messages AS m JOIN sessions AS s ON s.key = m.session_key
+          WHERE m.seq >= 0 AND m.seq < ${ID_SPAN} ORDER BY 1`,
+        "DROP TABLE messages",
+        "ALTER TABLE messages_by_id RENAME TO messages",
+        "PRAGMA user_version = 3",
       ],
     },
   ],

@@ -90,7 +90,8 @@ describe("pb-12: storage grows with content, not with turns x history (SQLite)",
     // A full snapshot per checkpoint would write ~730 MB here; appends write about 9x the content (4 KB WAL frames per save, then checkpoints).
     expect(total).toBeLessThan(20 * rawJsonl);
     const raw = new Database(dbPath, { readonly: true });
-    expect(raw.prepare("SELECT count(*) FROM messages WHERE session_key = ?").pluck().get("long-12")).toBe(401);
+    const rows = "SELECT count(*) FROM messages WHERE (id >> 32) = (SELECT sid FROM sessions WHERE key = ?)";
+    expect(raw.prepare(rows).pluck().get("long-12")).toBe(401);
     raw.close();
   });
 });

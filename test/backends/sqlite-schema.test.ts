@@ -7,6 +7,7 @@
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { gzipSync } from "node:zlib";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { SQLiteBackend, SQLiteBusyError } from "../../src/backends/sqlite.js";
@@ -20,6 +21,11 @@ const dir = mkdtempSync(path.join(tmpdir(), "dumplings-sqlite-schema-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 let n = 0;
 const freshPath = () => path.join(dir, `s${n++}.db`);
+
+/** SQL: the `messages` rows of session `key` (a message's id is `(sid << 32) | seq`). */
+const rowsOf = (key: string) => `(id >> 32) = (SELECT sid FROM sessions WHERE key = '${key}')`;
+/** SQL: a message's 0-based index in its history. */
+const SEQ = "(id & 4294967295)";
 
 const msgs = (count: number, seed = "m"): Message[] =>
   Array.from({ length: count }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${seed} ${i}` }) as Message);
@@ -78,13 +84,18 @@ describe("SQLiteBackend schema and connections", () => {
     backend.save("a", makeState(msgs(3)));
     const raw = new Database(dbPath);
     expect(raw.pragma("journal_mode", { simple: true })).toBe("wal");
-    expect(raw.pragma("user_version", { simple: true })).toBe(2);
+    expect(raw.pragma("user_version", { simple: true })).toBe(3);
     const tables = raw.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all();
     expect(tables).toEqual(["dumplings_meta", "dumplings_migrations", "messages", "session_parts", "sessions"]);
+    // One B-tree for the messages: an integer key, no index beside the table.
+    expect(raw.prepare("SELECT name FROM sqlite_master WHERE tbl_name = 'messages'").pluck().all()).toEqual([
+      "messages",
+    ]);
     const ledger = raw.prepare("SELECT component, version FROM dumplings_migrations ORDER BY version").all();
     expect(ledger).toEqual([
       { component: "sessions", version: 1 },
       { component: "sessions", version: 2 },
+      { component: "sessions", version: 3 },
     ]);
     const row = raw
       .prepare("SELECT config, state, history, revision, message_count, saved_at FROM sessions WHERE key = 'a'")
@@ -105,7 +116,12 @@ describe("SQLiteBackend schema and connections", () => {
     expect(parts.map((p) => p.part)).toEqual(["config", "state"]);
     expect(JSON.parse(parts[1]?.body as string)).toEqual({ currentTaskId: null, hooks: [], fields: {} });
     expect(new Date(row.saved_at).toISOString()).toBe(row.saved_at);
-    expect(raw.prepare("SELECT seq, body FROM messages WHERE session_key = 'a' ORDER BY seq").raw().all()).toEqual([
+    expect(
+      raw
+        .prepare(`SELECT ${SEQ}, body FROM messages WHERE ${rowsOf("a")} ORDER BY id`)
+        .raw()
+        .all(),
+    ).toEqual([
       [0, '{"role":"user","content":"m 0"}'],
       [1, '{"role":"assistant","content":"m 1"}'],
       [2, '{"role":"user","content":"m 2"}'],
@@ -123,7 +139,11 @@ describe("SQLiteBackend schema and connections", () => {
     const backend = new SQLiteBackend({ dbPath });
     const r1 = await backend.write("k", makeState(msgs(100)), { expectedRevision: null });
     const raw = new Database(dbPath);
-    const rowids = () => raw.prepare("SELECT rowid FROM messages WHERE session_key = 'k' ORDER BY seq").pluck().all();
+    const rowids = () =>
+      raw
+        .prepare(`SELECT rowid FROM messages WHERE ${rowsOf("k")} ORDER BY id`)
+        .pluck()
+        .all();
     const before = rowids();
     const r2 = await backend.write("k", makeState(msgs(103)), { expectedRevision: r1.revision, baseLength: 100 });
     expect(r2).toEqual({ revision: 2, written: 3, rewritten: false });
@@ -161,7 +181,7 @@ describe("SQLiteBackend schema and connections", () => {
     });
     expect(backend.load("seed-empty").history).toEqual([]);
     const raw = new Database(dbPath);
-    expect(raw.pragma("user_version", { simple: true })).toBe(2);
+    expect(raw.pragma("user_version", { simple: true })).toBe(3);
     expect(raw.prepare("SELECT count(*) FROM sessions WHERE history IS NOT NULL").pluck().get()).toBe(0);
     expect(raw.prepare("SELECT saved_at FROM sessions WHERE key = 'seed-0'").pluck().get()).toBe(
       "2024-01-02T01:04:05.000Z",
@@ -189,8 +209,9 @@ describe("SQLiteBackend schema and connections", () => {
     expect(check.prepare("SELECT component, version, name FROM dumplings_migrations ORDER BY version").all()).toEqual([
       { component: "sessions", version: 1, name: "sessions and messages (adopted)" },
       { component: "sessions", version: 2, name: "config and state beside the session row" },
+      { component: "sessions", version: 3, name: "messages keyed by one integer, (sid << 32) | seq" },
     ]);
-    expect(check.pragma("user_version", { simple: true })).toBe(2);
+    expect(check.pragma("user_version", { simple: true })).toBe(3);
     check.close();
     backend.close();
     // A newer ledger entry for the sessions component is refused with the file and the version.
@@ -218,8 +239,8 @@ describe("SQLiteBackend schema and connections", () => {
     const backend = new SQLiteBackend({ dbPath });
     const raw = new Database(dbPath);
     try {
-      expect(raw.prepare("SELECT version FROM dumplings_migrations ORDER BY version").pluck().all()).toEqual([1, 2]);
-      expect(raw.pragma("user_version", { simple: true })).toBe(2);
+      expect(raw.prepare("SELECT version FROM dumplings_migrations ORDER BY version").pluck().all()).toEqual([1, 2, 3]);
+      expect(raw.pragma("user_version", { simple: true })).toBe(3);
       // Opening moves no data: a row keeps its parts in its columns until its next save.
       expect(raw.prepare("SELECT count(*) FROM session_parts").pluck().get()).toBe(0);
       expect(await everyReadPath(backend, "big")).toEqual([big, big, big, 3, 3]);
@@ -282,6 +303,78 @@ describe("SQLiteBackend schema and connections", () => {
     }
   });
 
+  it("migrates a database of schema version 2 (messages keyed by session_key, seq) on open: every session loads exactly and takes appends", async () => {
+    const dbPath = freshPath();
+    const long = makeState(msgs(700, "long"), { name: "long", fields: { doc: "d" } });
+    const short = makeState(msgs(3, "short"), { name: "short" });
+    const empty = makeState([], { name: "empty" });
+    // What a build of schema 2 leaves: the version-1 tables, session_parts, ledger at 2, user_version 2.
+    version1Database(dbPath, { ledger: true, sessions: { long, short, empty } });
+    const v2 = new Database(dbPath);
+    v2.exec(`CREATE TABLE session_parts (
+        session_key TEXT NOT NULL, part TEXT NOT NULL CHECK (part IN ('config', 'state')), body TEXT NOT NULL,
+        PRIMARY KEY (session_key, part))`);
+    v2.exec(
+      "INSERT INTO dumplings_migrations (component, version, name) VALUES ('sessions', 2, 'config and state beside the session row')",
+    );
+    v2.pragma("user_version = 2");
+    // "long" keeps its parts apart (as a schema-2 save leaves them) and one body gzip-compressed.
+    v2.prepare(
+      "INSERT INTO session_parts (session_key, part, body) VALUES ('long', 'config', ?), ('long', 'state', ?)",
+    ).run(JSON.stringify(long.config), JSON.stringify(long.state));
+    v2.prepare("UPDATE sessions SET config = '', state = '' WHERE key = 'long'").run();
+    v2.prepare("UPDATE messages SET body = ? WHERE session_key = 'long' AND seq = 5").run(
+      gzipSync(JSON.stringify(long.history[5])),
+    );
+    v2.prepare("INSERT INTO messages (session_key, seq, body) VALUES ('nobody', 0, '{}')").run(); // an orphan row
+    v2.close();
+
+    const backend = new SQLiteBackend({ dbPath });
+    const raw = new Database(dbPath);
+    try {
+      expect(raw.pragma("user_version", { simple: true })).toBe(3);
+      expect(raw.prepare("SELECT version FROM dumplings_migrations ORDER BY version").pluck().all()).toEqual([1, 2, 3]);
+      expect(raw.prepare("SELECT count(*) FROM messages").pluck().get()).toBe(703); // the orphan is not carried over
+      expect(
+        raw
+          .prepare(`SELECT typeof(body) FROM messages WHERE ${rowsOf("long")} AND ${SEQ} = 5`)
+          .pluck()
+          .get(),
+      ).toBe("blob");
+      expect(await everyReadPath(backend, "long")).toEqual([long, long, long, 3, 3]);
+      expect(await everyReadPath(backend, "short")).toEqual([short, short, short, 3, 3]);
+      expect(await everyReadPath(backend, "empty")).toEqual([empty, empty, empty, 3, 3]);
+      const next = {
+        ...short,
+        meta: { ...short.meta, messageCount: 4 },
+        history: [...short.history, { role: "user", content: "after v3" } as Message],
+      };
+      expect(await backend.write("short", next, { expectedRevision: 3, baseLength: 3 })).toEqual({
+        revision: 4,
+        written: 1,
+        rewritten: false,
+      });
+      // A new session takes a number no other holds; the others' rows are untouched.
+      await backend.write("new", makeState(msgs(2, "new")), { expectedRevision: null });
+      const sids = raw.prepare("SELECT sid FROM sessions ORDER BY sid").pluck().all() as number[];
+      expect(new Set(sids).size).toBe(4);
+      const other = new SQLiteBackend({ dbPath });
+      expect(await everyReadPath(other, "short")).toEqual([next, next, next, 4, 4]);
+      expect(other.load("long")).toEqual(long);
+      expect(other.load("new").history).toEqual(msgs(2, "new"));
+      other.close();
+    } finally {
+      raw.close();
+      backend.close();
+    }
+    // A build of schema 2 refuses the migrated file: its ledger holds a version it does not know.
+    const ledger = new Database(dbPath, { readonly: true });
+    expect(
+      ledger.prepare("SELECT MAX(version) FROM dumplings_migrations WHERE component = 'sessions'").pluck().get(),
+    ).toBe(3);
+    ledger.close();
+  });
+
   it("an unchanged big state is not rewritten by an append; a changed one is; a missing part is a FormatError", async () => {
     const dbPath = freshPath();
     const backend = new SQLiteBackend({ dbPath });
@@ -326,9 +419,9 @@ describe("SQLiteBackend schema and connections", () => {
     for (const k of ["meta", "body", "missing", "gzip", "count"]) backend.save(k, makeState(msgs(4)));
     const raw = new Database(dbPath);
     raw.prepare("UPDATE sessions SET meta = '{\"truncated' WHERE key = 'meta'").run();
-    raw.prepare("UPDATE messages SET body = '{\"role\":' WHERE session_key = 'body' AND seq = 2").run();
-    raw.prepare("DELETE FROM messages WHERE session_key = 'missing' AND seq = 1").run();
-    raw.prepare("UPDATE messages SET body = x'1f8b0800' WHERE session_key = 'gzip' AND seq = 0").run();
+    raw.prepare(`UPDATE messages SET body = '{"role":' WHERE ${rowsOf("body")} AND ${SEQ} = 2`).run();
+    raw.prepare(`DELETE FROM messages WHERE ${rowsOf("missing")} AND ${SEQ} = 1`).run();
+    raw.prepare(`UPDATE messages SET body = x'1f8b0800' WHERE ${rowsOf("gzip")} AND ${SEQ} = 0`).run();
     raw.prepare("UPDATE sessions SET message_count = 9 WHERE key = 'count'").run();
     raw.close();
     for (const k of ["meta", "body", "missing", "gzip", "count"]) {
@@ -419,7 +512,7 @@ describe("SQLiteBackend schema and connections", () => {
     expect(() => backend.load("t26")).toThrow(StateNotFoundError);
     const raw = new Database(dbPath);
     expect(raw.prepare("SELECT count(*) FROM sessions WHERE key = 't26'").pluck().get()).toBe(0);
-    expect(raw.prepare("SELECT count(*) FROM messages WHERE session_key = 't26'").pluck().get()).toBe(0);
+    expect(raw.prepare("SELECT count(*) FROM messages").pluck().get()).toBe(0);
     raw.close();
     // Re-created on purpose: a new generation whose revisions the stale writer cannot match.
     const again = await backend.write("t26", makeState([]), { expectedRevision: null });
@@ -436,7 +529,7 @@ describe("SQLiteBackend schema and connections", () => {
     const pagesBefore = raw.pragma("page_count", { simple: true }) as number;
     expect(backend.gc({ olderThanMs: 30 * 86_400_000 })).toEqual({ deleted: 2 });
     expect(backend.listKeys()).toEqual(["new-1"]);
-    expect(raw.prepare("SELECT count(*) FROM messages WHERE session_key LIKE 'old-%'").pluck().get()).toBe(0);
+    expect(raw.prepare("SELECT count(*) FROM messages").pluck().get()).toBe(300); // new-1's
     expect(raw.pragma("page_count", { simple: true }) as number).toBeLessThan(pagesBefore);
     expect(backend.gc({ olderThanMs: 0, vacuum: true })).toEqual({ deleted: 1 });
     expect(backend.listKeys()).toEqual([]);
@@ -458,12 +551,12 @@ describe("SQLiteBackend schema and connections", () => {
     expect(zipped.load("zipped").history).toEqual(big);
     const raw = new Database(dbPath);
     const types = raw
-      .prepare("SELECT typeof(body) FROM messages WHERE session_key = 'zipped' ORDER BY seq")
+      .prepare(`SELECT typeof(body) FROM messages WHERE ${rowsOf("zipped")} ORDER BY id`)
       .pluck()
       .all();
     expect(types).toEqual(["text", "text", "text", "blob"]);
     const size = raw
-      .prepare("SELECT length(body) FROM messages WHERE session_key = 'zipped' AND seq = 3")
+      .prepare(`SELECT length(body) FROM messages WHERE ${rowsOf("zipped")} AND ${SEQ} = 3`)
       .pluck()
       .get();
     expect(size as number).toBeLessThan(1000);

@@ -104,7 +104,12 @@ const harnesses: Harness[] = [];
     backend: () => new SQLiteBackend({ dbPath: file }),
     async setMessage(_b, key, index, text) {
       const db = raw();
-      db.prepare("UPDATE messages SET body = ? WHERE session_key = ? AND seq = ?").run(text, key, index);
+      // A message's id is `(sid << 32) | seq`.
+      db.prepare("UPDATE messages SET body = ? WHERE id = ((SELECT sid FROM sessions WHERE key = ?) << 32) | ?").run(
+        text,
+        key,
+        index,
+      );
       db.close();
     },
     async setMeta(_b, key, text) {

@@ -161,6 +161,7 @@ import { hostname } from "node:os";
 import path from "node:path";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
 import {
+  crc32,
   crcHex,
   DUAS_EXTENSION,
   DUAS_GZ_EXTENSION,
@@ -171,11 +172,14 @@ import {
   encodeHeader,
   encodeHeaderMemo,
   encodeHistoryLines,
+  encodeIniString,
   type HeaderMemo,
   HISTORY_CRC_START,
   historyCrc,
   historyCrcOfLines,
+  iniKeyOf,
   isGzip,
+  LongValueSummary,
   type ParsedHeader,
 } from "../core/codec.js";
 import {
@@ -192,8 +196,17 @@ import type { AgentState } from "../core/state.js";
 import { pathIdentity } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
 import { lentText, messageText } from "./stored.js";
-import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
+import type {
+  ClippedValue,
+  HeaderReadOptions,
+  HeaderResult,
+  HistoryReadOptions,
+  ReadResult,
+  StateBackend,
+  WriteOptions,
+  WriteResult,
+} from "./types.js";
+import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
 const FILE_OPTIONS = optionKeys<FileBackendOptions>({
@@ -287,6 +300,193 @@ function readHead(fd: number): Buffer | undefined {
     if (n < size) return undefined;
   }
   return undefined;
+}
+
+/** What {@link FileBackend}'s line reader leaves behind: the parser (its header) and the values it clipped. */
+interface LinesRef {
+  parser: DuasLineParser;
+  clipped: ClippedValue[];
+}
+
+/** Header lines longer than this many bytes are read in pieces by {@link readHeadBounded}. */
+const LONG_LINE_BYTES = 64 * 1024;
+const NEWLINE = Buffer.from("\n");
+/** The `[CONFIG]` keys whose value is an INI string (a long one can be clipped), with their paths. */
+const CLIPPABLE_CONFIG: ReadonlyMap<string, string> = new Map([
+  ["prompt", "config.prompt"],
+  ["api_provider", "config.apiProvider"],
+  ["api_key_env", "config.apiKeyEnv"],
+  ["model_name", "config.modelName"],
+]);
+
+/** What {@link readHeadBounded} read: the parsed header, where the history starts, the values it clipped. */
+interface BoundedHead {
+  parser: DuasLineParser;
+  /** Byte offset just after the `[HISTORY]` line. */
+  end: number;
+  clipped: ClippedValue[];
+}
+
+/**
+ * Reads a plain `.duas` file's header with memory bounded whatever its size:
+ * lines up to {@link LONG_LINE_BYTES} are parsed as {@link feedHeader} parses
+ * them; a longer `[CONFIG]` string or `[STATE]` value is read in 64 KB pieces
+ * and kept as its first `clipAt` code units and its length
+ * ({@link LongValueSummary}), the parser given a short line in its place.
+ * The bytes of the body (`[CONFIG]` and `[STATE]`, as written) are checksummed
+ * as they pass, and the header is accepted only when that matches
+ * `header_crc32` (see {@link DuasLineParser.checkSeal}): a clipped value is
+ * exactly what the writer wrote.
+ *
+ * @returns the header, or undefined when the bounded read does not apply (no `[HISTORY]` line, a long
+ *   line in `[META]` or of a non-string key, a header without `header_crc32`, bytes that do not match
+ *   it): the caller then reads the header whole, whose checks give the error if there is one
+ * @throws {FormatError} for a malformed short header line (as {@link feedHeader})
+ */
+function readHeadBounded(fd: number, file: string, clipAt: number): BoundedHead | undefined {
+  const parser = new DuasLineParser(file);
+  const chunk = Buffer.allocUnsafe(64 * 1024);
+  const clipped: ClippedValue[] = [];
+  let section = "";
+  let bodyStart = -1; // offset after the header_crc32 line
+  let bodyEnd = -1; // offset of the padding comment or [HISTORY]
+  let bodyCrc = 0;
+  let lineStart = 0; // file offset of the current line
+  let parts: Buffer[] = []; // the current (short so far) line's bytes
+  let partBytes = 0;
+  let long:
+    | { key: string; summary: LongValueSummary; decoder: InstanceType<typeof TextDecoder>; path: string }
+    | undefined;
+  let invalid = false; // a long line that cannot be summarised: read the header whole
+  let deferred = false; // a line was summarised: header_crc32 is checked against the body's bytes
+
+  /** Starts reading the current line in pieces; false when it cannot be. */
+  const startLong = (prefix: Buffer): boolean => {
+    if (bodyStart < 0 || bodyEnd >= 0 || (section !== "CONFIG" && section !== "STATE")) return false;
+    const decoder = new TextDecoder("utf-8", { fatal: true });
+    let text: string;
+    try {
+      text = decoder.decode(prefix, { stream: true });
+    } catch {
+      return false;
+    }
+    const split = iniKeyOf(text);
+    if (split === undefined) return false;
+    const { key, valueStart } = split;
+    let path: string | undefined;
+    let kind: "string" | "json" = "string";
+    if (section === "CONFIG") path = CLIPPABLE_CONFIG.get(key);
+    else if (key === "current_task_id") path = "state.currentTaskId";
+    else if (key.startsWith("field.")) {
+      kind = "json";
+      let name = key.slice(6);
+      try {
+        if (name.startsWith('"')) name = JSON.parse(name) as string;
+      } catch {
+        return false;
+      }
+      path = `state.fields.${name}`;
+    }
+    if (path === undefined) return false;
+    const summary = new LongValueSummary(kind, clipAt);
+    summary.push(text.slice(valueStart));
+    long = { key, summary, decoder, path };
+    parser.deferSeal();
+    deferred = true;
+    return true;
+  };
+
+  /** A whole line (without its `\n`), read at `at`; returns true once `[HISTORY]` is read. */
+  const shortLine = (bytes: Buffer, at: number): boolean => {
+    const text = decodeUtf8(bytes, file, parser.line + 1, parser.line > 0);
+    const trimmed = text.trim();
+    if (bodyStart >= 0 && bodyEnd < 0 && section === "STATE" && (trimmed.startsWith("#") || trimmed === "[HISTORY]")) {
+      bodyEnd = at;
+    }
+    parser.feed(text);
+    if (trimmed.startsWith("[")) section = trimmed.slice(1, -1);
+    else if (section === "META" && /^header_crc32\s*=/.test(trimmed)) bodyStart = at + bytes.length + 1;
+    return parser.header !== undefined;
+  };
+
+  /** Ends the long line: the parser gets `key = <short value>` in its place. */
+  const endLong = (): void => {
+    const { key, summary, decoder, path } = long as NonNullable<typeof long>;
+    long = undefined;
+    try {
+      summary.push(decoder.decode());
+    } catch {
+      invalid = true;
+      return;
+    }
+    const s = summary.finish();
+    if (s === undefined || (path === "state.currentTaskId" && !summary.quoted)) {
+      invalid = true;
+      return;
+    }
+    const whole = s.length <= clipAt;
+    if (!whole) clipped.push({ path, kind: summary.kind, preview: s.preview, length: s.length });
+    const value =
+      summary.kind === "json"
+        ? whole
+          ? s.preview
+          : "null"
+        : path === "state.currentTaskId"
+          ? JSON.stringify(s.preview)
+          : encodeIniString(s.preview);
+    parser.feed(`${key} = ${value}`);
+  };
+
+  for (let pos = 0; ; ) {
+    const n = readSync(fd, chunk, 0, chunk.length, pos);
+    if (n === 0) return undefined; // no [HISTORY] line: the whole read gives the error
+    let i = 0;
+    while (i < n) {
+      const found = chunk.indexOf(0x0a, i);
+      const lineEnds = found >= 0 && found < n;
+      const end = lineEnds ? found : n;
+      const piece = chunk.subarray(i, end);
+      if (long !== undefined) {
+        bodyCrc = crc32(piece, bodyCrc);
+        try {
+          long.summary.push(long.decoder.decode(piece, { stream: true }));
+        } catch {
+          return undefined;
+        }
+      } else {
+        parts.push(Buffer.from(piece));
+        partBytes += piece.length;
+        if (partBytes > LONG_LINE_BYTES && !lineEnds) {
+          const prefix = Buffer.concat(parts);
+          parts = [];
+          partBytes = 0;
+          if (!startLong(prefix)) return undefined;
+          bodyCrc = crc32(prefix, bodyCrc);
+        }
+      }
+      if (!lineEnds) break;
+      // a line ends at `end`
+      const at = lineStart;
+      lineStart = pos + end + 1;
+      if (long !== undefined) {
+        bodyCrc = crc32(NEWLINE, bodyCrc);
+        endLong();
+        if (invalid || long !== undefined) return undefined;
+      } else {
+        const bytes = parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
+        parts = [];
+        partBytes = 0;
+        const inBody = bodyStart >= 0 && at >= bodyStart;
+        if (shortLine(bytes, at)) {
+          if (!deferred) return { parser, end: lineStart, clipped };
+          return parser.checkSeal(bodyCrc, bodyEnd - bodyStart) ? { parser, end: lineStart, clipped } : undefined;
+        }
+        if (inBody && bodyEnd < 0) bodyCrc = crc32(NEWLINE, crc32(bytes, bodyCrc));
+      }
+      i = end + 1;
+    }
+    pos += n;
+  }
 }
 
 /**
@@ -1138,17 +1338,24 @@ export class FileBackend implements StateBackend {
 
   /**
    * The header of `key` (meta, config, state) without reading its history.
+   * With `clipAt`, a `[CONFIG]` string or `[STATE]` value longer than that is
+   * read in pieces and returned clipped (listed in `clipped`): memory stays
+   * bounded whatever the value's size, for a sealed header (every header this
+   * backend writes; another is read whole).
    *
    * @param key - session key
-   * @returns `{ header, revision }`, or undefined when nothing is stored
+   * @param options - `clipAt` (see {@link HeaderReadOptions})
+   * @returns `{ header, revision, clipped? }`, or undefined when nothing is stored
+   * @throws {InvalidOptionError} for an unknown option or a bad `clipAt`
    * @throws {FormatError} / {InvalidKeyError} / {BackendError}
    */
-  async readHeader(key: string): Promise<HeaderResult | undefined> {
+  async readHeader(key: string, options: HeaderReadOptions = {}): Promise<HeaderResult | undefined> {
+    const clipAt = checkHeaderReadOptions(this.name, options);
     const current = this.existing(key);
     if (!current) return undefined;
-    const ref = { parser: new DuasLineParser(current.file) };
+    const ref: LinesRef = { parser: new DuasLineParser(current.file), clipped: [] };
     try {
-      for await (const _ of this.lines(key, current.file, current.gz, ref, true)) {
+      for await (const _ of this.lines(key, current.file, current.gz, ref, { headerOnly: true, clipAt })) {
         // header only
       }
     } catch (e) {
@@ -1157,7 +1364,12 @@ export class FileBackend implements StateBackend {
     }
     const h = ref.parser.header;
     if (!h) return undefined;
-    return { header: { meta: h.meta, config: h.config, state: h.state }, revision: h.revision ?? 1 };
+    const result: HeaderResult = {
+      header: { meta: h.meta, config: h.config, state: h.state },
+      revision: h.revision ?? 1,
+    };
+    if (ref.clipped.length > 0) result.clipped = ref.clipped;
+    return result;
   }
 
   /**
@@ -1177,9 +1389,9 @@ export class FileBackend implements StateBackend {
     checkHistoryReadOptions(this.name, options);
     const current = this.existing(key);
     if (!current) throw new StateNotFoundError(key, "file");
-    const ref = { parser: new DuasLineParser(current.file) };
+    const ref: LinesRef = { parser: new DuasLineParser(current.file), clipped: [] };
     try {
-      yield* this.lines(key, current.file, current.gz, ref, false, options.revision);
+      yield* this.lines(key, current.file, current.gz, ref, { revision: options.revision });
     } catch (e) {
       if (isCode(e, "ENOENT")) throw new StateNotFoundError(key, "file");
       throw this.wrap(e, `cannot read the history of ${JSON.stringify(key)}`, key);
@@ -1200,10 +1412,12 @@ export class FileBackend implements StateBackend {
     key: string,
     file: string,
     gz: boolean,
-    ref: { parser: DuasLineParser },
-    headerOnly: boolean,
-    revision?: number,
+    ref: LinesRef,
+    options: { headerOnly?: boolean; revision?: number; clipAt?: number },
   ): AsyncGenerator<Message> {
+    const { headerOnly = false, revision } = options;
+    // The history stream needs the header's counts and checksums only: its long values are not kept.
+    const clipAt = headerOnly ? options.clipAt : 0;
     const pin = (h: ParsedHeader) => {
       if (revision !== undefined && (h.revision ?? 1) !== revision) {
         throw new ConflictError(key, revision, h.revision ?? 1, this.name);
@@ -1223,18 +1437,25 @@ export class FileBackend implements StateBackend {
     let whole = false;
     try {
       gz = gz && readSync(fd, magic, 0, 2, 0) === 2 && isGzip(magic);
-      const head = gz ? undefined : readHead(fd);
-      if (head !== undefined) {
-        const parser = new DuasLineParser(file);
-        try {
-          feedHeader(parser, head, file);
-          ref.parser = parser;
-          start = head.length;
-          if (parser.header) pin(parser.header);
-        } catch (e) {
-          if (!(e instanceof FormatError)) throw e;
-          whole = true;
+      try {
+        const bounded = gz || clipAt === undefined ? undefined : readHeadBounded(fd, file, clipAt);
+        if (bounded !== undefined) {
+          ref.parser = bounded.parser;
+          ref.clipped = bounded.clipped;
+          start = bounded.end;
+        } else {
+          const head = gz ? undefined : readHead(fd);
+          if (head !== undefined) {
+            const parser = new DuasLineParser(file);
+            feedHeader(parser, head, file);
+            ref.parser = parser;
+            start = head.length;
+          }
         }
+        if (ref.parser.header) pin(ref.parser.header);
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        whole = true;
       }
       if (!whole && !(headerOnly && start > 0)) stream = createReadStream("", { fd, start, highWaterMark: 64 * 1024 });
     } finally {

@@ -72,8 +72,16 @@ import {
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
-import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
+import type {
+  HeaderReadOptions,
+  HeaderResult,
+  HistoryReadOptions,
+  ReadResult,
+  StateBackend,
+  WriteOptions,
+  WriteResult,
+} from "./types.js";
+import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 export type { PgLikeClient, PgLikePool, PgLikeResult, PgNamedQuery, PostgresConnectionOptions };
 
@@ -450,7 +458,9 @@ export class PostgresBackend implements StateBackend {
    * @throws {FormatError} naming the key when the stored header is corrupt
    * @throws {BackendError} when PostgreSQL fails
    */
-  async readHeader(key: string): Promise<HeaderResult | undefined> {
+  async readHeader(key: string, options: HeaderReadOptions = {}): Promise<HeaderResult | undefined> {
+    // Every value is returned whole: `clipAt` allows clipping, it does not require it.
+    checkHeaderReadOptions(this.name, options);
     validateKey(key);
     const r = await this.call(`cannot load ${JSON.stringify(key)}`, key, () =>
       this.pool.query(

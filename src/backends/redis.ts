@@ -74,8 +74,16 @@ import {
   parseHeaderField,
   tailDigest,
 } from "./stored.js";
-import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
+import type {
+  HeaderReadOptions,
+  HeaderResult,
+  HistoryReadOptions,
+  ReadResult,
+  StateBackend,
+  WriteOptions,
+  WriteResult,
+} from "./types.js";
+import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /**
  * The minimal structural shape of a Redis client this backend calls. An
@@ -489,7 +497,9 @@ export class RedisBackend implements StateBackend {
    * @throws {FormatError} naming the key when the stored header is corrupt
    * @throws {BackendError} when Redis fails or does not answer in time
    */
-  async readHeader(key: string): Promise<HeaderResult | undefined> {
+  async readHeader(key: string, options: HeaderReadOptions = {}): Promise<HeaderResult | undefined> {
+    // Every value is returned whole: `clipAt` allows clipping, it does not require it.
+    checkHeaderReadOptions(this.name, options);
     validateKey(key);
     const reply = await this.call(`cannot load ${JSON.stringify(key)}`, key, () =>
       this.run(SCRIPTS.read, [this.headerKey(key), this.historyKey(key)], [1, 0]),

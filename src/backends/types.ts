@@ -81,12 +81,45 @@ export interface HistoryReadOptions {
   revision?: number;
 }
 
+/**
+ * Options of {@link StateBackend.readHeader}.
+ */
+export interface HeaderReadOptions {
+  /**
+   * A reader that shows a header (such as `dumplings show`) and needs only the
+   * start of a long value: a backend MAY return a `[CONFIG]`/`[STATE]` value
+   * longer than this many UTF-16 code units clipped, and list it in
+   * {@link HeaderResult.clipped}, so that a 50 MB prompt is never held in
+   * memory. A backend may also ignore it and return every value whole.
+   * Never pass a clipped header to a save. An integer >= 0.
+   * @default undefined (every value whole)
+   */
+  clipAt?: number;
+}
+
+/** A header value that {@link StateBackend.readHeader} returned clipped (see {@link HeaderReadOptions.clipAt}). */
+export interface ClippedValue {
+  /** Where the value is: `config.prompt`, `config.modelName`, `state.currentTaskId` or `state.fields.<name>`. */
+  path: string;
+  /**
+   * `string`: the header holds the value's first `clipAt` code units in its place;
+   * `json` (a `state.fields` value): the header holds `null` in its place, and `preview` is the start of its JSON text.
+   */
+  kind: "string" | "json";
+  /** The first `clipAt` code units (of the string, or of the JSON text). */
+  preview: string;
+  /** The whole value's length in UTF-16 code units (of the string, or of its JSON text). */
+  length: number;
+}
+
 /** A stored state's header (everything but the history), read by the optional {@link StateBackend.readHeader}. */
 export interface HeaderResult {
   /** `meta` (its `messageCount` is the stored history's length), `config` and `state`. */
   header: Omit<AgentState, "history">;
   /** Stored revision (≥ 1), for backends with revisions. */
   revision?: number;
+  /** The values returned clipped, when `clipAt` was given and the backend clips (absent or empty: none). */
+  clipped?: ClippedValue[];
 }
 
 /**
@@ -130,8 +163,8 @@ export interface StateBackend {
    * missing, and `ConflictError` when `options.revision` is given and not the stored one (see {@link HistoryReadOptions}).
    */
   iterHistory?(key: string, options?: HistoryReadOptions): AsyncIterable<Message>;
-  /** Optional: the header of `key` without its history; `undefined` when missing. */
-  readHeader?(key: string): Promise<HeaderResult | undefined>;
+  /** Optional: the header of `key` without its history; `undefined` when missing (see {@link HeaderReadOptions}). */
+  readHeader?(key: string, options?: HeaderReadOptions): Promise<HeaderResult | undefined>;
   /** Optional: release connections and file handles. */
   close?(): MaybePromise<void>;
 }

@@ -9,10 +9,29 @@
 
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import type { HistoryReadOptions, WriteOptions } from "./types.js";
+import type { HeaderReadOptions, HistoryReadOptions, WriteOptions } from "./types.js";
 
 const WRITE_OPTIONS = optionKeys<WriteOptions>({ expectedRevision: true, baseLength: true, force: true });
 const HISTORY_READ_OPTIONS = optionKeys<HistoryReadOptions>({ revision: true });
+const HEADER_READ_OPTIONS = optionKeys<HeaderReadOptions>({ clipAt: true });
+
+/**
+ * Refuses an unknown key, or a `clipAt` that is not an integer >= 0, in the
+ * options of a backend's `readHeader`.
+ *
+ * @param backend - the backend's name, for the message (e.g. `file`)
+ * @param options - the options given to `readHeader`
+ * @returns `clipAt`, when given
+ * @throws {InvalidOptionError} naming the option at fault
+ */
+export function checkHeaderReadOptions(backend: string, options: HeaderReadOptions | undefined): number | undefined {
+  checkOptions(`${backend} readHeader`, options, HEADER_READ_OPTIONS);
+  const clipAt = options?.clipAt;
+  if (clipAt !== undefined && !(Number.isSafeInteger(clipAt) && clipAt >= 0)) {
+    throw new InvalidOptionError(`${backend} readHeader`, "clipAt", `must be an integer >= 0, got ${String(clipAt)}`);
+  }
+  return clipAt;
+}
 
 /**
  * Refuses an unknown key in the options of a backend's `write`.

@@ -19,7 +19,7 @@ import { validateKey } from "../backends/keys.js";
 import { MemoryBackend } from "../backends/memory.js";
 import { configureBuiltinBackends, getBackend } from "../backends/registry.js";
 import { SQLiteBackend } from "../backends/sqlite.js";
-import type { StateBackend } from "../backends/types.js";
+import type { ClippedValue, StateBackend } from "../backends/types.js";
 import { ConflictError, StateNotFoundError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
@@ -304,12 +304,20 @@ export interface SessionView {
   streamed: boolean;
   /** The stored revision of the state read, when the backend keeps revisions. */
   revision?: number;
+  /** Header values the backend returned clipped (see `OpenSessionOptions.clipAt`); absent when none. */
+  clipped?: ClippedValue[];
 }
 
 /** Options of {@link openSession}. */
 export interface OpenSessionOptions {
   /** Open exactly this stored revision: `ConflictError` when the session is stored at another one. */
   revision?: number;
+  /**
+   * Header values longer than this (UTF-16 code units) may be returned
+   * clipped, listed in `clipped` (see `HeaderReadOptions.clipAt`): for a
+   * reader that only shows them.
+   */
+  clipAt?: number;
 }
 
 /** How many times a read that met a save in between is started again (see {@link openSession}). */
@@ -328,7 +336,7 @@ const READ_ATTEMPTS = 10;
  * @param backend - the backend
  * @param key - the session key (validated first)
  * @param label - backend label for the not-found message
- * @param options - `revision`: open only that stored revision
+ * @param options - `revision`: open only that stored revision; `clipAt`: long header values may come clipped
  * @returns the header and a one-shot history stream of the same saved state
  * @throws {InvalidKeyError} for a bad key
  * @throws {StateNotFoundError} when nothing is stored under the key
@@ -343,7 +351,10 @@ export async function openSession(
   validateKey(key);
   if (typeof backend.readHeader === "function" && typeof backend.iterHistory === "function") {
     for (let attempt = 1; ; attempt++) {
-      const found = await backend.readHeader(key);
+      const found = await backend.readHeader(
+        key,
+        options.clipAt === undefined ? undefined : { clipAt: options.clipAt },
+      );
       if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
       const revision = found.revision;
       if (options.revision !== undefined && revision !== undefined && revision !== options.revision) {
@@ -361,7 +372,9 @@ export async function openSession(
         if (attempt >= READ_ATTEMPTS) return whole(backend, key, label);
         continue;
       }
-      return { header: found.header, history: resumed(first, stream), streamed: true, revision };
+      const view: SessionView = { header: found.header, history: resumed(first, stream), streamed: true, revision };
+      if (found.clipped !== undefined && found.clipped.length > 0) view.clipped = found.clipped;
+      return view;
     }
   }
   if (options.revision !== undefined && typeof backend.read === "function") {
@@ -397,6 +410,7 @@ async function whole(backend: StateBackend, key: string, label: string | undefin
  * @param key - the session key
  * @param label - backend label for the not-found message
  * @param read - consumes the session; its result is returned
+ * @param options - `clipAt`, passed to {@link openSession}
  * @returns what `read` returned for one saved state
  * @throws what `read` or {@link openSession} throw
  */
@@ -405,11 +419,13 @@ export async function readSession<T>(
   key: string,
   label: string | undefined,
   read: (session: SessionView) => Promise<T>,
+  options: Pick<OpenSessionOptions, "clipAt"> = {},
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     // The last attempt loads the session whole (one saved state, in memory): a paged store written
     // faster than it can be read page by page is still read.
-    const session = attempt < READ_ATTEMPTS ? await openSession(backend, key, label) : await whole(backend, key, label);
+    const session =
+      attempt < READ_ATTEMPTS ? await openSession(backend, key, label, options) : await whole(backend, key, label);
     try {
       return await read(session);
     } catch (e) {

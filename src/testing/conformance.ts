@@ -645,6 +645,60 @@ export function runBackendConformance<B extends StateBackend>(
         }
       });
 
+      it("readHeader with { clipAt } returns each long value whole or clipped and listed, never other data", async (ctx) => {
+        if (!backend.readHeader) return ctx.skip("the backend has no readHeader");
+        const readHeader = backend.readHeader.bind(backend);
+        const k = key("clip");
+        // Long enough to be read in pieces by a streaming store (> 64 KB on one line), with escapes and non-ASCII.
+        const prompt = `${'Réponds brièvement "cite" l\'ordre\n😀 '.repeat(4000)}end`;
+        const fields = { notes: { text: "x".repeat(70_000), n: 1 }, small: [1, 2] };
+        const state = makeState(syntheticHistory(3, "clip"), {
+          config: { prompt, modelName: "m".repeat(100) },
+          currentTaskId: `task-${"t".repeat(80_000)}`,
+          fields,
+        });
+        await backend.save(k, state);
+        const whole = await readHeader(k);
+        expect(whole?.clipped ?? []).toEqual([]);
+        expect(whole?.header.config.prompt).toBe(prompt);
+        const clipAt = 50;
+        const r = await readHeader(k, { clipAt });
+        expect(r?.revision).toBe(whole?.revision);
+        expect(r?.header.meta).toEqual(whole?.header.meta);
+        const values: Record<string, unknown> = {
+          "config.prompt": prompt,
+          "config.modelName": state.config.modelName,
+          "state.currentTaskId": state.state.currentTaskId,
+          "state.fields.notes": fields.notes,
+        };
+        const at = (path: string): unknown => {
+          const [part, name, field] = path.split(".") as [string, string, string | undefined];
+          const section = ((r?.header ?? {}) as unknown as Record<string, Record<string, unknown>>)[part] ?? {};
+          return field === undefined ? section[name] : (section[name] as Record<string, unknown>)[field];
+        };
+        const clipped = new Map((r?.clipped ?? []).map((c) => [c.path, c]));
+        for (const [path, value] of Object.entries(values)) {
+          const c = clipped.get(path);
+          if (c === undefined) {
+            expect(at(path), path).toEqual(value);
+            continue;
+          }
+          const text = typeof value === "string" ? value : JSON.stringify(value);
+          expect(c, path).toEqual({
+            path,
+            kind: typeof value === "string" ? "string" : "json",
+            preview: text.slice(0, clipAt),
+            length: text.length,
+          });
+          expect(at(path), path).toEqual(typeof value === "string" ? text.slice(0, clipAt) : null);
+        }
+        for (const c of clipped.keys()) expect(Object.keys(values), `clipped ${c}`).toContain(c);
+        expect(r?.header.state.fields.small).toEqual([1, 2]);
+        for (const bad of [{ clipAt: -1 }, { clipAt: 1.5 }, { clipat: 10 }]) {
+          await failsWith(() => readHeader(k, bad as never), InvalidOptionError);
+        }
+      });
+
       it("throws StateNotFoundError for a missing key", async (ctx) => {
         if (!backend.iterHistory) return ctx.skip("the backend has no iterHistory");
         const iterHistory = backend.iterHistory.bind(backend);

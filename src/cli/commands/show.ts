@@ -19,6 +19,9 @@ interface ShowOptions {
   json?: boolean;
 }
 
+/** How much of a long header value the text output reads (it shows at most 100 characters of one). */
+const CLIP_AT = 1024;
+
 /** Parses a non-negative integer option value. @internal */
 export function parseCount(value: string): number {
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError(`expected a whole number, got ${JSON.stringify(value)}`);
@@ -46,13 +49,24 @@ export function showCommand(): Command {
       const { backend, label } = await openBackendAsync(options, process.env, { mustExist: true });
       try {
         // Header and history of one saved state, read again when a save replaced the history mid-read.
-        const { session, stats } = await readSession(backend, key, label, async (session) => {
-          const stats = new HistoryStats(options.last);
-          for await (const message of session.history) stats.add(message);
-          return { session, stats };
-        });
+        // The text shows the start of long values only: they may come clipped (a 50 MB prompt is not held in memory).
+        const { session, stats } = await readSession(
+          backend,
+          key,
+          label,
+          async (session) => {
+            const stats = new HistoryStats(options.last);
+            for await (const message of session.history) stats.add(message);
+            return { session, stats };
+          },
+          options.json ? {} : { clipAt: CLIP_AT },
+        );
         const summary = stats.summary();
         const { meta, config, state } = session.header;
+        const clipped = new Map((session.clipped ?? []).map((c) => [c.path, c]));
+        const length = (path: string, value: string) => clipped.get(path)?.length ?? value.length;
+        const text = (path: string, value: string) =>
+          clipped.has(path) ? `${oneLine(value, 100)} (${clipped.get(path)?.length} chars)` : value;
         if (options.json) {
           printJson({
             key,
@@ -86,10 +100,15 @@ export function showCommand(): Command {
           ["message_count", String(meta.messageCount)],
         ]);
         section("CONFIG", [
-          ["prompt", config.prompt === "" ? '""' : `"${oneLine(config.prompt, 80)}" (${config.prompt.length} chars)`],
-          ["api_provider", config.apiProvider],
-          ["api_key_env", config.apiKeyEnv],
-          ["model_name", config.modelName],
+          [
+            "prompt",
+            config.prompt === "" && !clipped.has("config.prompt")
+              ? '""'
+              : `"${oneLine(config.prompt, 80)}" (${length("config.prompt", config.prompt)} chars)`,
+          ],
+          ["api_provider", text("config.apiProvider", config.apiProvider)],
+          ["api_key_env", text("config.apiKeyEnv", config.apiKeyEnv)],
+          ["model_name", text("config.modelName", config.modelName)],
           ["max_tokens", String(config.maxTokens)],
           ["stream", String(config.stream)],
           ["fc_model", String(config.fcModel)],
@@ -97,12 +116,20 @@ export function showCommand(): Command {
           ["tool_max_workers", String(config.toolMaxWorkers)],
         ]);
         section("STATE", [
-          ["current_task_id", JSON.stringify(state.currentTaskId)],
+          [
+            "current_task_id",
+            clipped.has("state.currentTaskId")
+              ? `${oneLine(JSON.stringify(state.currentTaskId), 100)} (${length("state.currentTaskId", "")} chars)`
+              : JSON.stringify(state.currentTaskId),
+          ],
           ["hooks", JSON.stringify(state.hooks)],
-          ...Object.entries(state.fields).map(([k, v]): [string, string] => [
-            `field.${k}`,
-            oneLine(JSON.stringify(v), 100),
-          ]),
+          ...Object.entries(state.fields).map(([k, v]): [string, string] => {
+            const c = clipped.get(`state.fields.${k}`);
+            return [
+              `field.${k}`,
+              c ? `${oneLine(c.preview, 100)} (${c.length} chars of JSON)` : oneLine(JSON.stringify(v), 100),
+            ];
+          }),
         ]);
         const roles = Object.entries(summary.byRole)
           .map(([role, n]) => `${role} ${n}`)

@@ -35,11 +35,21 @@ afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-/** Reads `key` as show does for `ms`, checking each read is one saved state; returns the number of reads. */
-async function readWhileSaving(backend: StateBackend, key: string, ms: number): Promise<number> {
+/**
+ * Reads `key` as show does for `ms`, and on (up to 20 s) until `enough()` (the writer saved enough
+ * meanwhile: a loaded machine slows it down), checking each read is one saved state; returns the
+ * number of reads.
+ */
+async function readWhileSaving(
+  backend: StateBackend,
+  key: string,
+  ms: number,
+  enough: () => boolean = () => true,
+): Promise<number> {
   let reads = 0;
   const until = Date.now() + ms;
-  while (Date.now() < until) {
+  const last = Date.now() + 20_000;
+  while (Date.now() < until || (!enough() && Date.now() < last)) {
     const got = await readSession(backend, key, undefined, async (session) => {
       const history: Message[] = [];
       for await (const m of session.history) history.push(m);
@@ -128,7 +138,7 @@ describe("a live session read while it is saved is one saved state", () => {
       const writer = inProcessWriter(backend, key);
       try {
         while (writer.saves < 2) await new Promise((r) => setTimeout(r, 5));
-        expect(await readWhileSaving(backend, key, 1500)).toBeGreaterThan(5);
+        expect(await readWhileSaving(backend, key, 1500, () => writer.saves > 10)).toBeGreaterThan(5);
         expect(writer.saves).toBeGreaterThan(10);
       } finally {
         await writer.stop();
@@ -155,7 +165,7 @@ describe("a live session read while it is saved is one saved state", () => {
     const writer = await childWriter("crash/file-writer.ts", [dir, "k"], 2);
     try {
       const backend = new FileBackend({ baseDir: dir });
-      expect(await readWhileSaving(backend, "k", 3000)).toBeGreaterThan(5);
+      expect(await readWhileSaving(backend, "k", 3000, () => writer.acks > 10)).toBeGreaterThan(5);
       expect(writer.acks).toBeGreaterThan(10);
       // `dumplings export` and `show` of the live session: a valid file of one saved state, exit 0
       for (let i = 0; i < 3; i++) {

@@ -64,7 +64,12 @@ import {
   resolveHooks,
 } from "./classes.js";
 import { backendLabel, currentSettings, resolveBackend } from "./config.js";
-import { applyToolArgumentPolicy, assertNoCredentials, resolveApiKey } from "./credentials.js";
+import {
+  applyToolArgumentPolicy,
+  assertNoCredentials,
+  resolveApiKey,
+  type ToolArgumentSecretsPolicy,
+} from "./credentials.js";
 import { UnsupportedOperationError } from "./errors.js";
 import {
   abandonSnapshot,
@@ -73,6 +78,7 @@ import {
   forgetTrack,
   getTrack,
   type Home,
+  type PolicyChecked,
   recordLoaded,
   recordSaved,
   saveSnapshot,
@@ -234,13 +240,25 @@ const scanned = { redact: new WeakMap<object, Message>(), refuse: new WeakSet<ob
  * messages when something was redacted. The agent's own messages are
  * untouched. Each message object is scanned once (cached), except the last
  * one, which is rescanned at every save (it may be edited in place).
+ *
+ * The first `from` messages are not looked at: the caller knows them to be in
+ * their stored form under `policy` already (see `Track.policyChecked`), so a
+ * save with a proven stored prefix costs O(new messages) here too.
+ *
+ * @param state - the state about to be written (its `history` may be replaced)
+ * @param policy - the policy in force
+ * @param from - how many leading messages are known to be in stored form under `policy`
+ * @returns how many leading messages of the history are in stored form as they are (the policy
+ *   leaves them unchanged): its length, unless something was redacted
+ * @throws {CredentialError} with `refuse`, naming the message and field
  */
-function applySecretsPolicy(state: AgentState): void {
-  const policy = currentSettings().toolArgumentSecrets;
-  if (policy === "keep") return;
+function applySecretsPolicy(state: AgentState, policy: ToolArgumentSecretsPolicy, from = 0): number {
+  const n = state.history.length;
+  if (policy === "keep") return n;
   let out: Message[] | undefined;
-  const last = state.history.length - 1;
-  for (let i = 0; i <= last; i++) {
+  let unchanged = n;
+  const last = n - 1;
+  for (let i = from; i <= last; i++) {
     const m = state.history[i] as Message;
     let r: Message;
     if (policy === "refuse") {
@@ -258,9 +276,11 @@ function applySecretsPolicy(state: AgentState): void {
     if (r !== m) {
       out ??= state.history.slice();
       out[i] = r;
+      if (unchanged === n) unchanged = i;
     }
   }
   if (out !== undefined) state.history = out;
+  return unchanged;
 }
 
 /**
@@ -318,9 +338,17 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
     // The last message as this write stores it: the tracker's fingerprint for the next save.
     const lastIndex = history.length - 1;
     const last = lastIndex < 0 ? undefined : { text: texts[texts.length - 1], shape: jsonShape(history[lastIndex]) };
+    // The proven stored prefix was found in stored form under this policy by an earlier save (every
+    // position holds the same object, the last one unchanged in place): only the rest is scanned.
+    const policy = currentSettings().toolArgumentSecrets;
+    const checked =
+      baseLength !== undefined && track?.policyChecked?.policy === policy
+        ? Math.min(track.policyChecked.through, baseLength)
+        : 0;
+    let policyChecked: PolicyChecked;
     let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
     try {
-      applySecretsPolicy(state);
+      policyChecked = { policy, through: applySecretsPolicy(state, policy, checked) };
       // Redacted messages are other objects: the backend serialises those itself.
       if (state.history === history) lendTexts(history, boundary === undefined ? from : from - 1, texts);
       result = await backend.write(k, state, { expectedRevision, baseLength, force: options.force ?? false });
@@ -330,7 +358,16 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
     } finally {
       reclaimTexts(history);
     }
-    recordSaved(agent, backend, k, history, result.rewritten ? undefined : baseLength, result.revision, last);
+    recordSaved(
+      agent,
+      backend,
+      k,
+      history,
+      result.rewritten ? undefined : baseLength,
+      result.revision,
+      last,
+      policyChecked,
+    );
     return { key: k, revision: result.revision, written: result.written, rewritten: result.rewritten };
   }
   const history = own ?? live.slice();
@@ -342,7 +379,7 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
     );
   }
   checkHistory(history, 0);
-  applySecretsPolicy(state);
+  applySecretsPolicy(state, currentSettings().toolArgumentSecrets);
   try {
     await backend.save(k, state);
   } catch (e) {
@@ -550,7 +587,7 @@ export async function* iterHistory(key: string, options: BackendOptions = {}): A
 export function exportStateString(agent: PersistableAgent): string {
   const state = agent.toState();
   checkHeader(state);
-  applySecretsPolicy(state);
+  applySecretsPolicy(state, currentSettings().toolArgumentSecrets);
   return encodeState(state);
 }
 

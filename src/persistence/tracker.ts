@@ -41,6 +41,7 @@
 import type { StateBackend } from "../backends/types.js";
 import { jsonShape, sameJsonShape } from "../core/json.js";
 import type { Message } from "../core/messages.js";
+import type { ToolArgumentSecretsPolicy } from "./credentials.js";
 
 /** What is known to be stored for one (agent, store, key). */
 export interface Track {
@@ -52,6 +53,21 @@ export interface Track {
   lastShape: unknown;
   /** The JSON text of `stored[stored.length - 1]` as written, when known (lent to the next save's backend). */
   lastText: string | undefined;
+  /** How many leading messages of `stored` the last save found in stored form under its `toolArgumentSecrets` policy. */
+  policyChecked?: PolicyChecked;
+}
+
+/**
+ * What a save learnt of the `toolArgumentSecrets` policy over the history it wrote: the first
+ * `through` messages are in their stored form under `policy` as they are (with `refuse`: they
+ * passed; with `redact`: nothing in them is redacted). A later save under the same policy need
+ * not scan them again while they are the proven stored prefix.
+ */
+export interface PolicyChecked {
+  /** The policy in force at that save. */
+  policy: ToolArgumentSecretsPolicy;
+  /** Leading messages in stored form under it. */
+  through: number;
 }
 
 /** Where an agent was last loaded from or saved to. */
@@ -221,6 +237,7 @@ export function recordLoaded(
  * @param last - the last message's JSON text and `jsonShape` taken when it was serialised for the
  *   write (then the fingerprint is what was stored, even if the message changed during the write);
  *   without it, the shape is taken now and the text is not known
+ * @param policyChecked - what the save learnt of the `toolArgumentSecrets` policy over `history`, when known
  */
 export function recordSaved(
   agent: object,
@@ -230,6 +247,7 @@ export function recordSaved(
   baseLength: number | undefined,
   revision: number | undefined,
   last?: { text: string | undefined; shape: unknown },
+  policyChecked?: PolicyChecked,
 ): void {
   const previous = getTrack(agent, backend, key);
   let stored: Message[];
@@ -244,7 +262,7 @@ export function recordSaved(
   const message = history[history.length - 1];
   const lastShape = last?.shape ?? jsonShape(message);
   const lastText = last?.text;
-  setTrack(agent, backend, key, { revision, stored, lastShape, lastText });
+  setTrack(agent, backend, key, { revision, stored, lastShape, lastText, policyChecked });
   homes.set(agent, { backend, key });
 }
 

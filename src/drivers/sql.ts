@@ -58,6 +58,16 @@ export interface SqlDriver {
    * A {@link DumplingsError} thrown by `fn` is rethrown as is; anything else becomes a `BackendError`.
    */
   transaction<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T>;
+  /**
+   * Optional: {@link transaction} whose commit need not be flushed to disk. It
+   * is in the database when the call returns (a crash of this process never
+   * loses it), but a crash of the host (power loss, OS crash) may roll it back
+   * until the next synced commit on the database, which makes it durable with
+   * everything committed before it. SQLite (WAL): the commit is not fsynced,
+   * as with `synchronous = NORMAL`. A driver without it: callers use
+   * {@link transaction}.
+   */
+  unsyncedTransaction?<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T>;
   /** The database's plan for a query, as text (for tests and diagnostics). */
   explain(text: string, values?: unknown[]): Promise<string>;
   /** Releases what the driver opened (never an injected pool or database). */

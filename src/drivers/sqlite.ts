@@ -177,6 +177,8 @@ export class SqliteDriver implements SqlDriver {
   /** Calls of this driver queued and not settled yet. */
   private queuedLocal = 0;
   private closed = false;
+  private walMode: boolean | undefined;
+  private pragmas: { read: BetterSqlite3.Statement; normal: BetterSqlite3.Statement } | undefined;
 
   /**
    * Opens the file (creating its directory) and applies the component's missing migrations.
@@ -277,25 +279,68 @@ export class SqliteDriver implements SqlDriver {
 
   /** {@inheritDoc SqlDriver.transaction} (`BEGIN IMMEDIATE`: the write lock is taken up front, so `busy_timeout` applies) */
   transaction<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T> {
+    return this.exclusive(what, key, () => this.immediate(fn));
+  }
+
+  /**
+   * {@inheritDoc SqlDriver.unsyncedTransaction}
+   *
+   * `PRAGMA synchronous = NORMAL` for this transaction only (the connection's
+   * setting, `FULL` or other, is restored after it): in WAL mode the commit
+   * writes its frames to the WAL without an fsync, so it survives a crash of
+   * the process; the next `FULL` commit's fsync of the WAL covers them too.
+   * Outside WAL mode (an injected database) it is {@link transaction}.
+   */
+  unsyncedTransaction<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T> {
     return this.exclusive(what, key, async () => {
-      this.db.exec("BEGIN IMMEDIATE");
-      const file = this.file;
-      if (file !== undefined) openTransactions.set(file, (openTransactions.get(file) ?? 0) + 1);
+      const relax = this.relaxer();
+      if (!relax) return this.immediate(fn);
+      const before = Number(relax.read.get());
+      if (before <= 1) return this.immediate(fn);
+      relax.normal.run();
       try {
-        const result = await fn(async (text, values) => this.run(text, values));
-        this.db.exec("COMMIT");
-        return result;
-      } catch (e) {
-        if (this.db.inTransaction) this.db.exec("ROLLBACK");
-        throw e;
+        return await this.immediate(fn);
       } finally {
-        if (file !== undefined) {
-          const n = (openTransactions.get(file) ?? 1) - 1;
-          if (n > 0) openTransactions.set(file, n);
-          else openTransactions.delete(file);
-        }
+        if (this.db.open) this.compile(`PRAGMA synchronous = ${before}`).stmt.run();
       }
     });
+  }
+
+  /**
+   * The prepared pragmas of {@link unsyncedTransaction} (a pragma call prepares a statement each time),
+   * or undefined when the connection is not in WAL mode (asked once: the mode is the file's and stays).
+   */
+  private relaxer(): { read: BetterSqlite3.Statement; normal: BetterSqlite3.Statement } | undefined {
+    if (this.walMode === undefined) {
+      this.walMode = String(this.db.pragma("journal_mode", { simple: true })).toLowerCase() === "wal";
+    }
+    if (!this.walMode) return undefined;
+    this.pragmas ??= {
+      read: this.db.prepare("PRAGMA synchronous").pluck(),
+      normal: this.db.prepare("PRAGMA synchronous = NORMAL"),
+    };
+    return this.pragmas;
+  }
+
+  /** `BEGIN IMMEDIATE`, the body, `COMMIT` (`ROLLBACK` on any error), counted in {@link openTransactions}. */
+  private async immediate<T>(fn: (query: SqlQuery) => Promise<T>): Promise<T> {
+    this.db.exec("BEGIN IMMEDIATE");
+    const file = this.file;
+    if (file !== undefined) openTransactions.set(file, (openTransactions.get(file) ?? 0) + 1);
+    try {
+      const result = await fn(async (text, values) => this.run(text, values));
+      this.db.exec("COMMIT");
+      return result;
+    } catch (e) {
+      if (this.db.inTransaction) this.db.exec("ROLLBACK");
+      throw e;
+    } finally {
+      if (file !== undefined) {
+        const n = (openTransactions.get(file) ?? 1) - 1;
+        if (n > 0) openTransactions.set(file, n);
+        else openTransactions.delete(file);
+      }
+    }
   }
 
   /**

@@ -34,7 +34,14 @@ import {
   StaleFencingTokenError,
   StepFailedError,
 } from "./errors.js";
-import { hashInput, type Journal, recordError, type StepRecord } from "./journal.js";
+import {
+  hashInput,
+  type Journal,
+  recordError,
+  type StepRecord,
+  type WriteStepOptions,
+  withOutputJson,
+} from "./journal.js";
 import type { RunEventStream } from "./stream-contract.js";
 
 /** The keys of {@link StepOptions}: any other is an `InvalidOptionError`. */
@@ -124,6 +131,9 @@ export function currentStep(): StepInfo | undefined {
 
 const storage = new AsyncLocalStorage<Scope>();
 
+/** A `started` record's write: it must survive a crash of this process, and the step's end record syncs it. */
+const UNSYNCED: WriteStepOptions = Object.freeze({ sync: false });
+
 /** @internal Runs `fn` with `ctx` as the current run. */
 export function withRunContext<T>(ctx: RunContext, fn: () => Promise<T>): Promise<T> {
   return storage.run({ ctx }, fn);
@@ -197,9 +207,12 @@ async function refusal(ctx: RunContext, error: unknown): Promise<never> {
   throw error;
 }
 
-function write(ctx: RunContext, record: StepRecord): Promise<void> {
+/** Records `record` (after the run's earlier writes); `sync: false` only for a `started` record (see {@link WriteStepOptions}). */
+function write(ctx: RunContext, record: StepRecord, sync = true): Promise<void> {
   if (ctx.abortSignal.aborted) return Promise.reject(abortReason(ctx));
-  const p = ctx.writeChain.then(() => ctx.journal.writeStep(ctx.fencingToken, record));
+  const p = ctx.writeChain.then(() =>
+    sync ? ctx.journal.writeStep(ctx.fencingToken, record) : ctx.journal.writeStep(ctx.fencingToken, record, UNSYNCED),
+  );
   ctx.writeChain = p.catch(() => undefined);
   return p.then(
     () => {
@@ -225,26 +238,38 @@ async function replayed(
   name: string,
   inputHash: string,
 ): Promise<StepRecord | undefined> {
+  const rec = recorded(ctx, seq, name, inputHash);
+  if (rec && rec.inputHash !== inputHash) await drifted(ctx, rec, seq, name, inputHash);
+  return rec;
+}
+
+/**
+ * The record at `seq` checked by name (see {@link replayed}), without a promise: the drift, if any, is the
+ * caller's to record with {@link drifted} (a replayed step's common case has none, and no await).
+ */
+function recorded(ctx: RunContext, seq: number, name: string, inputHash: string): StepRecord | undefined {
   const rec = ctx.records[seq];
   if (!rec) return undefined;
   if (rec.name !== name) {
     throw new ReplayMismatchError(ctx.runId, seq, { name: rec.name, inputHash: rec.inputHash }, { name, inputHash });
   }
-  if (rec.inputHash !== inputHash) {
-    const outcome =
-      rec.status === "completed"
-        ? "the recorded result was used"
-        : rec.status === "failed"
-          ? "the recorded failure stands"
-          : "the step continues with the new input";
-    await ctx.journal.appendEvent(ctx.runId, {
-      type: "step_drift",
-      seq,
-      name,
-      detail: `input changed: ${rec.inputHash.slice(0, 12)} → ${inputHash.slice(0, 12)}; ${outcome}`,
-    });
-  }
   return rec;
+}
+
+/** Records the `step_drift` event of a replayed record whose input hash differs from the program's. */
+async function drifted(ctx: RunContext, rec: StepRecord, seq: number, name: string, inputHash: string): Promise<void> {
+  const outcome =
+    rec.status === "completed"
+      ? "the recorded result was used"
+      : rec.status === "failed"
+        ? "the recorded failure stands"
+        : "the step continues with the new input";
+  await ctx.journal.appendEvent(ctx.runId, {
+    type: "step_drift",
+    seq,
+    name,
+    detail: `input changed: ${rec.inputHash.slice(0, 12)} → ${inputHash.slice(0, 12)}; ${outcome}`,
+  });
 }
 
 const delay = (ms: number, signal?: AbortSignal) =>
@@ -427,7 +452,8 @@ export async function step<T = JsonValue>(
   const inputHash = hashInput(input, `step "${name}" input`);
   assertLive(ctx);
   const seq = ctx.nextSeq++;
-  const rec = await replayed(ctx, seq, name, inputHash);
+  const rec = recorded(ctx, seq, name, inputHash);
+  if (rec && rec.inputHash !== inputHash) await drifted(ctx, rec, seq, name, inputHash);
   const parse = (v: JsonValue): T => (options.schema ? options.schema.parse(v) : (v as T));
   if (rec?.status === "completed") return parse(rec.output ?? null);
   if (rec?.status === "failed") {
@@ -470,8 +496,11 @@ export async function step<T = JsonValue>(
       fencingToken: ctx.fencingToken,
       ...(lastError ? { error: lastError } : {}),
     };
-    await write(ctx, started);
+    // Unsynced unless the body must never start twice (maxStartedAttempts 1): a crash of this process keeps the
+    // record either way (so interrupted attempts are counted), and the record that ends the step is synced.
+    await write(ctx, started, maxStarted === 1);
     let output: JsonValue;
+    let outputText: string;
     let value: T;
     try {
       const info: StepInfo = {
@@ -485,7 +514,8 @@ export async function step<T = JsonValue>(
       const raw = await storage.run({ ctx, inStep: name, step: info }, () => Promise.resolve(fn(input)));
       const out = raw === undefined ? null : raw;
       assertJson(out, `step "${name}" output`);
-      output = JSON.parse(JSON.stringify(out)) as JsonValue;
+      outputText = JSON.stringify(out);
+      output = JSON.parse(outputText) as JsonValue;
       value = parse(output);
     } catch (error) {
       if (ctx.abortSignal.aborted) throw abortReason(ctx);
@@ -501,7 +531,8 @@ export async function step<T = JsonValue>(
       continue;
     }
     const { error: _dropped, ...done } = started;
-    await write(ctx, { ...done, status: "completed", output, finishedAt: Date.now() });
+    // The output was checked and serialised above: the journal stores that text as is.
+    await write(ctx, withOutputJson({ ...done, status: "completed", output, finishedAt: Date.now() }, outputText));
     return value;
   }
 }

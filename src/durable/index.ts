@@ -74,6 +74,7 @@ export {
   type StepRecord,
   type StepStatus,
   type UpdateRunResult,
+  type WriteStepOptions,
 } from "./journal.js";
 export { type PgPoolLike, PostgresJournal, type PostgresJournalOptions } from "./journal-postgres.js";
 export { RedisJournal, type RedisJournalOptions } from "./journal-redis.js";

@@ -14,6 +14,7 @@
  * @module
  */
 
+import { createHash } from "node:crypto";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
   type PgLikePool,
@@ -22,6 +23,8 @@ import {
   PostgresDriver,
   type PostgresMigrations,
 } from "../drivers/postgres.js";
+import { RunNotFoundError } from "./errors.js";
+import { checkStepWrite, outputColumn, type StepRecord, syncedWrite, type WriteStepOptions } from "./journal.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
@@ -63,6 +66,8 @@ export class PostgresJournal extends SqlJournal {
   /** The schema holding the tables. */
   readonly schema: string;
   private readonly pg: PostgresDriver;
+  /** The one-statement step writes, synced and not (see {@link writeStep}), with their prepared-statement names. */
+  private readonly stepWrites: Record<"synced" | "unsynced", { name: string; text: string }>;
 
   /**
    * No connection is made here: the tables are created or migrated at the first call.
@@ -77,6 +82,71 @@ export class PostgresJournal extends SqlJournal {
     this.pg = driver;
     this.pool = driver.pool;
     this.schema = driver.schema;
+    const text = (sync: boolean) => stepWriteSql(this.t, driver.nowMs, sync);
+    const named = (sql: string) => ({
+      // a hash of the text: one name per schema and variant, within PostgreSQL's 63-byte identifiers
+      name: `dumplings_step_${createHash("sha1").update(sql).digest("hex").slice(0, 24)}`,
+      text: sql,
+    });
+    this.stepWrites = { synced: named(text(true)), unsynced: named(text(false)) };
+  }
+
+  /**
+   * {@inheritDoc Journal.writeStep}
+   *
+   * One statement, so one round trip: it locks the run's row, checks the
+   * token, the seq and the record it replaces, writes the record, counts and
+   * appends the event, or writes nothing and returns what it found (the
+   * error is then built from that). `sync: false` sets
+   * `synchronous_commit = off` for that statement's transaction only: the
+   * record is in the server when the call returns, and may be lost only if
+   * the server itself crashes before its WAL writer flushes it (within
+   * about 3 × `wal_writer_delay`) or a later synced commit does. Anything
+   * unusual (an event index taken by a process of an earlier release, a seq
+   * that is not an integer) takes the transaction of {@link SqlJournal}.
+   */
+  override async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
+    const sync = syncedWrite(this.name, options);
+    const { runId, seq } = record;
+    if (!Number.isInteger(seq) || seq < 0 || !Number.isSafeInteger(token)) {
+      return super.writeStep(token, record, options);
+    }
+    const output = outputColumn(record);
+    const statement = this.stepWrites[sync ? "synced" : "unsynced"];
+    const values = [
+      runId,
+      seq,
+      record.name,
+      record.inputHash,
+      record.status,
+      output,
+      record.error === undefined ? null : JSON.stringify(record.error),
+      record.attempt,
+      record.startedAt,
+      record.finishedAt ?? null,
+      token,
+      `step_${record.status}`,
+    ];
+    let row: Record<string, unknown> | undefined;
+    try {
+      row = (
+        await this.pg.query(`cannot write a step of run ${JSON.stringify(runId)}`, runId, { ...statement, values })
+      ).rows[0];
+    } catch (e) {
+      // 23505: the event's index is taken (a process of the previous release counted the events itself):
+      // the statement wrote nothing; the transaction resynchronises the counter.
+      if ((e as { cause?: { code?: unknown } }).cause?.code === "23505") return super.writeStep(token, record, options);
+      throw e;
+    }
+    if (Number(row?.written) === 1) return;
+    if (row?.token === null || row?.token === undefined) throw new RunNotFoundError(runId);
+    const existing =
+      row.cur_name === null || row.cur_name === undefined
+        ? undefined
+        : { name: String(row.cur_name), status: String(row.cur_status) };
+    checkStepWrite(runId, token, Number(row.token), Number(row.n), existing, record);
+    // Nothing refused it, yet nothing was written: let the transaction decide.
+    return super.writeStep(token, record, options);
   }
 
   /**
@@ -94,4 +164,47 @@ export class PostgresJournal extends SqlJournal {
       this.pg.forgetMigrations();
     }
   }
+}
+
+/**
+ * The statement of {@link PostgresJournal.writeStep}: `$1` run id, `$2` seq,
+ * `$3` name, `$4` input hash, `$5` status, `$6` output JSON, `$7` error JSON,
+ * `$8` attempt, `$9` started at, `$10` finished at, `$11` token, `$12` event
+ * type. Returns one row: the run's token (null: no run), `n` (the number of
+ * step records), the record at the seq (`cur_name`, `cur_status`) as they
+ * were, and `written` (1 when the record and its event were written, else 0
+ * and nothing was). Every sub-statement sees one snapshot; the run's row is
+ * locked first, and every writer of a run's steps holds its current token,
+ * so the snapshot's steps are the run's (an operator's change bumps the token,
+ * which the locked row shows).
+ */
+function stepWriteSql(t: { runs: string; steps: string; events: string }, now: string, sync: boolean): string {
+  return `WITH run AS (
+  SELECT fencing_token FROM ${t.runs} WHERE run_id = $1 FOR UPDATE
+), prior AS (
+  SELECT COALESCE((SELECT seq FROM ${t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1) + 1, 0) AS n,
+    (SELECT name FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer) AS cur_name,
+    (SELECT status FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer) AS cur_status
+), ok AS (
+  SELECT 1 FROM run, prior
+  WHERE run.fencing_token = $11::bigint AND $2::integer <= prior.n
+    AND (prior.cur_name IS NULL OR (prior.cur_name = $3::text AND prior.cur_status <> 'completed'))
+), step AS (
+  INSERT INTO ${t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
+  SELECT $1, $2::integer, $3::text, $4::text, $5::text, $6::text, $7::text, $8::integer, $9::bigint, $10::bigint, $11::bigint FROM ok
+  ON CONFLICT (run_id, seq) DO UPDATE SET input_hash = excluded.input_hash, status = excluded.status,
+    output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
+    started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token
+  RETURNING 1
+), counted AS (
+  UPDATE ${t.runs} SET event_count = event_count + 1 WHERE run_id = $1 AND EXISTS (SELECT 1 FROM step)
+  RETURNING event_count
+), event AS (
+  INSERT INTO ${t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token)
+  SELECT $1, event_count - 1, $12::text, ${now}, $2::integer, $3::text, $8::integer, $11::bigint FROM counted
+  RETURNING 1
+)
+SELECT (SELECT fencing_token FROM run) AS token, prior.n, prior.cur_name, prior.cur_status,
+  (SELECT count(*) FROM event)::integer AS written${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}
+FROM prior`;
 }

@@ -48,6 +48,7 @@ import type {
   SignalRecord,
   StepRecord,
   UpdateRunResult,
+  WriteStepOptions,
 } from "./journal.js";
 import {
   checkResetSeq,
@@ -55,9 +56,11 @@ import {
   ENDED_RUN_STATUSES,
   jsonColumn,
   leaseMs,
+  outputColumn,
   RETRYABLE_RUN_STATUSES,
   retryRefused,
   runFromRow,
+  syncedWrite,
 } from "./journal.js";
 
 /** The keys of {@link RedisJournalOptions}: any other is an `InvalidOptionError`. */
@@ -394,9 +397,13 @@ export class RedisJournal implements Journal {
   }
 
   /** {@inheritDoc Journal.writeStep} */
-  async writeStep(token: number, record: StepRecord): Promise<void> {
-    jsonColumn(record.output, `step "${record.name}" output`);
-    const stored: StepRecord = { ...record, fencingToken: token };
+  async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
+    syncedWrite(this.name, options); // checked; Redis persists as the server is configured
+    const output = outputColumn(record);
+    // The record's JSON with the output's text spliced in (serialised once, by the step or just above).
+    const { output: _output, ...fields } = record;
+    const head = JSON.stringify({ ...fields, fencingToken: token });
+    const stored = output === null ? head : `${head.slice(0, -1)},"output":${output}}`;
     const r = (await this.exec(
       "write a step of",
       record.runId,
@@ -412,7 +419,7 @@ export class RedisJournal implements Journal {
         record.seq,
         record.name,
         record.status,
-        JSON.stringify(stored),
+        stored,
         this.eventJson(`step_${record.status}`, {
           seq: record.seq,
           name: record.name,

@@ -41,6 +41,7 @@ import {
   jsonColumn,
   type LeaseResult,
   leaseMs,
+  outputColumn,
   RETRYABLE_RUN_STATUSES,
   type RunPatch,
   type RunRecord,
@@ -51,7 +52,9 @@ import {
   type StepRecord,
   signalFromRow,
   stepFromRow,
+  syncedWrite,
   type UpdateRunResult,
+  type WriteStepOptions,
 } from "./journal.js";
 
 /** Prefix of the journal's table names unless a store says otherwise. */
@@ -175,7 +178,9 @@ export class SqlJournal implements Journal {
   readonly name: string;
   /** The driver every call goes through. */
   protected readonly driver: SqlDriver;
-  private readonly t: { runs: string; steps: string; signals: string; events: string };
+  private stepCheck: string | undefined;
+  /** The quoted table names. */
+  protected readonly t: { runs: string; steps: string; signals: string; events: string };
 
   /**
    * @param driver - a ready-to-use driver whose migrations include {@link sqlJournalMigrations}
@@ -362,20 +367,21 @@ export class SqlJournal implements Journal {
   }
 
   /** {@inheritDoc Journal.writeStep} */
-  async writeStep(token: number, record: StepRecord): Promise<void> {
-    const output = jsonColumn(record.output, `step "${record.name}" output`);
+  async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
+    const sync = syncedWrite(this.name, options);
+    const output = outputColumn(record);
     const error = record.error === undefined ? null : JSON.stringify(record.error);
     const { runId, seq } = record;
-    await this.change("write a step of", runId, async (query, row) => {
-      const run = requireToken(runId, token, row);
-      // Seqs have no gaps, so the last one + 1 is the count (one index probe, not a scan of the run's steps).
-      const last = await query(`SELECT seq FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, [runId]);
-      const count = last.rows[0] ? Number(last.rows[0].seq) + 1 : 0;
+    const body = async (query: SqlQuery) => {
+      // One statement reads what the checks need: the run's token (its row locked where the database needs
+      // it), the last seq (seqs have no gaps, so + 1 is the count: one index probe) and the record at `seq`.
+      const { rows } = await query(this.stepCheckSql, [runId, Number.isInteger(seq) && seq >= 0 ? seq : -1]);
+      const run = requireToken(runId, token, rows[0]);
+      const count = run.last_seq === null || run.last_seq === undefined ? 0 : Number(run.last_seq) + 1;
       const existing =
-        Number.isInteger(seq) && seq >= 0 && seq < count
-          ? ((await query(`SELECT name, status FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2`, [runId, seq]))
-              .rows[0] as { name: string; status: string } | undefined)
-          : undefined;
+        run.cur_name === null || run.cur_name === undefined
+          ? undefined
+          : { name: String(run.cur_name), status: String(run.cur_status) };
       checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
       await query(
         `INSERT INTO ${this.t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
@@ -403,7 +409,21 @@ export class SqlJournal implements Journal {
         attempt: record.attempt,
         fencingToken: token,
       });
-    });
+    };
+    const label = what("write a step of", runId);
+    await (!sync && this.driver.unsyncedTransaction
+      ? this.driver.unsyncedTransaction(label, runId, body)
+      : this.driver.transaction(label, runId, body));
+  }
+
+  /** The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq). */
+  private get stepCheckSql(): string {
+    this.stepCheck ??= `SELECT fencing_token,
+        (SELECT seq FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1) AS last_seq,
+        (SELECT name FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2) AS cur_name,
+        (SELECT status FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2) AS cur_status
+      FROM ${this.t.runs} WHERE run_id = $1${this.driver.forUpdate}`;
+    return this.stepCheck;
   }
 
   /** {@inheritDoc Journal.updateRun} */

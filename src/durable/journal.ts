@@ -29,6 +29,7 @@
 import { createHash } from "node:crypto";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { JournalIntegrityError, RunStateError, StaleFencingTokenError } from "./errors.js";
 
 /** Status of one step record. */
@@ -184,6 +185,39 @@ export interface RunPatch {
   wakeAt?: number;
 }
 
+/**
+ * Options of {@link Journal.writeStep}.
+ *
+ * `step` writes an attempt's `started` record with `sync: false` (unless its
+ * retry policy's `maxStartedAttempts` is 1) and every other record synced:
+ * the `started` record only counts attempts interrupted by a crash of the
+ * executing process, which it survives either way, and the step's `completed`
+ * (or `failed`) record, synced, makes it durable with it.
+ */
+export interface WriteStepOptions {
+  /**
+   * `false`: the record must survive a crash of the writing process, not
+   * necessarily one of the store's host until the next synced write (SQLite:
+   * the commit is not fsynced, as with `synchronous = NORMAL`; PostgreSQL:
+   * `synchronous_commit = off` for its transaction; Redis: ignored, its
+   * persistence is the server's). @default true
+   */
+  sync?: boolean;
+}
+
+/** The keys of {@link WriteStepOptions}: any other is an `InvalidOptionError`. */
+const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true });
+
+/**
+ * Whether a {@link Journal.writeStep} must be synced (shared by the stores).
+ * @throws {InvalidOptionError} on an unknown option
+ */
+export function syncedWrite(store: string, options: WriteStepOptions | undefined): boolean {
+  if (options === undefined) return true;
+  checkOptions(`${store} writeStep`, options, WRITE_STEP_OPTIONS);
+  return options.sync !== false;
+}
+
 /** Result of {@link Journal.updateRun}. */
 export type UpdateRunResult =
   | { ok: true }
@@ -233,10 +267,18 @@ export interface Journal {
   /**
    * Inserts the record at `record.seq` (which must be the next seq) or updates
    * a not-completed record at that seq with the same name.
+   *
+   * With `options.sync: false` the record must be in the store when the call
+   * returns (a crash of the calling process never loses it) but the store may
+   * skip its flush to disk: a crash of the store's host (power loss, OS or
+   * database server crash) may lose it until the next synced write, which makes
+   * it durable together with everything written before it. A store without
+   * such a mode ignores the option (every write synced).
+   * @param options - `sync` (default true): see above
    * @throws {StaleFencingTokenError} when `token` is not the run's current token
    * @throws {JournalIntegrityError} on a gap, a name change, or a rewrite of a completed record
    */
-  writeStep(token: number, record: StepRecord): Promise<void>;
+  writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void>;
   /**
    * Changes the run's status and records `run_<status>`. With `status:
    * "waiting"` and `waitingFor`, the run is suspended only if that signal has
@@ -339,7 +381,40 @@ export function canonicalJson(value: unknown, path = "input"): string {
  * hashInput({ b: 1, a: 2 }) === hashInput({ a: 2, b: 1 }) // true
  */
 export function hashInput(input: unknown, path = "input"): string {
+  if (input === null) return NULL_INPUT_HASH; // most steps have no input: hashed once
   return createHash("sha256").update(canonicalJson(input, path)).digest("hex");
+}
+
+/** {@link hashInput} of `null`. */
+const NULL_INPUT_HASH = createHash("sha256").update("null").digest("hex");
+
+/** The JSON text of a record's output, when the code that built the record had it (see {@link withOutputJson}). */
+const outputTexts = new WeakMap<StepRecord, string>();
+
+/**
+ * @internal Attaches to `record` the JSON text of its `output`, already
+ * validated by the caller ({@link assertJson}) and such that
+ * `JSON.parse(text)` is `record.output`: a store writes it as is instead of
+ * validating and serialising the output again ({@link outputColumn}). Only
+ * for a record built by the caller and never changed after.
+ *
+ * @returns `record`
+ */
+export function withOutputJson(record: StepRecord, text: string): StepRecord {
+  outputTexts.set(record, text);
+  return record;
+}
+
+/**
+ * The stored text of a step record's output (shared by the stores): the
+ * text attached by {@link withOutputJson}, else the output validated and
+ * serialised; `null` when the record has none.
+ *
+ * @throws {NonJsonValueError} when the output is not JSON
+ */
+export function outputColumn(record: StepRecord): string | null {
+  if (record.output === undefined) return null;
+  return outputTexts.get(record) ?? jsonColumn(record.output, `step "${record.name}" output`);
 }
 
 /**

@@ -48,6 +48,8 @@ export {
 export { backendFromSpec } from "./backends/spec.js";
 // Backends: the contract, key rules, the registry, memory and file backends.
 export type {
+  ClippedValue,
+  HeaderReadOptions,
   HeaderResult,
   HistoryReadOptions,
   MaybePromise,

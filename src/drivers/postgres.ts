@@ -416,6 +416,19 @@ export class PostgresDriver implements SqlDriver {
   }
 
   /**
+   * {@inheritDoc SqlDriver.unsyncedTransaction}
+   *
+   * `SET LOCAL synchronous_commit = off`, sent with the `BEGIN` (one round
+   * trip): the commit returns before its WAL record is flushed, which the WAL
+   * writer or the next synced commit does; only a crash of the server (not of
+   * this process) may lose it. Other sessions and later transactions keep
+   * the server's setting.
+   */
+  unsyncedTransaction<T>(what: string, key: string | undefined, fn: (query: PgQuery) => Promise<T>): Promise<T> {
+    return this.transaction(what, key, fn, "BEGIN; SET LOCAL synchronous_commit = off");
+  }
+
+  /**
    * Runs `fn` with one checked-out client (after {@link ready}); see {@link transaction}.
    * The client is released when `fn` settles, discarded when anything failed.
    */

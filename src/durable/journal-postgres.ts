@@ -92,6 +92,22 @@ export class PostgresJournal extends SqlJournal {
   }
 
   /**
+   * {@inheritDoc Journal.releaseLease}
+   *
+   * One statement, unsynced (`synchronous_commit = off` for its transaction only).
+   */
+  override async releaseLease(runId: string, token: number): Promise<void> {
+    await this.pg.query(
+      `cannot release the lease of run ${JSON.stringify(runId)}`,
+      runId,
+      `WITH unsynced AS (SELECT set_config('synchronous_commit', 'off', true))
+       UPDATE ${this.t.runs} SET lease_owner = NULL, lease_expires_at = NULL FROM unsynced
+       WHERE run_id = $1 AND fencing_token = $2`,
+      [runId, token],
+    );
+  }
+
+  /**
    * {@inheritDoc Journal.writeStep}
    *
    * One statement, so one round trip: it locks the run's row, checks the

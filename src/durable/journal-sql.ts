@@ -197,12 +197,27 @@ export class SqlJournal implements Journal {
     };
   }
 
-  /** One write transaction that first reads the run's row (locking it where the database needs a row lock). */
-  private change<T>(verb: string, runId: string, fn: (query: SqlQuery, run: Row | undefined) => Promise<T>) {
-    return this.driver.transaction(what(verb, runId), runId, async (query) => {
+  /**
+   * One write transaction that first reads the run's row (locking it where the database needs a row lock);
+   * with `sync: false`, unsynced where the driver can be ({@link SqlDriver.unsyncedTransaction}).
+   */
+  private change<T>(
+    verb: string,
+    runId: string,
+    fn: (query: SqlQuery, run: Row | undefined) => Promise<T>,
+    sync = true,
+  ) {
+    return this.write(what(verb, runId), runId, sync, async (query) => {
       const { rows } = await query(`SELECT * FROM ${this.t.runs} WHERE run_id = $1${this.driver.forUpdate}`, [runId]);
       return fn(query, rows[0]);
     });
+  }
+
+  /** A write transaction, unsynced when `sync` is false and the driver can be. */
+  private write<T>(label: string, runId: string, sync: boolean, fn: (query: SqlQuery) => Promise<T>): Promise<T> {
+    return !sync && this.driver.unsyncedTransaction
+      ? this.driver.unsyncedTransaction(label, runId, fn)
+      : this.driver.transaction(label, runId, fn);
   }
 
   private async read(verb: string, runId: string, text: string, values: unknown[]): Promise<Row[]> {
@@ -351,13 +366,17 @@ export class SqlJournal implements Journal {
     });
   }
 
-  /** {@inheritDoc Journal.releaseLease} (one conditional UPDATE: atomic on its own) */
+  /**
+   * {@inheritDoc Journal.releaseLease}
+   *
+   * One conditional `UPDATE` (atomic on its own), unsynced where the driver can be.
+   */
   async releaseLease(runId: string, token: number): Promise<void> {
-    await this.read(
-      "release the lease of",
-      runId,
-      `UPDATE ${this.t.runs} SET lease_owner = NULL, lease_expires_at = NULL WHERE run_id = $1 AND fencing_token = $2`,
-      [runId, token],
+    await this.write(what("release the lease of", runId), runId, false, (query) =>
+      query(
+        `UPDATE ${this.t.runs} SET lease_owner = NULL, lease_expires_at = NULL WHERE run_id = $1 AND fencing_token = $2`,
+        [runId, token],
+      ),
     );
   }
 
@@ -410,10 +429,7 @@ export class SqlJournal implements Journal {
         fencingToken: token,
       });
     };
-    const label = what("write a step of", runId);
-    await (!sync && this.driver.unsyncedTransaction
-      ? this.driver.unsyncedTransaction(label, runId, body)
-      : this.driver.transaction(label, runId, body));
+    await this.write(what("write a step of", runId), runId, sync, body);
   }
 
   /** The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq). */
@@ -430,27 +446,34 @@ export class SqlJournal implements Journal {
   async updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult> {
     const output = jsonColumn(patch.output, "run output");
     const error = patch.error === undefined ? null : JSON.stringify(patch.error);
-    return this.change("update", runId, async (query, row): Promise<UpdateRunResult> => {
-      requireToken(runId, token, row);
-      if (patch.status === "waiting" && patch.waitingFor !== undefined) {
-        const { rows } = await query(`SELECT * FROM ${this.t.signals} WHERE run_id = $1 AND name = $2`, [
-          runId,
-          patch.waitingFor,
-        ]);
-        if (rows[0]) return { ok: false, signal: signalFromRow(rows[0]) };
-      }
-      await query(
-        `UPDATE ${this.t.runs} SET status = $1, output_json = $2, error_json = $3, waiting_for = $4, wake_at = $5,
+    // `running` unsynced (see Journal.updateRun): the lease holds the run, not the status.
+    const sync = patch.status !== "running";
+    return this.change(
+      "update",
+      runId,
+      async (query, row): Promise<UpdateRunResult> => {
+        requireToken(runId, token, row);
+        if (patch.status === "waiting" && patch.waitingFor !== undefined) {
+          const { rows } = await query(`SELECT * FROM ${this.t.signals} WHERE run_id = $1 AND name = $2`, [
+            runId,
+            patch.waitingFor,
+          ]);
+          if (rows[0]) return { ok: false, signal: signalFromRow(rows[0]) };
+        }
+        await query(
+          `UPDATE ${this.t.runs} SET status = $1, output_json = $2, error_json = $3, waiting_for = $4, wake_at = $5,
            updated_at = ${this.nowSql} WHERE run_id = $6`,
-        [patch.status, output, error, patch.waitingFor ?? null, patch.wakeAt ?? null, runId],
-      );
-      await this.event(query, runId, `run_${patch.status}` as JournalEventType, {
-        name: patch.waitingFor,
-        fencingToken: token,
-        detail: patch.status === "blocked" ? patch.error?.message : undefined,
-      });
-      return { ok: true };
-    });
+          [patch.status, output, error, patch.waitingFor ?? null, patch.wakeAt ?? null, runId],
+        );
+        await this.event(query, runId, `run_${patch.status}` as JournalEventType, {
+          name: patch.waitingFor,
+          fencingToken: token,
+          detail: patch.status === "blocked" ? patch.error?.message : undefined,
+        });
+        return { ok: true };
+      },
+      sync,
+    );
   }
 
   /** {@inheritDoc Journal.sendSignal} */

@@ -259,7 +259,10 @@ export interface Journal {
    */
   renewLease(runId: string, token: number, ttlMs: number): Promise<number>;
   /**
-   * Drops the lease held with `token` (no-op when `token` is stale).
+   * Drops the lease held with `token` (no-op when `token` is stale). A store
+   * may write it unsynced (see {@link WriteStepOptions.sync}): a release lost
+   * with the store's host only makes the next taker wait for the lease to
+   * expire.
    */
   releaseLease(runId: string, token: number): Promise<void>;
   /** The run's step records ordered by seq. */
@@ -284,7 +287,10 @@ export interface Journal {
    * "waiting"` and `waitingFor`, the run is suspended only if that signal has
    * not arrived (checked atomically with {@link sendSignal}, so a wake-up is
    * never lost). With `status: "blocked"`, `error` is the reason and the
-   * `run_blocked` event's `detail` its message.
+   * `run_blocked` event's `detail` its message. A store may write the change
+   * to `running` unsynced (see {@link WriteStepOptions.sync}): the executor's
+   * lease (synced) is what holds the run, and its next synced write makes the
+   * status durable too; every other status is synced.
    * @throws {StaleFencingTokenError}
    */
   updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult>;

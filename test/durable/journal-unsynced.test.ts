@@ -1,7 +1,7 @@
 /**
  * `writeStep(token, record, { sync: false })`, the write `step` uses for an
- * attempt's `started` record: the same checks and the same record as a synced
- * write, kept by a crash of the writing process (SIGKILL right after it), and
+ * attempt's `started` record (and the unsynced `updateRun` to `running` and
+ * `releaseLease`): the same checks and the same record as a synced write, kept by a crash of the writing process (SIGKILL right after it), and
  * no lasting change to the connection (SQLite's `synchronous`, PostgreSQL's
  * `synchronous_commit`). Also PostgreSQL's one-statement step write falling
  * back to its transaction when a writer of the previous release took the
@@ -73,12 +73,18 @@ async function unsyncedWritesAreChecked(j: Journal): Promise<void> {
     [0, "completed", { a: [1, "é"] }, undefined],
     [1, "started", undefined, "first try"],
   ]);
+  // the other writes a store may leave unsynced: the status `running`, and the release of a lease
+  await j.updateRun(t, id, { status: "running" });
+  await j.releaseLease(id, t);
+  const run = await j.getRun(id);
+  expect([run?.status, run?.leaseOwner, run?.leaseExpiresAt]).toEqual(["running", undefined, undefined]);
   expect((await j.readEvents(id)).map((e) => e.type)).toEqual([
     "run_created",
     "lease_acquired",
     "step_started",
     "step_completed",
     "step_started",
+    "run_running",
   ]);
 }
 

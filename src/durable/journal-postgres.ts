@@ -23,8 +23,19 @@ import {
   PostgresDriver,
   type PostgresMigrations,
 } from "../drivers/postgres.js";
-import { RunNotFoundError } from "./errors.js";
-import { checkStepWrite, outputColumn, type StepRecord, syncedWrite, type WriteStepOptions } from "./journal.js";
+import { RunNotFoundError, StaleFencingTokenError } from "./errors.js";
+import {
+  checkStepWrite,
+  jsonColumn,
+  type LeaseResult,
+  leaseMs,
+  outputColumn,
+  type RunPatch,
+  type StepRecord,
+  syncedWrite,
+  type UpdateRunResult,
+  type WriteStepOptions,
+} from "./journal.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
@@ -66,6 +77,8 @@ export class PostgresJournal extends SqlJournal {
   /** The schema holding the tables. */
   readonly schema: string;
   private readonly pg: PostgresDriver;
+  /** Prepared statements by kind (see {@link named}). */
+  private readonly statements = new Map<string, { name: string; text: string }>();
   /** The one-statement step writes, synced and not (see {@link writeStep}), with their prepared-statement names. */
   private readonly stepWrites: Record<"synced" | "unsynced", { name: string; text: string }>;
 
@@ -89,6 +102,126 @@ export class PostgresJournal extends SqlJournal {
       text: sql,
     });
     this.stepWrites = { synced: named(text(true)), unsynced: named(text(false)) };
+  }
+
+  /**
+   * {@inheritDoc Journal.acquireLease}
+   *
+   * One statement (one round trip): locks the run's row, takes the lease when
+   * it is free, expired or `owner`'s (judged by the server's clock), counts
+   * and appends the `lease_acquired` event; else returns the holder. An event
+   * index taken by a process of an earlier release takes the transaction of
+   * {@link SqlJournal}.
+   */
+  override async acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult> {
+    const now = this.pg.nowMs;
+    let row: Record<string, unknown> | undefined;
+    try {
+      row = (
+        await this.pg.query(`cannot lease run ${JSON.stringify(runId)}`, runId, {
+          ...this.named(
+            "lease",
+            `WITH run AS (
+  SELECT lease_owner, lease_expires_at FROM ${this.t.runs} WHERE run_id = $1 FOR UPDATE
+), taken AS (
+  UPDATE ${this.t.runs} SET fencing_token = fencing_token + 1, lease_owner = $2::text,
+    lease_expires_at = ${now} + $3::bigint, updated_at = ${now}, event_count = event_count + 1
+  WHERE run_id = $1 AND EXISTS (SELECT 1 FROM run)
+    AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ${now} OR lease_owner = $2::text)
+  RETURNING fencing_token, lease_expires_at, event_count
+), event AS (
+  INSERT INTO ${this.t.events} (run_id, idx, type, at, name, fencing_token)
+  SELECT $1, event_count - 1, 'lease_acquired', ${now}, $2::text, fencing_token FROM taken
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM run)::integer AS found, (SELECT lease_owner FROM run) AS owner,
+  (SELECT lease_expires_at FROM run) AS owner_expires, taken.fencing_token, taken.lease_expires_at,
+  (SELECT count(*) FROM event)::integer AS written
+FROM (SELECT 1) AS one LEFT JOIN taken ON true`,
+          ),
+          values: [runId, owner, leaseMs(ttlMs)],
+        })
+      ).rows[0];
+    } catch (e) {
+      if (takenIndex(e)) return super.acquireLease(runId, owner, ttlMs);
+      throw e;
+    }
+    if (!row || Number(row.found) === 0) throw new RunNotFoundError(runId);
+    if (Number(row.written) === 1) {
+      return { acquired: true, fencingToken: Number(row.fencing_token), expiresAt: Number(row.lease_expires_at) };
+    }
+    if (row.fencing_token === null || row.fencing_token === undefined) {
+      return { acquired: false, owner: String(row.owner), expiresAt: Number(row.owner_expires) };
+    }
+    return super.acquireLease(runId, owner, ttlMs);
+  }
+
+  /**
+   * {@inheritDoc Journal.updateRun}
+   *
+   * One statement (one round trip) unless the run is to wait for a signal:
+   * that check must see every signal committed before the run's row was
+   * locked, which a statement's snapshot (taken before it waits for the
+   * lock) may not, so it takes the transaction of {@link SqlJournal}. The
+   * change to `running` is unsynced (`synchronous_commit = off` for its
+   * transaction only).
+   */
+  override async updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult> {
+    if (patch.status === "waiting" && patch.waitingFor !== undefined) return super.updateRun(token, runId, patch);
+    const output = jsonColumn(patch.output, "run output");
+    const error = patch.error === undefined ? null : JSON.stringify(patch.error);
+    const now = this.pg.nowMs;
+    const sync = patch.status !== "running";
+    let row: Record<string, unknown> | undefined;
+    try {
+      row = (
+        await this.pg.query(`cannot update run ${JSON.stringify(runId)}`, runId, {
+          ...this.named(
+            sync ? "update" : "update-unsynced",
+            `WITH run AS (
+  SELECT fencing_token FROM ${this.t.runs} WHERE run_id = $1 FOR UPDATE
+), changed AS (
+  UPDATE ${this.t.runs} SET status = $2::text, output_json = $3::text, error_json = $4::text, waiting_for = $5::text,
+    wake_at = $6::bigint, updated_at = ${now}, event_count = event_count + 1
+  WHERE run_id = $1 AND fencing_token = $7::bigint AND EXISTS (SELECT 1 FROM run WHERE fencing_token = $7::bigint)
+  RETURNING event_count
+), event AS (
+  INSERT INTO ${this.t.events} (run_id, idx, type, at, name, fencing_token, detail)
+  SELECT $1, event_count - 1, 'run_' || $2::text, ${now}, $5::text, $7::bigint, $8::text FROM changed
+  RETURNING 1
+)
+SELECT (SELECT fencing_token FROM run) AS token, (SELECT count(*) FROM event)::integer AS written${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}`,
+          ),
+          values: [
+            runId,
+            patch.status,
+            output,
+            error,
+            patch.waitingFor ?? null,
+            patch.wakeAt ?? null,
+            token,
+            patch.status === "blocked" ? (patch.error?.message ?? null) : null,
+          ],
+        })
+      ).rows[0];
+    } catch (e) {
+      if (takenIndex(e)) return super.updateRun(token, runId, patch);
+      throw e;
+    }
+    if (Number(row?.written) === 1) return { ok: true };
+    if (row?.token === null || row?.token === undefined) throw new RunNotFoundError(runId);
+    if (Number(row.token) !== token) throw new StaleFencingTokenError(runId, token, Number(row.token));
+    return super.updateRun(token, runId, patch);
+  }
+
+  /** A prepared statement of this journal: its name a hash of its text (per schema, within 63 bytes). */
+  private named(kind: string, text: string): { name: string; text: string } {
+    let statement = this.statements.get(kind);
+    if (!statement) {
+      statement = { name: `dumplings_${createHash("sha1").update(text).digest("hex").slice(0, 24)}`, text };
+      this.statements.set(kind, statement);
+    }
+    return statement;
   }
 
   /**
@@ -151,7 +284,7 @@ export class PostgresJournal extends SqlJournal {
     } catch (e) {
       // 23505: the event's index is taken (a process of the previous release counted the events itself):
       // the statement wrote nothing; the transaction resynchronises the counter.
-      if ((e as { cause?: { code?: unknown } }).cause?.code === "23505") return super.writeStep(token, record, options);
+      if (takenIndex(e)) return super.writeStep(token, record, options);
       throw e;
     }
     if (Number(row?.written) === 1) return;
@@ -223,4 +356,14 @@ function stepWriteSql(t: { runs: string; steps: string; events: string }, now: s
 SELECT (SELECT fencing_token FROM run) AS token, prior.n, prior.cur_name, prior.cur_status,
   (SELECT count(*) FROM event)::integer AS written${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}
 FROM prior`;
+}
+
+/**
+ * Whether a one-statement write failed because its event's index was taken
+ * (23505, by a process of the previous release that counted the events
+ * itself): the statement wrote nothing, and the transaction resynchronises
+ * the counter.
+ */
+function takenIndex(e: unknown): boolean {
+  return (e as { cause?: { code?: unknown } } | null)?.cause?.code === "23505";
 }

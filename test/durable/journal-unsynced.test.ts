@@ -165,7 +165,7 @@ process.kill(process.pid, "SIGKILL");
   });
 });
 
-describe.skipIf(!!pgSkip)(`PostgresJournal: one-statement step writes${pgSkip ? ` (skipped: ${pgSkip})` : ""}`, () => {
+describe.skipIf(!!pgSkip)(`PostgresJournal: one-statement writes${pgSkip ? ` (skipped: ${pgSkip})` : ""}`, () => {
   const schema = `unsynced_${randomUUID().replaceAll("-", "").slice(0, 12)}`;
   afterAll(async () => {
     const j = new PostgresJournal({ url: DATABASE_URL, schema });
@@ -184,19 +184,25 @@ describe.skipIf(!!pgSkip)(`PostgresJournal: one-statement step writes${pgSkip ? 
     }
   });
 
-  it("keeps numbering events when a writer of the previous release took the step event's index", async () => {
+  it("keeps numbering events when a writer of the previous release took the index of a step's, a status's or a lease's event", async () => {
     const j = new PostgresJournal({ url: DATABASE_URL, schema });
     try {
       await j.createRun({ runId: "legacy", workflow: "wf", input: null });
       const l = await j.acquireLease("legacy", "a", 10_000);
       if (!l.acquired) throw new Error("lease refused");
       // the old release numbers an event by counting the run's events, and leaves event_count alone
-      await j.pool.query(
-        `INSERT INTO "${schema}".durable_events (run_id, idx, type, at)
-         SELECT 'legacy', COALESCE(MAX(idx) + 1, 0), 'signal_received', 1 FROM "${schema}".durable_events WHERE run_id = 'legacy'`,
-      );
+      const oldWriter = () =>
+        j.pool.query(
+          `INSERT INTO "${schema}".durable_events (run_id, idx, type, at)
+           SELECT 'legacy', COALESCE(MAX(idx) + 1, 0), 'signal_received', 1 FROM "${schema}".durable_events WHERE run_id = 'legacy'`,
+        );
+      await oldWriter();
       await j.writeStep(l.fencingToken, rec("legacy", 0, l.fencingToken), { sync: false });
       await j.writeStep(l.fencingToken, rec("legacy", 0, l.fencingToken, { status: "completed", output: 1 }));
+      await oldWriter();
+      await j.updateRun(l.fencingToken, "legacy", { status: "running" });
+      await oldWriter();
+      const again = await j.acquireLease("legacy", "a", 10_000);
       const events = await j.readEvents("legacy");
       expect(events.map((e) => [e.index, e.type])).toEqual([
         [0, "run_created"],
@@ -204,7 +210,12 @@ describe.skipIf(!!pgSkip)(`PostgresJournal: one-statement step writes${pgSkip ? 
         [2, "signal_received"],
         [3, "step_started"],
         [4, "step_completed"],
+        [5, "signal_received"],
+        [6, "run_running"],
+        [7, "signal_received"],
+        [8, "lease_acquired"],
       ]);
+      expect(again.acquired && again.fencingToken).toBe(l.fencingToken + 1);
       expect((await j.readSteps("legacy")).map((s) => [s.status, s.output])).toEqual([["completed", 1]]);
     } finally {
       await j.close();

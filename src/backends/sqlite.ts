@@ -127,8 +127,8 @@ import {
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
 import { ConfigMemo, decodeStoredMessage, messageText } from "./stored.js";
-import type { HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
-import { checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
+import type { HeaderReadOptions, HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */
 export const SQLITE_SCHEMA_VERSION = 3;
@@ -466,7 +466,9 @@ export class SQLiteBackend implements StateBackend {
    * @throws {FormatError} when the stored header is corrupt
    * @throws {BackendError} when the driver fails
    */
-  async readHeader(key: string): Promise<HeaderResult | undefined> {
+  async readHeader(key: string, options: HeaderReadOptions = {}): Promise<HeaderResult | undefined> {
+    // Every value is returned whole: `clipAt` allows clipping, it does not require it.
+    checkHeaderReadOptions(this.name, options);
     validateKey(key);
     const what = `cannot read ${JSON.stringify(key)}`;
     const row = await this.#driver.serialize(what, key, () =>

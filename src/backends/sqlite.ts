@@ -127,7 +127,15 @@ import {
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
 import { ConfigMemo, decodeStoredMessage, messageText } from "./stored.js";
-import type { HeaderReadOptions, HeaderResult, HistoryReadOptions, ReadResult, StateBackend, WriteOptions, WriteResult } from "./types.js";
+import type {
+  HeaderReadOptions,
+  HeaderResult,
+  HistoryReadOptions,
+  ReadResult,
+  StateBackend,
+  WriteOptions,
+  WriteResult,
+} from "./types.js";
 import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
 
 /** `PRAGMA user_version` of the schema this build writes. */

@@ -278,8 +278,10 @@ function isCode(e: unknown, code: string): boolean {
 
 function lineHasContent(buf: Buffer, start: number, end: number): boolean {
   for (let i = start; i < end; i++) {
-    const c = buf[i];
-    if (c !== 0x20 && c !== 0x09 && c !== 0x0d) return true;
+    const c = buf[i] as number;
+    if (c === 0x20 || (c >= 0x09 && c <= 0x0d)) continue;
+    // Blank is what the parser's String#trim() removes: Unicode spaces (U+3000, U+00A0, …) too.
+    return c < 0x80 || buf.toString("utf8", i, end).trim() !== "";
   }
   return false;
 }
@@ -308,6 +310,87 @@ let cachedHost: string | undefined;
 function localHost(): string {
   cachedHost ??= hostname();
   return cachedHost;
+}
+
+/**
+ * Reads the `message_count` history lines of a plain file from byte `start`
+ * (just after `[HISTORY]`) and checks them against the header's
+ * `history_crc32`, with the parser's rules (a `\r` before the `\n` and blank
+ * lines are not part of the checksum), before {@link FileBackend.iterHistory}
+ * returns any of them. Lines past the count are an uncommitted tail and not
+ * read. A header without `history_crc32` (not written by FileBackend) has
+ * nothing to check here; its lines are checked one by one as they stream.
+ *
+ * @throws {FormatError} when fewer lines than `message_count` are there, or they do not match
+ */
+function verifyCommitted(fd: number, start: number, parser: DuasLineParser): void {
+  const header = parser.header;
+  if (header === undefined || header.historyCrc32 === undefined) return;
+  const target = header.meta.messageCount;
+  const chunk = Buffer.allocUnsafe(256 * 1024);
+  let crc = HISTORY_CRC_START;
+  let count = 0;
+  let carry: Buffer | undefined;
+  const line = (bytes: Buffer): void => {
+    let end = bytes.length;
+    if (end > 0 && bytes[end - 1] === 0x0d) end--;
+    if (!lineHasContent(bytes, 0, end)) return; // blank: not a message, not in the checksum
+    crc = crc32(NEWLINE, crc32(bytes.subarray(0, end), crc));
+    count++;
+  };
+  for (let pos = start; count < target; ) {
+    const n = readSync(fd, chunk, 0, chunk.length, pos);
+    if (n === 0) break;
+    pos += n;
+    let i = 0;
+    while (i < n && count < target) {
+      const nl = chunk.indexOf(0x0a, i);
+      if (nl < 0 || nl >= n) {
+        const rest = chunk.subarray(i, n);
+        carry = carry === undefined ? Buffer.from(rest) : Buffer.concat([carry, rest]);
+        break;
+      }
+      const piece = chunk.subarray(i, nl);
+      line(carry === undefined ? piece : Buffer.concat([carry, piece]));
+      carry = undefined;
+      i = nl + 1;
+    }
+  }
+  if (count === target && crcHex(crc) === header.historyCrc32) return;
+  // Something is wrong: the lines are parsed (nothing returned) for the error the stream would give at
+  // its line (invalid UTF-8, bad JSON, a truncated last line), else the count or checksum error.
+  const file = parser.source;
+  const fail = () =>
+    parser.fail(
+      "the history does not match history_crc32 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
+      { line: header.historyLine },
+    );
+  let rest: Buffer | undefined;
+  for (let pos = start; parser.messages < target; ) {
+    const n = readSync(fd, chunk, 0, chunk.length, pos);
+    if (n === 0) break;
+    pos += n;
+    let i = 0;
+    while (i < n && parser.messages < target) {
+      const nl = chunk.indexOf(0x0a, i);
+      if (nl < 0 || nl >= n) {
+        const tail = chunk.subarray(i, n);
+        rest = rest === undefined ? Buffer.from(tail) : Buffer.concat([rest, tail]);
+        break;
+      }
+      const piece = chunk.subarray(i, nl);
+      const bytes = rest === undefined ? piece : Buffer.concat([rest, piece]);
+      rest = undefined;
+      parser.feed(decodeUtf8(bytes, file, parser.line + 1, true));
+      i = nl + 1;
+    }
+  }
+  if (rest !== undefined && parser.messages < target) {
+    parser.feed(decodeUtf8(rest, file, parser.line + 1, true));
+    parser.fail("truncated: the last line does not end with a newline");
+  }
+  parser.end();
+  fail();
 }
 
 /** What {@link FileBackend}'s line reader leaves behind: the parser (its header) and the values it clipped. */
@@ -1465,6 +1548,9 @@ export class FileBackend implements StateBackend {
         if (!(e instanceof FormatError)) throw e;
         whole = true;
       }
+      // Every committed line is checked against history_crc32 before the first is returned: a stream never
+      // hands out an edited, duplicated or reordered message and only then fails.
+      if (!whole && !headerOnly && start > 0) verifyCommitted(fd, start, ref.parser);
       if (!whole && !(headerOnly && start > 0)) stream = createReadStream("", { fd, start, highWaterMark: 64 * 1024 });
     } finally {
       if (stream === undefined) closeSync(fd);

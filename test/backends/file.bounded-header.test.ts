@@ -174,3 +174,48 @@ describe("dumplings show", () => {
     expect(runCli(["show", "big", "--dir", dir, "--json"], { env }).code).not.toBe(0);
   }, 60_000);
 });
+
+describe("FileBackend.iterHistory of an edited file", () => {
+  it("fails before returning any message when a committed line was changed, swapped or duplicated", async () => {
+    const dir = path.join(root, "edited");
+    const backend = new FileBackend({ baseDir: dir });
+    const file = path.join(dir, "k.duas");
+    const edits: [string, (lines: string[], at: number) => void][] = [
+      ["one byte", (lines, at) => (lines[at + 3] = (lines[at + 3] as string).replace("question 2", "question 3"))],
+      [
+        "two lines swapped",
+        (lines, at) => ([lines[at + 2], lines[at + 3]] = [lines[at + 3] as string, lines[at + 2] as string]),
+      ],
+      ["a line duplicated over the next", (lines, at) => (lines[at + 4] = lines[at + 3] as string)],
+    ];
+    for (const [name, edit] of edits) {
+      await backend.save("k", makeState(history));
+      const lines = readFileSync(file, "utf8").split("\n");
+      edit(lines, lines.indexOf("[HISTORY]"));
+      writeFileSync(file, lines.join("\n"));
+      const seen: Message[] = [];
+      await expect(
+        (async () => {
+          for await (const m of backend.iterHistory("k")) seen.push(m);
+        })(),
+        name,
+      ).rejects.toBeInstanceOf(FormatError);
+      expect(seen, name).toEqual([]);
+      await backend.delete("k");
+    }
+  });
+
+  it("streams a history with blank and CRLF lines (a hand-made file), checked as load checks it", async () => {
+    const dir = path.join(root, "blank-lines");
+    const backend = new FileBackend({ baseDir: dir });
+    await backend.save("k", makeState(history));
+    const file = path.join(dir, "k.duas");
+    const lines = readFileSync(file, "utf8").split("\n");
+    const at = lines.indexOf("[HISTORY]");
+    lines[at + 2] = `${lines[at + 2]}\r`;
+    lines.splice(at + 3, 0, "   ", "\u3000");
+    writeFileSync(file, lines.join("\n"));
+    expect((await backend.load("k"))?.history).toEqual(history);
+    expect(await historyOf(backend, "k")).toEqual(history);
+  });
+});

@@ -189,12 +189,13 @@ import {
   DumplingsError,
   FormatError,
   InvalidKeyError,
+  InvalidOptionError,
   StateNotFoundError,
 } from "../core/errors.js";
 import { isWellFormedMessage, type Message, type Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
-import { pathIdentity } from "../drivers/options.js";
+import { booleanOption, pathIdentity, positiveOption } from "../drivers/options.js";
 import { validateKey } from "./keys.js";
 import { lentText, messageText } from "./stored.js";
 import type {
@@ -692,17 +693,23 @@ export class FileBackend implements StateBackend {
   /**
    * @param options - `baseDir` (required), `gzip` (@default false), `lockTimeoutMs`
    *   (@default 10000), `staleLockMs` (@default 60000), `headerSlack` bytes (@default 256)
+   * @throws {InvalidOptionError} for an unknown option, a missing `baseDir` or a value of the wrong kind
+   *   (`gzip: "yes"`, `lockTimeoutMs: 0`)
    */
   constructor(options: FileBackendOptions) {
     checkOptions("file", options, FILE_OPTIONS);
     if (!options || typeof options.baseDir !== "string" || options.baseDir === "") {
-      throw new TypeError("FileBackend needs { baseDir: string }");
+      throw new InvalidOptionError("file", "baseDir", "is required: the directory of the .duas files (a string)");
     }
     this.baseDir = path.resolve(options.baseDir);
-    this.gzip = options.gzip === true;
-    this.lockTimeoutMs = options.lockTimeoutMs ?? 10_000;
-    this.staleLockMs = options.staleLockMs ?? 60_000;
-    this.headerSlack = options.headerSlack ?? 256;
+    this.gzip = booleanOption("file", "gzip", options.gzip, false);
+    this.lockTimeoutMs = positiveOption("file", "lockTimeoutMs", options.lockTimeoutMs, 10_000);
+    this.staleLockMs = positiveOption("file", "staleLockMs", options.staleLockMs, 60_000);
+    const slack = options.headerSlack ?? 256;
+    if (!Number.isSafeInteger(slack) || slack < 0) {
+      throw new InvalidOptionError("file", "headerSlack", `must be a whole number of bytes >= 0, got ${String(slack)}`);
+    }
+    this.headerSlack = slack;
   }
 
   // -------------------------------------------------------------------------

@@ -69,6 +69,23 @@ export function positiveOption(
 }
 
 /**
+ * Checks a boolean option (a switch such as `gzip`): `"yes"` or `1` is not
+ * silently read as false.
+ *
+ * @returns `value`, or `fallback` when undefined
+ * @throws {InvalidOptionError} when `value` is not a boolean
+ */
+export function booleanOption(component: string, option: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value === "boolean") return value;
+  throw new InvalidOptionError(
+    component,
+    option,
+    `must be true or false, got ${JSON.stringify(value) ?? String(value)}`,
+  );
+}
+
+/**
  * Checks a positive whole-number option (a pool size).
  *
  * @returns `value`, or `fallback` when undefined

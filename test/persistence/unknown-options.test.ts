@@ -292,6 +292,30 @@ describe("deprecated aliases stay accepted", () => {
   });
 });
 
+describe("option values of the wrong kind are refused, not read as a default", () => {
+  it("FileBackend: a missing baseDir, gzip that is not a boolean, a non-positive timeout", () => {
+    for (const [options, option] of [
+      [{}, "baseDir"],
+      [{ baseDir: "" }, "baseDir"],
+      [{ baseDir: dir(), gzip: "yes" }, "gzip"],
+      [{ baseDir: dir(), gzip: 1 }, "gzip"],
+      [{ baseDir: dir(), lockTimeoutMs: 0 }, "lockTimeoutMs"],
+      [{ baseDir: dir(), staleLockMs: -1 }, "staleLockMs"],
+      [{ baseDir: dir(), headerSlack: 1.5 }, "headerSlack"],
+    ] as const) {
+      let error: unknown;
+      try {
+        new FileBackend(options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, JSON.stringify(options)).toBeInstanceOf(InvalidOptionError);
+      expect(error, JSON.stringify(options)).toMatchObject({ code: "INVALID_OPTION", option });
+    }
+    expect(() => new FileBackend({ baseDir: dir(), gzip: true, lockTimeoutMs: 5, headerSlack: 0 })).not.toThrow();
+  });
+});
+
 describe("suggestOption", () => {
   it("matches case and separators first, then the nearest name, else nothing", () => {
     const keys = ["baseDir", "dbPath", "keyStrategy", "backend"];

@@ -105,6 +105,11 @@ describe("dumplings CLI on the bundled conversations", () => {
     const stdout = runCli(["export", key, ...fileArgs]);
     expect(stdout.code).toBe(0);
     expect(stdout.stdout).toBe(text);
+    // Into a directory that does not exist: a usage error naming it, not an ENOENT about a temp file.
+    const missing = runCli(["export", key, "-o", path.join(tmp, "no-such-dir", "x.duas"), ...fileArgs]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain(`the directory ${path.join(tmp, "no-such-dir")} does not exist`);
+    expect(missing.stderr).not.toMatch(/\.tmp|ENOENT/);
 
     const imported = runJson<{ imported: { key: string; kind: string; messages: number }[] }>([
       "import",

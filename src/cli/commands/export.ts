@@ -15,7 +15,7 @@
  * @module
  */
 
-import { createReadStream, createWriteStream } from "node:fs";
+import { createReadStream, createWriteStream, statSync } from "node:fs";
 import { mkdtemp, open, rename, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -28,6 +28,7 @@ import { encodeHeader, encodeHistoryLines } from "../../core/codec.js";
 import { FormatError } from "../../core/errors.js";
 import type { Message } from "../../core/messages.js";
 import { closeBackend, openBackendAsync, readSession, type SessionView, withBackendOptions } from "../backend.js";
+import { UsageError } from "../errors.js";
 
 /** Options of `dumplings export`. */
 interface ExportOptions {
@@ -161,7 +162,14 @@ export function exportCommand(): Command {
           }
           return;
         }
-        await exportSession(backend, key, label, path.resolve(options.output), gzip);
+        const out = path.resolve(options.output);
+        const dir = path.dirname(out);
+        if (!statSync(dir, { throwIfNoEntry: false })?.isDirectory()) {
+          throw new UsageError(
+            `cannot write ${options.output}: the directory ${dir} does not exist (nothing was written)`,
+          );
+        }
+        await exportSession(backend, key, label, out, gzip);
         process.stderr.write(`exported ${key} to ${options.output}\n`);
       } finally {
         await closeBackend(backend);

@@ -81,6 +81,7 @@ export { RedisJournal, type RedisJournalOptions } from "./journal-redis.js";
 export { SqliteJournal, type SqliteJournalOptions } from "./journal-sqlite.js";
 export { type DurableModelBase, type DurableModelOptions, durableModel } from "./model.js";
 export {
+  type CancelOptions,
   cancel,
   defaultOwner,
   ensureRun,

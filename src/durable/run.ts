@@ -11,7 +11,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { hostname, userInfo } from "node:os";
-import { DumplingsError } from "../core/errors.js";
+import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { cancellationOf, type RunContext, withRunContext } from "./context.js";
@@ -28,7 +28,8 @@ import {
 import { hashInput, type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
 import type { RunEventStream } from "./stream-contract.js";
 
-const CANCEL_OPTIONS = optionKeys<{ by?: string; reason?: string }>({ by: true, reason: true });
+const CANCEL_OPTIONS = optionKeys<CancelOptions>({ journal: true, by: true, reason: true });
+const CANCEL_POSITIONAL_OPTIONS = optionKeys<Omit<CancelOptions, "journal">>({ by: true, reason: true });
 /** The keys of {@link RunDurableOptions}: any other is an `InvalidOptionError`. */
 const RUN_OPTIONS = optionKeys<RunDurableOptions<unknown>>({
   journal: true,
@@ -181,6 +182,16 @@ function defaultActor(): string {
   }
 }
 
+/** Options of {@link cancel}. */
+export interface CancelOptions {
+  /** The run's journal (in the `cancel(runId, { journal })` form, as `approve`/`signal` take it). */
+  journal?: Journal;
+  /** Who cancels. @default `<user>@<host>` */
+  by?: string;
+  /** Why (free text, recorded in the journal). */
+  reason?: string;
+}
+
 /**
  * Operator: cancels the run. It ends `cancelled` and takes no more steps; a
  * run waiting for a signal or a timer is released; the executor running it
@@ -190,21 +201,36 @@ function defaultActor(): string {
  * journal as a `run_cancelled` event with `by` and the reason. A run that has
  * already ended (completed, failed, cancelled) is left as it is.
  *
- * @param journal - the run's journal
- * @param runId - the run
- * @param options - `by`: who cancels (default `<user>@<host>`); `reason`: why (free text)
+ * Two forms: `cancel(runId, { journal, by?, reason? })`, as `approve` and
+ * `signal` take their arguments, and `cancel(journal, runId, { by?, reason? })`.
+ *
  * @returns the run as it is after the call
  * @throws {RunNotFoundError} when the run does not exist
+ * @throws {InvalidOptionError} for an unknown option, or when no journal is given
  * @example
- * await cancel(journal, "chat-1", { by: "alice", reason: "customer withdrew the request" });
+ * await cancel("chat-1", { journal, by: "alice", reason: "customer withdrew the request" });
  */
+export function cancel(runId: string, options: CancelOptions & { journal: Journal }): Promise<RunRecord>;
+export function cancel(journal: Journal, runId: string, options?: Omit<CancelOptions, "journal">): Promise<RunRecord>;
 export function cancel(
-  journal: Journal,
-  runId: string,
-  options: { by?: string; reason?: string } = {},
+  first: Journal | string,
+  second: string | CancelOptions,
+  third: Omit<CancelOptions, "journal"> = {},
 ): Promise<RunRecord> {
-  checkOptions("cancel", options, CANCEL_OPTIONS);
-  return journal.cancelRun(runId, options.by ?? defaultActor(), options.reason);
+  if (typeof first === "string") {
+    const options = (second ?? {}) as CancelOptions;
+    checkOptions("cancel", options, CANCEL_OPTIONS);
+    const journal = options.journal;
+    if (journal === undefined || typeof journal.cancelRun !== "function") {
+      throw new InvalidOptionError("cancel", "journal", "is required: cancel(runId, { journal })");
+    }
+    return journal.cancelRun(first, options.by ?? defaultActor(), options.reason);
+  }
+  checkOptions("cancel", third, CANCEL_POSITIONAL_OPTIONS);
+  if (typeof first?.cancelRun !== "function" || typeof second !== "string") {
+    throw new InvalidOptionError("cancel", "journal", "expected cancel(runId, { journal }) or cancel(journal, runId)");
+  }
+  return first.cancelRun(second, third.by ?? defaultActor(), third.reason);
 }
 
 /** An error that means "this executor must stop": the run was cancelled or taken over. */

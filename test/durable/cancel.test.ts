@@ -8,6 +8,7 @@
  */
 import { setTimeout as wait } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
+import { InvalidOptionError } from "../../src/core/errors.js";
 import { currentStep, step, waitForSignal } from "../../src/durable/context.js";
 import { RunCancelledError } from "../../src/durable/errors.js";
 import { cancel, runDurable } from "../../src/durable/run.js";
@@ -177,6 +178,12 @@ for (const store of stores) {
         status: "completed",
       });
       expect(await cancel(journal, "c-done", { by: "carol" })).toMatchObject({ status: "completed", output: "ok" });
+      // The form approve/signal use: cancel(runId, { journal }); without a journal, a typed error.
+      expect(await runDurable("c-form", wf, { journal, input: null })).toMatchObject({ status: "waiting" });
+      expect(await cancel("c-form", { journal, by: "dave" })).toMatchObject({ status: "cancelled" });
+      expect(() => cancel("c-form", {} as never)).toThrow(InvalidOptionError);
+      expect(() => cancel("c-form" as never, "c-form" as never)).toThrow(InvalidOptionError);
+      expect(() => cancel(journal, "c-form", { journal } as never)).toThrow(InvalidOptionError);
       expect(await runDurable("c-done", async () => "ok", { journal })).toMatchObject({
         status: "completed",
         output: "ok",

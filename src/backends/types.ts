@@ -90,7 +90,9 @@ export interface HeaderReadOptions {
    * start of a long value: a backend MAY return a `[CONFIG]`/`[STATE]` value
    * longer than this many UTF-16 code units clipped, and list it in
    * {@link HeaderResult.clipped}, so that a 50 MB prompt is never held in
-   * memory. A backend may also ignore it and return every value whole.
+   * memory. A backend may also ignore it and return every value whole
+   * (FileBackend clips only values on header lines over 64 KB of a plain
+   * `.duas`; the database backends return every value whole).
    * Never pass a clipped header to a save. An integer >= 0.
    * @default undefined (every value whole)
    */

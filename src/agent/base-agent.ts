@@ -288,8 +288,9 @@ export class BaseAgent extends EventEmitter {
    * agent.registerTool({ name: "add", parameters: z.object({ a: z.number(), b: z.number() }), execute: ({ a, b }) => a + b });
    * agent.registerTool("weather", tool({ description: "Weather", inputSchema: z.object({ city: z.string() }), execute: ({ city }) => `sunny in ${city}` }));
    */
-  registerTool(tool: ToolDefinition | NamedAiSdkTool, options?: { replace?: boolean }): this;
   registerTool(name: string, tool: Tool, options?: { replace?: boolean }): this;
+  registerTool<Args>(tool: ToolDefinition<Args>, options?: { replace?: boolean }): this;
+  registerTool(tool: NamedAiSdkTool, options?: { replace?: boolean }): this;
   registerTool(
     toolOrName: ToolDefinition | NamedAiSdkTool | string,
     toolOrOptions?: Tool | { replace?: boolean },

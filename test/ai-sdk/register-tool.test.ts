@@ -100,6 +100,21 @@ describe.each([
   });
 });
 
+describe("registerTool's types", () => {
+  it("types execute's argument from zod parameters (the README example compiles under strict TypeScript)", () => {
+    const agent = new BaseAgent({ name: "typed" });
+    // A compile-time check as much as a run-time one: `a` and `b` are numbers here, not implicit anys.
+    const add = ({ a, b }: { a: number; b: number }): number => a + b;
+    expect(() =>
+      agent.registerTool({
+        name: "add",
+        parameters: z.object({ a: z.number(), b: z.number() }),
+        execute: ({ a, b }) => add({ a, b }),
+      }),
+    ).not.toThrow();
+  });
+});
+
 describe("registerTool refuses what it cannot honour", () => {
   it("an unknown key, an approval, a provider tool, parameters and inputSchema together", () => {
     const agent = new BaseAgent({ name: "refuse" });

@@ -61,6 +61,9 @@ async function readWhileSaving(
     expect(got.header.state).toEqual(expected.state);
     expect(got.history).toEqual(expected.history);
     reads++;
+    // A read of the memory store never leaves the microtask queue: let the in-process writer's
+    // setImmediate run between reads, or it never saves again.
+    await new Promise((r) => setImmediate(r));
   }
   return reads;
 }

@@ -328,23 +328,52 @@ function verifyCommitted(fd: number, start: number, parser: DuasLineParser): voi
   const header = parser.header;
   if (header === undefined || header.historyCrc32 === undefined) return;
   const target = header.meta.messageCount;
-  const chunk = Buffer.allocUnsafe(256 * 1024);
   let crc = HISTORY_CRC_START;
   let count = 0;
+  eachLine(
+    fd,
+    start,
+    () => count < target,
+    (bytes) => {
+      let end = bytes.length;
+      if (end > 0 && bytes[end - 1] === 0x0d) end--;
+      if (!lineHasContent(bytes, 0, end)) return; // blank: not a message, not in the checksum
+      crc = crc32(NEWLINE, crc32(bytes.subarray(0, end), crc));
+      count++;
+    },
+  );
+  if (count === target && crcHex(crc) === header.historyCrc32) return;
+  // Something is wrong: the lines are parsed (nothing returned) for the error the stream would give at
+  // its line (invalid UTF-8, bad JSON, a truncated last line), else the count or checksum error.
+  const file = parser.source;
+  const more = () => parser.messages < target;
+  const rest = eachLine(fd, start, more, (bytes) => parser.feed(decodeUtf8(bytes, file, parser.line + 1, true)));
+  if (rest !== undefined && more()) {
+    parser.feed(decodeUtf8(rest, file, parser.line + 1, true));
+    parser.fail("truncated: the last line does not end with a newline");
+  }
+  parser.end();
+  parser.fail(
+    "the history does not match history_crc32 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
+    { line: header.historyLine },
+  );
+}
+
+/**
+ * Calls `each` with every `\n`-terminated line (without it) of the file from byte `start`, while
+ * `more()`, reading 256 KB at a time.
+ *
+ * @returns the bytes after the last `\n` when the file ends without one (undefined when none)
+ */
+function eachLine(fd: number, start: number, more: () => boolean, each: (bytes: Buffer) => void): Buffer | undefined {
+  const chunk = Buffer.allocUnsafe(256 * 1024);
   let carry: Buffer | undefined;
-  const line = (bytes: Buffer): void => {
-    let end = bytes.length;
-    if (end > 0 && bytes[end - 1] === 0x0d) end--;
-    if (!lineHasContent(bytes, 0, end)) return; // blank: not a message, not in the checksum
-    crc = crc32(NEWLINE, crc32(bytes.subarray(0, end), crc));
-    count++;
-  };
-  for (let pos = start; count < target; ) {
+  for (let pos = start; more(); ) {
     const n = readSync(fd, chunk, 0, chunk.length, pos);
     if (n === 0) break;
     pos += n;
     let i = 0;
-    while (i < n && count < target) {
+    while (i < n && more()) {
       const nl = chunk.indexOf(0x0a, i);
       if (nl < 0 || nl >= n) {
         const rest = chunk.subarray(i, n);
@@ -352,46 +381,12 @@ function verifyCommitted(fd: number, start: number, parser: DuasLineParser): voi
         break;
       }
       const piece = chunk.subarray(i, nl);
-      line(carry === undefined ? piece : Buffer.concat([carry, piece]));
+      each(carry === undefined ? piece : Buffer.concat([carry, piece]));
       carry = undefined;
       i = nl + 1;
     }
   }
-  if (count === target && crcHex(crc) === header.historyCrc32) return;
-  // Something is wrong: the lines are parsed (nothing returned) for the error the stream would give at
-  // its line (invalid UTF-8, bad JSON, a truncated last line), else the count or checksum error.
-  const file = parser.source;
-  const fail = () =>
-    parser.fail(
-      "the history does not match history_crc32 (a message was changed, duplicated, reordered or cut: edited or corrupted file)",
-      { line: header.historyLine },
-    );
-  let rest: Buffer | undefined;
-  for (let pos = start; parser.messages < target; ) {
-    const n = readSync(fd, chunk, 0, chunk.length, pos);
-    if (n === 0) break;
-    pos += n;
-    let i = 0;
-    while (i < n && parser.messages < target) {
-      const nl = chunk.indexOf(0x0a, i);
-      if (nl < 0 || nl >= n) {
-        const tail = chunk.subarray(i, n);
-        rest = rest === undefined ? Buffer.from(tail) : Buffer.concat([rest, tail]);
-        break;
-      }
-      const piece = chunk.subarray(i, nl);
-      const bytes = rest === undefined ? piece : Buffer.concat([rest, piece]);
-      rest = undefined;
-      parser.feed(decodeUtf8(bytes, file, parser.line + 1, true));
-      i = nl + 1;
-    }
-  }
-  if (rest !== undefined && parser.messages < target) {
-    parser.feed(decodeUtf8(rest, file, parser.line + 1, true));
-    parser.fail("truncated: the last line does not end with a newline");
-  }
-  parser.end();
-  fail();
+  return carry;
 }
 
 /** What {@link FileBackend}'s line reader leaves behind: the parser (its header) and the values it clipped. */
@@ -449,7 +444,6 @@ function readHeadBounded(fd: number, file: string, clipAt: number): BoundedHead 
   let long:
     | { key: string; summary: LongValueSummary; decoder: InstanceType<typeof TextDecoder>; path: string }
     | undefined;
-  let invalid = false; // a long line that cannot be summarised: read the header whole
   let deferred = false; // a line was summarised: header_crc32 is checked against the body's bytes
 
   /** Starts reading the current line in pieces; false when it cannot be. */
@@ -501,21 +495,20 @@ function readHeadBounded(fd: number, file: string, clipAt: number): BoundedHead 
     return parser.header !== undefined;
   };
 
-  /** Ends the long line: the parser gets `key = <short value>` in its place. */
-  const endLong = (): void => {
+  /**
+   * Ends the long line: the parser gets `key = <short value>` in its place. False when the value cannot
+   * be summarised (then the header is read whole).
+   */
+  const endLong = (): boolean => {
     const { key, summary, decoder, path } = long as NonNullable<typeof long>;
     long = undefined;
     try {
       summary.push(decoder.decode());
     } catch {
-      invalid = true;
-      return;
+      return false;
     }
     const s = summary.finish();
-    if (s === undefined || (path === "state.currentTaskId" && !summary.quoted)) {
-      invalid = true;
-      return;
-    }
+    if (s === undefined || (path === "state.currentTaskId" && !summary.quoted)) return false;
     const whole = s.length <= clipAt;
     if (!whole) clipped.push({ path, kind: summary.kind, preview: s.preview, length: s.length });
     const value =
@@ -527,6 +520,7 @@ function readHeadBounded(fd: number, file: string, clipAt: number): BoundedHead 
           ? JSON.stringify(s.preview)
           : encodeIniString(s.preview);
     parser.feed(`${key} = ${value}`);
+    return true;
   };
 
   for (let pos = 0; ; ) {
@@ -562,8 +556,7 @@ function readHeadBounded(fd: number, file: string, clipAt: number): BoundedHead 
       lineStart = pos + end + 1;
       if (long !== undefined) {
         bodyCrc = crc32(NEWLINE, bodyCrc);
-        endLong();
-        if (invalid || long !== undefined) return undefined;
+        if (!endLong()) return undefined;
       } else {
         const bytes = parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
         parts = [];

@@ -1451,8 +1451,7 @@ export function decodeBytesDetailed(
   options: { source?: string } = {},
 ): { state: AgentState; revision: number | undefined } {
   const source = options.source;
-  // Anything unusual (invalid UTF-8, no final newline, blank or \r-ended history lines) takes the text path,
-  // whose errors name the line.
+  // Anything unusual (invalid UTF-8, no final newline) takes the text path, whose errors name the line.
   if (bytes.length === 0 || bytes[bytes.length - 1] !== 0x0a || !isUtf8(bytes)) {
     return decodeStateDetailed(decodeUtf8(bytes, source), options);
   }
@@ -1467,7 +1466,8 @@ export function decodeBytesDetailed(
     const history: Message[] = [];
     if (parser.header !== undefined) {
       const body = bytes.subarray(pos);
-      const given = body.length > 0 && body[0] !== 0x0a && body.indexOf(BLANK_LINE) < 0 && body.indexOf(0x0d) < 0;
+      // A \r before a \n is not in the checksum; a blank line (not either) sends the read down the text path below.
+      const given = body.length > 0 && body.indexOf(0x0d) < 0;
       if (given) parser.historyCrcOfBytes(crc32(body));
       while (pos < bytes.length) {
         const nl = bytes.indexOf(0x0a, pos);
@@ -1485,8 +1485,6 @@ export function decodeBytesDetailed(
     throw new FormatError(`cannot decode: ${(e as Error)?.message ?? String(e)}`, { file: source, cause: e });
   }
 }
-
-const BLANK_LINE = Buffer.from("\n\n");
 
 /**
  * Decodes `.duas` bytes: gzip is detected by its magic bytes (`1f 8b`), then

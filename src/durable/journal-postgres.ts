@@ -79,8 +79,6 @@ export class PostgresJournal extends SqlJournal {
   private readonly pg: PostgresDriver;
   /** Prepared statements by kind (see {@link named}). */
   private readonly statements = new Map<string, { name: string; text: string }>();
-  /** The one-statement step writes, synced and not (see {@link writeStep}), with their prepared-statement names. */
-  private readonly stepWrites: Record<"synced" | "unsynced", { name: string; text: string }>;
 
   /**
    * No connection is made here: the tables are created or migrated at the first call.
@@ -95,13 +93,6 @@ export class PostgresJournal extends SqlJournal {
     this.pg = driver;
     this.pool = driver.pool;
     this.schema = driver.schema;
-    const text = (sync: boolean) => stepWriteSql(this.t, driver.nowMs, sync);
-    const named = (sql: string) => ({
-      // a hash of the text: one name per schema and variant, within PostgreSQL's 63-byte identifiers
-      name: `dumplings_step_${createHash("sha1").update(sql).digest("hex").slice(0, 24)}`,
-      text: sql,
-    });
-    this.stepWrites = { synced: named(text(true)), unsynced: named(text(false)) };
   }
 
   /**
@@ -121,7 +112,7 @@ export class PostgresJournal extends SqlJournal {
         await this.pg.query(`cannot lease run ${JSON.stringify(runId)}`, runId, {
           ...this.named(
             "lease",
-            `WITH run AS (
+            () => `WITH run AS (
   SELECT lease_owner, lease_expires_at FROM ${this.t.runs} WHERE run_id = $1 FOR UPDATE
 ), taken AS (
   UPDATE ${this.t.runs} SET fencing_token = fencing_token + 1, lease_owner = $2::text,
@@ -178,7 +169,7 @@ FROM (SELECT 1) AS one LEFT JOIN taken ON true`,
         await this.pg.query(`cannot update run ${JSON.stringify(runId)}`, runId, {
           ...this.named(
             sync ? "update" : "update-unsynced",
-            `WITH run AS (
+            () => `WITH run AS (
   SELECT fencing_token FROM ${this.t.runs} WHERE run_id = $1 FOR UPDATE
 ), changed AS (
   UPDATE ${this.t.runs} SET status = $2::text, output_json = $3::text, error_json = $4::text, waiting_for = $5::text,
@@ -214,11 +205,15 @@ SELECT (SELECT fencing_token FROM run) AS token, (SELECT count(*) FROM event)::i
     return super.updateRun(token, runId, patch);
   }
 
-  /** A prepared statement of this journal: its name a hash of its text (per schema, within 63 bytes). */
-  private named(kind: string, text: string): { name: string; text: string } {
+  /**
+   * A prepared statement of this journal, its text built once by `text`: its name a hash of that text
+   * (one name per schema and variant, within PostgreSQL's 63-byte identifiers).
+   */
+  private named(kind: string, text: () => string): { name: string; text: string } {
     let statement = this.statements.get(kind);
     if (!statement) {
-      statement = { name: `dumplings_${createHash("sha1").update(text).digest("hex").slice(0, 24)}`, text };
+      const sql = text();
+      statement = { name: `dumplings_${createHash("sha1").update(sql).digest("hex").slice(0, 24)}`, text: sql };
       this.statements.set(kind, statement);
     }
     return statement;
@@ -261,7 +256,7 @@ SELECT (SELECT fencing_token FROM run) AS token, (SELECT count(*) FROM event)::i
       return super.writeStep(token, record, options);
     }
     const output = outputColumn(record);
-    const statement = this.stepWrites[sync ? "synced" : "unsynced"];
+    const statement = this.named(sync ? "step" : "step-unsynced", () => stepWriteSql(this.t, this.pg.nowMs, sync));
     const values = [
       runId,
       seq,

@@ -139,13 +139,14 @@ export function withRunContext<T>(ctx: RunContext, fn: () => Promise<T>): Promis
   return storage.run({ ctx }, fn);
 }
 
-function requireScope(what: string): Scope {
+/** The current run's scope, outside a step body; `call("name")` names the caller in the errors. */
+function requireScope(call: string, name: string): Scope {
   const scope = storage.getStore();
-  if (!scope) throw new NoRunContextError(what);
+  if (!scope) throw new NoRunContextError(`${call}("${name}")`);
   if (scope.inStep !== undefined) {
     throw new DumplingsError(
       "NESTED_STEP",
-      `[dumplings:durable] ${what} was called inside the body of step "${scope.inStep}"; durable calls cannot nest (call them from the workflow instead)`,
+      `[dumplings:durable] ${call}("${name}") was called inside the body of step "${scope.inStep}"; durable calls cannot nest (call them from the workflow instead)`,
     );
   }
   return scope;
@@ -446,16 +447,21 @@ export async function step<T = JsonValue>(
   options: StepOptions<T> = {},
 ): Promise<T> {
   checkOptions("step", options, STEP_OPTIONS);
-  checkOptions(`step "${name}" retry`, options.retry, RETRY_OPTIONS);
-  const { ctx } = requireScope(`step("${name}")`);
+  if (options.retry !== undefined) checkOptions(`step "${name}" retry`, options.retry, RETRY_OPTIONS);
+  const { ctx } = requireScope("step", name);
   const input = options.input ?? null;
-  const inputHash = hashInput(input, `step "${name}" input`);
+  const inputHash = input === null ? hashInput(null) : hashInput(input, `step "${name}" input`);
   assertLive(ctx);
   const seq = ctx.nextSeq++;
   const rec = recorded(ctx, seq, name, inputHash);
   if (rec && rec.inputHash !== inputHash) await drifted(ctx, rec, seq, name, inputHash);
-  const parse = (v: JsonValue): T => (options.schema ? options.schema.parse(v) : (v as T));
-  if (rec?.status === "completed") return parse(rec.output ?? null);
+  const { schema } = options;
+  const parse = (v: JsonValue): T => (schema ? schema.parse(v) : (v as T));
+  if (rec?.status === "completed") {
+    // A replayed step (the common case of a resume): its recorded output, no other work.
+    const output = rec.output ?? null;
+    return schema ? schema.parse(output) : (output as T);
+  }
   if (rec?.status === "failed") {
     throw new StepFailedError(ctx.runId, seq, name, rec.attempt, rec.error ?? { name: "Error", message: "failed" });
   }
@@ -577,7 +583,7 @@ export const signalStepName = (name: string) => `signal:${name}`;
  * const decision = await waitForSignal("manager-approval");
  */
 export async function waitForSignal<T = JsonValue>(name: string): Promise<T> {
-  const { ctx } = requireScope(`waitForSignal("${name}")`);
+  const { ctx } = requireScope("waitForSignal", name);
   const stepName = signalStepName(name);
   const inputHash = hashInput(null);
   assertLive(ctx);
@@ -599,9 +605,14 @@ export async function waitForSignal<T = JsonValue>(name: string): Promise<T> {
     await write(ctx, { ...base, status: "completed", output: value, finishedAt: Date.now() });
     return value as T;
   };
-  const arrived = await ctx.journal.getSignal(ctx.runId, name);
-  if (arrived) return complete(arrived.value);
-  if (rec?.status !== "waiting") await write(ctx, { ...base, finishedAt: Date.now() });
+  if (rec?.status !== "waiting") {
+    // The wait is new: a signal that is already there completes it without recording the wait.
+    const arrived = await ctx.journal.getSignal(ctx.runId, name);
+    if (arrived) return complete(arrived.value);
+    await write(ctx, { ...base, finishedAt: Date.now() });
+  }
+  // (A replay reaching its recorded wait asks no separate read: the suspension below checks for the signal
+  // atomically, and hands it back when it has arrived.)
   const suspended = await ctx.journal
     .updateRun(ctx.fencingToken, ctx.runId, { status: "waiting", waitingFor: name })
     .catch((e: unknown) => refusal(ctx, e));
@@ -625,7 +636,7 @@ export async function waitForSignal<T = JsonValue>(name: string): Promise<T> {
  * await sleep("cool-down", 60 * 60 * 1000);
  */
 export async function sleep(name: string, ms: number): Promise<void> {
-  const { ctx } = requireScope(`sleep("${name}")`);
+  const { ctx } = requireScope("sleep", name);
   if (!Number.isFinite(ms) || ms < 0) {
     throw new DumplingsError("INVALID_OPTION", `sleep("${name}") needs a finite, non-negative duration in ms`);
   }
@@ -721,7 +732,7 @@ function checkPatchId(id: string, what: string): void {
  * await step("fraud-check", () => fraud.check(order), { input: order });
  */
 export async function patched(id: string): Promise<boolean> {
-  const { ctx } = requireScope(`patched("${id}")`);
+  const { ctx } = requireScope("patched", id);
   checkPatchId(id, "patched()");
   assertLive(ctx);
   const name = patchStepName(id);
@@ -763,7 +774,7 @@ export async function patched(id: string): Promise<boolean> {
  * await step("fraud-check", () => fraud.check(order), { input: order });
  */
 export function deprecatePatch(id: string): void {
-  const { ctx } = requireScope(`deprecatePatch("${id}")`);
+  const { ctx } = requireScope("deprecatePatch", id);
   checkPatchId(id, "deprecatePatch()");
   if (ctx.records[ctx.nextSeq]?.name === patchStepName(id)) ctx.nextSeq++;
 }

@@ -32,6 +32,7 @@ import {
   outputColumn,
   type RunPatch,
   type StepRecord,
+  signalFromRow,
   syncedWrite,
   type UpdateRunResult,
   type WriteStepOptions,
@@ -153,12 +154,13 @@ FROM (SELECT 1) AS one LEFT JOIN taken ON true`,
    * One statement (one round trip) unless the run is to wait for a signal:
    * that check must see every signal committed before the run's row was
    * locked, which a statement's snapshot (taken before it waits for the
-   * lock) may not, so it takes the transaction of {@link SqlJournal}. The
+   * lock) may not, so it takes a transaction of two statements, the lock
+   * first (see {@link suspend}). The
    * change to `running` is unsynced (`synchronous_commit = off` for its
    * transaction only).
    */
   override async updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult> {
-    if (patch.status === "waiting" && patch.waitingFor !== undefined) return super.updateRun(token, runId, patch);
+    if (patch.status === "waiting" && patch.waitingFor !== undefined) return this.suspend(token, runId, patch);
     const output = jsonColumn(patch.output, "run output");
     const error = patch.error === undefined ? null : JSON.stringify(patch.error);
     const now = this.pg.nowMs;
@@ -203,6 +205,63 @@ SELECT (SELECT fencing_token FROM run) AS token, (SELECT count(*) FROM event)::i
     if (row?.token === null || row?.token === undefined) throw new RunNotFoundError(runId);
     if (Number(row.token) !== token) throw new StaleFencingTokenError(runId, token, Number(row.token));
     return super.updateRun(token, runId, patch);
+  }
+
+  /**
+   * {@link updateRun} to wait for a signal: one transaction of two statements
+   * (four round trips with its `BEGIN` and `COMMIT`). The first locks the
+   * run's row (and reads its token); the second, whose snapshot is therefore
+   * taken after every signal committed before the lock was granted
+   * (`sendSignal` locks the row too), looks for the signal and, when it has
+   * not arrived, suspends the run and counts and appends its event. An event
+   * index taken by a process of an earlier release takes the transaction of
+   * {@link SqlJournal}.
+   */
+  private async suspend(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult> {
+    const name = patch.waitingFor as string;
+    const output = jsonColumn(patch.output, "run output");
+    const error = patch.error === undefined ? null : JSON.stringify(patch.error);
+    const lock = this.named("lock", () => `SELECT fencing_token FROM ${this.t.runs} WHERE run_id = $1 FOR UPDATE`);
+    const now = this.pg.nowMs;
+    const wait = this.named(
+      "suspend",
+      () => `WITH sig AS (
+  SELECT value_json, sent_at FROM ${this.t.signals} WHERE run_id = $1 AND name = $2::text
+), changed AS (
+  UPDATE ${this.t.runs} SET status = $3::text, output_json = $4::text, error_json = $5::text, waiting_for = $2::text,
+    wake_at = $6::bigint, updated_at = ${now}, event_count = event_count + 1
+  WHERE run_id = $1 AND NOT EXISTS (SELECT 1 FROM sig)
+  RETURNING event_count
+), event AS (
+  INSERT INTO ${this.t.events} (run_id, idx, type, at, name, fencing_token)
+  SELECT $1, event_count - 1, 'run_' || $3::text, ${now}, $2::text, $7::bigint FROM changed
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM sig) AS value_json,
+  (SELECT sent_at FROM sig) AS sent_at, (SELECT count(*) FROM event)::integer AS written`,
+    );
+    try {
+      return await this.pg.transaction(`cannot update run ${JSON.stringify(runId)}`, runId, async (query) => {
+        const run = (await query(lock.text, [runId])).rows[0];
+        if (!run) throw new RunNotFoundError(runId);
+        if (Number(run.fencing_token) !== token) {
+          throw new StaleFencingTokenError(runId, token, Number(run.fencing_token));
+        }
+        const values = [runId, name, patch.status, output, error, patch.wakeAt ?? null, token];
+        const row = (await query(wait.text, values)).rows[0];
+        if (Number(row?.arrived) > 0) {
+          return {
+            ok: false,
+            signal: signalFromRow({ run_id: runId, name, value_json: row?.value_json, sent_at: row?.sent_at }),
+          };
+        }
+        if (Number(row?.written) !== 1) throw new Error(`the suspension of run ${JSON.stringify(runId)} wrote nothing`);
+        return { ok: true };
+      });
+    } catch (e) {
+      if (takenIndex(e)) return super.updateRun(token, runId, patch);
+      throw e;
+    }
   }
 
   /**

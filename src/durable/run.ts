@@ -344,6 +344,10 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
       : undefined;
   cancelCheck?.unref();
   try {
+    // The steps are read while the run's row is checked and marked running (they are read under this
+    // executor's lease: no other executor writes them now, and an operator's change fences this one off).
+    const steps = journal.readSteps(runId);
+    steps.catch(() => undefined); // awaited below, unless the run turns out to have ended
     const current = await journal.getRun(runId);
     const over = current && finished(current);
     if (over) return over;
@@ -353,7 +357,7 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
       runId,
       journal,
       fencingToken: token,
-      records: await journal.readSteps(runId),
+      records: await steps,
       nextSeq: 0,
       stream: options.stream,
       inlineSleepMaxMs: options.inlineSleepMaxMs ?? 1000,

@@ -184,7 +184,7 @@ describe.skipIf(!!pgSkip)(`PostgresJournal: one-statement writes${pgSkip ? ` (sk
     }
   });
 
-  it("keeps numbering events when a writer of the previous release took the index of a step's, a status's or a lease's event", async () => {
+  it("keeps numbering events when a writer of the previous release took the index of a step's, a status's, a lease's or a suspension's event", async () => {
     const j = new PostgresJournal({ url: DATABASE_URL, schema });
     try {
       await j.createRun({ runId: "legacy", workflow: "wf", input: null });
@@ -203,6 +203,11 @@ describe.skipIf(!!pgSkip)(`PostgresJournal: one-statement writes${pgSkip ? ` (sk
       await j.updateRun(l.fencingToken, "legacy", { status: "running" });
       await oldWriter();
       const again = await j.acquireLease("legacy", "a", 10_000);
+      if (!again.acquired) throw new Error("lease refused");
+      await oldWriter();
+      expect(await j.updateRun(again.fencingToken, "legacy", { status: "waiting", waitingFor: "go" })).toEqual({
+        ok: true,
+      });
       const events = await j.readEvents("legacy");
       expect(events.map((e) => [e.index, e.type])).toEqual([
         [0, "run_created"],
@@ -214,8 +219,11 @@ describe.skipIf(!!pgSkip)(`PostgresJournal: one-statement writes${pgSkip ? ` (sk
         [6, "run_running"],
         [7, "signal_received"],
         [8, "lease_acquired"],
+        [9, "signal_received"],
+        [10, "run_waiting"],
       ]);
-      expect(again.acquired && again.fencingToken).toBe(l.fencingToken + 1);
+      expect(again.fencingToken).toBe(l.fencingToken + 1);
+      expect(await j.getRun("legacy")).toMatchObject({ status: "waiting", waitingFor: "go" });
       expect((await j.readSteps("legacy")).map((s) => [s.status, s.output])).toEqual([["completed", 1]]);
     } finally {
       await j.close();

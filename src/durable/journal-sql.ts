@@ -393,14 +393,21 @@ export class SqlJournal implements Journal {
     const { runId, seq } = record;
     const body = async (query: SqlQuery) => {
       // One statement reads what the checks need: the run's token (its row locked where the database needs
-      // it), the last seq (seqs have no gaps, so + 1 is the count: one index probe) and the record at `seq`.
-      const { rows } = await query(this.stepCheckSql, [runId, Number.isInteger(seq) && seq >= 0 ? seq : -1]);
+      // it) and the records at `seq - 1` and `seq` (one index range). Seqs have no gaps, so these say whether
+      // `seq` is the next position (`seq - 1` exists, or `seq` is 0) or an existing one; only a refusal
+      // (a gap) reads the count, for its message.
+      const valid = Number.isInteger(seq) && seq >= 0;
+      const { rows } = await query(this.stepCheckSql, [runId, valid ? seq : -1]);
       const run = requireToken(runId, token, rows[0]);
-      const count = run.last_seq === null || run.last_seq === undefined ? 0 : Number(run.last_seq) + 1;
-      const existing =
-        run.cur_name === null || run.cur_name === undefined
-          ? undefined
-          : { name: String(run.cur_name), status: String(run.cur_status) };
+      let cur: Row | undefined;
+      let prev = seq === 0;
+      for (const row of rows) {
+        if (row.seq === null || row.seq === undefined) continue;
+        if (Number(row.seq) === seq) cur = row;
+        else prev = true;
+      }
+      const count = valid && (cur || prev) ? seq : await this.stepCount(query, runId);
+      const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
       checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
       await query(
         `INSERT INTO ${this.t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
@@ -432,14 +439,23 @@ export class SqlJournal implements Journal {
     await this.write(what("write a step of", runId), runId, sync, body);
   }
 
-  /** The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq). */
+  /**
+   * The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq): one row per step record
+   * at `$2 - 1` or `$2` with the run's token beside it, or one row with the token alone (none: no run).
+   */
   private get stepCheckSql(): string {
-    this.stepCheck ??= `SELECT fencing_token,
-        (SELECT seq FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1) AS last_seq,
-        (SELECT name FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2) AS cur_name,
-        (SELECT status FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2) AS cur_status
-      FROM ${this.t.runs} WHERE run_id = $1${this.driver.forUpdate}`;
+    const lock = this.driver.forUpdate ? `${this.driver.forUpdate} OF r` : "";
+    this.stepCheck ??= `SELECT r.fencing_token, s.seq, s.name, s.status FROM ${this.t.runs} r
+      LEFT JOIN ${this.t.steps} s ON s.run_id = r.run_id AND s.seq >= CAST($2 AS INTEGER) - 1 AND s.seq <= CAST($2 AS INTEGER)
+      WHERE r.run_id = $1${lock}`;
     return this.stepCheck;
+  }
+
+  /** The number of step records of the run (seqs have no gaps: the last seq + 1), for a refusal's message. */
+  private async stepCount(query: SqlQuery, runId: string): Promise<number> {
+    const { rows } = await query(`SELECT MAX(seq) AS last_seq FROM ${this.t.steps} WHERE run_id = $1`, [runId]);
+    const last = rows[0]?.last_seq;
+    return last === null || last === undefined ? 0 : Number(last) + 1;
   }
 
   /** {@inheritDoc Journal.updateRun} */

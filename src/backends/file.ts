@@ -11,8 +11,8 @@
  * with `O_NOFOLLOW`, so a symlink planted in `baseDir` is never followed.
  * Nothing touches the file system for a bad key. `listKeys()` returns the
  * stems of `*.duas` / `*.duas.gz` and ignores everything else (the temp file
- * `.<key>.duas.tmp`, the header journal `.<key>.duas.hdr` and the lock
- * `<key>.duas.lock`). When both `<key>.duas` and
+ * `.<key>.duas.tmp`, the header journal `.<key>.duas.hdr` and the lock,
+ * `.<key>.duas.lck` or `<key>.duas.lock`). When both `<key>.duas` and
  * `<key>.duas.gz` exist (a crash between writing one and removing the other
  * after a `gzip` option change), the one of the backend's own `gzip` option wins.
  *
@@ -27,17 +27,38 @@
  * ## Appends: O(new messages) (`write(key, state, { expectedRevision, baseLength })`)
  *
  * Files written by this backend carry `[META] revision`, `generation`,
- * `history_crc32` and `header_crc32` (see "Identity and integrity" below), pad
- * `saved_at`, `message_count` and `revision` with trailing spaces to fixed widths, and
- * end the header with a padding comment line (`#` + spaces) before
- * `[HISTORY]`, so the header can be rewritten in place without moving a byte
- * of history. When `baseLength` equals the stored `message_count` and
- * `expectedRevision` the stored revision, a save:
+ * `history_crc32`, `history_bytes`, `prior_commit` and `header_crc32` (see
+ * "Identity and integrity" below), pad `saved_at`, `message_count`,
+ * `revision`, `history_bytes` and `prior_commit` with trailing spaces to fixed
+ * widths, and end the header with a padding comment line (`#` + spaces)
+ * before `[HISTORY]`, so the header can be rewritten in place without moving
+ * a byte of history. When `baseLength` equals the stored `message_count` and
+ * `expectedRevision` the stored revision, and the config and state are those
+ * on disk (only `[META]` changes), a save makes **one `fdatasync`**:
  *
  * 1. appends `history.slice(baseLength)` as new lines at the end of the
- *    committed history, then `fdatasync`;
- * 2. overwrites, in place, only the header bytes that changed (the new
- *    header padded to the old header's exact length), then `fdatasync`.
+ *    committed history;
+ * 2. overwrites, in place, only the head bytes that changed: the new commit
+ *    (`message_count`, `revision`, `saved_at`, `history_crc32`,
+ *    `history_bytes`) and, in `prior_commit`, the commit it replaces
+ *    (`<revision> <message_count> <history_bytes> <history_crc32> <saved_at>`);
+ * 3. `fdatasync`.
+ *
+ * ### One sync per save: the commit pair (after the two meta pages of LMDB)
+ *
+ * Without a sync between 1 and 2, a power loss can leave the head on disk and
+ * not the lines. A reader then finds the bytes of the newest save (between the
+ * two commits' `history_bytes`) missing: the file ends before them (it was not
+ * extended) or they hold NUL bytes (blocks allocated, never written; JSON
+ * lines never hold one). It then reads the file as `prior_commit` — checked
+ * against its own lines and `history_crc32` — exactly as the save before: that
+ * save was synced before this one began (a writer that finds a commit it did
+ * not write itself syncs it before naming it in a header). Any other damage to
+ * the newest save's lines is a `FormatError`, as before. The next writer
+ * continues from the prior commit, numbers its save above the lost one's
+ * revision (never reused), and cuts the lost bytes. A save that also changes
+ * `[CONFIG]`/`[STATE]` keeps two syncs (lines, then header): the prior commit
+ * does not hold those values.
  *
  * When the changed header bytes span more than one 4096-byte page (a long
  * prompt sits between `[META]` and `[STATE]`), the save instead writes a
@@ -57,9 +78,10 @@
  * step 2 leaves the old header, so the file reads as the old state; the extra
  * (complete or torn) lines are an uncommitted tail that the next writer
  * truncates (under the lock) before appending — a torn last line is
- * repaired, never returned as data. The `fdatasync` after step 1 orders the
- * data before any header byte, so a header never counts a line that is not
- * on disk. A one-page header write is all-or-nothing when the process is
+ * repaired, never returned as data. A process killed after step 2 leaves the
+ * lines and the head in the page cache: the new state. Against power loss,
+ * a head that reached the disk before its lines reads as its `prior_commit`
+ * (above). A one-page header write is all-or-nothing when the process is
  * killed (Linux checks for fatal signals between pages of a buffered write,
  * not inside one), so after `kill -9` such a header is old or new. A write
  * spanning pages can be cut between pages; that is why it goes through the
@@ -107,9 +129,23 @@
  *
  * The revision lives in the file (`[META] revision`, +1 per write; a file
  * without one, e.g. copied in by hand, counts as revision 1). A write's
- * read-check-write cycle runs under an exclusive lock file `<key>.duas.lock`
- * created with `O_EXCL` and holding `pid` and host name, so writers in several
- * processes never interleave. A lock whose process is dead (same host), an
+ * read-check-write cycle runs under an exclusive lock of the key, so writers
+ * in several processes (and several backends of one process) never
+ * interleave.
+ *
+ * **Locks.** By default (`locks: "os"`, where the `fs-native-extensions`
+ * addon loads: Linux, macOS, Windows on x64/arm64) the lock is an advisory
+ * lock on an open descriptor of `.<key>.duas.lck` (open file description locks
+ * on Linux, `flock` on macOS, `LockFileEx` on Windows): the file is created
+ * once and kept, so a save creates and removes no file (that was half of a
+ * save's cost on ext4: a directory change in every sync), and the OS releases
+ * the lock of a process that dies, so there is no stale lock to break. A
+ * writer that gets the lock checks the path still names the file it locked:
+ * `delete` removes the lock file while holding it. A holder is waited for up to
+ * `lockTimeoutMs`. Every process writing one directory must use the same kind
+ * of lock. With `locks: "files"` (the fallback where the addon does not load)
+ * the lock is a file `<key>.duas.lock`
+ * created with `O_EXCL` and holding `pid` and host name. A lock whose process is dead (same host), an
  * empty/unreadable lock older than one second (its writer died between
  * creating and filling it), or another host's lock older than `staleLockMs`,
  * is broken by renaming it away and re-checking it was the same lock. A live
@@ -157,6 +193,7 @@ import {
   unlinkSync,
   writeSync,
 } from "node:fs";
+import { createRequire } from "node:module";
 import { hostname } from "node:os";
 import path from "node:path";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
@@ -182,6 +219,7 @@ import {
   isGzip,
   LongValueSummary,
   type ParsedHeader,
+  type PriorCommit,
 } from "../core/codec.js";
 import {
   BackendError,
@@ -217,6 +255,7 @@ const FILE_OPTIONS = optionKeys<FileBackendOptions>({
   lockTimeoutMs: true,
   staleLockMs: true,
   headerSlack: true,
+  locks: true,
 });
 
 /** Options of {@link FileBackend}. */
@@ -231,6 +270,38 @@ export interface FileBackendOptions {
   staleLockMs?: number;
   /** Extra bytes of header padding written on whole-file writes, for in-place header updates. @default 256 */
   headerSlack?: number;
+  /**
+   * How writers of one key exclude each other (see the module doc, "Locks"):
+   * `"os"`, an advisory lock on an open descriptor of `.<key>.duas.lck` (a file
+   * kept between saves; released by the OS when its process dies), or
+   * `"files"`, a lock file `<key>.duas.lock` created and removed per save
+   * (stale ones broken after `staleLockMs`). Every process writing one
+   * directory must use the same kind.
+   * @default "os" where its addon (`fs-native-extensions`) loads, else "files"
+   */
+  locks?: "os" | "files";
+}
+
+/**
+ * Advisory locks on an open descriptor from `fs-native-extensions` (open file
+ * description locks on Linux, `flock` on macOS, `LockFileEx` on Windows).
+ */
+interface OsLocks {
+  tryLock(fd: number): boolean;
+  unlock(fd: number): void;
+}
+
+let osLocksLoaded: OsLocks | Error | undefined;
+/** The OS lock addon, or the error that kept it from loading on this platform (asked once). */
+function osLocks(): OsLocks | Error {
+  if (osLocksLoaded === undefined) {
+    try {
+      osLocksLoaded = createRequire(import.meta.url)("fs-native-extensions") as OsLocks;
+    } catch (e) {
+      osLocksLoaded = e instanceof Error ? e : new Error(String(e));
+    }
+  }
+  return osLocksLoaded;
 }
 
 const PAGE = 4096;
@@ -261,6 +332,12 @@ interface FileInfo {
   ctimeNs: bigint;
   /** {@link FileBackend.journalId} of the header journal when this backend last wrote or settled it. */
   journal: string | undefined;
+  /** `[META] history_bytes` of the commit (undefined in files of older versions: those are rewritten whole). */
+  historyBytes: number | undefined;
+  /** `saved_at` of the commit (the next append's `prior_commit`). */
+  savedAt: string;
+  /** The header's own revision when the file holds its prior commit (the next save numbers above both). */
+  abandoned?: number;
 }
 
 /** Where the header's body (`\n[CONFIG]\n…`) starts: the end of the `header_crc32` line. */
@@ -590,6 +667,74 @@ function feedHeader(parser: DuasLineParser, head: Buffer, file: string): void {
   }
 }
 
+function readAtFd(fd: number): ReadAt {
+  return (position, length) => {
+    const b = Buffer.allocUnsafe(length);
+    let got = 0;
+    while (got < length) {
+      const n = readSync(fd, b, got, length - got, position + got);
+      if (n === 0) break;
+      got += n;
+    }
+    return b.subarray(0, got);
+  };
+}
+
+function readAtBuffer(buf: Buffer): ReadAt {
+  return (position, length) => buf.subarray(position, position + length);
+}
+
+/**
+ * Which commit of a plain file's header its history holds: undefined for the
+ * header's own (`message_count`, `revision`, `saved_at`, `history_crc32`), or
+ * its `prior_commit` when the newest save's lines show what a power loss
+ * between that save's write and its `fdatasync` leaves (see the module doc,
+ * "One sync per save") and the prior commit's lines are intact.
+ *
+ * The check reads only the bytes the newest save appended (between the two
+ * commits' `history_bytes`). They are lost when the file ends before them
+ * (the file system did not extend it) or they hold a NUL byte (blocks
+ * allocated, never written: JSON lines never hold one). Anything else is the
+ * header's commit, whose errors the read reports: a line edited, duplicated or
+ * cut inside the newest save is a `FormatError`, not a silent step back.
+ *
+ * @param header - the parsed header
+ * @param start - byte offset of the first history line
+ * @param read - positional reads of the file
+ */
+function priorCommitToUse(header: ParsedHeader, start: number, read: ReadAt): PriorCommit | undefined {
+  const prior = header.prior;
+  const bytes = header.historyBytes;
+  if (prior === undefined || bytes === undefined || prior.revision === header.revision) return undefined;
+  const delta = bytes - prior.historyBytes;
+  if (delta <= 0) return undefined;
+  const appended = read(start + prior.historyBytes, delta);
+  if (appended.length === delta && !appended.includes(0)) return undefined;
+  // The prior commit's lines, with the readers' rules (a \r before \n and blank lines are not in the checksum).
+  let crc = HISTORY_CRC_START;
+  let n = 0;
+  const chunk = 256 * 1024;
+  let carry: Buffer | undefined;
+  for (let pos = start; n < prior.messageCount; ) {
+    const got = read(pos, chunk);
+    if (got.length === 0) break;
+    pos += got.length;
+    const data = carry === undefined ? got : Buffer.concat([carry, got]);
+    let i = 0;
+    for (let nl = data.indexOf(0x0a); nl >= 0 && n < prior.messageCount; nl = data.indexOf(0x0a, i)) {
+      let end = nl;
+      if (end > i && data[end - 1] === 0x0d) end--;
+      if (lineHasContent(data, i, end)) {
+        crc = historyCrc(crc, data.subarray(i, end));
+        n++;
+      }
+      i = nl + 1;
+    }
+    carry = i < data.length ? Buffer.from(data.subarray(i)) : undefined;
+  }
+  return n === prior.messageCount && crcHex(crc) === prior.historyCrc32 ? prior : undefined;
+}
+
 /**
  * Scans a plain `.duas` file's bytes: parses the header and finds the end of
  * the `message_count`-th history line (the committed end). With `verify`, the
@@ -604,7 +749,17 @@ function scanPlain(
   buf: Buffer,
   source: string,
   verify = false,
-): { header: ParsedHeader; headerEnd: number; end: number; first: [number, number]; last: [number, number] } {
+): {
+  header: ParsedHeader;
+  headerEnd: number;
+  end: number;
+  first: [number, number];
+  last: [number, number];
+  /** The header's `prior_commit`, when that is the commit the history holds (see {@link priorCommitToUse}). */
+  commit: PriorCommit | undefined;
+  /** The header's own revision (newer than `header.revision` when `commit` is set). */
+  written: number | undefined;
+} {
   const parser = new DuasLineParser(source);
   let pos = 0;
   let header: ParsedHeader | undefined;
@@ -620,6 +775,12 @@ function scanPlain(
     header = parser.header;
   }
   const headerEnd = pos;
+  const written = header.revision;
+  const commit = priorCommitToUse(header, headerEnd, readAtBuffer(buf));
+  if (commit !== undefined) {
+    parser.useCommit(commit);
+    header = parser.header as ParsedHeader;
+  }
   let n = 0;
   let first: [number, number] = [pos, pos];
   let last: [number, number] = [pos, pos];
@@ -648,7 +809,7 @@ function scanPlain(
   }
   // Only files written by FileBackend (they carry a revision) can have an uncommitted tail after the
   // message_count-th line. Any other file is read whole, with decodeState's rules (no extra lines).
-  return { header, headerEnd, end: header.revision === undefined ? buf.length : pos, first, last };
+  return { header, headerEnd, end: header.revision === undefined ? buf.length : pos, first, last, commit, written };
 }
 
 /**
@@ -679,6 +840,10 @@ export class FileBackend implements StateBackend {
   private readonly lockTimeoutMs: number;
   private readonly staleLockMs: number;
   private readonly headerSlack: number;
+  /** The OS lock functions (`locks: "os"`), or undefined for lock files. */
+  private readonly os: OsLocks | undefined;
+  /** Lock paths held now with an OS lock, and their descriptors. */
+  private readonly held = new Map<string, number>();
   private readonly cache = new Map<string, FileInfo>();
   /** Revision of the `.duas.gz` file this backend last wrote, by key (validated by inode and size). */
   private readonly gzCache = new Map<string, { ino: number; size: number; revision: number }>();
@@ -703,6 +868,19 @@ export class FileBackend implements StateBackend {
       throw new InvalidOptionError("file", "headerSlack", `must be a whole number of bytes >= 0, got ${String(slack)}`);
     }
     this.headerSlack = slack;
+    const locks = options.locks;
+    if (locks !== undefined && locks !== "os" && locks !== "files") {
+      throw new InvalidOptionError("file", "locks", `must be "os" or "files", got ${JSON.stringify(locks)}`);
+    }
+    const os = locks === "files" ? undefined : osLocks();
+    if (os instanceof Error && locks === "os") {
+      throw new InvalidOptionError(
+        "file",
+        "locks",
+        `"os" needs fs-native-extensions, which does not load on this platform (${os.message}); use "files"`,
+      );
+    }
+    this.os = os instanceof Error ? undefined : os;
   }
 
   // -------------------------------------------------------------------------
@@ -809,6 +987,8 @@ export class FileBackend implements StateBackend {
       }
       safeUnlink(this.tempOf(key));
       safeUnlink(this.journalOf(key));
+      // An OS lock's file is removed while held (a waiter on it sees that and takes the next one).
+      if (this.held.has(lock)) safeUnlink(lock);
       this.cache.delete(key);
       this.gzCache.delete(key);
       if (deleted) this.syncDir();
@@ -924,8 +1104,10 @@ export class FileBackend implements StateBackend {
           throw new ConflictError(key, options.expectedRevision, exists ? actual : null, "file");
         }
       }
-      // A new file starts above every deleted revision (the floor); an existing one counts on.
-      const revision = current && actual !== null ? nextRevision(actual) : this.readFloor() + 1;
+      // A new file starts above every deleted revision (the floor); an existing one counts on (above a
+      // commit that did not reach the disk too, see priorCommitToUse: its revision number is never reused).
+      const revision =
+        current && actual !== null ? nextRevision(Math.max(actual, info?.abandoned ?? 0)) : this.readFloor() + 1;
       const base = options.baseLength;
       if (
         fd !== undefined &&
@@ -1001,8 +1183,10 @@ export class FileBackend implements StateBackend {
     if (got > scan.end) {
       // An interrupted append left lines beyond message_count: drop them (we hold the lock).
       ftruncateSync(fd, scan.end);
-      fdatasyncSync(fd);
     }
+    // The commit read here becomes the next append's prior_commit: it must be on disk before a header
+    // naming it is (a writer killed between its write and its fdatasync left it in the page cache only).
+    fdatasyncSync(fd);
     const after = fstatSync(fd, { bigint: true });
     const header = Buffer.from(data.subarray(0, scan.headerEnd));
     const info: FileInfo = {
@@ -1022,7 +1206,10 @@ export class FileBackend implements StateBackend {
       ctimeNs: after.ctimeNs,
       // examined under the lock: rolled forward, or not applicable to this file (now or later)
       journal: this.journalId(key),
+      historyBytes: scan.header.historyBytes,
+      savedAt: scan.header.meta.savedAt,
     };
+    if (scan.commit !== undefined && scan.written !== undefined) info.abandoned = scan.written;
     this.cache.set(key, info);
     return info;
   }
@@ -1037,8 +1224,10 @@ export class FileBackend implements StateBackend {
     base: number,
   ): WriteResult | undefined {
     const count = state.history.length;
-    // A file of an older version has no history chain to extend: it is rewritten whole once.
-    if (info.generation === undefined || info.historyCrc32 === undefined) return undefined;
+    // A file of an older version has no history chain (or no commit pair) to extend: it is rewritten whole once.
+    if (info.generation === undefined || info.historyCrc32 === undefined || info.historyBytes === undefined) {
+      return undefined;
+    }
     // "Stored unchanged" is checked, not assumed: the first and the boundary message must match what is on disk.
     if (base > 0) {
       try {
@@ -1050,6 +1239,8 @@ export class FileBackend implements StateBackend {
     }
     const linesText = newLines(state.history, base, state.meta.protocol);
     const historyCrc32 = crcHex(historyCrcOfLines(Number.parseInt(info.historyCrc32, 16), linesText));
+    const lines = Buffer.from(linesText, "utf8");
+    const historyBytes = info.historyBytes + lines.length;
     const layout = {
       revision,
       fixedWidth: true,
@@ -1057,6 +1248,15 @@ export class FileBackend implements StateBackend {
       generation: info.generation,
       historyCrc32,
       checksum: true,
+      historyBytes,
+      // the commit on disk, durable (this backend synced it or read it back under the lock and synced it)
+      prior: {
+        revision: info.revision,
+        messageCount: info.count,
+        historyBytes: info.historyBytes,
+        historyCrc32: info.historyCrc32,
+        savedAt: info.savedAt,
+      },
     };
     // With the config and state of the header on disk (info.memo), only the head is encoded and compared:
     // the body's bytes and checksum are reused, whatever the size of the prompt.
@@ -1096,7 +1296,6 @@ export class FileBackend implements StateBackend {
       for (const p of patches) p.bytes.copy(bytes, p.offset - from);
       patches = [{ offset: from, bytes }];
     }
-    const lines = Buffer.from(linesText, "utf8");
     let journal = info.journal;
     if (pages.size > 1) {
       // the journal is the commit point; then the file is patched and synced once
@@ -1113,7 +1312,14 @@ export class FileBackend implements StateBackend {
       for (const p of patches) writeAll(fd, p.bytes, p.offset);
       fdatasyncSync(fd);
       journal = this.journalId(key); // applied: settled for the next saves
+    } else if (patches.every((p) => p.offset + p.bytes.length <= info.headBytes)) {
+      // Only [META] changes (config and state as on disk): the lines, then the head naming this commit and
+      // the one before it, then one fdatasync. A head on disk without its lines reads as its prior_commit.
+      if (lines.length > 0) writeAll(fd, lines, info.end);
+      for (const p of patches) writeAll(fd, p.bytes, p.offset);
+      fdatasyncSync(fd);
     } else {
+      // [CONFIG] or [STATE] changes too: the prior commit does not hold those, so the lines are synced first.
       if (lines.length > 0) {
         writeAll(fd, lines, info.end);
         fdatasyncSync(fd);
@@ -1143,6 +1349,8 @@ export class FileBackend implements StateBackend {
       mtimeNs: st.mtimeNs,
       ctimeNs: st.ctimeNs,
       journal,
+      historyBytes,
+      savedAt: state.meta.savedAt,
     });
     return { revision, written: count - base, rewritten: false };
   }
@@ -1166,7 +1374,7 @@ export class FileBackend implements StateBackend {
   /** Raises the floor to `revision` (durable before it returns; under its own lock: it only grows). */
   private async raiseFloor(revision: number): Promise<void> {
     const file = this.floorPath();
-    const lock = await this.lockAt(`${file}.lock`);
+    const lock = await this.lockAt(this.lockPathBeside(file));
     try {
       if (this.readFloor() >= revision) return;
       const tmp = `${file}.tmp`;
@@ -1287,12 +1495,16 @@ export class FileBackend implements StateBackend {
     const sealed = { revision, generation, historyCrc32, checksum: true };
     let header: string;
     let enc: EncodedHeader | undefined;
+    let historyBytes: number | undefined;
     if (this.gzip) {
       header = encodeHeader(state, count, sealed);
     } else {
       // The natural header, then `headerSlack` bytes of padding in a comment line before [HISTORY]
-      // (what encodeHeader's padTo writes for padTo = natural + headerSlack + 2, encoded once).
-      enc = encodeHeaderMemo(state, count, { ...sealed, fixedWidth: true });
+      // (what encodeHeader's padTo writes for padTo = natural + headerSlack + 2, encoded once). Its
+      // prior_commit is its own commit (a whole-file write is synced before the rename makes it visible).
+      historyBytes = Buffer.byteLength(lines);
+      const prior = { revision, messageCount: count, historyBytes, historyCrc32, savedAt: state.meta.savedAt };
+      enc = encodeHeaderMemo(state, count, { ...sealed, fixedWidth: true, historyBytes, prior });
       header = `${enc.text.slice(0, -HISTORY_LINE.length)}#${" ".repeat(this.headerSlack)}\n${HISTORY_LINE}`;
     }
     const text = Buffer.from(header + lines, "utf8");
@@ -1346,6 +1558,8 @@ export class FileBackend implements StateBackend {
         mtimeNs: st.mtimeNs,
         ctimeNs: st.ctimeNs,
         journal: this.journalId(key),
+        historyBytes,
+        savedAt: state.meta.savedAt,
       });
     }
     return { revision, written: count, rewritten: true };
@@ -1411,7 +1625,7 @@ export class FileBackend implements StateBackend {
             const n = readSync(fd, again, 0, again.length, 0);
             if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
           }
-          const r = decodeBytesDetailed(data.subarray(0, scan.end), { source: file });
+          const r = decodeBytesDetailed(data.subarray(0, scan.end), { source: file, commit: scan.commit });
           return { state: r.state, revision: r.revision ?? 1 };
         } catch (e) {
           // A header caught half-way through an in-place update by a writer of another process fails its
@@ -1543,6 +1757,11 @@ export class FileBackend implements StateBackend {
             start = head.length;
           }
         }
+        const parsed = ref.parser.header;
+        if (parsed !== undefined && start > 0) {
+          const commit = priorCommitToUse(parsed, start, readAtFd(fd));
+          if (commit !== undefined) ref.parser.useCommit(commit);
+        }
         if (ref.parser.header) pin(ref.parser.header);
       } catch (e) {
         if (!(e instanceof FormatError)) throw e;
@@ -1589,6 +1808,11 @@ export class FileBackend implements StateBackend {
         const m = parser.feed(text);
         if (!pinned && parser.header !== undefined) {
           pinned = true;
+          if (!gz && parser.header.prior !== undefined) {
+            // A header this long was not read ahead: which of its commits holds is found by the whole read.
+            yield* this.linesOfWholeRead(key, file, ref, headerOnly, pin);
+            return;
+          }
           pin(parser.header);
         }
         if (parser.header !== undefined && headerOnly) return;
@@ -1659,13 +1883,26 @@ export class FileBackend implements StateBackend {
     }
   }
 
-  /** Takes `<key>.duas.lock` (O_EXCL), breaking a stale one; returns its path. */
+  /** Takes `key`'s lock (see {@link FileBackendOptions.locks}); returns its path, for {@link FileBackend.unlock}. */
   private lock(key: string): Promise<string> {
-    return this.lockAt(`${this.pathOf(key, DUAS_EXTENSION)}.lock`, key);
+    const data = this.pathOf(key, DUAS_EXTENSION);
+    return this.lockAt(this.os ? path.join(this.baseDir, `.${key}${DUAS_EXTENSION}.lck`) : `${data}.lock`, key);
   }
 
-  /** Takes the lock file `lockPath` (O_EXCL), breaking a stale one. */
+  /** The lock guarding the file `file` (the revision floor's): `<file>.lck` or `<file>.lock`. */
+  private lockPathBeside(file: string): string {
+    return `${file}${this.os ? ".lck" : ".lock"}`;
+  }
+
+  /**
+   * Takes the lock at `lockPath`: an OS lock on an open descriptor of it
+   * (`locks: "os"`), else the lock file itself (O_EXCL), breaking a stale one.
+   * Waits for another holder up to `lockTimeoutMs`.
+   *
+   * @throws {BackendError} on a timeout
+   */
   private async lockAt(lockPath: string, key?: string): Promise<string> {
+    if (this.os) return this.lockOs(this.os, lockPath, key);
     const me = `${process.pid}\n${localHost()}\n`;
     let madeDir = false;
     const deadline = Date.now() + this.lockTimeoutMs;
@@ -1750,8 +1987,67 @@ export class FileBackend implements StateBackend {
     }
   }
 
+  /**
+   * The `locks: "os"` path of {@link FileBackend.lockAt}: opens (creating it once) the lock file and takes
+   * an exclusive advisory lock on that descriptor; no file is created or removed per save, and the OS
+   * releases the lock of a process that dies. The file stays between saves; `delete` removes it while it
+   * holds the lock, so a writer that got the lock on a file no longer at the path drops it and retries.
+   */
+  private async lockOs(os: OsLocks, lockPath: string, key: string | undefined): Promise<string> {
+    let madeDir = false;
+    const deadline = Date.now() + this.lockTimeoutMs;
+    let wait = 1;
+    for (;;) {
+      let fd: number;
+      try {
+        fd = openSync(lockPath, constants.O_RDWR | constants.O_CREAT | NOFOLLOW, 0o644);
+      } catch (e) {
+        if (isCode(e, "ENOENT") && !madeDir) {
+          // the first write into a new directory (not a mkdir on every save)
+          mkdirSync(path.dirname(lockPath), { recursive: true });
+          madeDir = true;
+          continue;
+        }
+        throw e;
+      }
+      let kept = false;
+      try {
+        if (os.tryLock(fd)) {
+          const now = lstatSync(lockPath, { throwIfNoEntry: false });
+          const mine = fstatSync(fd);
+          if (now !== undefined && now.ino === mine.ino && now.dev === mine.dev) {
+            this.held.set(lockPath, fd);
+            kept = true;
+            return lockPath;
+          }
+          continue; // removed by a delete meanwhile: lock the file now at the path (closing drops this lock)
+        }
+      } finally {
+        if (!kept) closeSync(fd);
+      }
+      if (Date.now() > deadline) {
+        throw new BackendError("file", `timed out after ${this.lockTimeoutMs} ms waiting for the lock ${lockPath}`, {
+          key,
+        });
+      }
+      await sleep(wait);
+      wait = Math.min(wait * 2, 25);
+    }
+  }
+
+  /** Releases a lock of {@link FileBackend.lockAt}: unlocks and closes its descriptor, or removes the lock file. */
   private unlock(lockPath: string): void {
-    safeUnlink(lockPath);
+    const fd = this.held.get(lockPath);
+    if (fd === undefined) {
+      safeUnlink(lockPath);
+      return;
+    }
+    this.held.delete(lockPath);
+    try {
+      this.os?.unlock(fd);
+    } finally {
+      closeSync(fd);
+    }
   }
 }
 

@@ -263,10 +263,41 @@ export interface HeaderLayout {
   historyCrc32?: string;
   /** Write `[META] header_crc32`: the CRC-32 of the canonical header (module doc, "Integrity"). @default false */
   checksum?: boolean;
+  /** Write `[META] history_bytes = n`: the byte length of the history lines `message_count` counts (FileBackend). */
+  historyBytes?: number;
+  /** Write `[META] prior_commit`: the save before this one (FileBackend's one-sync appends; module doc, "Commits"). */
+  prior?: PriorCommit;
+}
+
+/**
+ * The commit before the header's own, kept in `[META] prior_commit` by
+ * FileBackend: what a reader falls back to when the history bytes of the
+ * header's commit are not all on disk (a power loss between the write and its
+ * `fdatasync`). @internal used by FileBackend
+ */
+export interface PriorCommit {
+  revision: number;
+  messageCount: number;
+  /** Byte length of the history lines through that commit. */
+  historyBytes: number;
+  /** `history_crc32` at that commit (8 lowercase hex digits). */
+  historyCrc32: string;
+  savedAt: string;
 }
 
 /** Widths of the fixed-width META values written when {@link HeaderLayout.fixedWidth} is set. */
-export const FIXED_WIDTHS = { savedAt: 40, messageCount: 16, revision: 16 } as const;
+export const FIXED_WIDTHS = {
+  savedAt: 40,
+  messageCount: 16,
+  revision: 16,
+  historyBytes: 16,
+  priorCommit: 100,
+} as const;
+
+/** `[META] prior_commit`'s value: `<revision> <message_count> <history_bytes> <history_crc32> <saved_at>`. */
+function priorText(p: PriorCommit): string {
+  return `${p.revision} ${p.messageCount} ${p.historyBytes} ${p.historyCrc32} ${p.savedAt}`;
+}
 
 function line(key: string, value: string): string {
   return `${key} = ${value}\n`;
@@ -514,6 +545,15 @@ function metaLines(meta: StateMeta, messageCount: number, layout: HeaderLayout, 
   }
   if (layout.generation !== undefined) out += line("generation", encodeIniString(layout.generation));
   if (layout.historyCrc32 !== undefined) out += line("history_crc32", encodeIniString(layout.historyCrc32));
+  if (layout.historyBytes !== undefined) {
+    out += line("history_bytes", fixed(String(layout.historyBytes), fw ? FIXED_WIDTHS.historyBytes : undefined));
+  }
+  if (layout.prior !== undefined) {
+    out += line(
+      "prior_commit",
+      fixed(encodeIniString(priorText(layout.prior)), fw ? FIXED_WIDTHS.priorCommit : undefined),
+    );
+  }
   return out;
 }
 
@@ -732,6 +772,10 @@ export interface ParsedHeader {
   generation?: string;
   /** `[META] history_crc32` (verified against the history by {@link DuasLineParser.end}), when present. */
   historyCrc32?: string;
+  /** `[META] history_bytes` (FileBackend: where the committed history ends), when present. */
+  historyBytes?: number;
+  /** `[META] prior_commit` (FileBackend: the commit to fall back to), when present. */
+  prior?: PriorCommit;
   /** 1-based line number of the `[HISTORY]` line. */
   historyLine: number;
 }
@@ -753,9 +797,18 @@ const META_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
   ["generation", ["generation", "string"]],
   ["history_crc32", ["historyCrc32", "string"]],
   ["header_crc32", ["headerCrc32", "string"]],
+  ["history_bytes", ["historyBytes", "int"]],
+  ["prior_commit", ["priorCommit", "string"]],
 ]);
 /** `[META]` keys a file may leave out (files not written by FileBackend have none of them). */
-const OPTIONAL_META = new Set(["revision", "generation", "history_crc32", "header_crc32"]);
+const OPTIONAL_META = new Set([
+  "revision",
+  "generation",
+  "history_crc32",
+  "header_crc32",
+  "history_bytes",
+  "prior_commit",
+]);
 const HEX8 = /^[0-9a-f]{8}$/;
 const CONFIG_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
   ["prompt", ["prompt", "string"]],
@@ -1271,10 +1324,15 @@ export class DuasLineParser {
     const generation = this.meta.generation as string | undefined;
     const historyCrc32 = this.meta.historyCrc32 as string | undefined;
     const checksum = this.meta.headerCrc32 as string | undefined;
+    const historyBytes = this.meta.historyBytes as number | undefined;
+    const priorValue = this.meta.priorCommit as string | undefined;
     delete this.meta.revision;
     delete this.meta.generation;
     delete this.meta.historyCrc32;
     delete this.meta.headerCrc32;
+    delete this.meta.historyBytes;
+    delete this.meta.priorCommit;
+    const prior = priorValue === undefined ? undefined : this.priorCommit(priorValue);
     for (const [k, v] of [
       ["history_crc32", historyCrc32],
       ["header_crc32", checksum],
@@ -1283,9 +1341,20 @@ export class DuasLineParser {
         this.fail(`${k} must be 8 lowercase hex digits`, { line: this.seen.get(`META.${k}`) });
       }
     }
-    if (checksum === undefined && (generation !== undefined || historyCrc32 !== undefined)) {
+    if (
+      checksum === undefined &&
+      (generation !== undefined || historyCrc32 !== undefined || historyBytes !== undefined || prior !== undefined)
+    ) {
       // the writer seals every header that carries these: one without its seal was edited or cut
       this.fail("the header has generation/history_crc32 but no header_crc32 (edited or corrupted file)");
+    }
+    if ((historyBytes !== undefined || prior !== undefined) && (revision === undefined || historyCrc32 === undefined)) {
+      this.fail("history_bytes/prior_commit need revision and history_crc32 (edited or corrupted file)");
+    }
+    if (prior !== undefined && (prior.revision > (revision as number) || historyBytes === undefined)) {
+      this.fail("prior_commit must come with history_bytes and not be newer than revision", {
+        line: this.seen.get("META.prior_commit"),
+      });
     }
     this.st.fields = this.fields;
     let header: ParsedHeader;
@@ -1297,14 +1366,16 @@ export class DuasLineParser {
       header = { meta: p.meta, config: p.config, state: st, revision, historyLine: this.lineNo };
       if (generation !== undefined) header.generation = generation;
       if (historyCrc32 !== undefined) header.historyCrc32 = historyCrc32;
+      if (historyBytes !== undefined) header.historyBytes = historyBytes;
+      if (prior !== undefined) header.prior = prior;
     } catch (e) {
       if (e instanceof InvalidStateError) this.fail(e.message, { cause: e, line: lineOf(e.path) });
       throw e;
     }
     if (checksum !== undefined && this.deferred) {
-      this.seal = { checksum, layout: { revision, generation, historyCrc32 } };
+      this.seal = { checksum, layout: { revision, generation, historyCrc32, historyBytes, prior } };
     } else if (checksum !== undefined) {
-      const layout = { revision, generation, historyCrc32 };
+      const layout = { revision, generation, historyCrc32, historyBytes, prior };
       const expected = crcHex(
         crcOf([
           headerPrefix(header.meta),
@@ -1322,6 +1393,41 @@ export class DuasLineParser {
     this.parsedHeader = header;
     this.schema = messageSchemaFor(header.meta.protocol);
     this.protocol = header.meta.protocol;
+  }
+
+  /** Parses `[META] prior_commit` (`<revision> <message_count> <history_bytes> <history_crc32> <saved_at>`). */
+  private priorCommit(value: string): PriorCommit {
+    const line = this.seen.get("META.prior_commit");
+    const m = /^(0|[1-9]\d*) (0|[1-9]\d*) (0|[1-9]\d*) ([0-9a-f]{8}) (\S+)$/.exec(value);
+    const nums = m ? [Number(m[1]), Number(m[2]), Number(m[3])] : [];
+    if (!m || !nums.every(Number.isSafeInteger)) {
+      this.fail(
+        `prior_commit must be "<revision> <message_count> <history_bytes> <history_crc32> <saved_at>", got ${JSON.stringify(value)}`,
+        { line },
+      );
+    }
+    const [revision, messageCount, historyBytes] = nums as [number, number, number];
+    return { revision, messageCount, historyBytes, historyCrc32: m[4] as string, savedAt: m[5] as string };
+  }
+
+  /**
+   * Makes the header's commit `prior` (its `[META] prior_commit`): the count,
+   * revision, `saved_at`, `history_crc32` and `history_bytes` the rest of the
+   * read checks and returns. For FileBackend, whose newest commit's history
+   * bytes did not all reach the disk (see its module doc). Call it right
+   * after the `[HISTORY]` line, before any history line. @internal
+   */
+  useCommit(prior: PriorCommit): void {
+    const h = this.parsedHeader;
+    if (h === undefined || this.messages > 0) throw new Error("useCommit: call it right after the [HISTORY] line");
+    this.parsedHeader = {
+      ...h,
+      meta: { ...h.meta, messageCount: prior.messageCount, savedAt: prior.savedAt },
+      revision: prior.revision,
+      historyCrc32: prior.historyCrc32,
+      historyBytes: prior.historyBytes,
+      prior,
+    };
   }
 
   private historyLine(text: string): Message | undefined {
@@ -1405,7 +1511,7 @@ export function decodeState(text: string, options: { source?: string } = {}): Ag
  */
 export function decodeStateDetailed(
   text: string,
-  options: { source?: string } = {},
+  options: DecodeContext = {},
 ): { state: AgentState; revision: number | undefined } {
   try {
     return decodeText(text, options);
@@ -1416,15 +1522,28 @@ export function decodeStateDetailed(
   }
 }
 
-function decodeText(text: string, options: { source?: string }): { state: AgentState; revision: number | undefined } {
+/** What the internal decoders are told about their input. @internal */
+export interface DecodeContext {
+  /** File name (or label) used in errors. */
+  source?: string;
+  /** Read the header's `prior_commit` instead of its own commit ({@link DuasLineParser.useCommit}). */
+  commit?: PriorCommit;
+}
+
+function decodeText(text: string, options: DecodeContext): { state: AgentState; revision: number | undefined } {
   const parser = new DuasLineParser(options.source);
   if (text === "") parser.fail("empty input: not a .duas file", { line: 1 });
   const lines = text.split("\n");
   const last = lines.pop();
   const history: Message[] = [];
+  let commit = options.commit;
   for (const l of lines) {
     const m = parser.feed(l);
     if (m !== undefined) history.push(m);
+    else if (commit !== undefined && parser.header !== undefined) {
+      parser.useCommit(commit); // right after the [HISTORY] line
+      commit = undefined;
+    }
   }
   if (last !== "") {
     parser.feed(last ?? "");
@@ -1448,7 +1567,7 @@ function decodeText(text: string, options: { source?: string }): { state: AgentS
  */
 export function decodeBytesDetailed(
   bytes: Buffer,
-  options: { source?: string } = {},
+  options: DecodeContext = {},
 ): { state: AgentState; revision: number | undefined } {
   const source = options.source;
   // Anything unusual (invalid UTF-8, no final newline) takes the text path, whose errors name the line.
@@ -1465,6 +1584,7 @@ export function decodeBytesDetailed(
     }
     const history: Message[] = [];
     if (parser.header !== undefined) {
+      if (options.commit !== undefined) parser.useCommit(options.commit);
       const body = bytes.subarray(pos);
       // A \r before a \n is not in the checksum; a blank line (not either) sends the read down the text path below.
       const given = body.length > 0 && body.indexOf(0x0d) < 0;

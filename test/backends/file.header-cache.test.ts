@@ -15,7 +15,7 @@ import { crc32 } from "node:zlib";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { FileBackend } from "../../src/backends/file.js";
-import { crc32Apply, crc32Shift, decodeStateDetailed, encodeHeader } from "../../src/core/codec.js";
+import { crc32Apply, crc32Shift, decodeStateDetailed, encodeHeader, type PriorCommit } from "../../src/core/codec.js";
 import { FormatError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";
 import { makeState } from "../../src/testing/states.js";
@@ -24,6 +24,19 @@ const root = mkdtempSync(path.join(tmpdir(), "duas-header-cache-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** `[META] prior_commit` of a file's text, as the codec's layout takes it. */
+function priorOf(text: string): PriorCommit {
+  const m = /\nprior_commit = (\d+) (\d+) (\d+) ([0-9a-f]{8}) (\S+)/.exec(text);
+  if (!m) throw new Error("no prior_commit");
+  return {
+    revision: Number(m[1]),
+    messageCount: Number(m[2]),
+    historyBytes: Number(m[3]),
+    historyCrc32: m[4] as string,
+    savedAt: m[5] as string,
+  };
+}
 
 describe("crc32Shift", () => {
   it("carries a CRC-32 over any length: crc(A ‖ B) = shift(|B|)·crc(A) ^ crc(B)", () => {
@@ -101,6 +114,8 @@ describe("FileBackend: saves with the cached header", () => {
           generation: /\ngeneration = ([0-9a-f]+)\n/.exec(text)?.[1],
           historyCrc32: /\nhistory_crc32 = ([0-9a-f]{8})\n/.exec(text)?.[1],
           checksum: true,
+          historyBytes: Number(/\nhistory_bytes = (\d+)/.exec(text)?.[1]),
+          prior: priorOf(text),
         }),
       )?.[1];
       expect(sealed, `step ${i}`).toBe(expected);

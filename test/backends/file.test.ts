@@ -37,6 +37,9 @@ import type { AgentState } from "../../src/core/state.js";
 import { makeState } from "../../src/testing/states.js";
 
 let root: string;
+/** The files of `dir` but the OS locks' `.<name>.lck` files (kept between saves: see file.locks.test.ts). */
+const dataFiles = (d: string) => readdirSync(d).filter((n) => !n.endsWith(".lck"));
+
 let dir: string;
 beforeEach(() => {
   root = mkdtempSync(path.join(tmpdir(), "duas-file-"));
@@ -64,7 +67,7 @@ describe("files on disk", () => {
     const b = new FileBackend({ baseDir: dir });
     expect(await b.listKeys()).toEqual([]);
     await b.save("s1", st(3));
-    expect(readdirSync(dir)).toEqual(["s1.duas"]);
+    expect(dataFiles(dir)).toEqual(["s1.duas"]);
     const text = readFileSync(file("s1"), "utf8");
     expect(text).toMatch(/^# dumplingsAI Agent State File\n# format: duagent-state\/1\.0\n/);
     expect(text).toMatch(/\nrevision = 1 +\n/);
@@ -189,7 +192,7 @@ describe("O(new messages) appends", () => {
     expect(r1).toEqual({ revision: 2, written: 3, rewritten: true });
     const r2 = await b.write("k", st(4), { expectedRevision: 2, baseLength: 3 });
     expect(r2).toEqual({ revision: 3, written: 1, rewritten: false });
-    expect(readdirSync(dir)).toEqual(["k.duas"]); // no temp or lock file left behind
+    expect(dataFiles(dir)).toEqual(["k.duas"]); // no temp or lock file left behind
   });
 
   it("with a long prompt, header changes across pages stay appends (through the header journal)", async () => {
@@ -206,7 +209,7 @@ describe("O(new messages) appends", () => {
     expect(await b.listKeys()).toEqual(["k"]);
     expect(await b.delete("k")).toBe(true);
     // the journal goes with the session; what stays is the floor of revisions (re-created keys start above it)
-    expect(readdirSync(dir)).toEqual([".revision-floor"]);
+    expect(dataFiles(dir)).toEqual([".revision-floor"]);
   });
 
   it("a crash in the middle of a multi-page save is rolled forward from the journal", async () => {
@@ -301,7 +304,7 @@ describe("revisions and compare-and-set", () => {
     )) as ConflictError;
     expect([late.expectedRevision, late.actualRevision]).toEqual([2, null]);
     expect(await b.listKeys()).toEqual([]);
-    expect(readdirSync(dir)).toEqual([".revision-floor"]);
+    expect(dataFiles(dir)).toEqual([".revision-floor"]);
     // a session created again on the key starts above the deleted revision: r2's holder can never write it
     const f = await b.write("k", st(1), { expectedRevision: 7, force: true });
     expect(f.revision).toBe(r2.revision + 1);
@@ -324,7 +327,7 @@ describe("gzip", () => {
     const plain = new FileBackend({ baseDir: dir });
     expect(await plain.read("z")).toEqual({ state: st(4), revision: 2 });
     await plain.write("z", st(5), { expectedRevision: 2, baseLength: 4 });
-    expect(readdirSync(dir).sort()).toEqual(["z.duas"]);
+    expect(dataFiles(dir).sort()).toEqual(["z.duas"]);
     expect(await gz.load("z")).toEqual(st(5));
   });
 
@@ -380,8 +383,8 @@ describe("streaming", () => {
 });
 
 describe("locks", () => {
-  it("a lock left by a dead process is broken; a live holder makes the write wait, then time out", async () => {
-    const b = new FileBackend({ baseDir: dir, lockTimeoutMs: 300 });
+  it('locks: "files": a lock left by a dead process is broken; a live holder makes the write wait, then time out', async () => {
+    const b = new FileBackend({ baseDir: dir, lockTimeoutMs: 300, locks: "files" });
     await b.save("k", st(1));
     const dead = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"]).stdout.toString();
     const host = (await import("node:os")).hostname();

@@ -1130,7 +1130,7 @@ export class FileBackend implements StateBackend {
       key,
       target,
       state,
-      current && actual !== null ? nextRevision(actual) : this.readFloor() + 1,
+      current && actual !== null ? nextRevision(Math.max(actual, info?.abandoned ?? 0)) : this.readFloor() + 1,
       current,
     );
   }

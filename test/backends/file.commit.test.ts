@@ -168,6 +168,15 @@ describe("FileBackend: one fdatasync per append (a commit and its prior in the h
     });
   }
 
+  it("a whole-file write after lost lines also numbers above the lost revision", async () => {
+    const s = await twoSaves();
+    truncateSync(s.file, s.priorEnd);
+    const w = await new FileBackend({ baseDir: s.dir }).write(KEY, s.after, { force: true });
+    expect(w.rewritten).toBe(true);
+    expect(w.revision).toBe(s.r2 + 1);
+    expect(await new FileBackend({ baseDir: s.dir }).read(KEY)).toEqual({ state: s.after, revision: s.r2 + 1 });
+  });
+
   const damaged: [string, (b: Buffer, s: Saved) => Buffer][] = [
     [
       "an edited byte",

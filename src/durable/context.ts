@@ -402,6 +402,9 @@ async function interruptedAttempts(ctx: RunContext, seq: number, attempts: numbe
   return interrupted;
 }
 
+/** The options of a `step` called without any (checked once, shared). */
+const NO_STEP_OPTIONS: StepOptions<never> = Object.freeze({});
+
 /** Options of {@link step}. */
 export interface StepOptions<T> {
   /** The step's JSON input: hashed into the record so replay detects a changed call, and passed to `fn`. @default null */
@@ -444,9 +447,9 @@ export interface StepOptions<T> {
 export async function step<T = JsonValue>(
   name: string,
   fn: (input: JsonValue) => T | Promise<T>,
-  options: StepOptions<T> = {},
+  options: StepOptions<T> = NO_STEP_OPTIONS,
 ): Promise<T> {
-  checkOptions("step", options, STEP_OPTIONS);
+  if (options !== NO_STEP_OPTIONS) checkOptions("step", options, STEP_OPTIONS);
   if (options.retry !== undefined) checkOptions(`step "${name}" retry`, options.retry, RETRY_OPTIONS);
   const { ctx } = requireScope("step", name);
   const input = options.input ?? null;

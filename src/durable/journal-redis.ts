@@ -390,10 +390,11 @@ export class RedisJournal implements Journal {
 
   /** {@inheritDoc Journal.readSteps} */
   async readSteps(runId: string): Promise<StepRecord[]> {
-    const h = await this.call("read the steps of", runId, (c) => c.hgetall(this.k(runId, "steps")));
-    return Object.values(h)
-      .map((text) => JSON.parse(text) as StepRecord)
-      .sort((a, b) => a.seq - b.seq);
+    // The records alone (HVALS): their seq is in each, so the fields are neither sent nor made into strings.
+    const texts = await this.call("read the steps of", runId, (c) => c.hvals(this.k(runId, "steps")));
+    const steps = new Array<StepRecord>(texts.length);
+    for (let i = 0; i < texts.length; i++) steps[i] = JSON.parse(texts[i] as string) as StepRecord;
+    return steps.sort((a, b) => a.seq - b.seq);
   }
 
   /** {@inheritDoc Journal.writeStep} */

@@ -31,6 +31,7 @@ import {
   leaseMs,
   outputColumn,
   type RunPatch,
+  type RunStatus,
   type StepRecord,
   signalFromRow,
   syncedWrite,
@@ -114,7 +115,7 @@ export class PostgresJournal extends SqlJournal {
           ...this.named(
             "lease",
             () => `WITH run AS (
-  SELECT lease_owner, lease_expires_at FROM ${this.t.runs} WHERE run_id = $1 FOR UPDATE
+  SELECT lease_owner, lease_expires_at, status FROM ${this.t.runs} WHERE run_id = $1 FOR UPDATE
 ), taken AS (
   UPDATE ${this.t.runs} SET fencing_token = fencing_token + 1, lease_owner = $2::text,
     lease_expires_at = ${now} + $3::bigint, updated_at = ${now}, event_count = event_count + 1
@@ -127,7 +128,8 @@ export class PostgresJournal extends SqlJournal {
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM run)::integer AS found, (SELECT lease_owner FROM run) AS owner,
-  (SELECT lease_expires_at FROM run) AS owner_expires, taken.fencing_token, taken.lease_expires_at,
+  (SELECT lease_expires_at FROM run) AS owner_expires, (SELECT status FROM run) AS status,
+  taken.fencing_token, taken.lease_expires_at,
   (SELECT count(*) FROM event)::integer AS written
 FROM (SELECT 1) AS one LEFT JOIN taken ON true`,
           ),
@@ -140,7 +142,12 @@ FROM (SELECT 1) AS one LEFT JOIN taken ON true`,
     }
     if (!row || Number(row.found) === 0) throw new RunNotFoundError(runId);
     if (Number(row.written) === 1) {
-      return { acquired: true, fencingToken: Number(row.fencing_token), expiresAt: Number(row.lease_expires_at) };
+      return {
+        acquired: true,
+        fencingToken: Number(row.fencing_token),
+        expiresAt: Number(row.lease_expires_at),
+        status: String(row.status) as RunStatus,
+      };
     }
     if (row.fencing_token === null || row.fencing_token === undefined) {
       return { acquired: false, owner: String(row.owner), expiresAt: Number(row.owner_expires) };

@@ -139,7 +139,7 @@ local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'fencing_token', tostring(token), 'lease_owner', ARGV[1], 'lease_expires_at', fmt(exp),
   'updated_at', fmt(now))
 redis.call('RPUSH', KEYS[2], stamp(ARGV[3], now, token))
-return {'ok', tostring(token), fmt(exp)}`),
+return {'ok', tostring(token), fmt(exp), redis.call('HGET', KEYS[1], 'status')}`),
   renew: redisScript(`${CLOCK}${TOKEN_CHECK}
 local exp = nowms() + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'lease_expires_at', fmt(exp))
@@ -367,7 +367,12 @@ export class RedisJournal implements Journal {
     )) as Reply;
     if (r[0] === "notfound") throw new RunNotFoundError(runId);
     if (r[0] === "held") return { acquired: false, owner: String(r[1]), expiresAt: Number(r[2]) };
-    return { acquired: true, fencingToken: Number(r[1]), expiresAt: Number(r[2]) };
+    return {
+      acquired: true,
+      fencingToken: Number(r[1]),
+      expiresAt: Number(r[2]),
+      ...(typeof r[3] === "string" ? { status: r[3] as RunStatus } : {}),
+    };
   }
 
   /** {@inheritDoc Journal.renewLease} */

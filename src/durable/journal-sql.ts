@@ -350,7 +350,12 @@ export class SqlJournal implements Journal {
       if (!taken) return { acquired: false, owner: String(run.lease_owner), expiresAt: Number(run.lease_expires_at) };
       const token = Number(taken.fencing_token);
       await this.event(query, runId, "lease_acquired", { name: owner, fencingToken: token });
-      return { acquired: true, fencingToken: token, expiresAt: Number(taken.lease_expires_at) };
+      return {
+        acquired: true,
+        fencingToken: token,
+        expiresAt: Number(taken.lease_expires_at),
+        status: String(run.status) as RunStatus,
+      };
     });
   }
 

@@ -168,8 +168,13 @@ export type JournalEventInput = Omit<JournalEvent, "runId" | "index" | "at">;
 
 /** Result of {@link Journal.acquireLease}. */
 export type LeaseResult =
-  /** `expiresAt`: epoch ms, store clock. */
-  | { acquired: true; fencingToken: number; expiresAt: number }
+  /**
+   * `expiresAt`: epoch ms, store clock. `status`: the run's status as the
+   * lease was taken (read in the same atomic operation), so the new holder
+   * knows without another read whether the run has ended meanwhile; a
+   * journal may leave it out (the caller then reads the run).
+   */
+  | { acquired: true; fencingToken: number; expiresAt: number; status?: RunStatus }
   /** The live holder and its lease's expiry (epoch ms, store clock). */
   | { acquired: false; owner: string; expiresAt: number };
 

@@ -25,7 +25,15 @@ import {
   RunWaitingError,
   StaleFencingTokenError,
 } from "./errors.js";
-import { hashInput, type Journal, type RecordedError, type RunRecord, recordError } from "./journal.js";
+import {
+  ENDED_RUN_STATUSES,
+  hashInput,
+  type Journal,
+  type RecordedError,
+  type RunRecord,
+  type RunStatus,
+  recordError,
+} from "./journal.js";
 import type { RunEventStream } from "./stream-contract.js";
 
 const CANCEL_OPTIONS = optionKeys<CancelOptions>({ journal: true, by: true, reason: true });
@@ -295,10 +303,12 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   // take the lease (waiting for a live holder to release it or to expire)
   const deadline = Date.now() + waitBudget;
   let token: number;
+  let leased: RunStatus | undefined;
   for (;;) {
     const lease = await journal.acquireLease(runId, owner, ttl);
     if (lease.acquired) {
       token = lease.fencingToken;
+      leased = lease.status;
       break;
     }
     const now = await journal.getRun(runId);
@@ -348,7 +358,9 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
     // executor's lease: no other executor writes them now, and an operator's change fences this one off).
     const steps = journal.readSteps(runId);
     steps.catch(() => undefined); // awaited below, unless the run turns out to have ended
-    const current = await journal.getRun(runId);
+    // The run may have ended before the lease was taken: the lease says how it stood (a journal that does
+    // not tell, or an ended run, is read).
+    const current = leased !== undefined && !ENDED_RUN_STATUSES.has(leased) ? undefined : await journal.getRun(runId);
     const over = current && finished(current);
     if (over) return over;
     await journal.updateRun(token, runId, { status: "running" });

@@ -338,6 +338,20 @@ interface FileInfo {
   savedAt: string;
   /** The header's own revision when the file holds its prior commit (the next save numbers above both). */
   abandoned?: number;
+  /** {@link fixedMetaOf} the header's `[META]`: what a one-sync save must leave as it is. */
+  fixedMeta: string;
+}
+
+/** The `[META]` values other than the commit's (a one-sync save changes only the commit: see tryAppend). */
+function fixedMetaOf(meta: AgentState["meta"]): string {
+  return JSON.stringify([
+    meta.formatVersion,
+    meta.schemaVersion,
+    meta.agentUuid,
+    meta.agentName,
+    meta.protocol,
+    meta.class,
+  ]);
 }
 
 /** Where the header's body (`\n[CONFIG]\n…`) starts: the end of the `header_crc32` line. */
@@ -1106,8 +1120,11 @@ export class FileBackend implements StateBackend {
       }
       // A new file starts above every deleted revision (the floor); an existing one counts on (above a
       // commit that did not reach the disk too, see priorCommitToUse: its revision number is never reused).
+      // A file whose header cannot be read (force over a damaged file) still names its revision: above it.
       const revision =
-        current && actual !== null ? nextRevision(Math.max(actual, info?.abandoned ?? 0)) : this.readFloor() + 1;
+        current && actual !== null
+          ? nextRevision(Math.max(actual, info?.abandoned ?? 0))
+          : Math.max(this.readFloor(), current ? this.storedRevision(key) : 0) + 1;
       const base = options.baseLength;
       if (
         fd !== undefined &&
@@ -1130,7 +1147,9 @@ export class FileBackend implements StateBackend {
       key,
       target,
       state,
-      current && actual !== null ? nextRevision(Math.max(actual, info?.abandoned ?? 0)) : this.readFloor() + 1,
+      current && actual !== null
+        ? nextRevision(Math.max(actual, info?.abandoned ?? 0))
+        : Math.max(this.readFloor(), current ? this.storedRevision(key) : 0) + 1,
       current,
     );
   }
@@ -1208,6 +1227,7 @@ export class FileBackend implements StateBackend {
       journal: this.journalId(key),
       historyBytes: scan.header.historyBytes,
       savedAt: scan.header.meta.savedAt,
+      fixedMeta: fixedMetaOf(scan.header.meta),
     };
     if (scan.commit !== undefined && scan.written !== undefined) info.abandoned = scan.written;
     this.cache.set(key, info);
@@ -1225,7 +1245,16 @@ export class FileBackend implements StateBackend {
   ): WriteResult | undefined {
     const count = state.history.length;
     // A file of an older version has no history chain (or no commit pair) to extend: it is rewritten whole once.
-    if (info.generation === undefined || info.historyCrc32 === undefined || info.historyBytes === undefined) {
+    // So is a file whose history is not laid out as written here (blank lines, CRLF: history_bytes would not
+    // be its byte length), and one whose newest commit was lost: the header naming that commit must not stay
+    // on disk beside new lines where its own were (a crash there would leave neither commit readable).
+    if (
+      info.generation === undefined ||
+      info.historyCrc32 === undefined ||
+      info.historyBytes === undefined ||
+      info.historyBytes !== info.end - info.header.length ||
+      info.abandoned !== undefined
+    ) {
       return undefined;
     }
     // "Stored unchanged" is checked, not assumed: the first and the boundary message must match what is on disk.
@@ -1241,61 +1270,90 @@ export class FileBackend implements StateBackend {
     const historyCrc32 = crcHex(historyCrcOfLines(Number.parseInt(info.historyCrc32, 16), linesText));
     const lines = Buffer.from(linesText, "utf8");
     const historyBytes = info.historyBytes + lines.length;
-    const layout = {
-      revision,
-      fixedWidth: true,
-      padTo: info.header.length,
-      generation: info.generation,
-      historyCrc32,
-      checksum: true,
-      historyBytes,
-      // the commit on disk, durable (this backend synced it or read it back under the lock and synced it)
-      prior: {
-        revision: info.revision,
-        messageCount: info.count,
-        historyBytes: info.historyBytes,
-        historyCrc32: info.historyCrc32,
-        savedAt: info.savedAt,
-      },
+    const own: PriorCommit = { revision, messageCount: count, historyBytes, historyCrc32, savedAt: state.meta.savedAt };
+    // The commit on disk, durable (this backend synced it, or read it back under the lock and synced it).
+    const before: PriorCommit = {
+      revision: info.revision,
+      messageCount: info.count,
+      historyBytes: info.historyBytes,
+      historyCrc32: info.historyCrc32,
+      savedAt: info.savedAt,
     };
-    // With the config and state of the header on disk (info.memo), only the head is encoded and compared:
-    // the body's bytes and checksum are reused, whatever the size of the prompt.
-    let enc: EncodedHeader;
-    try {
-      enc = encodeHeaderMemo(state, count, layout, info.memo);
-      if ((enc.headOnly || enc.tail) && enc.headBytes !== info.headBytes) enc = encodeHeaderMemo(state, count, layout);
-    } catch (e) {
-      if (e instanceof RangeError) return undefined; // outgrew the padding
-      throw e;
-    }
-    // The new header as pieces at their offsets (head only; head and tail around an unchanged config;
-    // or all of it), each cut down to the bytes that differ from the header on disk.
-    const pieces: HeaderPatch[] = [{ offset: 0, bytes: Buffer.from(enc.text, "utf8") }];
-    if (enc.tail) pieces.push({ offset: enc.tail.offset, bytes: Buffer.from(enc.tail.text, "utf8") });
-    const covered = enc.tail ? info.header.length : enc.headOnly ? info.headBytes : info.header.length;
-    const last = pieces[pieces.length - 1] as HeaderPatch;
-    if (
-      last.offset + last.bytes.length !== covered ||
-      (pieces.length > 1 && pieces[0]?.bytes.length !== info.headBytes)
-    ) {
-      return undefined;
-    }
-    let patches = changedRanges(pieces, info.header);
-    const pages = new Set<number>();
-    for (const p of patches) {
-      for (let page = Math.floor(p.offset / PAGE); page <= Math.floor((p.offset + p.bytes.length - 1) / PAGE); page++) {
-        pages.add(page);
+    /** The header patches of this save with `prior` as its prior_commit, or undefined when not in place. */
+    const plan = (
+      prior: PriorCommit,
+    ): { enc: EncodedHeader; patches: HeaderPatch[]; pages: Set<number> } | undefined => {
+      const layout = {
+        revision,
+        fixedWidth: true,
+        padTo: info.header.length,
+        generation: info.generation,
+        historyCrc32,
+        checksum: true,
+        historyBytes,
+        prior,
+      };
+      // With the config and state of the header on disk (info.memo), only the head is encoded and compared:
+      // the body's bytes and checksum are reused, whatever the size of the prompt.
+      let enc: EncodedHeader;
+      try {
+        enc = encodeHeaderMemo(state, count, layout, info.memo);
+        if ((enc.headOnly || enc.tail) && enc.headBytes !== info.headBytes)
+          enc = encodeHeaderMemo(state, count, layout);
+      } catch (e) {
+        if (e instanceof RangeError) return undefined; // outgrew the padding
+        throw e;
       }
+      // The new header as pieces at their offsets (head only; head and tail around an unchanged config;
+      // or all of it), each cut down to the bytes that differ from the header on disk.
+      const pieces: HeaderPatch[] = [{ offset: 0, bytes: Buffer.from(enc.text, "utf8") }];
+      if (enc.tail) pieces.push({ offset: enc.tail.offset, bytes: Buffer.from(enc.tail.text, "utf8") });
+      const covered = enc.tail ? info.header.length : enc.headOnly ? info.headBytes : info.header.length;
+      const last = pieces[pieces.length - 1] as HeaderPatch;
+      if (
+        last.offset + last.bytes.length !== covered ||
+        (pieces.length > 1 && pieces[0]?.bytes.length !== info.headBytes)
+      ) {
+        return undefined;
+      }
+      let patches = changedRanges(pieces, info.header);
+      const pages = new Set<number>();
+      for (const p of patches) {
+        for (
+          let page = Math.floor(p.offset / PAGE);
+          page <= Math.floor((p.offset + p.bytes.length - 1) / PAGE);
+          page++
+        ) {
+          pages.add(page);
+        }
+      }
+      if (pages.size === 1 && patches.length > 1) {
+        // Within one page, one write (all-or-nothing under kill -9, see the module doc), not one per range.
+        const from = (patches[0] as HeaderPatch).offset;
+        const to =
+          (patches[patches.length - 1] as HeaderPatch).offset +
+          (patches[patches.length - 1] as HeaderPatch).bytes.length;
+        const bytes = Buffer.from(info.header.subarray(from, to));
+        for (const p of patches) p.bytes.copy(bytes, p.offset - from);
+        patches = [{ offset: from, bytes }];
+      }
+      return { enc, patches, pages };
+    };
+    // One sync when only the commit's [META] values change (one page of the head): the prior commit then
+    // holds everything else, and a head on disk without its lines reads as it. Any other save names its own
+    // commit as prior_commit (nothing to fall back to) and syncs its lines before its header.
+    let oneSync = fixedMetaOf(state.meta) === info.fixedMeta;
+    let planned = plan(oneSync ? before : own);
+    if (planned === undefined) return undefined;
+    if (
+      oneSync &&
+      !(planned.pages.size <= 1 && planned.patches.every((p) => p.offset + p.bytes.length <= info.headBytes))
+    ) {
+      oneSync = false;
+      planned = plan(own);
+      if (planned === undefined) return undefined;
     }
-    if (pages.size === 1 && patches.length > 1) {
-      // Within one page, one write (all-or-nothing under kill -9, see the module doc), not one per range.
-      const from = (patches[0] as HeaderPatch).offset;
-      const to =
-        (patches[patches.length - 1] as HeaderPatch).offset + (patches[patches.length - 1] as HeaderPatch).bytes.length;
-      const bytes = Buffer.from(info.header.subarray(from, to));
-      for (const p of patches) p.bytes.copy(bytes, p.offset - from);
-      patches = [{ offset: from, bytes }];
-    }
+    const { enc, patches, pages } = planned;
     let journal = info.journal;
     if (pages.size > 1) {
       // the journal is the commit point; then the file is patched and synced once
@@ -1312,14 +1370,14 @@ export class FileBackend implements StateBackend {
       for (const p of patches) writeAll(fd, p.bytes, p.offset);
       fdatasyncSync(fd);
       journal = this.journalId(key); // applied: settled for the next saves
-    } else if (patches.every((p) => p.offset + p.bytes.length <= info.headBytes)) {
-      // Only [META] changes (config and state as on disk): the lines, then the head naming this commit and
-      // the one before it, then one fdatasync. A head on disk without its lines reads as its prior_commit.
+    } else if (oneSync) {
+      // Only the commit changes: the lines, then the head naming this commit and the one before it, then one
+      // fdatasync. A head on disk without its lines reads as its prior_commit.
       if (lines.length > 0) writeAll(fd, lines, info.end);
       for (const p of patches) writeAll(fd, p.bytes, p.offset);
       fdatasyncSync(fd);
     } else {
-      // [CONFIG] or [STATE] changes too: the prior commit does not hold those, so the lines are synced first.
+      // [CONFIG], [STATE] or other [META] values change too: the lines are synced first.
       if (lines.length > 0) {
         writeAll(fd, lines, info.end);
         fdatasyncSync(fd);
@@ -1351,6 +1409,7 @@ export class FileBackend implements StateBackend {
       journal,
       historyBytes,
       savedAt: state.meta.savedAt,
+      fixedMeta: fixedMetaOf(state.meta),
     });
     return { revision, written: count - base, rewritten: false };
   }
@@ -1560,6 +1619,7 @@ export class FileBackend implements StateBackend {
         journal: this.journalId(key),
         historyBytes,
         savedAt: state.meta.savedAt,
+        fixedMeta: fixedMetaOf(state.meta),
       });
     }
     return { revision, written: count, rewritten: true };
@@ -1594,13 +1654,17 @@ export class FileBackend implements StateBackend {
       } finally {
         closeSync(gfd);
       }
-      let bytes: Buffer = raw;
-      if (isGzip(raw)) {
-        try {
-          bytes = gunzipSync(raw);
-        } catch (e) {
-          throw new FormatError(`corrupt gzip data: ${(e as Error).message}`, { file, cause: e });
-        }
+      if (!isGzip(raw)) {
+        // Plain text under a .duas.gz name: read as a plain file (its commits and tail rule), as the stream reads it.
+        const scan = scanPlain(raw, file);
+        const r = decodeBytesDetailed(raw.subarray(0, scan.end), { source: file, commit: scan.commit });
+        return { state: r.state, revision: r.revision ?? 1 };
+      }
+      let bytes: Buffer;
+      try {
+        bytes = gunzipSync(raw);
+      } catch (e) {
+        throw new FormatError(`corrupt gzip data: ${(e as Error).message}`, { file, cause: e });
       }
       const r = decodeStateDetailed(decodeUtf8(bytes, file), { source: file });
       return { state: r.state, revision: r.revision ?? 1 };

@@ -1398,7 +1398,8 @@ export class DuasLineParser {
   /** Parses `[META] prior_commit` (`<revision> <message_count> <history_bytes> <history_crc32> <saved_at>`). */
   private priorCommit(value: string): PriorCommit {
     const line = this.seen.get("META.prior_commit");
-    const m = /^(0|[1-9]\d*) (0|[1-9]\d*) (0|[1-9]\d*) ([0-9a-f]{8}) (\S+)$/.exec(value);
+    // saved_at is any string (decodeState takes any): the rest of the value after the fourth space
+    const m = /^(0|[1-9]\d*) (0|[1-9]\d*) (0|[1-9]\d*) ([0-9a-f]{8}) ([\s\S]*)$/.exec(value);
     const nums = m ? [Number(m[1]), Number(m[2]), Number(m[3])] : [];
     if (!m || !nums.every(Number.isSafeInteger)) {
       this.fail(

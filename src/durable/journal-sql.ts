@@ -387,7 +387,17 @@ export class SqlJournal implements Journal {
 
   /** {@inheritDoc Journal.readSteps} */
   async readSteps(runId: string): Promise<StepRecord[]> {
-    return (await this.allOf("read the steps of", runId, this.t.steps, "seq")).map(stepFromRow);
+    // The columns a record needs (the run id is the caller's: not read back as 1,000 copies of one string).
+    const rows = await this.read(
+      "read the steps of",
+      runId,
+      `SELECT seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token
+       FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq`,
+      [runId],
+    );
+    const steps = new Array<StepRecord>(rows.length);
+    for (let i = 0; i < rows.length; i++) steps[i] = stepFromRow(rows[i] as Row, runId);
+    return steps;
   }
 
   /** {@inheritDoc Journal.writeStep} */

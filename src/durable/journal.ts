@@ -477,10 +477,10 @@ export function runFromRow(r: JournalRow): RunRecord {
   return run;
 }
 
-/** Maps a step row of any SQL store to a {@link StepRecord}. */
-export function stepFromRow(r: JournalRow): StepRecord {
+/** Maps a step row of any SQL store to a {@link StepRecord} (`runId`: the run's id when the row does not carry it). */
+export function stepFromRow(r: JournalRow, runId?: string): StepRecord {
   const step: StepRecord = {
-    runId: String(r.run_id),
+    runId: runId ?? String(r.run_id),
     seq: Number(r.seq),
     name: String(r.name),
     inputHash: String(r.input_hash),

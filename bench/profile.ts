@@ -6,7 +6,10 @@
  *   `agent.saveState` (one real message pushed before each);
  * - `load-<store>`: 10 `loadState` calls of an agent saved with `n` messages;
  * - `durable-<journal>` (`sqlite`, `postgres`, `redis`): a run of `n` steps;
- * - `replay-<journal>`: 20 replays of a recorded run of `n` steps.
+ * - `replay-<journal>`: 20 replays of a recorded run of `n` steps;
+ * - `checkpoint`: `n` `CheckpointStore.save` calls of a workflow whose state
+ *   holds about 100 KB of real messages (SQLite cold store, Redis hot tier), as
+ *   in `npm run bench`'s checkpoint scenario.
  *
  * The setup (saving before a load, recording before a replay) is not
  * profiled: V8's sampling CPU profiler is started through `node:inspector`
@@ -118,7 +121,33 @@ async function main(): Promise<void> {
   let close: () => Promise<void>;
   let ops = n;
   let unit = "save";
-  if (target.startsWith("durable-") || target.startsWith("replay-")) {
+  if (target === "checkpoint") {
+    const w = await import("../src/workflow/index.js");
+    const messages: Message[] = [];
+    for (let i = 0, bytes = 0; bytes < 100_000; i++) {
+      const m = pool[i % pool.length]!;
+      messages.push(m);
+      bytes += Buffer.byteLength(JSON.stringify(m)) + 1;
+    }
+    const store = await w.CheckpointStore.open({
+      cold: new w.SqliteColdStore({ path: path.join(ctx.dir, "workflows.db") }),
+      hot: new w.RedisHotTier({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) }),
+      blobDir: path.join(ctx.dir, "blobs"),
+    });
+    const workflowId = `profile-${ctx.id}`;
+    let state = w.createWorkflowState({ workflowId, sharedMemory: { messages: messages as never } });
+    unit = "checkpoint";
+    run = async () => {
+      for (let i = 0; i < n; i++) {
+        state = { ...state, stepIndex: i, currentNode: `node-${i % 3}`, updatedAt: Date.now() };
+        await store.save(state, { expectedStep: i === 0 ? null : i - 1 });
+      }
+    };
+    close = async () => {
+      await store.close();
+      await deleteRedisPrefix(ctx);
+    };
+  } else if (target.startsWith("durable-") || target.startsWith("replay-")) {
     const replay = target.startsWith("replay-");
     const kind = target.slice(target.indexOf("-") + 1);
     const d = await import("../src/durable/index.js");

@@ -131,28 +131,34 @@ export function isBlobReference(value: unknown): value is { [BLOB_REF_FIELD]: st
  * @param sharedMemory - the application's shared memory (JSON)
  * @param blobs - where to put large values
  * @param threshold - size in bytes (UTF-8 JSON) above which a value is moved out
- * @returns the memory to store and the list of references it holds
+ * @returns the memory to store, its JSON text (`JSON.stringify(stored)`, built from the texts each
+ *   value was measured with: the memory is serialised once), and the list of references it holds
  */
 export async function externalizeBlobs(
   sharedMemory: JsonObject,
   blobs: BlobStore,
   threshold: number,
-): Promise<{ stored: JsonObject; refs: string[] }> {
+): Promise<{ stored: JsonObject; json: string; refs: string[] }> {
   const stored: JsonObject = {};
   const refs: string[] = [];
+  const parts: string[] = [];
   for (const [key, value] of Object.entries(sharedMemory)) {
     if (value === undefined) continue;
-    const json = JSON.stringify(value);
-    const size = Buffer.byteLength(json);
+    let json = JSON.stringify(value);
+    // the byte length only matters above the threshold: a string of n UTF-16 units holds at most 3n bytes
+    const size = json.length * 3 > threshold ? Buffer.byteLength(json) : json.length;
     if (size > threshold) {
       const ref = await blobs.put(Buffer.from(json, "utf8"));
-      stored[key] = { [BLOB_REF_FIELD]: ref, bytes: size };
+      const reference = { [BLOB_REF_FIELD]: ref, bytes: size };
+      stored[key] = reference;
+      json = JSON.stringify(reference);
       refs.push(ref);
     } else {
       stored[key] = value;
     }
+    parts.push(`${JSON.stringify(key)}:${json}`);
   }
-  return { stored, refs };
+  return { stored, json: `{${parts.join(",")}}`, refs };
 }
 
 /**

@@ -268,8 +268,9 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   async save(state: z.infer<S>, options: CheckpointSaveOptions = {}): Promise<z.infer<S>> {
     checkOptions("CheckpointStore.save", options, SAVE_OPTIONS);
     const valid = this.validate({ ...(state as object), schemaVersion: this.schemaVersion }) as WorkflowState;
-    const { stored, refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold);
-    const stateJson = JSON.stringify({ ...valid, sharedMemory: stored });
+    const { json, refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold);
+    // JSON.stringify({ ...valid, sharedMemory: stored }), with the memory's text as externalizeBlobs made it
+    const stateJson = stringifyWith(valid as unknown as Record<string, unknown>, "sharedMemory", json);
     const status: WorkflowRowStatus = valid.isFinished ? "finished" : valid.status;
     await this.cold.write(
       {
@@ -578,4 +579,17 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     await this.hot?.close();
     await this.cold.close();
   }
+}
+
+/**
+ * `JSON.stringify(object)` of a plain object of JSON values, with the text of its property `key`
+ * given (already serialised) instead of serialised again.
+ */
+function stringifyWith(object: Record<string, unknown>, key: string, text: string): string {
+  const parts: string[] = [];
+  for (const k of Object.keys(object)) {
+    const v = k === key ? text : JSON.stringify(object[k]);
+    if (v !== undefined) parts.push(`${JSON.stringify(k)}:${v}`);
+  }
+  return `{${parts.join(",")}}`;
 }

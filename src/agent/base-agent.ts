@@ -152,8 +152,52 @@ function configError(error: z.ZodError, prefix: string): InvalidStateError {
   return new InvalidStateError(where, issue?.message ?? "invalid value", { cause: error });
 }
 
-/** Every persistent field name declared on a class and its ancestors. */
+/**
+ * {@link declaredFieldNames}' last answer per class, with the `persistentFields` lists it was built
+ * from (each list and a copy of its names, from the class up): asked at every save, it is rebuilt
+ * only when a class of the chain declares other names.
+ */
+const fieldNames = new WeakMap<AgentConstructor, { lists: unknown[]; copies: unknown[][]; names: string[] }>();
+
+/** The own `persistentFields` lists of a class and its ancestors, from the class up (absent ones skipped). */
+function ownFieldLists(ctor: AgentConstructor): unknown[] {
+  const lists: unknown[] = [];
+  for (let c: unknown = ctor; typeof c === "function" && c !== Function.prototype; c = Object.getPrototypeOf(c)) {
+    if (Object.hasOwn(c, "persistentFields")) lists.push((c as AgentConstructor).persistentFields);
+  }
+  return lists;
+}
+
+/**
+ * Every persistent field name declared on a class and its ancestors (the array is shared: not to be changed).
+ *
+ * @throws {InvalidStateError} for a name a subclass may not persist
+ */
 function declaredFieldNames(ctor: AgentConstructor): string[] {
+  const lists = ownFieldLists(ctor);
+  const memo = fieldNames.get(ctor);
+  if (memo !== undefined && sameFieldLists(lists, memo)) return memo.names;
+  const names = computeFieldNames(ctor);
+  fieldNames.set(ctor, {
+    lists,
+    copies: lists.map((l) => (Array.isArray(l) ? [...(l as unknown[])] : [])),
+    names,
+  });
+  return names;
+}
+
+function sameFieldLists(lists: unknown[], memo: { lists: unknown[]; copies: unknown[][] }): boolean {
+  if (lists.length !== memo.lists.length) return false;
+  for (let i = 0; i < lists.length; i++) {
+    const list = lists[i];
+    const copy = memo.copies[i] as unknown[];
+    if (list !== memo.lists[i] || !Array.isArray(list) || list.length !== copy.length) return false;
+    for (let j = 0; j < copy.length; j++) if (list[j] !== copy[j]) return false;
+  }
+  return true;
+}
+
+function computeFieldNames(ctor: AgentConstructor): string[] {
   const names = new Set<string>();
   const chain: AgentConstructor[] = [];
   for (let c: unknown = ctor; typeof c === "function" && c !== Function.prototype; c = Object.getPrototypeOf(c)) {

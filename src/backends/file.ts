@@ -141,7 +141,12 @@
  * save's cost on ext4: a directory change in every sync), and the OS releases
  * the lock of a process that dies, so there is no stale lock to break. A
  * writer that gets the lock checks the path still names the file it locked:
- * `delete` removes the lock file while holding it. A holder is waited for up to
+ * `delete` removes the lock file while holding it. Outside Windows the lock
+ * file's descriptor, and the `.duas` file's, stay open between saves (at most
+ * 64 of each per process, shared by the backends of the process but never used
+ * by two saves at once; `close()` releases a directory's): a save that finds
+ * the path still naming the same file (its `lstat`) locks and writes through
+ * them, with no `open`, `fstat` or `close`. A holder is waited for up to
  * `lockTimeoutMs`. Every process writing one directory must use the same kind
  * of lock. With `locks: "files"` (the fallback where the addon does not load)
  * the lock is a file `<key>.duas.lock`
@@ -174,6 +179,7 @@
 
 import { createHash, randomBytes } from "node:crypto";
 import {
+  type BigIntStats,
   closeSync,
   constants,
   createReadStream,
@@ -230,6 +236,7 @@ import {
   InvalidOptionError,
   StateNotFoundError,
 } from "../core/errors.js";
+import { jsonShape, sameJsonShape } from "../core/json.js";
 import { isWellFormedMessage, type Message, type Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
@@ -320,6 +327,12 @@ interface FileInfo {
   /** Compact JSON of the first and the last stored message (checked against `baseLength` before appending). */
   firstLine: string | undefined;
   lastLine: string | undefined;
+  /**
+   * The first message object of the last save whose JSON was found to be `firstLine`, and its
+   * `jsonShape` then: while a save's first message is that object with that structure and values
+   * (O(its nodes), not O(its bytes)), its JSON is still `firstLine` and is not serialised again.
+   */
+  first?: { message: unknown; shape: unknown };
   /** `[META] generation` and `history_crc32` (absent in files of older versions: those are rewritten whole). */
   generation: string | undefined;
   historyCrc32: string | undefined;
@@ -906,13 +919,28 @@ export class FileBackend implements StateBackend {
    * @throws {InvalidKeyError} for a bad key or a path outside `baseDir`
    */
   pathOf(key: string, ext: string = this.gzip ? DUAS_GZ_EXTENSION : DUAS_EXTENSION): string {
+    // A save asks for its key's paths several times: each is checked and resolved once (per extension).
+    const known = ext === DUAS_EXTENSION ? this.plainPaths : ext === DUAS_GZ_EXTENSION ? this.gzPaths : undefined;
+    const memo = known?.get(key);
+    if (memo !== undefined) return memo;
     validateKey(key);
     const p = path.resolve(this.baseDir, key + ext);
     if (path.dirname(p) !== this.baseDir || path.basename(p) !== key + ext) {
       throw new InvalidKeyError(key, `the file would lie outside ${this.baseDir}`);
     }
+    if (known !== undefined) {
+      if (known.size >= 4096) known.clear();
+      known.set(key, p);
+    }
     return p;
   }
+
+  /** {@link FileBackend.pathOf}'s checked paths of `.duas` and `.duas.gz` files, by key. */
+  private readonly plainPaths = new Map<string, string>();
+  private readonly gzPaths = new Map<string, string>();
+  /** The header journals' and OS locks' paths, by (checked) key. */
+  private readonly journalPaths = new Map<string, string>();
+  private readonly lockPaths = new Map<string, string>();
 
   /** The temp file of `key`'s whole-file writes (hidden: keys never start with "."). */
   private tempOf(key: string): string {
@@ -920,16 +948,16 @@ export class FileBackend implements StateBackend {
   }
 
   /** The existing file of `key` (own extension first), or undefined. */
-  private existing(key: string): { file: string; gz: boolean } | undefined {
-    const order = this.gzip ? [true, false] : [false, true];
+  private existing(key: string): { file: string; gz: boolean; st: BigIntStats } | undefined {
+    const order = this.gzip ? GZ_FIRST : PLAIN_FIRST;
     for (const gz of order) {
       const file = this.pathOf(key, gz ? DUAS_GZ_EXTENSION : DUAS_EXTENSION);
       try {
-        const st = lstatSync(file);
+        const st = lstatSync(file, { bigint: true });
         if (st.isSymbolicLink()) {
           throw new BackendError("file", `refusing to follow the symlink ${file}`, { key });
         }
-        return { file, gz };
+        return { file, gz, st };
       } catch (e) {
         if (isCode(e, "ENOENT")) continue;
         throw e;
@@ -983,6 +1011,7 @@ export class FileBackend implements StateBackend {
   async delete(key: string): Promise<boolean> {
     this.pathOf(key);
     let lock: string | undefined;
+    let dropLock = false;
     try {
       if (!this.dirExists()) return false;
       lock = await this.lock(key);
@@ -993,6 +1022,7 @@ export class FileBackend implements StateBackend {
       let deleted = false;
       for (const ext of [DUAS_EXTENSION, DUAS_GZ_EXTENSION]) {
         try {
+          dropFile(this.pathOf(key, ext));
           unlinkSync(this.pathOf(key, ext));
           deleted = true;
         } catch (e) {
@@ -1002,7 +1032,10 @@ export class FileBackend implements StateBackend {
       safeUnlink(this.tempOf(key));
       safeUnlink(this.journalOf(key));
       // An OS lock's file is removed while held (a waiter on it sees that and takes the next one).
-      if (this.held.has(lock)) safeUnlink(lock);
+      if (this.held.has(lock)) {
+        safeUnlink(lock);
+        dropLock = true;
+      }
       this.cache.delete(key);
       this.gzCache.delete(key);
       if (deleted) this.syncDir();
@@ -1010,7 +1043,7 @@ export class FileBackend implements StateBackend {
     } catch (e) {
       throw this.wrap(e, `cannot delete ${JSON.stringify(key)}`, key);
     } finally {
-      if (lock) this.unlock(lock);
+      if (lock) this.unlock(lock, dropLock);
     }
   }
 
@@ -1077,6 +1110,7 @@ export class FileBackend implements StateBackend {
       if (!(e instanceof DumplingsError) || e instanceof BackendError || e instanceof FormatError) {
         this.cache.delete(key);
         this.gzCache.delete(key);
+        dropFile(target);
       }
       throw this.wrap(e, `cannot save ${JSON.stringify(key)}`, key);
     } finally {
@@ -1097,9 +1131,19 @@ export class FileBackend implements StateBackend {
     let actual: number | null = null;
     try {
       if (current && !current.gz) {
-        fd = openSync(current.file, constants.O_RDWR | NOFOLLOW);
+        // The descriptor kept from this key's last save when the path still names its file (then the
+        // path's lstat is the file's fstat), else a new one, kept for the next save.
+        const kept = keptFiles.get(current.file);
+        let st: BigIntStats | undefined;
+        if (kept !== undefined && kept.ino === current.st.ino && kept.dev === current.st.dev) {
+          fd = kept.fd;
+          st = current.st;
+        } else {
+          fd = openSync(current.file, constants.O_RDWR | NOFOLLOW);
+          if (KEEP_FILE_FDS) keepFile(current.file, fd, fstatSync(fd, { bigint: true }));
+        }
         try {
-          info = this.validInfo(key, fd, current.file);
+          info = this.validInfo(key, fd, current.file, st);
         } catch (e) {
           if (!(options.force && e instanceof FormatError)) throw e;
         }
@@ -1141,7 +1185,7 @@ export class FileBackend implements StateBackend {
         if (appended) return appended;
       }
     } finally {
-      if (fd !== undefined) closeSync(fd);
+      if (fd !== undefined && keptFiles.get((current as { file: string }).file)?.fd !== fd) closeSync(fd);
     }
     return this.rewrite(
       key,
@@ -1155,8 +1199,8 @@ export class FileBackend implements StateBackend {
   }
 
   /** Validates the cached info of `key` against the open file, or rescans it (repairing an uncommitted tail). */
-  private validInfo(key: string, fd: number, file: string): FileInfo {
-    const st = fstatSync(fd, { bigint: true });
+  private validInfo(key: string, fd: number, file: string, stat?: BigIntStats): FileInfo {
+    const st = stat ?? fstatSync(fd, { bigint: true });
     const size = Number(st.size);
     const ino = Number(st.ino);
     const cached = this.cache.get(key);
@@ -1260,15 +1304,20 @@ export class FileBackend implements StateBackend {
     // "Stored unchanged" is checked, not assumed: the first and the boundary message must match what is on disk.
     if (base > 0) {
       try {
-        if (JSON.stringify(state.history[0]) !== info.firstLine) return undefined;
+        const m0 = state.history[0];
+        const seen = info.first;
+        if (seen === undefined || seen.message !== m0 || !sameJsonShape(m0, seen.shape)) {
+          if (JSON.stringify(m0) !== info.firstLine) return undefined;
+          info.first = { message: m0, shape: jsonShape(m0) };
+        }
         if (messageText(state.history, base - 1) !== info.lastLine) return undefined;
       } catch {
         return undefined; // not JSON: the whole-file path reports it with its path
       }
     }
-    const linesText = newLines(state.history, base, state.meta.protocol);
-    const historyCrc32 = crcHex(historyCrcOfLines(Number.parseInt(info.historyCrc32, 16), linesText));
-    const lines = Buffer.from(linesText, "utf8");
+    const lines = Buffer.from(newLines(state.history, base, state.meta.protocol), "utf8");
+    // historyCrcOfLines of the text, over its bytes (encoded once)
+    const historyCrc32 = crcHex(crc32(lines, Number.parseInt(info.historyCrc32, 16)));
     const historyBytes = info.historyBytes + lines.length;
     const own: PriorCommit = { revision, messageCount: count, historyBytes, historyCrc32, savedAt: state.meta.savedAt };
     // The commit on disk, durable (this backend synced it, or read it back under the lock and synced it).
@@ -1399,6 +1448,7 @@ export class FileBackend implements StateBackend {
       revision,
       protocol: info.protocol,
       firstLine: base === 0 ? jsonOf(state.history[0]) : info.firstLine,
+      first: base === 0 ? undefined : info.first,
       lastLine: count > base ? messageText(state.history, count - 1) : info.lastLine,
       generation: info.generation,
       historyCrc32,
@@ -1483,7 +1533,7 @@ export class FileBackend implements StateBackend {
 
   /** The header journal of `key` (hidden: keys never start with "."). */
   private journalOf(key: string): string {
-    return path.join(this.baseDir, `.${key}${DUAS_EXTENSION}.hdr`);
+    return memoPath(this.journalPaths, key, () => path.join(this.baseDir, `.${key}${DUAS_EXTENSION}.hdr`));
   }
 
   /**
@@ -1588,6 +1638,7 @@ export class FileBackend implements StateBackend {
       safeUnlink(tmp);
       throw e;
     }
+    dropFile(target); // the replaced file's descriptor (the next save opens the new one)
     if (current && current.file !== target) safeUnlink(current.file);
     this.syncDir();
     // The old incarnation's journal is garbage now (it could never apply: other generation); tidy it up.
@@ -1917,10 +1968,22 @@ export class FileBackend implements StateBackend {
     for (const m of state.history) yield m;
   }
 
-  /** Nothing to release (no handles are kept open between calls). */
+  /**
+   * Forgets what this backend cached and closes the descriptors kept open between saves of this
+   * directory's files and locks (a later save opens them again).
+   */
   close(): void {
     this.cache.clear();
     this.gzCache.clear();
+    // The descriptors kept open for this directory's files (another backend on it opens them again when it saves).
+    const inside = this.baseDir + path.sep;
+    for (const file of [...keptFiles.keys()]) if (file.startsWith(inside)) dropFile(file);
+    for (const [lockPath, kept] of [...keptLocks]) {
+      if (!kept.busy && lockPath.startsWith(inside)) {
+        keptLocks.delete(lockPath);
+        closeSync(kept.fd);
+      }
+    }
   }
 
   // -------------------------------------------------------------------------
@@ -1950,7 +2013,12 @@ export class FileBackend implements StateBackend {
   /** Takes `key`'s lock (see {@link FileBackendOptions.locks}); returns its path, for {@link FileBackend.unlock}. */
   private lock(key: string): Promise<string> {
     const data = this.pathOf(key, DUAS_EXTENSION);
-    return this.lockAt(this.os ? path.join(this.baseDir, `.${key}${DUAS_EXTENSION}.lck`) : `${data}.lock`, key);
+    return this.lockAt(
+      this.os
+        ? memoPath(this.lockPaths, key, () => path.join(this.baseDir, `.${key}${DUAS_EXTENSION}.lck`))
+        : `${data}.lock`,
+      key,
+    );
   }
 
   /** The lock guarding the file `file` (the revision floor's): `<file>.lck` or `<file>.lock`. */
@@ -2056,38 +2124,58 @@ export class FileBackend implements StateBackend {
    * an exclusive advisory lock on that descriptor; no file is created or removed per save, and the OS
    * releases the lock of a process that dies. The file stays between saves; `delete` removes it while it
    * holds the lock, so a writer that got the lock on a file no longer at the path drops it and retries.
+   * Outside Windows the descriptor is kept open after the unlock (see {@link keptLocks}), so the next save
+   * of the key locks it again with no `open`, `fstat` or `close`: only the path's identity is checked.
    */
   private async lockOs(os: OsLocks, lockPath: string, key: string | undefined): Promise<string> {
     let madeDir = false;
     const deadline = Date.now() + this.lockTimeoutMs;
     let wait = 1;
     for (;;) {
-      let fd: number;
-      try {
-        fd = openSync(lockPath, constants.O_RDWR | constants.O_CREAT | NOFOLLOW, 0o644);
-      } catch (e) {
-        if (isCode(e, "ENOENT") && !madeDir) {
-          // the first write into a new directory (not a mkdir on every save)
-          mkdirSync(path.dirname(lockPath), { recursive: true });
-          madeDir = true;
-          continue;
-        }
-        throw e;
-      }
-      let kept = false;
-      try {
-        if (os.tryLock(fd)) {
+      const kept = keptLocks.get(lockPath);
+      if (kept !== undefined && !kept.busy) {
+        // The kept descriptor of this lock file (no other backend of this process holds it now).
+        if (os.tryLock(kept.fd)) {
           const now = lstatSync(lockPath, { throwIfNoEntry: false });
-          const mine = fstatSync(fd);
-          if (now !== undefined && now.ino === mine.ino && now.dev === mine.dev) {
-            this.held.set(lockPath, fd);
-            kept = true;
+          if (now !== undefined && now.ino === kept.ino && now.dev === kept.dev) {
+            kept.busy = true;
+            this.held.set(lockPath, kept.fd);
             return lockPath;
           }
-          continue; // removed by a delete meanwhile: lock the file now at the path (closing drops this lock)
+          // removed (by a delete) since it was kept: drop it (closing releases the lock) and open the file now there
+          keptLocks.delete(lockPath);
+          closeSync(kept.fd);
+          continue;
         }
-      } finally {
-        if (!kept) closeSync(fd);
+      } else {
+        let fd: number;
+        try {
+          fd = openSync(lockPath, constants.O_RDWR | constants.O_CREAT | NOFOLLOW, 0o644);
+        } catch (e) {
+          if (isCode(e, "ENOENT") && !madeDir) {
+            // the first write into a new directory (not a mkdir on every save)
+            mkdirSync(path.dirname(lockPath), { recursive: true });
+            madeDir = true;
+            continue;
+          }
+          throw e;
+        }
+        let kept = false;
+        try {
+          if (os.tryLock(fd)) {
+            const now = lstatSync(lockPath, { throwIfNoEntry: false });
+            const mine = fstatSync(fd);
+            if (now !== undefined && now.ino === mine.ino && now.dev === mine.dev) {
+              this.held.set(lockPath, fd);
+              if (KEEP_LOCK_FDS && !keptLocks.has(lockPath)) keepLock(lockPath, fd, mine.ino, mine.dev);
+              kept = true;
+              return lockPath;
+            }
+            continue; // removed by a delete meanwhile: lock the file now at the path (closing drops this lock)
+          }
+        } finally {
+          if (!kept) closeSync(fd);
+        }
       }
       if (Date.now() > deadline) {
         throw new BackendError("file", `timed out after ${this.lockTimeoutMs} ms waiting for the lock ${lockPath}`, {
@@ -2099,20 +2187,122 @@ export class FileBackend implements StateBackend {
     }
   }
 
-  /** Releases a lock of {@link FileBackend.lockAt}: unlocks and closes its descriptor, or removes the lock file. */
-  private unlock(lockPath: string): void {
+  /**
+   * Releases a lock of {@link FileBackend.lockAt}: unlocks its descriptor (and closes it unless it is kept
+   * for the next save: `drop` after its file was removed), or removes the lock file.
+   */
+  private unlock(lockPath: string, drop = false): void {
     const fd = this.held.get(lockPath);
     if (fd === undefined) {
       safeUnlink(lockPath);
       return;
     }
     this.held.delete(lockPath);
+    const kept = keptLocks.get(lockPath);
+    const keep = kept !== undefined && kept.fd === fd && !drop;
+    if (kept !== undefined && kept.fd === fd && drop) keptLocks.delete(lockPath);
     try {
       this.os?.unlock(fd);
     } finally {
-      closeSync(fd);
+      if (keep) (kept as KeptLock).busy = false;
+      else closeSync(fd);
     }
   }
+}
+
+const PLAIN_FIRST = [false, true] as const;
+const GZ_FIRST = [true, false] as const;
+
+/** A plain `.duas` file's descriptor kept open between saves (see {@link keptFiles}). */
+interface KeptFile {
+  fd: number;
+  /** Identity of the file it was opened on (a save uses it only while the path's lstat shows the same). */
+  ino: bigint;
+  dev: bigint;
+}
+
+/** Whether `.duas` files' descriptors are kept open between saves (not on Windows, as {@link KEEP_LOCK_FDS}). */
+const KEEP_FILE_FDS = process.platform !== "win32";
+/** At most this many `.duas` descriptors are kept open (per process, for all backends). */
+const KEPT_FILES_MAX = 64;
+/**
+ * Plain `.duas` files' descriptors kept open after a save, by path, shared by the backends of this
+ * process: a save whose `lstat` of the path shows the same file (inode and device) writes through it,
+ * with no `open`, `fstat` or `close`. Used only inside a save's synchronous part under the key's lock
+ * (never by two saves at once); closed when the file is replaced, deleted or a save fails; bounded
+ * (the oldest is closed).
+ */
+const keptFiles = new Map<string, KeptFile>();
+
+function keepFile(file: string, fd: number, st: BigIntStats): void {
+  dropFile(file);
+  if (keptFiles.size >= KEPT_FILES_MAX) {
+    const [oldest] = keptFiles.keys();
+    if (oldest !== undefined) dropFile(oldest);
+  }
+  keptFiles.set(file, { fd, ino: st.ino, dev: st.dev });
+}
+
+/** Closes the kept descriptor of `file`, if any. */
+function dropFile(file: string): void {
+  const kept = keptFiles.get(file);
+  if (kept === undefined) return;
+  keptFiles.delete(file);
+  try {
+    closeSync(kept.fd);
+  } catch {
+    // already closed: nothing to release
+  }
+}
+
+/** `paths`' entry for `key`, made by `make` the first time (at most 4096 kept). */
+function memoPath(paths: Map<string, string>, key: string, make: () => string): string {
+  let p = paths.get(key);
+  if (p === undefined) {
+    if (paths.size >= 4096) paths.clear();
+    p = make();
+    paths.set(key, p);
+  }
+  return p;
+}
+
+/** A lock file's descriptor kept open between saves (see {@link keptLocks}). */
+interface KeptLock {
+  fd: number;
+  /** Identity of the file it was opened on (compared with the path's at every lock). */
+  ino: number;
+  dev: number;
+  /** Locked now by a backend of this process (another backend, or save, opens its own descriptor). */
+  busy: boolean;
+}
+
+/**
+ * Whether lock files' descriptors are kept open between saves. Not on Windows, where a file open
+ * elsewhere cannot be created again at its path once deleted until every descriptor is closed.
+ */
+const KEEP_LOCK_FDS = process.platform !== "win32";
+/** At most this many lock descriptors are kept open (per process, for all backends). */
+const KEPT_LOCKS_MAX = 64;
+/**
+ * Lock files' descriptors kept open after an unlock, by path, shared by the backends of this process:
+ * the next lock of the path is a `tryLock` on it and an `lstat` of the path (it must still name the
+ * same file), not an `open`, `fstat` and `close` per save. A descriptor in use (`busy`) is never
+ * shared: a second backend of the process on the same directory opens its own, so the OS lock still
+ * excludes it (the locks are per open file description). Bounded: the oldest idle one is closed.
+ */
+const keptLocks = new Map<string, KeptLock>();
+
+function keepLock(lockPath: string, fd: number, ino: number, dev: number): void {
+  if (keptLocks.size >= KEPT_LOCKS_MAX) {
+    for (const [p, k] of keptLocks) {
+      if (k.busy) continue;
+      keptLocks.delete(p);
+      closeSync(k.fd);
+      break;
+    }
+    if (keptLocks.size >= KEPT_LOCKS_MAX) return;
+  }
+  keptLocks.set(lockPath, { fd, ino, dev, busy: true });
 }
 
 /** True when the file's first bytes are no longer `before` (a writer updated the header meanwhile). */

@@ -331,13 +331,107 @@ function validateHeader(
   st: unknown,
   label: string,
 ): { meta: StateMeta; config: AgentConfig; st: AgentState["state"] } {
-  const m = StateMetaSchema.safeParse(meta);
-  if (!m.success) throw issueError(m.error, "meta", label);
+  const m = parseMeta(meta, label);
   const c = AgentConfigSchema.safeParse(config);
   if (!c.success) throw issueError(c.error, "config", label);
+  return { meta: m, config: c.data, st: parseRuntimeState(st, label) };
+}
+
+/**
+ * `StateMetaSchema.parse(meta)` without zod for the common meta (every field of the right type, no
+ * other check applies), which a save validates every time (its `savedAt` and `messageCount` change);
+ * anything else is left to the schema, which reports it.
+ */
+function parseMeta(meta: unknown, label: string): StateMeta {
+  if (typeof meta === "object" && meta !== null && !Array.isArray(meta)) {
+    const {
+      formatVersion,
+      schemaVersion,
+      agentUuid,
+      agentName,
+      protocol,
+      class: cls,
+      savedAt,
+      messageCount,
+    } = meta as Record<string, unknown>;
+    if (
+      typeof formatVersion === "string" &&
+      typeof schemaVersion === "string" &&
+      typeof agentUuid === "string" &&
+      typeof agentName === "string" &&
+      (protocol === "openai" || protocol === "anthropic") &&
+      typeof cls === "string" &&
+      typeof savedAt === "string" &&
+      typeof messageCount === "number" &&
+      Number.isSafeInteger(messageCount) &&
+      messageCount >= 0
+    ) {
+      return { formatVersion, schemaVersion, agentUuid, agentName, protocol, class: cls, savedAt, messageCount };
+    }
+  }
+  const m = StateMetaSchema.safeParse(meta);
+  if (!m.success) throw issueError(m.error, "meta", label);
+  return m.data;
+}
+
+/**
+ * `AgentRuntimeStateSchema.parse(st)` without zod when its values are plainly what the schema
+ * accepts (see {@link plainJson}); anything else is left to the schema, which reports it.
+ * The returned `fields` is the caller's object (callers keep the caller's own anyway).
+ */
+function parseRuntimeState(st: unknown, label: string): AgentState["state"] {
+  if (typeof st === "object" && st !== null && !Array.isArray(st)) {
+    const { currentTaskId, hooks, fields } = st as Record<string, unknown>;
+    if (
+      (currentTaskId === null || typeof currentTaskId === "string") &&
+      Array.isArray(hooks) &&
+      hooks.every((h) => typeof h === "string") &&
+      typeof fields === "object" &&
+      fields !== null &&
+      !Array.isArray(fields) &&
+      plainJson(fields, 1)
+    ) {
+      return { currentTaskId, hooks: hooks.slice() as string[], fields: fields as AgentState["state"]["fields"] };
+    }
+  }
   const s = AgentRuntimeStateSchema.safeParse(st);
   if (!s.success) throw issueError(s.error, "state", label);
-  return { meta: m.data, config: c.data, st: s.data };
+  return s.data;
+}
+
+/**
+ * True when `v` is a JSON value the `[STATE]` fields schema (a record of JSON values) surely accepts:
+ * null, a boolean, a finite number, a string, an array without holes, or an object whose prototype
+ * is `Object.prototype` or null, with no own `constructor` or symbol key and no `undefined` value
+ * (which the schema refuses), each value such a value, at most 512 levels deep. False means "not
+ * sure": the schema decides.
+ */
+function plainJson(v: unknown, depth: number): boolean {
+  switch (typeof v) {
+    case "string":
+    case "boolean":
+      return true;
+    case "number":
+      return Number.isFinite(v);
+    case "object": {
+      if (v === null) return true;
+      if (depth > 512) return false;
+      if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) if (!(i in v) || !plainJson(v[i], depth + 1)) return false;
+        return true;
+      }
+      const proto = Object.getPrototypeOf(v);
+      if (proto !== Object.prototype && proto !== null) return false;
+      if (Object.hasOwn(v, "constructor") || Object.getOwnPropertySymbols(v).length > 0) return false;
+      for (const key in v) {
+        if (!Object.hasOwn(v, key)) return false;
+        if (!plainJson((v as Record<string, unknown>)[key], depth + 1)) return false;
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 function issueError(
@@ -463,22 +557,19 @@ export function encodeHeaderMemo(
   assertJson(state.meta, "meta");
   if (!reuse) assertJson(state.config, "config");
   assertJson(state.state, "state");
-  const m = StateMetaSchema.safeParse(state.meta);
-  if (!m.success) throw issueError(m.error, "meta", "state");
+  const meta = parseMeta(state.meta, "state");
   let config: AgentConfig | undefined;
   if (!reuse) {
     const c = AgentConfigSchema.safeParse(state.config);
     if (!c.success) throw issueError(c.error, "config", "state");
     config = c.data;
   }
-  const s = AgentRuntimeStateSchema.safeParse(state.state);
-  if (!s.success) throw issueError(s.error, "state", "state");
-  const meta = m.data;
+  const checked = parseRuntimeState(state.state, "state");
   // as encodeHeader: the caller's own (checked) fields object
-  const stateText = stateSection({ ...s.data, fields: state.state.fields });
-  const prefix = headerPrefix(meta);
-  const canonicalHead = crcOf([prefix, metaLines(meta, messageCount, layout, false)]);
-  const head = prefix + metaLines(meta, messageCount, layout, layout.fixedWidth === true);
+  const stateText = stateSection({ ...checked, fields: state.state.fields });
+  const start = headStart(meta);
+  const canonicalHead = crc32(changingMetaLines(meta, messageCount, layout, false), start.crc);
+  const head = start.text + changingMetaLines(meta, messageCount, layout, layout.fixedWidth === true);
   if (reuse && memo !== undefined && stateText === memo.stateText) {
     const text = head + line("header_crc32", crcHex((crc32Apply(memo.shift, canonicalHead) ^ memo.bodyCrc) >>> 0));
     return { text, headOnly: true, headBytes: Buffer.byteLength(text), memo };
@@ -531,13 +622,49 @@ function headerPrefix(meta: StateMeta): string {
 
 /** The `[META]` key lines (without `header_crc32`), fixed-width or canonical. */
 function metaLines(meta: StateMeta, messageCount: number, layout: HeaderLayout, fw: boolean): string {
-  let out =
+  return constantMetaLines(meta) + changingMetaLines(meta, messageCount, layout, fw);
+}
+
+/** The `[META]` lines a session's saves do not change (`format_version` … `class`), the same fixed-width or not. */
+function constantMetaLines(meta: StateMeta): string {
+  return (
     line("format_version", encodeIniString(meta.formatVersion)) +
     line("schema_version", encodeIniString(meta.schemaVersion)) +
     line("agent_uuid", encodeIniString(meta.agentUuid)) +
     line("agent_name", encodeIniString(meta.agentName)) +
     line("protocol", encodeIniString(meta.protocol)) +
-    line("class", encodeIniString(meta.class)) +
+    line("class", encodeIniString(meta.class))
+  );
+}
+
+/**
+ * The text before the changing `[META]` lines (the prefix and {@link constantMetaLines}) and its
+ * CRC-32, for the meta of the last call: a writer saving one session again and again encodes and
+ * checksums them once.
+ */
+let lastHeadStart: { meta: StateMeta; text: string; crc: number } | undefined;
+
+function headStart(meta: StateMeta): { text: string; crc: number } {
+  const last = lastHeadStart;
+  if (
+    last !== undefined &&
+    last.meta.formatVersion === meta.formatVersion &&
+    last.meta.schemaVersion === meta.schemaVersion &&
+    last.meta.agentUuid === meta.agentUuid &&
+    last.meta.agentName === meta.agentName &&
+    last.meta.protocol === meta.protocol &&
+    last.meta.class === meta.class
+  ) {
+    return last;
+  }
+  const text = headerPrefix(meta) + constantMetaLines(meta);
+  lastHeadStart = { meta: { ...meta }, text, crc: crc32(text) };
+  return lastHeadStart;
+}
+
+/** The `[META]` lines after {@link constantMetaLines}: `saved_at`, `message_count` and the layout's. */
+function changingMetaLines(meta: StateMeta, messageCount: number, layout: HeaderLayout, fw: boolean): string {
+  let out =
     line("saved_at", fixed(encodeIniString(meta.savedAt), fw ? FIXED_WIDTHS.savedAt : undefined)) +
     line("message_count", fixed(String(messageCount), fw ? FIXED_WIDTHS.messageCount : undefined));
   if (layout.revision !== undefined) {

@@ -126,7 +126,7 @@ import {
   type SqliteMigrations,
 } from "../drivers/sqlite.js";
 import { validateKey } from "./keys.js";
-import { ConfigMemo, decodeStoredMessage, messageText } from "./stored.js";
+import { ConfigMemo, decodeStoredMessage, messageText, metaJson, runtimeStateJson } from "./stored.js";
 import type {
   HeaderReadOptions,
   HeaderResult,
@@ -263,6 +263,9 @@ function encodeHeaderParts(state: AgentState, configText?: string): [meta: strin
   return parts.map(([name, value]) => {
     if (!isObject(value)) throw new InvalidStateError(name, `${name} must be an object`);
     if (name === "config" && configText !== undefined) return configText;
+    // meta and state: checked and serialised as below, without a walk when they are a session's usual ones
+    if (name === "meta") return metaJson(value);
+    if (name === "state") return runtimeStateJson(value);
     assertJson(value, name);
     return JSON.stringify(value);
   }) as [string, string, string];

@@ -118,6 +118,130 @@ export function decodeStoredMessage(
   return checkStoredMessage(value, protocol, index, { file, label }); // the JSON read rule, then the schema
 }
 
+/** The keys of a meta in the order `toState` writes them (what {@link metaJson}'s fast path expects). */
+const META_KEYS = [
+  "formatVersion",
+  "schemaVersion",
+  "agentUuid",
+  "agentName",
+  "protocol",
+  "class",
+  "savedAt",
+  "messageCount",
+] as const;
+
+/** The last meta {@link metaJson} encoded in full: its six values before `savedAt`, and its text up to `savedAt`'s value. */
+let lastMeta: { values: unknown[]; head: string } | undefined;
+
+/** True when `v` is a plain object (`Object.prototype`) without symbol keys, as the JSON rule requires. */
+function plainRecord(v: object): boolean {
+  return Object.getPrototypeOf(v) === Object.prototype && Object.getOwnPropertySymbols(v).length === 0;
+}
+
+/**
+ * `JSON.stringify(meta)`, checked by the JSON rule (`assertJson`, path `meta`), as a backend writes
+ * it. A session's saves change only `savedAt` and `messageCount`: when the meta has exactly the keys
+ * `toState` writes, in its order, the six others equal to those of the last meta encoded (checked
+ * then), a string `savedAt` and a finite `messageCount` (not -0), the text is that meta's head and
+ * the two values: nothing else is walked or serialised. Anything else is checked and serialised whole.
+ *
+ * @param meta - the state's meta (an object)
+ * @returns its JSON text
+ * @throws {NonJsonValueError} as `assertJson`
+ */
+export function metaJson(meta: object): string {
+  const last = lastMeta;
+  if (last !== undefined && plainRecord(meta)) {
+    const m = meta as Record<string, unknown>;
+    let i = 0;
+    let same = true;
+    for (const key in m) {
+      if (i >= 8 || key !== META_KEYS[i] || (i < 6 && m[key] !== last.values[i])) {
+        same = false;
+        break;
+      }
+      i++;
+    }
+    const { savedAt, messageCount } = m;
+    if (
+      same &&
+      i === 8 &&
+      typeof savedAt === "string" &&
+      typeof messageCount === "number" &&
+      Number.isFinite(messageCount) &&
+      !Object.is(messageCount, -0)
+    ) {
+      return `${last.head}${JSON.stringify(savedAt)},"messageCount":${messageCount}}`;
+    }
+  }
+  assertJson(meta, "meta");
+  const text = JSON.stringify(meta);
+  const m = meta as Record<string, unknown>;
+  const keys = Object.keys(m);
+  if (plainRecord(meta) && keys.length === 8 && META_KEYS.every((k, i) => keys[i] === k)) {
+    const values = META_KEYS.slice(0, 6).map((k) => m[k]);
+    if (values.every((v) => typeof v === "string")) {
+      const head = `${JSON.stringify(Object.fromEntries(META_KEYS.slice(0, 6).map((k, i) => [k, values[i]]))).slice(0, -1)},"savedAt":`;
+      lastMeta = { values, head };
+    }
+  }
+  return text;
+}
+
+/**
+ * `JSON.stringify(state)` of a state's `[STATE]` part, checked by the JSON rule (`assertJson`, path
+ * `state`). The common one — exactly `currentTaskId` (null or a string), `hooks` (strings) and an
+ * empty `fields` — is written out directly; anything else is checked and serialised whole.
+ *
+ * @param st - the state part (an object)
+ * @returns its JSON text
+ * @throws {NonJsonValueError} as `assertJson`
+ */
+export function runtimeStateJson(st: object): string {
+  if (plainRecord(st)) {
+    const s = st as Record<string, unknown>;
+    let i = 0;
+    let plain = true;
+    for (const key in s) {
+      if (key !== (i === 0 ? "currentTaskId" : i === 1 ? "hooks" : i === 2 ? "fields" : undefined)) {
+        plain = false;
+        break;
+      }
+      i++;
+    }
+    const { currentTaskId, hooks, fields } = s;
+    if (
+      plain &&
+      i === 3 &&
+      (currentTaskId === null || typeof currentTaskId === "string") &&
+      Array.isArray(hooks) &&
+      typeof fields === "object" &&
+      fields !== null &&
+      !Array.isArray(fields) &&
+      plainRecord(fields) &&
+      emptyRecord(fields)
+    ) {
+      let strings = true;
+      for (let j = 0; j < hooks.length; j++) {
+        if (!(j in hooks) || typeof hooks[j] !== "string") {
+          strings = false;
+          break;
+        }
+      }
+      if (strings)
+        return `{"currentTaskId":${JSON.stringify(currentTaskId)},"hooks":${JSON.stringify(hooks)},"fields":{}}`;
+    }
+  }
+  assertJson(st, "state");
+  return JSON.stringify(st);
+}
+
+/** True when `v` has no enumerable string key (own or inherited), as `JSON.stringify` writes `{}`. */
+function emptyRecord(v: object): boolean {
+  for (const _ in v) return false;
+  return true;
+}
+
 /** JSON texts of history messages lent for one write, by the history array written (see {@link lendTexts}). */
 const lentTexts = new WeakMap<readonly unknown[], { from: number; texts: readonly string[] }>();
 

@@ -48,12 +48,15 @@ describe("checkpoint snapshot text", () => {
     for (const ok of ["s", 1.5, -0, true, null, [], [1, [2, { a: "b" }]], { a: { b: [null] } }, Object.create(null)]) {
       expect(JsonValueSchema.safeParse(ok).success, typeof ok).toBe(true);
     }
+    const sparse: number[] = [];
+    sparse[0] = 1;
+    sparse[2] = 2; // a hole at 1
     for (const bad of [
       undefined,
       Number.NaN,
       Number.POSITIVE_INFINITY,
       new Date(0),
-      [1, , 2],
+      sparse,
       () => 1,
       1n,
       { a: [undefined] },

@@ -130,8 +130,12 @@ const META_KEYS = [
   "messageCount",
 ] as const;
 
-/** The last meta {@link metaJson} encoded in full: its six values before `savedAt`, and its text up to `savedAt`'s value. */
-let lastMeta: { values: unknown[]; head: string } | undefined;
+/**
+ * Per `agentUuid` (sessions saved in turn each keep theirs; at most {@link META_MEMO_MAX}), the last
+ * meta {@link metaJson} encoded in full: its six values before `savedAt`, and its text up to `savedAt`'s value.
+ */
+const metaMemo = new Map<unknown, { values: unknown[]; head: string }>();
+const META_MEMO_MAX = 1024;
 
 /** True when `v` is a plain object (`Object.prototype`) without symbol keys, as the JSON rule requires. */
 function plainRecord(v: object): boolean {
@@ -141,8 +145,8 @@ function plainRecord(v: object): boolean {
 /**
  * `JSON.stringify(meta)`, checked by the JSON rule (`assertJson`, path `meta`), as a backend writes
  * it. A session's saves change only `savedAt` and `messageCount`: when the meta has exactly the keys
- * `toState` writes, in its order, the six others equal to those of the last meta encoded (checked
- * then), a string `savedAt` and a finite `messageCount` (not -0), the text is that meta's head and
+ * `toState` writes, in its order, the six others equal to those of the last meta of its `agentUuid`
+ * encoded (checked then), a string `savedAt` and a finite `messageCount` (not -0), the text is that meta's head and
  * the two values: nothing else is walked or serialised. Anything else is checked and serialised whole.
  *
  * @param meta - the state's meta (an object)
@@ -150,7 +154,7 @@ function plainRecord(v: object): boolean {
  * @throws {NonJsonValueError} as `assertJson`
  */
 export function metaJson(meta: object): string {
-  const last = lastMeta;
+  const last = metaMemo.get((meta as Record<string, unknown>).agentUuid);
   if (last !== undefined && plainRecord(meta)) {
     const m = meta as Record<string, unknown>;
     let i = 0;
@@ -182,7 +186,8 @@ export function metaJson(meta: object): string {
     const values = META_KEYS.slice(0, 6).map((k) => m[k]);
     if (values.every((v) => typeof v === "string")) {
       const head = `${JSON.stringify(Object.fromEntries(META_KEYS.slice(0, 6).map((k, i) => [k, values[i]]))).slice(0, -1)},"savedAt":`;
-      lastMeta = { values, head };
+      if (metaMemo.size >= META_MEMO_MAX) metaMemo.clear();
+      metaMemo.set(values[2], { values, head });
     }
   }
   return text;

@@ -639,13 +639,13 @@ function constantMetaLines(meta: StateMeta): string {
 
 /**
  * The text before the changing `[META]` lines (the prefix and {@link constantMetaLines}) and its
- * CRC-32, for the meta of the last call: a writer saving one session again and again encodes and
- * checksums them once.
+ * CRC-32, per `agentUuid` (at most 1024; sessions saved in turn each keep theirs): a writer saving a
+ * session again and again encodes and checksums them once.
  */
-let lastHeadStart: { meta: StateMeta; text: string; crc: number } | undefined;
+const headStarts = new Map<string, { meta: StateMeta; text: string; crc: number }>();
 
 function headStart(meta: StateMeta): { text: string; crc: number } {
-  const last = lastHeadStart;
+  const last = headStarts.get(meta.agentUuid);
   if (
     last !== undefined &&
     last.meta.formatVersion === meta.formatVersion &&
@@ -658,8 +658,10 @@ function headStart(meta: StateMeta): { text: string; crc: number } {
     return last;
   }
   const text = headerPrefix(meta) + constantMetaLines(meta);
-  lastHeadStart = { meta: { ...meta }, text, crc: crc32(text) };
-  return lastHeadStart;
+  const start = { meta: { ...meta }, text, crc: crc32(text) };
+  if (headStarts.size >= 1024) headStarts.clear();
+  headStarts.set(meta.agentUuid, start);
+  return start;
 }
 
 /** The `[META]` lines after {@link constantMetaLines}: `saved_at`, `message_count` and the layout's. */

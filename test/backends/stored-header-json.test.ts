@@ -19,7 +19,15 @@ describe("metaJson / runtimeStateJson", () => {
     expect(() => metaJson({ ...s.meta, savedAt: 1n as never })).toThrow(NonJsonValueError);
     expect(() => metaJson({ ...s.meta, [Symbol("x")]: 1 })).toThrow(NonJsonValueError);
     expect(metaJson({ ...s.meta, extra: undefined })).toBe(JSON.stringify({ ...s.meta }));
-    const reordered = { savedAt: "a", ...s.meta };
+    // sessions saved in turn: each one's meta is exact
+    const other = makeState([]);
+    for (let i = 0; i < 4; i++) {
+      for (const m of [s.meta, other.meta]) {
+        const meta = { ...m, savedAt: `u${i}`, messageCount: i };
+        expect(metaJson(meta)).toBe(JSON.stringify(meta));
+      }
+    }
+    const reordered = Object.assign({ savedAt: "a" }, s.meta);
     expect(metaJson(reordered)).toBe(JSON.stringify(reordered));
     for (const st of [
       { currentTaskId: null, hooks: [], fields: {} },

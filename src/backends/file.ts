@@ -1639,7 +1639,10 @@ export class FileBackend implements StateBackend {
       throw e;
     }
     dropFile(target); // the replaced file's descriptor (the next save opens the new one)
-    if (current && current.file !== target) safeUnlink(current.file);
+    if (current && current.file !== target) {
+      dropFile(current.file);
+      safeUnlink(current.file);
+    }
     this.syncDir();
     // The old incarnation's journal is garbage now (it could never apply: other generation); tidy it up.
     safeUnlink(this.journalOf(key));

@@ -352,19 +352,24 @@ interface FileInfo {
   /** The header's own revision when the file holds its prior commit (the next save numbers above both). */
   abandoned?: number;
   /** {@link fixedMetaOf} the header's `[META]`: what a one-sync save must leave as it is. */
-  fixedMeta: string;
+  fixedMeta: readonly unknown[];
 }
 
 /** The `[META]` values other than the commit's (a one-sync save changes only the commit: see tryAppend). */
-function fixedMetaOf(meta: AgentState["meta"]): string {
-  return JSON.stringify([
-    meta.formatVersion,
-    meta.schemaVersion,
-    meta.agentUuid,
-    meta.agentName,
-    meta.protocol,
-    meta.class,
-  ]);
+function fixedMetaOf(meta: AgentState["meta"]): readonly unknown[] {
+  return [meta.formatVersion, meta.schemaVersion, meta.agentUuid, meta.agentName, meta.protocol, meta.class];
+}
+
+/** Whether `meta`'s {@link fixedMetaOf} values are `fixed` (compared in place: asked at every append). */
+function sameFixedMeta(fixed: readonly unknown[], meta: AgentState["meta"]): boolean {
+  return (
+    fixed[0] === meta.formatVersion &&
+    fixed[1] === meta.schemaVersion &&
+    fixed[2] === meta.agentUuid &&
+    fixed[3] === meta.agentName &&
+    fixed[4] === meta.protocol &&
+    fixed[5] === meta.class
+  );
 }
 
 /** Where the header's body (`\n[CONFIG]\n…`) starts: the end of the `header_crc32` line. */
@@ -1365,7 +1370,10 @@ export class FileBackend implements StateBackend {
       ) {
         return undefined;
       }
-      let patches = changedRanges(pieces, info.header);
+      // A head alone within the first page is written whole (one write of a page either way, see below):
+      // its bytes are not compared with the header on disk to cut out the unchanged ones.
+      let patches =
+        enc.headOnly && pieces.length === 1 && info.headBytes <= PAGE ? pieces : changedRanges(pieces, info.header);
       const pages = new Set<number>();
       for (const p of patches) {
         for (
@@ -1391,7 +1399,7 @@ export class FileBackend implements StateBackend {
     // One sync when only the commit's [META] values change (one page of the head): the prior commit then
     // holds everything else, and a head on disk without its lines reads as it. Any other save names its own
     // commit as prior_commit (nothing to fall back to) and syncs its lines before its header.
-    let oneSync = fixedMetaOf(state.meta) === info.fixedMeta;
+    let oneSync = sameFixedMeta(info.fixedMeta, state.meta);
     let planned = plan(oneSync ? before : own);
     if (planned === undefined) return undefined;
     if (
@@ -1459,7 +1467,7 @@ export class FileBackend implements StateBackend {
       journal,
       historyBytes,
       savedAt: state.meta.savedAt,
-      fixedMeta: fixedMetaOf(state.meta),
+      fixedMeta: oneSync ? info.fixedMeta : fixedMetaOf(state.meta),
     });
     return { revision, written: count - base, rewritten: false };
   }

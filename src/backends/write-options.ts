@@ -44,6 +44,33 @@ export function checkHeaderReadOptions(backend: string, options: HeaderReadOptio
  */
 export function checkWriteOptions(backend: string, options: WriteOptions | undefined): void {
   checkOptions(`${backend} write`, options, WRITE_OPTIONS);
+  if (options === undefined) return;
+  const component = `${backend} write`;
+  checkRevisionOption(component, "expectedRevision", options.expectedRevision);
+  const { baseLength, force } = options;
+  if (baseLength !== undefined && !(Number.isSafeInteger(baseLength) && baseLength >= 0)) {
+    throw new InvalidOptionError(component, "baseLength", `must be a whole number >= 0, got ${shown(baseLength)}`);
+  }
+  if (force !== undefined && typeof force !== "boolean") {
+    throw new InvalidOptionError(component, "force", `must be true or false, got ${shown(force)}`);
+  }
+}
+
+/**
+ * Refuses a compare-and-set revision (`expectedRevision`, `ifRevision`) that is
+ * neither `null` (must not exist) nor a whole number >= 1: a string from an HTTP
+ * header (`"5"`) or `-1` was a `ConflictError` naming the same revision twice.
+ *
+ * @throws {InvalidOptionError} naming the option
+ */
+export function checkRevisionOption(component: string, option: string, value: unknown): void {
+  if (value === undefined || value === null) return;
+  if (typeof value === "number" && Number.isSafeInteger(value) && value >= 1) return;
+  throw new InvalidOptionError(component, option, `must be null or a whole number >= 1, got ${shown(value)}`);
+}
+
+function shown(value: unknown): string {
+  return typeof value === "bigint" ? `${value}n` : (JSON.stringify(value) ?? String(value));
 }
 
 /**

@@ -42,8 +42,16 @@ import { z } from "zod";
 import { validateKey } from "../backends/keys.js";
 import { lendTexts, reclaimTexts } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
+import { checkRevisionOption } from "../backends/write-options.js";
 import { decodeState, encodeState } from "../core/codec.js";
-import { BackendError, DumplingsError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
+import {
+  BackendError,
+  DumplingsError,
+  FormatError,
+  InvalidOptionError,
+  InvalidStateError,
+  StateNotFoundError,
+} from "../core/errors.js";
 import { assertJson, checkStoredJson, jsonShape } from "../core/json.js";
 import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
@@ -307,6 +315,10 @@ export function saveState(agent: PersistableAgent, key?: string, options: SaveOp
 
 async function doSave(agent: PersistableAgent, key: string | undefined, options: SaveOptions): Promise<SaveResult> {
   checkOptions("saveState", options, SAVE_OPTIONS);
+  checkRevisionOption("saveState", "ifRevision", options.ifRevision);
+  if (options.force !== undefined && typeof options.force !== "boolean") {
+    throw new InvalidOptionError("saveState", "force", `must be true or false, got ${JSON.stringify(options.force)}`);
+  }
   const home = agentHome(agent);
   const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);
   const k = validateKey(key ?? home?.key ?? defaultKey(agent));

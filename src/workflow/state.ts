@@ -20,7 +20,8 @@ export const START = "__start__";
 export const END = "__end__";
 
 /**
- * True when `v` is a JSON value as `z.json()` defines one: a string, a finite
+ * True when `v` is a JSON value as `z.json()` defines one (but for an object property that is
+ * `undefined`: left out, as `JSON.stringify` does): a string, a finite
  * number, a boolean, null, an array of JSON values without holes, or a plain
  * object of them, nested at most `MAX_JSON_DEPTH` levels. One walk without
  * allocations: `z.json()` tries a six-way union at every node and copies every
@@ -42,7 +43,11 @@ function isJsonValue(v: unknown, depth = 1): boolean {
       }
       const proto = Object.getPrototypeOf(v);
       if (proto !== Object.prototype && proto !== null) return false;
-      for (const key in v) if (!isJsonValue((v as Record<string, unknown>)[key], depth + 1)) return false;
+      for (const key in v) {
+        // an undefined property is left out by JSON.stringify (and accepted by assertJson): the save drops it
+        const child = (v as Record<string, unknown>)[key];
+        if (child !== undefined && !isJsonValue(child, depth + 1)) return false;
+      }
       return true;
     }
     default:
@@ -58,8 +63,15 @@ export const JsonValueSchema: z.ZodType<JsonValue> = z.custom<JsonValue>((v) => 
   message: "not a JSON value",
 });
 
-/** A JSON object (zod), the default shape of `sharedMemory`. */
-export const JsonObjectSchema: z.ZodType<JsonObject> = z.record(z.string(), JsonValueSchema) as z.ZodType<JsonObject>;
+/**
+ * A JSON object (zod), the default shape of `sharedMemory`. A property whose value is `undefined` is
+ * accepted and left out of the snapshot (as `JSON.stringify` and `assertJson` treat it), at any depth:
+ * a first run and its replay (which reads the snapshot back) see the same state.
+ */
+export const JsonObjectSchema: z.ZodType<JsonObject> = z.record(
+  z.string(),
+  JsonValueSchema.optional(),
+) as z.ZodType<JsonObject>;
 
 /** One tool execution record kept in `historyRecords`. */
 export const HistoryRecordSchema = z.strictObject({

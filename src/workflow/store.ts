@@ -263,10 +263,20 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
    * @returns the stored state
    * @throws {WorkflowStateError} / {NonJsonValueError} on an invalid state (nothing written)
    * @throws {ConflictError} when `expectedStep` does not match the latest stored step (nothing written)
+   * @throws {InvalidOptionError} when `expectedStep` is neither null nor a whole number >= 0
    * @throws {BackendError} when the cold store fails
    */
   async save(state: z.infer<S>, options: CheckpointSaveOptions = {}): Promise<z.infer<S>> {
     checkOptions("CheckpointStore.save", options, SAVE_OPTIONS);
+    const expected = options.expectedStep;
+    if (expected !== undefined && expected !== null && !(Number.isSafeInteger(expected) && expected >= 0)) {
+      // a string ("3", from a request) or -1 was a ConflictError naming the same step twice
+      throw new InvalidOptionError(
+        "CheckpointStore.save",
+        "expectedStep",
+        `must be null or a whole number >= 0, got ${JSON.stringify(expected) ?? String(expected)}`,
+      );
+    }
     const valid = this.validate({ ...(state as object), schemaVersion: this.schemaVersion }) as WorkflowState;
     const { json, refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold);
     // JSON.stringify({ ...valid, sharedMemory: stored }), with the memory's text as externalizeBlobs made it

@@ -7,12 +7,14 @@
  */
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { NonJsonValueError } from "../../src/core/errors.js";
+import { InvalidOptionError, NonJsonValueError } from "../../src/core/errors.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import {
   CheckpointStore,
   createWorkflowState,
+  END,
   JsonValueSchema,
+  ResumableGraphRunner,
   WorkflowStateError,
   WorkflowStateSchema,
 } from "../../src/workflow/index.js";
@@ -78,6 +80,44 @@ describe("checkpoint snapshot text", () => {
         .catch((x: unknown) => x);
       expect(e2 instanceof NonJsonValueError || e2 instanceof WorkflowStateError).toBe(true);
       expect(await store.loadLatest("v")).toBeUndefined();
+    } finally {
+      await store.close();
+      tmp.cleanup();
+    }
+  });
+
+  it("an undefined property is left out on the first run as on its replay (it failed the first run only)", async () => {
+    const tmp = tempDir("snapshot-json-undefined");
+    const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: path.join(tmp.dir, "c.db") }) });
+    try {
+      let charges = 0;
+      const runner = new ResumableGraphRunner({
+        store,
+        nodes: {
+          n: async (_s, ctx) => {
+            const r = await ctx.sideEffect("charge", async () => {
+              charges++;
+              return { id: "ch_1", refund: undefined, meta: { x: undefined, y: 1 } } as never;
+            });
+            return { next: END, updates: { r } };
+          },
+        },
+      });
+      const first = await runner.runOrResume("u");
+      expect(first.status).toBe("finished");
+      const expected = { r: { id: "ch_1", meta: { y: 1 } } };
+      expect(JSON.parse(JSON.stringify(first.state.sharedMemory))).toEqual(expected);
+      expect((await store.loadLatest("u"))?.sharedMemory).toEqual(expected);
+      expect(charges).toBe(1);
+      const direct = createWorkflowState({ workflowId: "d", sharedMemory: { a: { b: undefined, c: [1] } } as never });
+      await store.save(direct, { expectedStep: null });
+      expect((await store.loadLatest("d"))?.sharedMemory).toEqual({ a: { c: [1] } });
+      for (const bad of ["0", -1, 1.5]) {
+        const e = await store
+          .save({ ...direct, stepIndex: 1 }, { expectedStep: bad as never })
+          .catch((x: unknown) => x);
+        expect(e, String(bad)).toBeInstanceOf(InvalidOptionError);
+      }
     } finally {
       await store.close();
       tmp.cleanup();

@@ -283,8 +283,9 @@ export interface FileBackendOptions {
    * kept between saves; released by the OS when its process dies), or
    * `"files"`, a lock file `<key>.duas.lock` created and removed per save
    * (stale ones broken after `staleLockMs`). Every process writing one
-   * directory must use the same kind.
-   * @default "os" where its addon (`fs-native-extensions`) loads, else "files"
+   * directory must use the same kind: set `DUMPLINGS_FILE_LOCKS` (`os` or `files`) to give every
+   * FileBackend of a process (the `dumplings` CLI's too) the same default.
+   * @default `DUMPLINGS_FILE_LOCKS`, else "os" where its addon (`fs-native-extensions`) loads, else "files"
    */
   locks?: "os" | "files";
 }
@@ -900,9 +901,16 @@ export class FileBackend implements StateBackend {
       throw new InvalidOptionError("file", "headerSlack", `must be a whole number of bytes >= 0, got ${String(slack)}`);
     }
     this.headerSlack = slack;
-    const locks = options.locks;
+    // The environment sets the default for every FileBackend of the process (the CLI's too), so all the
+    // processes writing one directory can be made to use the same kind of lock.
+    const fromEnv = options.locks === undefined ? process.env.DUMPLINGS_FILE_LOCKS || undefined : undefined;
+    const locks = options.locks ?? fromEnv;
     if (locks !== undefined && locks !== "os" && locks !== "files") {
-      throw new InvalidOptionError("file", "locks", `must be "os" or "files", got ${JSON.stringify(locks)}`);
+      throw new InvalidOptionError(
+        "file",
+        fromEnv === undefined ? "locks" : "DUMPLINGS_FILE_LOCKS",
+        `must be "os" or "files", got ${JSON.stringify(locks)}`,
+      );
     }
     const os = locks === "files" ? undefined : osLocks();
     if (os instanceof Error && locks === "os") {

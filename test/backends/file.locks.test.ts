@@ -104,6 +104,27 @@ describe('FileBackend locks: "os"', () => {
     expect(await b.listKeys()).toEqual([]);
   });
 
+  it("DUMPLINGS_FILE_LOCKS sets the default kind for every FileBackend of the process; a bad value names it", async () => {
+    const before = process.env.DUMPLINGS_FILE_LOCKS;
+    try {
+      process.env.DUMPLINGS_FILE_LOCKS = "files";
+      const dir = mkdtempSync(path.join(root, "d-"));
+      const b = new FileBackend({ baseDir: dir });
+      await b.write("k", st(1), { expectedRevision: null });
+      expect(existsSync(path.join(dir, ".k.duas.lck"))).toBe(false); // a lock file per save, removed after it
+      expect(existsSync(path.join(dir, "k.duas.lock"))).toBe(false);
+      const os = new FileBackend({ baseDir: dir, locks: "os" }); // the option wins
+      await os.write("k", st(2), { force: true });
+      expect(existsSync(path.join(dir, ".k.duas.lck"))).toBe(true);
+      process.env.DUMPLINGS_FILE_LOCKS = "flock";
+      expect(() => new FileBackend({ baseDir: dir })).toThrow(/DUMPLINGS_FILE_LOCKS/);
+      expect(() => new FileBackend({ baseDir: dir, locks: "files" })).not.toThrow();
+    } finally {
+      if (before === undefined) delete process.env.DUMPLINGS_FILE_LOCKS;
+      else process.env.DUMPLINGS_FILE_LOCKS = before;
+    }
+  });
+
   it("a bad locks value is an InvalidOptionError", () => {
     expect(() => new FileBackend({ baseDir: root, locks: "flock" as "os" })).toThrow(InvalidOptionError);
     expect(() => new FileBackend({ baseDir: root, locks: "files" })).not.toThrow();

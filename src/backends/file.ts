@@ -438,26 +438,15 @@ function verifyCommitted(fd: number, start: number, parser: DuasLineParser): voi
   const header = parser.header;
   if (header === undefined || header.historyCrc32 === undefined) return;
   const target = header.meta.messageCount;
-  let crc = HISTORY_CRC_START;
-  let count = 0;
-  eachLine(
-    fd,
-    start,
-    () => count < target,
-    (bytes) => {
-      let end = bytes.length;
-      if (end > 0 && bytes[end - 1] === 0x0d) end--;
-      if (!lineHasContent(bytes, 0, end)) return; // blank: not a message, not in the checksum
-      crc = crc32(NEWLINE, crc32(bytes.subarray(0, end), crc));
-      count++;
-    },
-  );
+  const { count, crc } = historyLinesCrc(readAtFd(fd), start, target);
   if (count === target && crcHex(crc) === header.historyCrc32) return;
   // Something is wrong: the lines are parsed (nothing returned) for the error the stream would give at
   // its line (invalid UTF-8, bad JSON, a truncated last line), else the count or checksum error.
   const file = parser.source;
   const more = () => parser.messages < target;
-  const rest = eachLine(fd, start, more, (bytes) => parser.feed(decodeUtf8(bytes, file, parser.line + 1, true)));
+  const rest = eachLine(readAtFd(fd), start, more, (bytes) =>
+    parser.feed(decodeUtf8(bytes, file, parser.line + 1, true)),
+  );
   if (rest !== undefined && more()) {
     parser.feed(decodeUtf8(rest, file, parser.line + 1, true));
     parser.fail("truncated: the last line does not end with a newline");
@@ -470,22 +459,45 @@ function verifyCommitted(fd: number, start: number, parser: DuasLineParser): voi
 }
 
 /**
+ * The number of message lines and their running history CRC-32, over the first `target` message
+ * lines from byte `start`, with the readers' rules: a `\r` before the `\n` and blank lines are not
+ * in the checksum (see `historyCrc`).
+ */
+function historyLinesCrc(read: ReadAt, start: number, target: number): { count: number; crc: number } {
+  let crc = HISTORY_CRC_START;
+  let count = 0;
+  eachLine(
+    read,
+    start,
+    () => count < target,
+    (bytes) => {
+      let end = bytes.length;
+      if (end > 0 && bytes[end - 1] === 0x0d) end--;
+      if (!lineHasContent(bytes, 0, end)) return; // blank: not a message, not in the checksum
+      crc = crc32(NEWLINE, crc32(bytes.subarray(0, end), crc));
+      count++;
+    },
+  );
+  return { count, crc };
+}
+
+/**
  * Calls `each` with every `\n`-terminated line (without it) of the file from byte `start`, while
  * `more()`, reading 256 KB at a time.
  *
  * @returns the bytes after the last `\n` when the file ends without one (undefined when none)
  */
-function eachLine(fd: number, start: number, more: () => boolean, each: (bytes: Buffer) => void): Buffer | undefined {
-  const chunk = Buffer.allocUnsafe(256 * 1024);
+function eachLine(read: ReadAt, start: number, more: () => boolean, each: (bytes: Buffer) => void): Buffer | undefined {
   let carry: Buffer | undefined;
   for (let pos = start; more(); ) {
-    const n = readSync(fd, chunk, 0, chunk.length, pos);
+    const chunk = read(pos, 256 * 1024);
+    const n = chunk.length;
     if (n === 0) break;
     pos += n;
     let i = 0;
     while (i < n && more()) {
       const nl = chunk.indexOf(0x0a, i);
-      if (nl < 0 || nl >= n) {
+      if (nl < 0) {
         const rest = chunk.subarray(i, n);
         carry = carry === undefined ? Buffer.from(rest) : Buffer.concat([carry, rest]);
         break;
@@ -700,6 +712,7 @@ function feedHeader(parser: DuasLineParser, head: Buffer, file: string): void {
   }
 }
 
+/** Positional reads of an open file: up to `length` bytes at `position` (fewer at its end). */
 function readAtFd(fd: number): ReadAt {
   return (position, length) => {
     const b = Buffer.allocUnsafe(length);
@@ -713,6 +726,7 @@ function readAtFd(fd: number): ReadAt {
   };
 }
 
+/** {@link readAtFd} over a file's bytes already read. */
 function readAtBuffer(buf: Buffer): ReadAt {
   return (position, length) => buf.subarray(position, position + length);
 }
@@ -743,29 +757,9 @@ function priorCommitToUse(header: ParsedHeader, start: number, read: ReadAt): Pr
   if (delta <= 0) return undefined;
   const appended = read(start + prior.historyBytes, delta);
   if (appended.length === delta && !appended.includes(0)) return undefined;
-  // The prior commit's lines, with the readers' rules (a \r before \n and blank lines are not in the checksum).
-  let crc = HISTORY_CRC_START;
-  let n = 0;
-  const chunk = 256 * 1024;
-  let carry: Buffer | undefined;
-  for (let pos = start; n < prior.messageCount; ) {
-    const got = read(pos, chunk);
-    if (got.length === 0) break;
-    pos += got.length;
-    const data = carry === undefined ? got : Buffer.concat([carry, got]);
-    let i = 0;
-    for (let nl = data.indexOf(0x0a); nl >= 0 && n < prior.messageCount; nl = data.indexOf(0x0a, i)) {
-      let end = nl;
-      if (end > i && data[end - 1] === 0x0d) end--;
-      if (lineHasContent(data, i, end)) {
-        crc = historyCrc(crc, data.subarray(i, end));
-        n++;
-      }
-      i = nl + 1;
-    }
-    carry = i < data.length ? Buffer.from(data.subarray(i)) : undefined;
-  }
-  return n === prior.messageCount && crcHex(crc) === prior.historyCrc32 ? prior : undefined;
+  // Lost: the prior commit, if its own lines are intact.
+  const { count, crc } = historyLinesCrc(read, start, prior.messageCount);
+  return count === prior.messageCount && crcHex(crc) === prior.historyCrc32 ? prior : undefined;
 }
 
 /**
@@ -2523,8 +2517,7 @@ const META_PROBE = 64 * 1024;
  * byte of the file was touched). Otherwise undefined.
  */
 function applyJournal(buf: Buffer, journal: Journal, ino: number): Buffer | undefined {
-  const readAt: ReadAt = (offset, length) => buf.subarray(offset, Math.min(offset + length, buf.length));
-  if (!journalApplies(readAt, buf.length, journal, ino)) return undefined;
+  if (!journalApplies(readAtBuffer(buf), buf.length, journal, ino)) return undefined;
   const out = Buffer.concat([buf.subarray(0, journal.dataOffset), journal.lines]);
   for (const p of journal.patches) p.bytes.copy(out, p.offset);
   return out;
@@ -2557,11 +2550,7 @@ function journalPending(file: string, journal: Journal): boolean {
   const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
   try {
     const st = fstatSync(fd);
-    const readAt: ReadAt = (offset, length) => {
-      const b = Buffer.alloc(length);
-      return b.subarray(0, readSync(fd, b, 0, length, offset));
-    };
-    return journalApplies(readAt, st.size, journal, st.ino);
+    return journalApplies(readAtFd(fd), st.size, journal, st.ino);
   } finally {
     closeSync(fd);
   }

@@ -229,8 +229,8 @@ export interface RedisScript {
 
 /** The two commands {@link runScript} needs (an ioredis `Redis` has them). */
 export interface ScriptClient {
-  evalsha(sha: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
-  eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  evalsha(sha: string, numKeys: number, ...args: (string | number | Buffer)[]): Promise<unknown>;
+  eval(script: string, numKeys: number, ...args: (string | number | Buffer)[]): Promise<unknown>;
 }
 
 /** Prepares a Lua script for {@link runScript} (its SHA is computed once). */
@@ -249,7 +249,7 @@ export async function runScript(
   client: ScriptClient,
   script: RedisScript,
   keys: readonly string[],
-  args: readonly (string | number)[],
+  args: readonly (string | number | Buffer)[],
 ): Promise<unknown> {
   try {
     return await client.evalsha(script.sha, keys.length, ...keys, ...args);

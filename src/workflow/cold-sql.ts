@@ -220,6 +220,10 @@ const toIdempotency = (r: Row): IdempotencyRecord => ({
   finishedAt: r.finished_at === null || r.finished_at === undefined ? null : num(r.finished_at),
 });
 
+/** The same bytes as a Buffer (the SQLite driver binds a Buffer as a blob), not copied. */
+const asBuffer = (b: Uint8Array): Buffer =>
+  Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+
 function chunks<T>(items: readonly T[], size: number): T[][] {
   const out: T[][] = [];
   for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
@@ -252,6 +256,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   private readonly stepErrors: string;
   private readonly idempotency: string;
   private readonly blobRefs: string;
+  /** SQLite: whether the file's text encoding is UTF-8 (undefined until asked). */
+  private utf8: boolean | undefined;
 
   /**
    * @param driver - an SQL driver set up with {@link workflowMigrations}; the store owns it (closed on a bad option)
@@ -320,11 +326,14 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
           }
         }
       }
+      // SQLite (a UTF-8 file) takes the state's bytes as they are (CAST to TEXT: the same text, not re-encoded);
+      // elsewhere the text.
+      const bytes = row.stateBytes !== undefined && (await this.utf8File(query));
       await query(
-        `INSERT INTO ${target} (${SNAPSHOT_COLUMNS}) VALUES (${placeholders(5)})
+        `INSERT INTO ${target} (${SNAPSHOT_COLUMNS}) VALUES ($1, $2, $3, ${bytes ? "CAST($4 AS TEXT)" : "$4"}, $5)
          ON CONFLICT (workflow_id, step_index) DO UPDATE SET
            node_name = excluded.node_name, state_json = excluded.state_json, created_at = excluded.created_at`,
-        [id, row.stepIndex, row.nodeName, row.stateJson, row.createdAt],
+        [id, row.stepIndex, row.nodeName, bytes ? asBuffer(row.stateBytes!) : row.stateJson, row.createdAt],
       );
       await query(
         `${insertSummary} ON CONFLICT (workflow_id) DO UPDATE SET
@@ -342,6 +351,19 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
         );
       }
     });
+  }
+
+  /**
+   * Whether this is an SQLite file whose text encoding is UTF-8 (a new file's; asked once), where a
+   * blob of UTF-8 bytes CAST to TEXT is that text exactly.
+   */
+  private async utf8File(query: SqlQuery): Promise<boolean> {
+    if (this.name !== "sqlite") return false;
+    if (this.utf8 === undefined) {
+      const r = await query("PRAGMA encoding");
+      this.utf8 = String(r.rows[0]?.encoding ?? "").toUpperCase() === "UTF-8";
+    }
+    return this.utf8;
   }
 
   /** {@inheritDoc ColdStore.read} */

@@ -49,6 +49,11 @@ export interface SnapshotWrite extends StoredSnapshot {
   activeStep: number;
   /** Blob references held by the state. */
   blobRefs: string[];
+  /**
+   * `stateJson` as UTF-8 bytes, when the writer has them (`CheckpointStore.save` does, and then
+   * decodes `stateJson` only when a store reads it): a store may write these bytes instead.
+   */
+  stateBytes?: Uint8Array;
 }
 
 /** A workflow's summary row. */

@@ -25,7 +25,15 @@
 import type { Redis } from "ioredis";
 import { BackendError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { positiveMs, REDIS_CONNECTION_KEYS, RedisConnection, type RedisConnectionOptions } from "../drivers/redis.js";
+import {
+  positiveMs,
+  REDIS_CONNECTION_KEYS,
+  RedisConnection,
+  type RedisConnectionOptions,
+  redisScript,
+  runScript,
+  type ScriptClient,
+} from "../drivers/redis.js";
 
 /** The keys of {@link RedisHotTierOptions}: any other is an `InvalidOptionError`. */
 const HOT_REDIS_OPTIONS = optionKeys<RedisHotTierOptions>({
@@ -33,8 +41,12 @@ const HOT_REDIS_OPTIONS = optionKeys<RedisHotTierOptions>({
   ttlMs: true,
 });
 
-/** The part of an ioredis client the hot tier uses (any compatible client can be injected). */
-export type RedisClientLike = Pick<Redis, "eval" | "hmget" | "del" | "quit" | "disconnect" | "status">;
+/**
+ * The part of an ioredis client the hot tier uses (any compatible client can be injected). With
+ * `evalsha` (an ioredis client has it), a write sends its script's SHA instead of its text.
+ */
+export type RedisClientLike = Pick<Redis, "eval" | "hmget" | "del" | "quit" | "disconnect" | "status"> &
+  Partial<Pick<Redis, "evalsha">>;
 
 /**
  * Options of {@link RedisHotTier}: the Redis connection options shared by
@@ -55,6 +67,12 @@ export interface HotEntry {
   stateJson: string;
   /** True for a string entry written by the original design (snake_case state JSON). */
   original?: boolean;
+}
+
+/** A snapshot to cache: its state JSON as text, or as the UTF-8 bytes of that text (sent as they are). */
+export interface HotWrite {
+  stepIndex: number;
+  stateJson: string | Uint8Array;
 }
 
 /** The step of an original-layout string entry (`nil` when it is not one). */
@@ -83,12 +101,17 @@ end
 redis.call('HSET', KEYS[1], 'step', ARGV[1], 'state', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1`;
+const WRITE_SCRIPT = redisScript(WRITE_IF_NEWER);
 
 const READ = `
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'hash' then return {'hash', redis.call('HGET', KEYS[1], 'step'), redis.call('HGET', KEYS[1], 'state')} end
 if t == 'string' then return {'string', redis.call('GET', KEYS[1])} end
 return {t}`;
+
+/** The same bytes as a Buffer (what ioredis sends as they are), not copied. */
+const asBuffer = (b: Uint8Array): Buffer =>
+  Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
 
 /**
  * Hot (cache) tier in Redis.
@@ -133,11 +156,15 @@ export class RedisHotTier {
 
   /**
    * Caches a snapshot unless a newer step is cached.
+   * @param entry - the step and its state JSON, as text or as its UTF-8 bytes
    * @throws {BackendError} when Redis fails (the store counts it; it is never fatal)
    */
-  async put(workflowId: string, entry: HotEntry): Promise<void> {
+  async put(workflowId: string, entry: HotWrite): Promise<void> {
+    const state = typeof entry.stateJson === "string" ? entry.stateJson : asBuffer(entry.stateJson);
     await this.conn.call(`cannot cache workflow ${JSON.stringify(workflowId)}`, workflowId, (c) =>
-      c.eval(WRITE_IF_NEWER, 1, this.key(workflowId), entry.stepIndex, entry.stateJson, this.ttlMs),
+      c.evalsha
+        ? runScript(c as ScriptClient, WRITE_SCRIPT, [this.key(workflowId)], [entry.stepIndex, state, this.ttlMs])
+        : c.eval(WRITE_IF_NEWER, 1, this.key(workflowId), entry.stepIndex, state, this.ttlMs),
     );
   }
 

@@ -46,7 +46,13 @@ export {
   WorkflowNotWaitingError,
   WorkflowStateError,
 } from "./errors.js";
-export { type HotEntry, type RedisClientLike, RedisHotTier, type RedisHotTierOptions } from "./hot-redis.js";
+export {
+  type HotEntry,
+  type HotWrite,
+  type RedisClientLike,
+  RedisHotTier,
+  type RedisHotTierOptions,
+} from "./hot-redis.js";
 export {
   type GuardRunOptions,
   type GuardStats,

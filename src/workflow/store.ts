@@ -24,7 +24,14 @@ import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { type BlobStore, DEFAULT_BLOB_THRESHOLD, externalizeBlobs, FsBlobStore, internalizeBlobs } from "./blobs.js";
+import {
+  type BlobStore,
+  DEFAULT_BLOB_THRESHOLD,
+  externalizeBlobs,
+  FsBlobStore,
+  internalizeBlobs,
+  JsonChunks,
+} from "./blobs.js";
 import {
   type ColdStore,
   type DropMonthResult,
@@ -278,16 +285,36 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
       );
     }
     const valid = this.validate({ ...(state as object), schemaVersion: this.schemaVersion }) as WorkflowState;
-    const { json, refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold);
-    // JSON.stringify({ ...valid, sharedMemory: stored }), with the memory's text as externalizeBlobs made it
-    const stateJson = stringifyWith(valid as unknown as Record<string, unknown>, "sharedMemory", json);
+    // The snapshot's JSON (`JSON.stringify({ ...valid, sharedMemory: stored })`) as UTF-8 bytes, serialised
+    // once and encoded once; both tiers write these bytes (the text is decoded only for a cold store that asks).
+    const out = new JsonChunks();
+    let refs: string[] = [];
+    let sep = "{";
+    for (const [key, value] of Object.entries(valid)) {
+      if (key === "sharedMemory") {
+        out.push(`${sep}"sharedMemory":`);
+        ({ refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold, out));
+      } else {
+        const text = JSON.stringify(value);
+        if (text === undefined) continue;
+        out.push(`${sep}${JSON.stringify(key)}:${text}`);
+      }
+      sep = ",";
+    }
+    out.push("}");
+    const stateBytes = out.encode();
+    let stateJson: string | undefined;
     const status: WorkflowRowStatus = valid.isFinished ? "finished" : valid.status;
     await this.cold.write(
       {
         workflowId: valid.workflowId,
         stepIndex: valid.stepIndex,
         nodeName: options.nodeName ?? valid.currentNode,
-        stateJson,
+        get stateJson() {
+          stateJson ??= stateBytes.toString("utf8");
+          return stateJson;
+        },
+        stateBytes,
         createdAt: valid.updatedAt,
         sessionId: valid.sessionId,
         status,
@@ -299,11 +326,11 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
       options.expectedStep,
     );
     this.stats.coldWrites++;
-    await this.putHot(valid.workflowId, valid.stepIndex, stateJson);
+    await this.putHot(valid.workflowId, valid.stepIndex, stateBytes);
     return valid as z.infer<S>;
   }
 
-  private async putHot(workflowId: string, stepIndex: number, stateJson: string): Promise<void> {
+  private async putHot(workflowId: string, stepIndex: number, stateJson: string | Uint8Array): Promise<void> {
     if (!this.hot) return;
     try {
       await this.hot.put(workflowId, { stepIndex, stateJson });
@@ -589,17 +616,4 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     await this.hot?.close();
     await this.cold.close();
   }
-}
-
-/**
- * `JSON.stringify(object)` of a plain object of JSON values, with the text of its property `key`
- * given (already serialised) instead of serialised again.
- */
-function stringifyWith(object: Record<string, unknown>, key: string, text: string): string {
-  const parts: string[] = [];
-  for (const k of Object.keys(object)) {
-    const v = k === key ? text : JSON.stringify(object[k]);
-    if (v !== undefined) parts.push(`${JSON.stringify(k)}:${v}`);
-  }
-  return `{${parts.join(",")}}`;
 }

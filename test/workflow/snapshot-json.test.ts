@@ -3,12 +3,15 @@
  * `sharedMemory` values moved to blobs, built from the texts each value was
  * measured with (the memory is serialised once), and the default
  * `sharedMemory` schema checks JSON in one walk (not `z.json()`'s union at
- * every node) with the same verdicts.
+ * every node) with the same verdicts. A large state is serialised in pieces
+ * and encoded to UTF-8 once; SQLite stores those bytes as TEXT and the hot
+ * tier caches the same bytes.
  */
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { InvalidOptionError, NonJsonValueError } from "../../src/core/errors.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import {
   CheckpointStore,
   createWorkflowState,
@@ -18,7 +21,10 @@ import {
   WorkflowStateError,
   WorkflowStateSchema,
 } from "../../src/workflow/index.js";
+import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 import { tempDir } from "./helpers.js";
+
+const redisSkip = await redisSkipReason();
 
 describe("checkpoint snapshot text", () => {
   it("is JSON.stringify of the stored state: key order (integer-like keys first), blobs", async () => {
@@ -45,6 +51,64 @@ describe("checkpoint snapshot text", () => {
       tmp.cleanup();
     }
   });
+
+  it.skipIf(redisSkip !== undefined)(
+    "a large state, serialised in pieces, is JSON.stringify's text in SQLite (as TEXT) and in the hot tier",
+    async () => {
+      const tmp = tempDir("snapshot-json-large");
+      const cold = new SqliteColdStore({ path: path.join(tmp.dir, "c.db") });
+      const hot = new RedisHotTier({ url: REDIS_URL, keyPrefix: `snapshot-json:${process.pid}:${Date.now()}:` });
+      const store = await CheckpointStore.open({
+        cold,
+        hot,
+        blobDir: path.join(tmp.dir, "blobs"),
+        blobThreshold: 60_000,
+      });
+      try {
+        // Every shape the pieces take: a list of objects (split at once), an object holding a large list,
+        // a large list of strings, a large object, text above U+00FF and outside the BMP, a large value
+        // that goes to a blob, and undefined properties (left out) at every level.
+        const message = (i: number) => ({
+          role: i % 2 ? "user" : "assistant",
+          content: `ünïcödé ✓ 🙂 ${"x".repeat(400)} ${i}`,
+          n: i,
+          drop: undefined,
+        });
+        const sharedMemory = {
+          messages: Array.from({ length: 120 }, (_, i) => message(i)),
+          nested: { inner: { list: Array.from({ length: 90 }, (_, i) => message(i)), skip: undefined }, k: "v" },
+          strings: Array.from({ length: 60 }, (_, i) => `“quoted” ${i} ${"y".repeat(500)}`),
+          big: Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, message(i)])),
+          blob: Array.from({ length: 200 }, (_, i) => message(i)),
+          empty: [],
+          one: [{ a: 1 }],
+          none: {},
+          undef: undefined,
+        };
+        const state = createWorkflowState({ workflowId: "large", sharedMemory: sharedMemory as never, now: 7 });
+        const saved = await store.save(state, { expectedStep: null });
+        const row = await cold.latest("large");
+        const stored = JSON.parse(row?.stateJson ?? "null") as { sharedMemory: Record<string, unknown> };
+        const ref = stored.sharedMemory.blob as Record<string, unknown>;
+        expect(Object.keys(ref)).toEqual(["$dumplings_blob", "bytes"]);
+        expect(ref.bytes).toBe(Buffer.byteLength(JSON.stringify(sharedMemory.blob)));
+        const expected = JSON.stringify({ ...saved, sharedMemory: { ...saved.sharedMemory, blob: ref } });
+        expect(row?.stateJson).toBe(expected);
+        const type = cold.db.prepare(`SELECT typeof(state_json) AS t FROM "workflow_snapshots_1970_01"`).get() as {
+          t: string;
+        };
+        expect(type.t).toBe("text");
+        expect((await hot.get("large"))?.stateJson).toBe(expected);
+        const loaded = await store.loadLatest("large");
+        expect(store.stats.hotHits).toBe(1);
+        expect(loaded?.sharedMemory).toEqual(JSON.parse(JSON.stringify(sharedMemory)));
+      } finally {
+        await hot.delete("large");
+        await store.close();
+        tmp.cleanup();
+      }
+    },
+  );
 
   it("the default JSON schema gives z.json()'s verdicts; a save still names the path of a non-JSON value", async () => {
     for (const ok of ["s", 1.5, -0, true, null, [], [1, [2, { a: "b" }]], { a: { b: [null] } }, Object.create(null)]) {

@@ -14,7 +14,6 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { tool } from "ai";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
-import type { JsonValue } from "../../src/core/json.js";
 import { DurableAgent, type DurableAgentInput } from "../../src/durable/agent.js";
 import { deprecatePatch, patched, sleep, step, waitForSignal } from "../../src/durable/context.js";
 import { hashInput } from "../../src/durable/journal.js";

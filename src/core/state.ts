@@ -6,8 +6,8 @@
  * @module
  */
 import { z } from "zod";
-import { FormatError, InvalidStateError } from "./errors.js";
-import { checkStoredJson, type JsonValue, type StoredJsonSource } from "./json.js";
+import { FormatError, InvalidStateError, NonJsonValueError } from "./errors.js";
+import { assertJson, checkStoredJson, type JsonValue, type StoredJsonSource } from "./json.js";
 import { isWellFormedMessage, type Message, messageSchemaFor, type Protocol, ProtocolSchema } from "./messages.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 
@@ -58,9 +58,26 @@ export const StateMetaSchema = z.object({
 });
 export type StateMeta = z.infer<typeof StateMetaSchema>;
 
-const jsonValue: z.ZodType<JsonValue> = z.lazy(() =>
-  z.union([z.null(), z.boolean(), z.number(), z.string(), z.array(jsonValue), z.record(z.string(), jsonValue)]),
-);
+/**
+ * `[STATE]` `fields`: an object of JSON values, checked in place: the parsed value is the caller's
+ * object itself. zod's `z.record` would build a copy by assignment, and a key named `"__proto__"`
+ * (legal JSON: a word in a word-count map, a user-supplied id) would set the copy's prototype
+ * instead of being kept, at any depth: the value would be lost on the way through a backend. The
+ * issue names the path of the first value JSON cannot carry (as {@link assertJson} does).
+ */
+const JsonFieldsSchema = z
+  .custom<Record<string, JsonValue>>(
+    (v) => v !== null && typeof v === "object" && !Array.isArray(v),
+    "expected an object of JSON values",
+  )
+  .superRefine((v, ctx) => {
+    try {
+      assertJson(v, "fields");
+    } catch (e) {
+      if (!(e instanceof NonJsonValueError)) throw e;
+      ctx.addIssue({ code: "custom", message: e.message });
+    }
+  });
 
 /** `[STATE]` of a saved state. */
 export const AgentRuntimeStateSchema = z.object({
@@ -69,7 +86,7 @@ export const AgentRuntimeStateSchema = z.object({
   /** `hooks`: tool-call hooks as `module:export` names. */
   hooks: z.array(z.string()),
   /** Persistent fields declared by an agent subclass, by field name (JSON values). */
-  fields: z.record(z.string(), jsonValue),
+  fields: JsonFieldsSchema,
 });
 export type AgentRuntimeState = z.infer<typeof AgentRuntimeStateSchema>;
 

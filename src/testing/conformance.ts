@@ -309,6 +309,22 @@ export function runBackendConformance<B extends StateBackend>(
         expect((loaded as AgentState).history[2]).toEqual({ role: "user", content: "lone high \ud83d end" });
       });
 
+      it('keeps keys named "__proto__", "constructor" and "prototype" as data, in fields and messages, at any depth', async () => {
+        const k = key("proto");
+        // JSON.parse makes "__proto__" an own data property (an object literal would set the prototype).
+        const value = () =>
+          JSON.parse('{"__proto__":{"polluted":true},"constructor":1,"prototype":[{"__proto__":null}],"a":2}');
+        const message = { ...JSON.parse('{"role":"user","content":"hi"}'), meta: value() } as Message;
+        const state = makeState([message], { fields: { notes: value() } });
+        (state.state.fields as Record<string, unknown>) = Object.assign(value(), state.state.fields);
+        const text = JSON.stringify({ fields: state.state.fields, history: state.history });
+        await backend.save(k, state);
+        const loaded = (await backend.load(k)) as AgentState;
+        expect(JSON.stringify({ fields: loaded.state.fields, history: loaded.history })).toBe(text);
+        expect(Object.getPrototypeOf(loaded.state.fields)).toBe(Object.prototype);
+        expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+      });
+
       it(`round-trips a ${largeHistory}-message history`, async () => {
         const k = key("large");
         const state = makeState(syntheticHistory(largeHistory, "big"));

@@ -222,6 +222,23 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
     await expect(b.load("bad")).rejects.toBeInstanceOf(FormatError);
   });
 
+  it("reads messages in whatever order the rows come (no server sort) and puts each at its seq", async () => {
+    const b = make();
+    const q = (sql: string) => admin.query(sql.replaceAll("{s}", `"${b.schema}"`));
+    const h = msgs(6);
+    await b.save("order", makeState(h));
+    // Rewritten rows move to the end of the table: a sequential scan now returns seq 1, 3, 5, 0, 2, 4.
+    await q(`UPDATE {s}.messages SET body = body WHERE seq % 2 = 0`);
+    const physical = await q(`SELECT seq FROM {s}.messages WHERE session_key = 'order' ORDER BY ctid`);
+    expect(physical.rows.map((r) => r.seq)).toEqual([1, 3, 5, 0, 2, 4]);
+    expect((await b.load("order")).history).toEqual(h);
+    // Right count, wrong places: a seq outside 0..count-1, then one stored where another is missing.
+    await q(`UPDATE {s}.messages SET seq = 9 WHERE session_key = 'order' AND seq = 5`);
+    const e1 = await b.load("order").catch((x) => x);
+    expect(e1).toBeInstanceOf(FormatError);
+    expect(e1.message).toContain("message seq 9 is outside 0..5");
+  });
+
   it("gc deletes sessions last saved before the cut-off, with their messages", async () => {
     const b = make();
     await b.save("old", makeState(msgs(5)));

@@ -314,8 +314,11 @@ export function runBackendConformance<B extends StateBackend>(
         // JSON.parse makes "__proto__" an own data property (an object literal would set the prototype).
         const value = () =>
           JSON.parse('{"__proto__":{"polluted":true},"constructor":1,"prototype":[{"__proto__":null}],"a":2}');
-        const message = { ...JSON.parse('{"role":"user","content":"hi"}'), meta: value() } as Message;
-        const state = makeState([message], { fields: { notes: value() } });
+        const message = { ...JSON.parse('{"role":"user","content":"hi","__proto__":{"y":1}}'), meta: value() } as Message;
+        const call = JSON.parse(
+          '{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","__proto__":0,"function":{"name":"f","arguments":"{}","__proto__":[]}}]}',
+        ) as Message;
+        const state = makeState([message, call], { fields: { notes: value() } });
         (state.state.fields as Record<string, unknown>) = Object.assign(value(), state.state.fields);
         const text = JSON.stringify({ fields: state.state.fields, history: state.history });
         await backend.save(k, state);
@@ -323,6 +326,15 @@ export function runBackendConformance<B extends StateBackend>(
         expect(JSON.stringify({ fields: loaded.state.fields, history: loaded.history })).toBe(text);
         expect(Object.getPrototypeOf(loaded.state.fields)).toBe(Object.prototype);
         expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+        if (backend.iterHistory) {
+          const streamed: Message[] = [];
+          for await (const m of backend.iterHistory(k)) streamed.push(m);
+          expect(JSON.stringify(streamed)).toBe(JSON.stringify(state.history));
+        }
+        if (backend.readHeader) {
+          const header = await backend.readHeader(k);
+          expect(JSON.stringify(header?.header.state.fields)).toBe(JSON.stringify(state.state.fields));
+        }
       });
 
       it(`round-trips a ${largeHistory}-message history`, async () => {

@@ -24,6 +24,9 @@ export interface SqlResult {
 /** Runs one statement inside a transaction; throws the driver's raw errors. */
 export type SqlQuery = (text: string, values?: unknown[]) => Promise<SqlResult>;
 
+/** Runs one statement inside a {@link SqlDriver.syncTransaction}, synchronously; throws the driver's raw errors. */
+export type SqlRunSync = (text: string, values?: unknown[]) => SqlResult;
+
 /** What a store written once for every SQL database needs from its driver. */
 export interface SqlDriver {
   /** `sqlite` or `postgres`: the store's name in errors. */
@@ -68,6 +71,17 @@ export interface SqlDriver {
    * {@link transaction}.
    */
   unsyncedTransaction?<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T>;
+  /**
+   * Optional: {@link transaction} (or, with `synced: false`,
+   * {@link unsyncedTransaction}) for a body that runs its statements
+   * synchronously: `fn` gets a `run(text, values)` that returns the
+   * statement's result at once, and the transaction begins, runs `fn` and
+   * commits with no await in between (SQLite: the file's write lock is held
+   * for that one synchronous stretch, and no promise is made per statement).
+   * Errors as {@link transaction}. A driver without it: callers use
+   * {@link transaction}.
+   */
+  syncTransaction?<T>(what: string, key: string | undefined, fn: (run: SqlRunSync) => T, synced?: boolean): Promise<T>;
   /** The database's plan for a query, as text (for tests and diagnostics). */
   explain(text: string, values?: unknown[]): Promise<string>;
   /** Releases what the driver opened (never an injected pool or database). */

@@ -33,7 +33,7 @@ import { createRequire } from "node:module";
 import path from "node:path";
 import type BetterSqlite3 from "better-sqlite3";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
-import { type SqlDriver, type SqlQuery, type SqlResult, StoreNotFoundError } from "./sql.js";
+import { type SqlDriver, type SqlQuery, type SqlResult, type SqlRunSync, StoreNotFoundError } from "./sql.js";
 
 /** Name of the migration ledger table in each file. */
 export const SQLITE_MIGRATIONS_TABLE = "dumplings_migrations";
@@ -179,6 +179,10 @@ export class SqliteDriver implements SqlDriver {
   private closed = false;
   private walMode: boolean | undefined;
   private pragmas: { read: BetterSqlite3.Statement; normal: BetterSqlite3.Statement } | undefined;
+  /** The prepared statements of {@link syncTransaction}, made on first use. */
+  private txStatements:
+    | { begin: BetterSqlite3.Statement; commit: BetterSqlite3.Statement; rollback: BetterSqlite3.Statement }
+    | undefined;
 
   /**
    * Opens the file (creating its directory) and applies the component's missing migrations.
@@ -293,17 +297,67 @@ export class SqliteDriver implements SqlDriver {
    */
   unsyncedTransaction<T>(what: string, key: string | undefined, fn: (query: SqlQuery) => Promise<T>): Promise<T> {
     return this.exclusive(what, key, async () => {
-      const relax = this.relaxer();
-      if (!relax) return this.immediate(fn);
-      const before = Number(relax.read.get());
-      if (before <= 1) return this.immediate(fn);
-      relax.normal.run();
+      const before = this.relax();
+      if (before === undefined) return this.immediate(fn);
       try {
         return await this.immediate(fn);
       } finally {
-        if (this.db.open) this.compile(`PRAGMA synchronous = ${before}`).stmt.run();
+        this.restore(before);
       }
     });
+  }
+
+  /**
+   * {@inheritDoc SqlDriver.syncTransaction}
+   *
+   * `BEGIN IMMEDIATE`, `fn`, `COMMIT` as prepared statements, in this file's
+   * queue ({@link serialize}: at once when nothing of this process is queued
+   * on the file). With `synced: false`, unsynced as {@link unsyncedTransaction}.
+   */
+  syncTransaction<T>(what: string, key: string | undefined, fn: (run: SqlRunSync) => T, synced = true): Promise<T> {
+    return this.serialize(what, key, () => {
+      const before = synced ? undefined : this.relax();
+      try {
+        this.txStatements ??= {
+          begin: this.db.prepare("BEGIN IMMEDIATE"),
+          commit: this.db.prepare("COMMIT"),
+          rollback: this.db.prepare("ROLLBACK"),
+        };
+        const tx = this.txStatements;
+        tx.begin.run();
+        try {
+          const result = fn(this.runSync);
+          tx.commit.run();
+          return result;
+        } catch (e) {
+          if (this.db.inTransaction) tx.rollback.run();
+          throw e;
+        }
+      } finally {
+        if (before !== undefined) this.restore(before);
+      }
+    });
+  }
+
+  /** The statement runner of {@link syncTransaction}. */
+  private readonly runSync: SqlRunSync = (text, values) => this.run(text, values);
+
+  /**
+   * `synchronous = NORMAL` for the next transaction when the connection is in WAL mode and syncs more than
+   * that: returns the level to {@link restore} after it, or undefined when nothing was changed.
+   */
+  private relax(): number | undefined {
+    const relax = this.relaxer();
+    if (!relax) return undefined;
+    const before = Number(relax.read.get());
+    if (before <= 1) return undefined;
+    relax.normal.run();
+    return before;
+  }
+
+  /** Puts back the connection's `synchronous` level changed by {@link relax}. */
+  private restore(level: number): void {
+    if (this.db.open) this.compile(`PRAGMA synchronous = ${level}`).stmt.run();
   }
 
   /**

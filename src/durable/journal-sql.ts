@@ -26,7 +26,7 @@
  * @module
  */
 import type { JsonValue } from "../core/json.js";
-import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
+import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
 import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
   checkResetSeq,
@@ -143,6 +143,69 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
 
 type Row = JournalRow;
 
+/** A statement of a {@link SqlSteps} body: its text and values. */
+type SqlStatement = [text: string, values: unknown[]];
+
+/**
+ * A transaction's body written once for both kinds of driver: it yields each statement and is given back
+ * its result, by {@link runSync} (the statements run synchronously, SQLite) or {@link runAsync} (awaited).
+ */
+type SqlSteps<T> = Generator<SqlStatement, T, SqlResult>;
+
+/** Runs a {@link SqlSteps} body with a synchronous runner. */
+function runSync<T>(body: SqlSteps<T>, run: SqlRunSync): T {
+  let next = body.next();
+  while (!next.done) next = body.next(run(next.value[0], next.value[1]));
+  return next.value;
+}
+
+/** Runs a {@link SqlSteps} body, awaiting each statement. */
+async function runAsync<T>(body: SqlSteps<T>, query: SqlQuery): Promise<T> {
+  let next = body.next();
+  while (!next.done) next = body.next(await query(next.value[0], next.value[1]));
+  return next.value;
+}
+
+/** The step record's columns, in the order of the values of {@link sqlTexts}' step statements (`$1`…`$11`). */
+const STEP_COLUMNS =
+  "run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token";
+
+/** The columns a step record's rewrite replaces. */
+const STEP_UPDATE = `input_hash = excluded.input_hash, status = excluded.status,
+           output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
+           started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token`;
+
+/**
+ * The texts of the statements of every write (`t`: the quoted table names, `now`: the clock expression).
+ * Step statements take `$1`…`$11`: run id, seq, name, input hash, status, output, error, attempt,
+ * started at, finished at, token.
+ */
+function sqlTexts(t: { runs: string; steps: string; events: string }, now: string) {
+  return {
+    /** `$1` run id: increments the run's event counter, returns it. */
+    countEvent: `UPDATE ${t.runs} SET event_count = event_count + 1 WHERE run_id = $1 RETURNING event_count`,
+    /** `$1` run id, `$2` token: increments the run's event counter where the token matches, returns it. */
+    countStepEvent: `UPDATE ${t.runs} SET event_count = event_count + 1 WHERE run_id = $1 AND fencing_token = $2
+         RETURNING event_count`,
+    /** `$1`…`$9`: run id, idx, type, seq, name, attempt, token, by, detail. */
+    insertEvent: `INSERT INTO ${t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token, by_name, detail)
+         VALUES ($1, $2, $3, ${now}, $4, $5, $6, $7, $8, $9) ON CONFLICT (run_id, idx) DO NOTHING`,
+    /** Writes a step record (checked by the caller). */
+    upsertStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}`,
+    /**
+     * Writes a step record only where it is the next one (`seq` 0, or the record at `seq - 1` exists) or
+     * replaces a record of the same name that is not completed: one row changed, else none.
+     */
+    insertNextStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+         WHERE $2 = 0 OR EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2 - 1)
+         ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}
+         WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'`,
+  };
+}
+
 const what = (verb: string, runId: string) => `cannot ${verb} run ${JSON.stringify(runId)}`;
 
 /** Columns a reset or a retry clears (besides the lease). */
@@ -179,6 +242,7 @@ export class SqlJournal implements Journal {
   /** The driver every call goes through. */
   protected readonly driver: SqlDriver;
   private stepCheck: string | undefined;
+  private statementTexts: ReturnType<typeof sqlTexts> | undefined;
   /** The quoted table names. */
   protected readonly t: { runs: string; steps: string; signals: string; events: string };
 
@@ -238,36 +302,42 @@ export class SqlJournal implements Journal {
    * Appends an audit event: its index is the run's `event_count`, incremented
    * in the same transaction; `at` is the database's clock.
    */
-  private async event(query: SqlQuery, runId: string, type: JournalEventType, e: Partial<JournalEvent> = {}) {
-    const counted = await query(
-      `UPDATE ${this.t.runs} SET event_count = event_count + 1 WHERE run_id = $1 RETURNING event_count`,
-      [runId],
-    );
-    const insert = (idx: number) =>
-      query(
-        `INSERT INTO ${this.t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token, by_name, detail)
-         VALUES ($1, $2, $3, ${this.nowSql}, $4, $5, $6, $7, $8, $9) ON CONFLICT (run_id, idx) DO NOTHING`,
-        [
-          runId,
-          idx,
-          type,
-          e.seq ?? null,
-          e.name ?? null,
-          e.attempt ?? null,
-          e.fencingToken ?? null,
-          e.by ?? null,
-          e.detail ?? null,
-        ],
-      );
-    if ((await insert(Number(counted.rows[0]?.event_count) - 1)).rowCount) return;
+  private event(query: SqlQuery, runId: string, type: JournalEventType, e: Partial<JournalEvent> = {}) {
+    return runAsync(this.eventStatements(runId, type, e), query);
+  }
+
+  /** The statements of {@link event}, as a {@link SqlSteps} body. */
+  private *eventStatements(runId: string, type: JournalEventType, e: Partial<JournalEvent>): SqlSteps<void> {
+    const counted: SqlResult = yield [this.sql.countEvent, [runId]];
+    yield* this.eventInsert(runId, type, e, Number(counted.rows[0]?.event_count) - 1);
+  }
+
+  /** Inserts the event numbered `idx` (counted by the caller); resynchronises the counter when that index is taken. */
+  private *eventInsert(runId: string, type: JournalEventType, e: Partial<JournalEvent>, idx: number): SqlSteps<void> {
+    const insert = (i: number): SqlStatement => [
+      this.sql.insertEvent,
+      [
+        runId,
+        i,
+        type,
+        e.seq ?? null,
+        e.name ?? null,
+        e.attempt ?? null,
+        e.fencingToken ?? null,
+        e.by ?? null,
+        e.detail ?? null,
+      ],
+    ];
+    if ((yield insert(idx)).rowCount) return;
     // The index is taken: a process of the previous release (which counted the events instead) wrote
     // to this run during a rolling upgrade. Resynchronise the counter once, from the events themselves.
-    const { rows } = await query(`SELECT COALESCE(MAX(idx) + 1, 0) AS n FROM ${this.t.events} WHERE run_id = $1`, [
-      runId,
-    ]);
-    const idx = Number(rows[0]?.n);
-    await query(`UPDATE ${this.t.runs} SET event_count = $2 WHERE run_id = $1`, [runId, idx + 1]);
-    if (!(await insert(idx)).rowCount) throw new Error(`event #${idx} of run ${JSON.stringify(runId)} is taken`);
+    const { rows }: SqlResult = yield [
+      `SELECT COALESCE(MAX(idx) + 1, 0) AS n FROM ${this.t.events} WHERE run_id = $1`,
+      [runId],
+    ];
+    const next = Number(rows[0]?.n);
+    yield [`UPDATE ${this.t.runs} SET event_count = $2 WHERE run_id = $1`, [runId, next + 1]];
+    if (!(yield insert(next)).rowCount) throw new Error(`event #${next} of run ${JSON.stringify(runId)} is taken`);
   }
 
   /** {@inheritDoc Journal.now} */
@@ -400,58 +470,98 @@ export class SqlJournal implements Journal {
     return steps;
   }
 
-  /** {@inheritDoc Journal.writeStep} */
+  /**
+   * {@inheritDoc Journal.writeStep}
+   *
+   * One transaction; on a driver with {@link SqlDriver.syncTransaction} (SQLite) its statements run
+   * synchronously, with no promise per statement.
+   */
   async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
     const output = outputColumn(record);
     const error = record.error === undefined ? null : JSON.stringify(record.error);
-    const { runId, seq } = record;
-    const body = async (query: SqlQuery) => {
-      // One statement reads what the checks need: the run's token (its row locked where the database needs
-      // it) and the records at `seq - 1` and `seq` (one index range). Seqs have no gaps, so these say whether
-      // `seq` is the next position (`seq - 1` exists, or `seq` is 0) or an existing one; only a refusal
-      // (a gap) reads the count, for its message.
-      const valid = Number.isInteger(seq) && seq >= 0;
-      const { rows } = await query(this.stepCheckSql, [runId, valid ? seq : -1]);
-      const run = requireToken(runId, token, rows[0]);
-      let cur: Row | undefined;
-      let prev = seq === 0;
-      for (const row of rows) {
-        if (row.seq === null || row.seq === undefined) continue;
-        if (Number(row.seq) === seq) cur = row;
-        else prev = true;
-      }
-      const count = valid && (cur || prev) ? seq : await this.stepCount(query, runId);
-      const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
-      checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
-      await query(
-        `INSERT INTO ${this.t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-         ON CONFLICT (run_id, seq) DO UPDATE SET input_hash = excluded.input_hash, status = excluded.status,
-           output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
-           started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token`,
-        [
-          runId,
-          seq,
-          record.name,
-          record.inputHash,
-          record.status,
-          output,
-          error,
-          record.attempt,
-          record.startedAt,
-          record.finishedAt ?? null,
-          token,
-        ],
+    const { runId } = record;
+    const label = what("write a step of", runId);
+    if (this.driver.syncTransaction) {
+      return this.driver.syncTransaction(
+        label,
+        runId,
+        (run) => runSync(this.stepStatements(token, record, output, error), run),
+        sync,
       );
-      await this.event(query, runId, `step_${record.status}`, {
-        seq,
-        name: record.name,
-        attempt: record.attempt,
-        fencingToken: token,
-      });
-    };
-    await this.write(what("write a step of", runId), runId, sync, body);
+    }
+    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, output, error), query));
+  }
+
+  /** The statements of {@link writeStep}'s transaction, as a {@link SqlSteps} body. */
+  private *stepStatements(
+    token: number,
+    record: StepRecord,
+    output: string | null,
+    error: string | null,
+  ): SqlSteps<void> {
+    const { runId, seq } = record;
+    const valid = Number.isInteger(seq) && seq >= 0;
+    const values = [
+      runId,
+      seq,
+      record.name,
+      record.inputHash,
+      record.status,
+      output,
+      error,
+      record.attempt,
+      record.startedAt,
+      record.finishedAt ?? null,
+      token,
+    ];
+    const event: Partial<JournalEvent> = { seq, name: record.name, attempt: record.attempt, fencingToken: token };
+    const type: JournalEventType = `step_${record.status}`;
+    let counted: number | undefined;
+    if (valid && this.driver.forUpdate === "") {
+      // The transaction holds the database's write lock (SQLite): three statements, each a check and a write.
+      // The run's event counter is incremented where its token matches; the record is written where it is
+      // the next one or replaces a record of its name that is not completed. Anything else is refused by the
+      // checks below, which say why (and the transaction, the counter included, rolls back).
+      const run: SqlResult = yield [this.sql.countStepEvent, [runId, token]];
+      if (run.rows.length === 1) {
+        counted = Number(run.rows[0]?.event_count) - 1;
+        if ((yield [this.sql.insertNextStep, values]).rowCount === 1) {
+          yield* this.eventInsert(runId, type, event, counted);
+          return;
+        }
+      }
+    }
+    // One statement reads what the checks need: the run's token (its row locked where the database needs
+    // it) and the records at `seq - 1` and `seq` (one index range). Seqs have no gaps, so these say whether
+    // `seq` is the next position (`seq - 1` exists, or `seq` is 0) or an existing one; only a refusal
+    // (a gap) reads the count, for its message.
+    const { rows }: SqlResult = yield [this.stepCheckSql, [runId, valid ? seq : -1]];
+    const run = requireToken(runId, token, rows[0]);
+    let cur: Row | undefined;
+    let prev = seq === 0;
+    for (const row of rows) {
+      if (row.seq === null || row.seq === undefined) continue;
+      if (Number(row.seq) === seq) cur = row;
+      else prev = true;
+    }
+    let count = seq;
+    if (!valid || !(cur || prev)) {
+      const last: SqlResult = yield [`SELECT MAX(seq) AS last_seq FROM ${this.t.steps} WHERE run_id = $1`, [runId]];
+      const lastSeq = last.rows[0]?.last_seq;
+      count = lastSeq === null || lastSeq === undefined ? 0 : Number(lastSeq) + 1;
+    }
+    const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
+    checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
+    yield [this.sql.upsertStep, values];
+    if (counted === undefined) yield* this.eventStatements(runId, type, event);
+    else yield* this.eventInsert(runId, type, event, counted);
+  }
+
+  /** Statement texts used on every write, built once (one string each, so the driver's statement cache finds them at once). */
+  private get sql() {
+    this.statementTexts ??= sqlTexts(this.t, this.nowSql);
+    return this.statementTexts;
   }
 
   /**
@@ -464,13 +574,6 @@ export class SqlJournal implements Journal {
       LEFT JOIN ${this.t.steps} s ON s.run_id = r.run_id AND s.seq >= CAST($2 AS INTEGER) - 1 AND s.seq <= CAST($2 AS INTEGER)
       WHERE r.run_id = $1${lock}`;
     return this.stepCheck;
-  }
-
-  /** The number of step records of the run (seqs have no gaps: the last seq + 1), for a refusal's message. */
-  private async stepCount(query: SqlQuery, runId: string): Promise<number> {
-    const { rows } = await query(`SELECT MAX(seq) AS last_seq FROM ${this.t.steps} WHERE run_id = $1`, [runId]);
-    const last = rows[0]?.last_seq;
-    return last === null || last === undefined ? 0 : Number(last) + 1;
   }
 
   /** {@inheritDoc Journal.updateRun} */

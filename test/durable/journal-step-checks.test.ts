@@ -58,11 +58,25 @@ async function checks(j: Journal): Promise<void> {
   await expect(write(t, rec(id, 0, t, { attempt: 2 }))).rejects.toThrow('step "s0" is already completed');
   await expect(write(t + 1, rec(id, 3, t + 1))).rejects.toBeInstanceOf(StaleFencingTokenError);
   await expect(write(t, rec(`${id}-none`, 0, t))).rejects.toBeInstanceOf(RunNotFoundError);
+  // a refused write leaves nothing behind, its event number included: the next write's event follows on
+  await write(t, rec(id, 3, t));
   const steps = await j.readSteps(id);
   expect(steps.map((s) => [s.seq, s.name, s.status, s.attempt])).toEqual([
     [0, "s0", "completed", 1],
     [1, "s1", "started", 2],
     [2, "s2", "started", 1],
+    [3, "s3", "started", 1],
+  ]);
+  const events = await j.readEvents(id);
+  expect(events.map((e) => e.index)).toEqual(events.map((_, i) => i));
+  expect(events.filter((e) => e.type.startsWith("step_")).map((e) => [e.seq, e.type])).toEqual([
+    [0, "step_started"],
+    [1, "step_started"],
+    [0, "step_completed"],
+    [1, "step_failed"],
+    [1, "step_started"],
+    [2, "step_started"],
+    [3, "step_started"],
   ]);
   // a fresh run: #0 is the next position, #1 a gap over an empty journal
   const fresh = `f-${randomUUID()}`;

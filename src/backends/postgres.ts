@@ -458,7 +458,7 @@ export class PostgresBackend implements StateBackend {
           `message seq ${String(seq)} is ${history[seq] !== undefined ? "stored twice" : `outside 0..${count - 1}`}`,
         );
       }
-      history[seq] = this.decodeMessage(key, row, seq, meta.protocol);
+      history[seq] = this.decodeMessage(key, row, seq, meta.protocol, label);
     }
     return { state: { meta, config, state, history }, revision: Number(head.revision) };
   }
@@ -626,7 +626,13 @@ export class PostgresBackend implements StateBackend {
     return { bodies, gz };
   }
 
-  private decodeMessage(key: string, row: Record<string, unknown>, index: number, protocol: Protocol): Message {
+  private decodeMessage(
+    key: string,
+    row: Record<string, unknown>,
+    index: number,
+    protocol: Protocol,
+    label = this.label(key),
+  ): Message {
     let json: unknown = row.body;
     if (json === null || json === undefined) {
       const gz = row.body_gz;
@@ -638,7 +644,7 @@ export class PostgresBackend implements StateBackend {
       }
     }
     if (typeof json !== "string") throw this.corrupt(key, `message ${index} is not text`);
-    return decodeStoredMessage(key, this.label(key), json, protocol, index);
+    return decodeStoredMessage(key, label, json, protocol, index);
   }
 
   private label(key: string): string {

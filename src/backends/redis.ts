@@ -485,7 +485,8 @@ export class RedisBackend implements StateBackend {
     this.configs.remember(key, header.rev, state.config, header.config);
     this.states.remember(key, header.rev, header.state);
     const protocol = state.meta.protocol;
-    state.history = items.map((item, i) => this.decodeMessage(key, item, i, protocol));
+    const file = `redis:${this.historyKey(key)}`;
+    state.history = items.map((item, i) => this.decodeMessage(key, item, i, protocol, file));
     return { state, revision: header.rev };
   }
 
@@ -575,21 +576,26 @@ export class RedisBackend implements StateBackend {
     return json;
   }
 
-  private decodeMessage(key: string, item: unknown, index: number, protocol: Protocol): Message {
-    const where = { file: `redis:${this.historyKey(key)}` };
-    if (typeof item !== "string") throw new FormatError(`history[${index}] is not a string`, where);
+  private decodeMessage(
+    key: string,
+    item: unknown,
+    index: number,
+    protocol: Protocol,
+    file = `redis:${this.historyKey(key)}`,
+  ): Message {
+    if (typeof item !== "string") throw new FormatError(`history[${index}] is not a string`, { file });
     let json = item;
     if (item.startsWith(COMPRESSED_MARK)) {
       try {
         json = gunzipSync(Buffer.from(item.slice(1), "base64")).toString("utf8");
       } catch (cause) {
         throw new FormatError(`history[${index}] of ${JSON.stringify(key)} is not valid compressed data`, {
-          ...where,
+          file,
           cause,
         });
       }
     }
-    return decodeStoredMessage(key, where.file, json, protocol, index);
+    return decodeStoredMessage(key, file, json, protocol, index);
   }
 
   private decodeHeader(key: string, raw: unknown[]): Header {

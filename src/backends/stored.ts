@@ -9,7 +9,13 @@ import * as crypto from "node:crypto";
 import { FormatError, InvalidStateError } from "../core/errors.js";
 import { assertJson, parseStoredJson, sameFlatObject } from "../core/json.js";
 import type { Message, Protocol } from "../core/messages.js";
-import { AgentConfigSchema, type AgentState, checkFormatVersion, checkStoredMessage } from "../core/state.js";
+import {
+  AgentConfigSchema,
+  type AgentState,
+  checkFormatVersion,
+  checkStoredMessage,
+  isStoredMessage,
+} from "../core/state.js";
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 
 /**
@@ -107,15 +113,16 @@ export function decodeStoredMessage(
   protocol: Protocol,
   index: number,
 ): Message {
-  const label = `key ${JSON.stringify(key)}`;
   let value: unknown;
   try {
     if (typeof text !== "string") throw new TypeError("not text");
     value = JSON.parse(text);
   } catch (cause) {
-    throw new FormatError(`${label}: history[${index}] is not valid JSON`, { file, cause });
+    throw new FormatError(`key ${JSON.stringify(key)}: history[${index}] is not valid JSON`, { file, cause });
   }
-  return checkStoredMessage(value, protocol, index, { file, label }); // the JSON read rule, then the schema
+  // A load checks thousands of messages: the usual one passes without a label or a source object made for it.
+  if (isStoredMessage(value, protocol)) return value as Message;
+  return checkStoredMessage(value, protocol, index, { file, label: `key ${JSON.stringify(key)}` }); // the JSON read rule, then the schema
 }
 
 /** The keys of a meta in the order `toState` writes them (what {@link metaJson}'s fast path expects). */

@@ -212,6 +212,21 @@ export interface StoredJsonSource {
 }
 
 /**
+ * True when a value read from a store keeps the read rule as it is: {@link checkStoredJson} would
+ * return it unchanged (no `-0` to rewrite). A walk that allocates nothing (no label, no path), for
+ * the happy path of readers that check thousands of values; false means "let checkStoredJson decide".
+ *
+ * @param value - the parsed value
+ * @param baseDepth - nesting levels above `value` in its stored unit @default 0
+ * @example
+ * isStoredJson(JSON.parse('{"a":[1,"x"]}')) // true
+ * isStoredJson(JSON.parse('{"a":-0}')) // false (checkStoredJson rewrites it to 0)
+ */
+export function isStoredJson(value: unknown, baseDepth = 0): boolean {
+  return isJsonFast(value, baseDepth + 1, false);
+}
+
+/**
  * Checks a value read from a store (usually just produced by `JSON.parse`) by
  * the read rule of this module, and normalises `-0` to `0` in place: after it
  * returns, `assertJson` accepts the value, so a loaded state can be saved again.

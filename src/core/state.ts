@@ -7,7 +7,7 @@
  */
 import { z } from "zod";
 import { FormatError, InvalidStateError, NonJsonValueError } from "./errors.js";
-import { assertJson, checkStoredJson, type JsonValue, type StoredJsonSource } from "./json.js";
+import { assertJson, checkStoredJson, isStoredJson, type JsonValue, type StoredJsonSource } from "./json.js";
 import { isWellFormedMessage, type Message, messageSchemaFor, type Protocol, ProtocolSchema } from "./messages.js";
 import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 
@@ -160,6 +160,27 @@ export function checkFormatVersion(version: unknown, file: string | undefined): 
 }
 
 /**
+ * The happy path of {@link checkStoredMessage}, allocating nothing: true when `value` is a JSON
+ * object that keeps the read rule as it is and is a well-formed message of `protocol` (a known one).
+ * False means "not sure": `checkStoredMessage` then decides and names the problem.
+ *
+ * @param value - a message just parsed from a store
+ * @param protocol - the history's protocol
+ * @example
+ * isStoredMessage(JSON.parse('{"role":"user","content":"hi"}'), "openai") // true
+ */
+export function isStoredMessage(value: unknown, protocol: Protocol): boolean {
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    !Array.isArray(value) &&
+    isStoredJson(value) &&
+    ProtocolSchema.options.includes(protocol) &&
+    isWellFormedMessage(protocol, value)
+  );
+}
+
+/**
  * Checks one history message read from a store by the rules a save applies:
  * the JSON read rule of `core/json.ts` (depth limit, numbers in range, `-0`
  * read as `0`) and the message schema of the history's protocol (an OpenAI
@@ -181,6 +202,7 @@ export function checkStoredMessage(
   index: number,
   source: StoredJsonSource,
 ): Message {
+  if (isStoredMessage(value, protocol)) return value as Message;
   const where = { file: source.file, line: source.line };
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new FormatError(`${source.label}: history[${index}] is not a JSON object`, where);

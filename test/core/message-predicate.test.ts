@@ -7,6 +7,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { isWellFormedMessage, messageSchemaFor, type Protocol } from "../../src/core/messages.js";
+import { checkStoredMessage, isStoredMessage } from "../../src/core/state.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";
 
 const protocols: Protocol[] = ["openai", "anthropic"];
@@ -63,5 +64,43 @@ describe("isWellFormedMessage", () => {
       expect(messages.length).toBeGreaterThan(100);
       for (const m of messages) expect(isWellFormedMessage(protocol, m)).toBe(schemaSays(protocol, m));
     }
+  });
+});
+
+describe("isStoredMessage (the read path's allocation-free check)", () => {
+  const source = { label: 'key "k"', file: "test" };
+  const verdict = (v: unknown, p: Protocol) => {
+    try {
+      return checkStoredMessage(v, p, 0, source) === v;
+    } catch {
+      return false;
+    }
+  };
+
+  it("is true only for what checkStoredMessage returns as it is: a message, not -0, 1e400, an array or a foreign role", () => {
+    const cases: [unknown, boolean][] = [
+      [JSON.parse('{"role":"user","content":"hi"}'), true],
+      [JSON.parse('{"role":"user","content":"hi","n":-0}'), false], // rewritten to 0 by the full check
+      [JSON.parse('{"role":"user","content":"hi","n":1e400}'), false], // Infinity: refused
+      [JSON.parse('[{"role":"user","content":"hi"}]'), false],
+      [JSON.parse('{"role":"robot","content":"hi"}'), false],
+      [null, false],
+    ];
+    for (const [value, expected] of cases) {
+      expect(isStoredMessage(value, "openai"), JSON.stringify(value)).toBe(expected);
+      if (expected) expect(verdict(value, "openai")).toBe(true);
+    }
+    // an unknown protocol: the header's check names it; the message is left to checkStoredMessage
+    expect(isStoredMessage({ role: "user", content: "hi" }, "klingon" as Protocol)).toBe(false);
+  });
+
+  it("never accepts what checkStoredMessage refuses (random message-like values)", () => {
+    fc.assert(
+      fc.property(messageLike, fc.constantFrom(...protocols), (m, p) => {
+        const value = JSON.parse(JSON.stringify(m)) as unknown;
+        if (isStoredMessage(value, p)) expect(verdict(value, p)).toBe(true);
+      }),
+      { numRuns: 500 },
+    );
   });
 });

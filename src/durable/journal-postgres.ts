@@ -25,7 +25,6 @@ import {
 } from "../drivers/postgres.js";
 import { RunNotFoundError, StaleFencingTokenError } from "./errors.js";
 import {
-  checkStepWrite,
   jsonColumn,
   type LeaseResult,
   leaseMs,
@@ -304,10 +303,11 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
   /**
    * {@inheritDoc Journal.writeStep}
    *
-   * One statement, so one round trip: it locks the run's row, checks the
-   * token, the seq and the record it replaces, writes the record, counts and
-   * appends the event, or writes nothing and returns what it found (the
-   * error is then built from that). `sync: false` sets
+   * One statement, so one round trip: it counts the event on the run's row
+   * (locking it) where the token, the seq and the record it replaces allow
+   * the write, writes the record and appends the event, or writes nothing;
+   * a refusal is then checked again, and explained, by the transaction of
+   * {@link SqlJournal} (a refusal is rare: a lost lease, a bug). `sync: false` sets
    * `synchronous_commit = off` for that statement's transaction only: the
    * record is in the server when the call returns, and may be lost only if
    * the server itself crashes before its WAL writer flushes it (within
@@ -348,14 +348,9 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
       if (takenIndex(e)) return super.writeStep(token, record, options);
       throw e;
     }
-    if (Number(row?.written) === 1) return;
-    if (row?.token === null || row?.token === undefined) throw new RunNotFoundError(runId);
-    const existing =
-      row.cur_name === null || row.cur_name === undefined
-        ? undefined
-        : { name: String(row.cur_name), status: String(row.cur_status) };
-    checkStepWrite(runId, token, Number(row.token), Number(row.n), existing, record);
-    // Nothing refused it, yet nothing was written: let the transaction decide.
+    if (Number(row?.written) === 2) return;
+    // Refused (a stale token, no run, a gap, a completed or renamed record), or written by no one:
+    // the transaction checks again, and says why or writes it.
     return super.writeStep(token, record, options);
   }
 
@@ -380,43 +375,40 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
  * The statement of {@link PostgresJournal.writeStep}: `$1` run id, `$2` seq,
  * `$3` name, `$4` input hash, `$5` status, `$6` output JSON, `$7` error JSON,
  * `$8` attempt, `$9` started at, `$10` finished at, `$11` token, `$12` event
- * type. Returns one row: the run's token (null: no run), `n` (the number of
- * step records), the record at the seq (`cur_name`, `cur_status`) as they
- * were, and `written` (1 when the record and its event were written, else 0
- * and nothing was). Every sub-statement sees one snapshot; the run's row is
- * locked first, and every writer of a run's steps holds its current token,
- * so the snapshot's steps are the run's (an operator's change bumps the token,
- * which the locked row shows).
+ * type. Returns one row, `written`: 1 when the record and its event were
+ * written, else 0 and nothing was (the caller's transaction then says why).
+ *
+ * The run's event counter is incremented where the run's token is `$11` and
+ * the record may be written: `seq` is the next position (0, or the record at
+ * `seq - 1` exists) or holds a record of the same name that is not completed.
+ * That `UPDATE` locks the run's row and, when it had to wait for the lock,
+ * checks the token again on the row as committed (READ COMMITTED); the record
+ * and the event are written from its result. The step records are read in the
+ * statement's snapshot: every writer of a run's steps holds its current
+ * token, so the snapshot's steps are the run's (an operator's change bumps
+ * the token, which the locked row shows).
  */
 function stepWriteSql(t: { runs: string; steps: string; events: string }, now: string, sync: boolean): string {
-  return `WITH run AS (
-  SELECT fencing_token FROM ${t.runs} WHERE run_id = $1 FOR UPDATE
-), prior AS (
-  SELECT COALESCE((SELECT seq FROM ${t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1) + 1, 0) AS n,
-    (SELECT name FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer) AS cur_name,
-    (SELECT status FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer) AS cur_status
-), ok AS (
-  SELECT 1 FROM run, prior
-  WHERE run.fencing_token = $11::bigint AND $2::integer <= prior.n
-    AND (prior.cur_name IS NULL OR (prior.cur_name = $3::text AND prior.cur_status <> 'completed'))
+  return `WITH counted AS (
+  UPDATE ${t.runs} SET event_count = event_count + 1
+  WHERE run_id = $1 AND fencing_token = $11::bigint
+    AND ($2::integer = 0 OR EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer - 1))
+    AND NOT EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer
+      AND (name <> $3::text OR status = 'completed'))
+  RETURNING event_count
 ), step AS (
   INSERT INTO ${t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
-  SELECT $1, $2::integer, $3::text, $4::text, $5::text, $6::text, $7::text, $8::integer, $9::bigint, $10::bigint, $11::bigint FROM ok
+  SELECT $1, $2::integer, $3::text, $4::text, $5::text, $6::text, $7::text, $8::integer, $9::bigint, $10::bigint, $11::bigint FROM counted
   ON CONFLICT (run_id, seq) DO UPDATE SET input_hash = excluded.input_hash, status = excluded.status,
     output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
     started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token
   RETURNING 1
-), counted AS (
-  UPDATE ${t.runs} SET event_count = event_count + 1 WHERE run_id = $1 AND EXISTS (SELECT 1 FROM step)
-  RETURNING event_count
 ), event AS (
   INSERT INTO ${t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token)
   SELECT $1, event_count - 1, $12::text, ${now}, $2::integer, $3::text, $8::integer, $11::bigint FROM counted
   RETURNING 1
 )
-SELECT (SELECT fencing_token FROM run) AS token, prior.n, prior.cur_name, prior.cur_status,
-  (SELECT count(*) FROM event)::integer AS written${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}
-FROM prior`;
+SELECT (SELECT count(*) FROM step)::integer + (SELECT count(*) FROM event)::integer AS written${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}`;
 }
 
 /**

@@ -483,12 +483,14 @@ export class SqlJournal implements Journal {
     const { runId } = record;
     const label = what("write a step of", runId);
     if (this.driver.syncTransaction) {
-      return this.driver.syncTransaction(
+      // awaited, not returned: an async function returning a promise takes two more turns of the microtask queue
+      await this.driver.syncTransaction(
         label,
         runId,
         (run) => runSync(this.stepStatements(token, record, output, error), run),
         sync,
       );
+      return;
     }
     await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, output, error), query));
   }

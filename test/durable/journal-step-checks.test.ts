@@ -33,9 +33,10 @@ const rec = (runId: string, seq: number, token: number, patch: Partial<StepRecor
   ...patch,
 });
 
-/** `write` is the SQL journal's own writeStep (PostgresJournal's override bypassed). */
-async function checks(j: Journal): Promise<void> {
-  const write = (token: number, record: StepRecord) => SqlJournal.prototype.writeStep.call(j, token, record);
+/** `write` is the SQL journal's own writeStep (PostgresJournal's override bypassed) unless `own` is set. */
+async function checks(j: Journal, own = false): Promise<void> {
+  const write = (token: number, record: StepRecord) =>
+    own ? j.writeStep(token, record) : SqlJournal.prototype.writeStep.call(j, token, record);
   const id = `r-${randomUUID()}`;
   await j.createRun({ runId: id, workflow: "wf", input: null });
   const lease = await j.acquireLease(id, "a", 10_000);
@@ -98,16 +99,19 @@ describe("SQL journal step checks", () => {
     }
   });
 
-  it.skipIf(!!pgSkip)(`PostgreSQL (the transaction path)${pgSkip ? ` (skipped: ${pgSkip})` : ""}`, async () => {
-    const j = new PostgresJournal({
-      url: DATABASE_URL,
-      schema: `dsc_${randomUUID().replaceAll("-", "").slice(0, 16)}`,
+  for (const own of [false, true]) {
+    const label = own ? "its one-statement write" : "the transaction path";
+    it.skipIf(!!pgSkip)(`PostgreSQL (${label})${pgSkip ? ` (skipped: ${pgSkip})` : ""}`, async () => {
+      const j = new PostgresJournal({
+        url: DATABASE_URL,
+        schema: `dsc_${randomUUID().replaceAll("-", "").slice(0, 16)}`,
+      });
+      try {
+        await checks(j, own);
+      } finally {
+        await j.dropSchema();
+        await j.close();
+      }
     });
-    try {
-      await checks(j);
-    } finally {
-      await j.dropSchema();
-      await j.close();
-    }
-  });
+  }
 });

@@ -397,9 +397,20 @@ export class RedisJournal implements Journal {
   async readSteps(runId: string): Promise<StepRecord[]> {
     // The records alone (HVALS): their seq is in each, so the fields are neither sent nor made into strings.
     const texts = await this.call("read the steps of", runId, (c) => c.hvals(this.k(runId, "steps")));
-    const steps = new Array<StepRecord>(texts.length);
-    for (let i = 0; i < texts.length; i++) steps[i] = JSON.parse(texts[i] as string) as StepRecord;
-    return steps.sort((a, b) => a.seq - b.seq);
+    const n = texts.length;
+    const parsed = new Array<StepRecord>(n);
+    for (let i = 0; i < n; i++) parsed[i] = JSON.parse(texts[i] as string) as StepRecord;
+    // Seqs have no gaps: the n records are #0…#(n-1), each put in its place (no sort, whose comparator
+    // would be called some 10,000 times for 1,000 records). Anything else is sorted.
+    const steps = new Array<StepRecord>(n);
+    for (const step of parsed) {
+      const seq = step.seq;
+      if (!Number.isInteger(seq) || seq < 0 || seq >= n || steps[seq] !== undefined) {
+        return parsed.sort((a, b) => a.seq - b.seq);
+      }
+      steps[seq] = step;
+    }
+    return steps;
   }
 
   /** {@inheritDoc Journal.writeStep} */

@@ -160,12 +160,17 @@ export class RedisHotTier {
    * @throws {BackendError} when Redis fails (the store counts it; it is never fatal)
    */
   async put(workflowId: string, entry: HotWrite): Promise<void> {
-    const state = typeof entry.stateJson === "string" ? entry.stateJson : asBuffer(entry.stateJson);
-    await this.conn.call(`cannot cache workflow ${JSON.stringify(workflowId)}`, workflowId, (c) =>
-      c.evalsha
-        ? runScript(c as ScriptClient, WRITE_SCRIPT, [this.key(workflowId)], [entry.stepIndex, state, this.ttlMs])
-        : c.eval(WRITE_IF_NEWER, 1, this.key(workflowId), entry.stepIndex, state, this.ttlMs),
-    );
+    const json = entry.stateJson;
+    await this.conn.call(`cannot cache workflow ${JSON.stringify(workflowId)}`, workflowId, (c) => {
+      if (!c.evalsha) {
+        // A minimal injected client gets the text, as it always did.
+        const text = typeof json === "string" ? json : asBuffer(json).toString("utf8");
+        return c.eval(WRITE_IF_NEWER, 1, this.key(workflowId), entry.stepIndex, text, this.ttlMs);
+      }
+      // ioredis sends a Buffer's bytes as they are (no second UTF-8 encoding of the state).
+      const state = typeof json === "string" ? json : asBuffer(json);
+      return runScript(c as ScriptClient, WRITE_SCRIPT, [this.key(workflowId)], [entry.stepIndex, state, this.ttlMs]);
+    });
   }
 
   /**

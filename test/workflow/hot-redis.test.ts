@@ -52,6 +52,44 @@ describe.skipIf(skip)("Redis hot tier (shared server)", () => {
     tmp.cleanup();
   });
 
+  it("caches the snapshot's bytes by script SHA (sent again after SCRIPT FLUSH), and as text through a client without evalsha", async () => {
+    // A minimal injected client: the six methods of RedisClientLike, no evalsha.
+    const inner = new Redis(REDIS_URL);
+    const minimal = {
+      eval: inner.eval.bind(inner),
+      hmget: inner.hmget.bind(inner),
+      del: inner.del.bind(inner),
+      quit: inner.quit.bind(inner),
+      disconnect: inner.disconnect.bind(inner),
+      get status() {
+        return inner.status;
+      },
+    };
+    try {
+      for (const [id, hot] of [
+        ["sha1", new RedisHotTier({ url: REDIS_URL, keyPrefix: prefix })],
+        ["plain1", new RedisHotTier({ client: minimal as never, keyPrefix: prefix })],
+      ] as const) {
+        const store = await sqliteStore(tmp.dir, { hot });
+        stores.push(store);
+        await hot.waitReady(2000);
+        await raw.script("FLUSH"); // the first write finds no script (NOSCRIPT) and sends its text
+        const s0 = createWorkflowState({
+          workflowId: id,
+          sharedMemory: { text: "ünï ✓ 🙂", list: [{ a: 1 }, { b: 2 }] },
+        });
+        await store.save(s0, { expectedStep: null });
+        await store.save(next(s0), { expectedStep: 0 });
+        const cold = await store.cold.latest(id);
+        expect(await raw.hget(`${prefix}agent:state:${id}`, "state"), id).toBe(cold?.stateJson);
+        expect(await raw.hget(`${prefix}agent:state:${id}`, "step"), id).toBe("1");
+        expect(store.stats.hotErrors, id).toBe(0);
+      }
+    } finally {
+      await inner.quit();
+    }
+  });
+
   it("writes agent:state:{id} with a TTL and serves current loads from it", async () => {
     const store = await open();
     const s0 = createWorkflowState({ workflowId: "h1", sharedMemory: { a: 1 } });

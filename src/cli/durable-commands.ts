@@ -27,8 +27,15 @@ import { hostname, userInfo } from "node:os";
 import { Command } from "commander";
 import { DumplingsError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
+import {
+  type ApprovalView,
+  assertAwaitsApproval,
+  describeCall,
+  pendingApprovals,
+  previewJson,
+} from "../durable/approvals.js";
 import { RunNotFoundError } from "../durable/errors.js";
-import type { Journal, JournalEvent, RunRecord, RunStatus, SignalRecord, StepRecord } from "../durable/journal.js";
+import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
 import { missingStore, UsageError } from "./errors.js";
 import { printJson, renderTable } from "./output.js";
@@ -133,92 +140,10 @@ function withJournalOptions(command: Command): Command {
     );
 }
 
+// The approvals' views live with the check the library shares (`approve`/`reject` refuse the same calls).
+export { type ApprovalView, describeCall, pendingApprovals };
+
 const when = (ms: number | undefined) => (ms === undefined ? "" : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
-
-/** An approval a run waits on (or waited on and was decided, not yet resumed), as a person judges it. */
-export interface ApprovalView {
-  toolCallId: string;
-  /** The tool the model asked to call; undefined when the journal does not say (a bare `waitForSignal`). */
-  toolName?: string;
-  /** The arguments of the call, as the model sent them. */
-  input?: JsonValue;
-  /** The decision, once `dumplings approve/reject` recorded it and before the run resumed. */
-  decision?: { approved: boolean; reason?: string };
-}
-
-/**
- * The approval a run waits on, with the tool name and arguments of the call
- * (found in the run's steps: the `llm` step's tool calls, or a
- * `needs-approval:<tool>` step) and the decision already recorded, if any.
- *
- * @param run - the run
- * @param steps - its step records
- * @param signals - its signals (to see a decision recorded but not yet taken)
- * @returns the approvals (at most one today: a run waits on one call at a time), empty when it waits on none
- */
-export function pendingApprovals(
-  run: RunRecord,
-  steps: readonly StepRecord[],
-  signals: readonly SignalRecord[] = [],
-): ApprovalView[] {
-  if (run.status !== "waiting" || !run.waitingFor?.startsWith("approval:")) return [];
-  const toolCallId = run.waitingFor.slice("approval:".length);
-  const view: ApprovalView = { toolCallId, ...findToolCall(steps, toolCallId) };
-  const sent = signals.find((x) => x.name === run.waitingFor);
-  if (sent) {
-    const v = sent.value as { approved?: unknown; reason?: unknown } | null;
-    view.decision = {
-      approved: v?.approved === true,
-      ...(typeof v?.reason === "string" ? { reason: v.reason } : {}),
-    };
-  }
-  return [view];
-}
-
-/** The tool name and arguments of a tool call: the newest step output holding it (the `llm` step's tool-call parts). */
-function findToolCall(steps: readonly StepRecord[], id: string): { toolName?: string; input?: JsonValue } {
-  for (let i = steps.length - 1; i >= 0; i--) {
-    const found = searchCall(steps[i]?.output, id, 0);
-    if (found) return found;
-  }
-  return {};
-}
-
-/** Depth-first search of a JSON value for `{ toolCallId: id, toolName, input }` (an AI SDK tool-call part). */
-function searchCall(
-  value: JsonValue | undefined,
-  id: string,
-  depth: number,
-): { toolName: string; input?: JsonValue } | undefined {
-  if (value === null || typeof value !== "object" || depth > 8) return undefined;
-  if (Array.isArray(value)) {
-    for (const v of value) {
-      const found = searchCall(v, id, depth + 1);
-      if (found) return found;
-    }
-    return undefined;
-  }
-  if (value.toolCallId === id && typeof value.toolName === "string") {
-    return { toolName: value.toolName, input: value.input ?? value.args };
-  }
-  for (const v of Object.values(value)) {
-    const found = searchCall(v, id, depth + 1);
-    if (found) return found;
-  }
-  return undefined;
-}
-
-/**
- * One approval in words: `send_email {"to":"a@b"}`.
- *
- * @param a - the approval
- * @param max - longest shown arguments, in characters (cut with `…`) @default 80
- * @returns the tool and its arguments, or a note that the journal does not name the tool
- */
-export function describeCall(a: ApprovalView, max = 80): string {
-  if (a.toolName === undefined) return "tool call not found in the journal";
-  return `${a.toolName} ${preview(a.input ?? null, max)}`;
-}
 
 /**
  * What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`.
@@ -289,12 +214,6 @@ export async function renderRuns(
   return { text, runs: rows };
 }
 
-function preview(value: JsonValue | undefined, max = 60): string {
-  if (value === undefined) return "";
-  const text = JSON.stringify(value);
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
-}
-
 /**
  * Renders one run's journal (one line per step record).
  *
@@ -319,7 +238,7 @@ export function renderJournal(steps: StepRecord[]): string {
       String(s.attempt),
       String(s.fencingToken),
       s.finishedAt === undefined ? "" : String(s.finishedAt - s.startedAt),
-      s.status === "failed" ? `${s.error?.name}: ${s.error?.message}` : preview(s.output),
+      s.status === "failed" ? `${s.error?.name}: ${s.error?.message}` : previewJson(s.output),
     ]),
   );
 }
@@ -465,7 +384,7 @@ function decisionCommand(name: "approve" | "reject"): Command {
     .action(async (runId: string, toolCallId: string, options: JournalCliOptions & { reason?: string }) => {
       const journal = await openJournal(options, { mustExist: true });
       try {
-        await checkWaitsOn(journal, runId, toolCallId, name);
+        await assertAwaitsApproval(journal, runId, toolCallId, name);
         const value =
           name === "approve"
             ? { approved: true, ...(options.reason ? { reason: options.reason } : {}) }
@@ -503,26 +422,6 @@ export function renderApproval(runId: string, a: ApprovalView): string {
     lines.push(`  arguments: ${shown.join("\n    ")}`);
   }
   return lines.join("\n");
-}
-
-/**
- * Refuses an approve/reject of a call the run does not wait on (a mistyped id would be recorded and never
- * taken), naming the calls it does wait on. A finished run is left to {@link sendDecision} (its own message).
- */
-async function checkWaitsOn(journal: Journal, runId: string, toolCallId: string, verb: string): Promise<void> {
-  const run = await journal.getRun(runId);
-  if (!run) throw new RunNotFoundError(runId);
-  if (run.status === "completed" || run.status === "failed" || run.status === "cancelled") return;
-  if (run.status === "waiting" && run.waitingFor === approvalSignalName(toolCallId)) return;
-  const approvals = pendingApprovals(run, await journal.readSteps(runId), await journal.listSignals(runId));
-  const waits =
-    approvals.length > 0
-      ? `it waits on: ${approvals.map((a) => `${a.toolCallId} (${describeCall(a, 60)})`).join(", ")}`
-      : `it waits on no approval (${run.status}${run.waitingFor ? `, waiting for ${JSON.stringify(run.waitingFor)}` : ""})`;
-  throw new UsageError(
-    `run ${JSON.stringify(runId)} does not wait on tool call ${JSON.stringify(toolCallId)}; ${waits}; nothing was recorded` +
-      ` (to record a decision ahead of time: dumplings signal ${runId} ${approvalSignalName(toolCallId)} '{"approved":${verb === "approve"}}')`,
-  );
 }
 
 /** `dumplings approve RUN_ID TOOL_CALL_ID [--reason …] [--queue NAME]`. @returns the commander command */

@@ -135,6 +135,7 @@ const byCode = new Map<string, ExitCodeValue>([
   ["CREDENTIAL_REFUSED", ExitCode.usage],
   ["INVALID_CONFIG", ExitCode.usage],
   ["RUN_STATE", ExitCode.usage],
+  ["APPROVAL_NOT_PENDING", ExitCode.usage],
   ["STATE_NOT_FOUND", ExitCode.notFound],
   ["INPUT_NOT_FOUND", ExitCode.notFound],
   ["FORMAT_ERROR", ExitCode.format],

@@ -316,3 +316,34 @@ export class UnknownWorkflowError extends DumplingsError {
     this.workflow = workflow;
   }
 }
+
+/**
+ * `approve`/`reject` (the library functions, `dumplings approve|reject` and the web inspector) of a tool call
+ * the run does not wait on: a mistyped or stale id, a run that waits for something else or is busy, or a
+ * finished run. A decision recorded there would never be taken, so nothing was recorded. Code
+ * `APPROVAL_NOT_PENDING` (the CLI exits 2). To record a decision ahead of time on purpose, send the signal
+ * yourself: `signal(runId, approvalSignalName(toolCallId), { approved: true }, { journal })`.
+ */
+export class ApprovalNotPendingError extends DumplingsError {
+  readonly runId: string;
+  /** The tool call id that was decided. */
+  readonly toolCallId: string;
+  /** The run's status when the decision was refused. */
+  readonly status: string;
+  /** The tool call ids the run does wait on (empty when it waits on no approval). */
+  readonly waitingOn: readonly string[];
+  /**
+   * @param runId - the run
+   * @param toolCallId - the refused tool call id
+   * @param status - the run's status
+   * @param waitingOn - the calls it waits on
+   * @param message - the whole message (built by `assertAwaitsApproval`)
+   */
+  constructor(runId: string, toolCallId: string, status: string, waitingOn: readonly string[], message: string) {
+    super("APPROVAL_NOT_PENDING", message);
+    this.runId = runId;
+    this.toolCallId = toolCallId;
+    this.status = status;
+    this.waitingOn = waitingOn;
+  }
+}

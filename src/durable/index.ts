@@ -42,6 +42,7 @@ export {
   waitForSignal,
 } from "./context.js";
 export {
+  ApprovalNotPendingError,
   JournalIntegrityError,
   LeaseHeldError,
   NonRetryableError,

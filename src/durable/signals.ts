@@ -14,7 +14,10 @@
  */
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { approvalSignalName, assertAwaitsApproval } from "./approvals.js";
 import type { Journal, RunRecord } from "./journal.js";
+
+export { approvalSignalName } from "./approvals.js";
 
 /** The keys of {@link SignalOptions}: any other is an `InvalidOptionError`. */
 const SIGNAL_OPTIONS = optionKeys<SignalOptions>({ journal: true, wake: true });
@@ -67,11 +70,6 @@ export async function signal(
   return { run, wakes };
 }
 
-/** Signal name of the approval of a tool call: `approval:<toolCallId>`. */
-export function approvalSignalName(toolCallId: string): string {
-  return `approval:${toolCallId}`;
-}
-
 /** Value of an approval signal. */
 export interface ApprovalDecision {
   approved: boolean;
@@ -80,21 +78,27 @@ export interface ApprovalDecision {
 }
 
 /**
- * Approves a tool call a durable agent waits on.
+ * Approves a tool call a durable agent waits on. As `dumplings approve`, a call the run does not wait on right
+ * now is refused and nothing is recorded (to record a decision ahead of time on purpose, use {@link signal}
+ * with {@link approvalSignalName}).
  *
  * @param runId - the run
  * @param toolCallId - the waiting tool call's id (`dumplings runs` lists them)
  * @param options - `journal`, `wake`, optional `reason`
  * @throws {SignalConflictError} when the call was already approved or rejected
+ * @throws {ApprovalNotPendingError} when the run does not wait on this call (finished, busy, or waiting on
+ *   another one: the message names it); nothing was recorded
+ * @throws {RunNotFoundError}
  * @example
  * await approve("agent-1", "call_abc", { journal });
  */
-export function approve(
+export async function approve(
   runId: string,
   toolCallId: string,
   options: SignalOptions & { reason?: string },
 ): Promise<SignalResult> {
   checkOptions("approve", options, DECISION_OPTIONS);
+  await assertAwaitsApproval(options.journal, runId, toolCallId, "approve");
   const decision: ApprovalDecision = { approved: true, ...(options.reason ? { reason: options.reason } : {}) };
   return signal(runId, approvalSignalName(toolCallId), { ...decision }, withoutReason(options));
 }
@@ -107,13 +111,17 @@ export function approve(
  * @param toolCallId - the waiting tool call's id
  * @param options - `journal`, `wake`, optional `reason`
  * @throws {SignalConflictError} when the call was already approved or rejected
+ * @throws {ApprovalNotPendingError} when the run does not wait on this call (as {@link approve}); nothing was
+ *   recorded
+ * @throws {RunNotFoundError}
  */
-export function reject(
+export async function reject(
   runId: string,
   toolCallId: string,
   options: SignalOptions & { reason?: string },
 ): Promise<SignalResult> {
   checkOptions("reject", options, DECISION_OPTIONS);
+  await assertAwaitsApproval(options.journal, runId, toolCallId, "reject");
   return signal(
     runId,
     approvalSignalName(toolCallId),

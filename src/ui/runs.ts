@@ -18,6 +18,7 @@ import { streamSSE } from "hono/streaming";
 import { describeWait, operatorName, pendingApprovals, renderNotes, sendDecision } from "../cli/durable-commands.js";
 import { UsageError } from "../cli/errors.js";
 import type { JsonValue } from "../core/json.js";
+import { assertAwaitsApproval } from "../durable/approvals.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName } from "../durable/signals.js";
@@ -227,13 +228,9 @@ ${run.status === "failed" || run.status === "blocked" ? h`<form method="post" ac
     const form = await c.req.parseBody();
     const toolCallId = formText(form.toolCallId);
     const reason = formText(form.reason);
-    const run = await getRun(journal, runId);
-    // As `dumplings approve/reject`: a call the run does not wait on is refused (it would never be taken).
-    if (!(run.status === "waiting" && run.waitingFor === approvalSignalName(toolCallId))) {
-      throw new UsageError(
-        `run ${JSON.stringify(runId)} does not wait on tool call ${JSON.stringify(toolCallId)} (it is ${run.status}${run.waitingFor ? `, waiting for ${JSON.stringify(run.waitingFor)}` : ""}); nothing was recorded`,
-      );
-    }
+    // As `approve`/`reject` and `dumplings approve/reject`: a call the run does not wait on is refused (it would
+    // never be taken), naming the call it waits on.
+    await assertAwaitsApproval(journal, runId, toolCallId, approved ? "approve" : "reject");
     const value: JsonValue = approved
       ? { approved: true, ...(reason ? { reason } : {}) }
       : { approved: false, reason: reason || "rejected by a human reviewer" };

@@ -152,7 +152,7 @@ describe("durable CLI commands", () => {
     expect(onCompleted.stderr).toContain("is completed");
     const asJson = await cli("approve", "run-c", "call_typo", "--json");
     expect(asJson.code).toBe(2);
-    expect(JSON.parse(asJson.stdout)).toMatchObject({ error: { code: "USAGE", exitCode: 2 } });
+    expect(JSON.parse(asJson.stdout)).toMatchObject({ error: { code: "APPROVAL_NOT_PENDING", exitCode: 2 } });
     expect((await cli("runs", "--status", "bogus")).code).toBe(2);
   });
 

@@ -58,7 +58,7 @@ import {
 } from "ai";
 import { INTERRUPTED_RESULT, type RepairAction, repairHistory } from "../agent/repair.js";
 import { toWellFormedDeep } from "../agent/well-formed.js";
-import { DumplingsError } from "../core/errors.js";
+import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
@@ -388,9 +388,20 @@ export function repairModelMessages(messages: readonly ModelMessage[]): ModelMes
 export class DurableAgent {
   readonly options: DurableAgentOptions;
 
-  /** @param options - see {@link DurableAgentOptions} */
+  /**
+   * @param options - see {@link DurableAgentOptions}
+   * @throws {InvalidOptionError} for an unknown option, or when `model` is missing or not a model
+   */
   constructor(options: DurableAgentOptions) {
     checkOptions("DurableAgent", options, AGENT_OPTIONS);
+    const model = (options as Partial<DurableAgentOptions> | undefined)?.model as unknown;
+    if (model === null || (typeof model !== "object" && typeof model !== "string")) {
+      throw new InvalidOptionError(
+        "DurableAgent",
+        "model",
+        `${model === undefined ? "is required" : `must be an AI SDK language model, got ${model === null ? "null" : typeof model}`}: new DurableAgent({ model: createOpenAICompatible({ name, baseURL })("model-id"), tools })`,
+      );
+    }
     checkOptions("DurableAgent settings", options.settings, SETTINGS_OPTIONS);
     this.options = options;
   }

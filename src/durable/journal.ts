@@ -605,3 +605,22 @@ export function signalFromRow(r: JournalRow): SignalRecord {
     sentAt: Number(r.sent_at),
   };
 }
+
+/**
+ * Refuses a missing or wrong `journal` option with a typed error instead of a `TypeError` at its first use.
+ *
+ * @param component - the function, for the message, e.g. `runDurable`
+ * @param journal - the option as given
+ * @param usage - how to call it, e.g. `runDurable(runId, fn, { journal, input })`
+ * @throws {InvalidOptionError} (option `journal`) when it is not a journal (no `getRun`/`createRun` methods)
+ */
+export function assertJournalOption(component: string, journal: unknown, usage: string): asserts journal is Journal {
+  const j = journal as Partial<Journal> | null | undefined;
+  if (j === null || typeof j !== "object" || typeof j.getRun !== "function" || typeof j.createRun !== "function") {
+    throw new InvalidOptionError(
+      component,
+      "journal",
+      `${j === undefined ? "is required" : `must be a journal (SqliteJournal, PostgresJournal or RedisJournal), got ${j === null ? "null" : typeof j}`}: ${usage}`,
+    );
+  }
+}

@@ -26,6 +26,7 @@ import {
   StaleFencingTokenError,
 } from "./errors.js";
 import {
+  assertJournalOption,
   ENDED_RUN_STATUSES,
   hashInput,
   type Journal,
@@ -269,6 +270,7 @@ const isStop = (error: unknown) => error instanceof StaleFencingTokenError || er
  * @throws {StaleFencingTokenError} when another executor took the run over while this one ran
  * @throws {LeaseHeldError} when another owner holds the run longer than `leaseWaitMs`
  * @throws {NonJsonValueError} when a new run's input is not JSON
+ * @throws {InvalidOptionError} for an unknown option, or when `options` or its `journal` is missing
  * @example
  * const result = await runDurable("order-42", async (input) => {
  *   const quote = await step("quote", () => pricing.quote(input), { input });
@@ -283,7 +285,19 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   workflowFn: WorkflowFn<I, O>,
   options: RunDurableOptions<NoInfer<I>>,
 ): Promise<RunResult> {
+  if (options === null || typeof options !== "object") {
+    throw new InvalidOptionError(
+      "runDurable",
+      "journal",
+      "is required: runDurable(runId, fn, { journal, input }) (input for a new run; omit it to resume one)",
+    );
+  }
   checkOptions("runDurable", options, RUN_OPTIONS);
+  assertJournalOption(
+    "runDurable",
+    options.journal,
+    "runDurable(runId, fn, { journal, input }) with a SqliteJournal, PostgresJournal or RedisJournal",
+  );
   if (typeof runId !== "string" || runId.length === 0 || runId.length > 512) {
     throw new DumplingsError("INVALID_RUN_ID", `invalid run id ${JSON.stringify(runId)}`);
   }

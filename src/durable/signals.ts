@@ -15,7 +15,7 @@
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { approvalSignalName, assertAwaitsApproval } from "./approvals.js";
-import type { Journal, RunRecord } from "./journal.js";
+import { assertJournalOption, type Journal, type RunRecord } from "./journal.js";
 
 export { approvalSignalName } from "./approvals.js";
 
@@ -64,6 +64,7 @@ export async function signal(
   options: SignalOptions,
 ): Promise<SignalResult> {
   checkOptions("signal", options, SIGNAL_OPTIONS);
+  assertJournalOption("signal", options?.journal, "signal(runId, name, value, { journal })");
   const run = await options.journal.sendSignal(runId, name, value);
   const wakes = run.status === "waiting" && run.waitingFor === name;
   if (wakes && options.wake) await options.wake(runId);
@@ -98,6 +99,7 @@ export async function approve(
   options: SignalOptions & { reason?: string },
 ): Promise<SignalResult> {
   checkOptions("approve", options, DECISION_OPTIONS);
+  assertJournalOption("approve", options?.journal, "approve(runId, toolCallId, { journal })");
   await assertAwaitsApproval(options.journal, runId, toolCallId, "approve");
   const decision: ApprovalDecision = { approved: true, ...(options.reason ? { reason: options.reason } : {}) };
   return signal(runId, approvalSignalName(toolCallId), { ...decision }, withoutReason(options));
@@ -121,6 +123,7 @@ export async function reject(
   options: SignalOptions & { reason?: string },
 ): Promise<SignalResult> {
   checkOptions("reject", options, DECISION_OPTIONS);
+  assertJournalOption("reject", options?.journal, "reject(runId, toolCallId, { journal, reason })");
   await assertAwaitsApproval(options.journal, runId, toolCallId, "reject");
   return signal(
     runId,

@@ -23,6 +23,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
+import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonObject, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
@@ -216,15 +217,37 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
 
   /**
    * @param options - `store`, `nodes`, `entry`, `reconcile`, `maxSteps`, `onStep`
-   * @throws {RangeError} when there are no nodes or `entry` is unknown
+   * @throws {InvalidOptionError} when `store` or `nodes` is missing, or there are no nodes
+   * @throws {RangeError} when `entry` is unknown or a node is named START or END
    */
   constructor(options: RunnerOptions<T>) {
     super();
-    this.store = options.store;
     checkOptions("ResumableGraphRunner", options, RUNNER_OPTIONS);
+    const given = (options ?? {}) as Partial<RunnerOptions<T>>;
+    if (given.store === null || typeof given.store !== "object" || typeof given.store.loadLatest !== "function") {
+      throw new InvalidOptionError(
+        "ResumableGraphRunner",
+        "store",
+        `${given.store === undefined ? "is required" : "must be a CheckpointStore"}: new ResumableGraphRunner({ store: await CheckpointStore.open({ cold }), nodes })`,
+      );
+    }
+    if (given.nodes === null || typeof given.nodes !== "object") {
+      throw new InvalidOptionError(
+        "ResumableGraphRunner",
+        "nodes",
+        "is required: an object or Map of node functions by name, e.g. { plan: async (state) => ({ next: END }) }",
+      );
+    }
+    this.store = options.store;
     this.nodes = options.nodes instanceof Map ? new Map(options.nodes) : new Map(Object.entries(options.nodes));
     const first = this.nodes.keys().next();
-    if (first.done) throw new RangeError("ResumableGraphRunner needs at least one node");
+    if (first.done) {
+      throw new InvalidOptionError(
+        "ResumableGraphRunner",
+        "nodes",
+        "needs at least one node (an object or Map of node functions by name)",
+      );
+    }
     this.entry = options.entry ?? first.value;
     if (!this.nodes.has(this.entry)) throw new RangeError(`entry node ${JSON.stringify(this.entry)} is not a node`);
     for (const reserved of [START, END]) {

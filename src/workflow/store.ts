@@ -198,11 +198,30 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
    * @param options - `cold` (required), `hot`, `schema`, `schemaVersion`, blob settings
    * @returns a ready store
    * @throws {BackendError} when the cold store cannot be initialised
+   * @throws {InvalidOptionError} for an unknown option, a missing `cold` or one that is not a cold store instance
+   *   (a SPEC string included), or a `hot` that is not a `RedisHotTier`
    */
   static async open<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema>(
     options: CheckpointStoreOptions<S>,
   ): Promise<CheckpointStore<S>> {
     checkOptions("CheckpointStore.open", options, STORE_OPTIONS);
+    const cold = (options as Partial<CheckpointStoreOptions<S>> | undefined)?.cold as unknown;
+    if (cold === null || typeof cold !== "object" || typeof (cold as Partial<ColdStore>).init !== "function") {
+      const sqlite = typeof cold === "string" && cold.startsWith("sqlite:") ? JSON.stringify(cold.slice(7)) : "PATH";
+      throw new InvalidOptionError(
+        "CheckpointStore.open",
+        "cold",
+        `${cold === undefined ? "is required" : `must be a cold store instance, got ${typeof cold === "string" ? `the string ${JSON.stringify(cold)} (SPEC strings are taken by \`dumplings workflows --store\`, not here)` : cold === null ? "null" : typeof cold}`}: pass cold: new SqliteColdStore({ path: ${sqlite} }) or new PostgresColdStore({ url, schema }) (or your own ColdStore)`,
+      );
+    }
+    const hot = options.hot as unknown;
+    if (hot !== undefined && (hot === null || typeof (hot as Partial<RedisHotTier>).waitReady !== "function")) {
+      throw new InvalidOptionError(
+        "CheckpointStore.open",
+        "hot",
+        "must be a RedisHotTier (new RedisHotTier({ url })) or undefined (no hot tier)",
+      );
+    }
     await options.cold.init();
     // Bounded: a dead Redis costs the connect timeout once, then the store runs on the cold tier.
     await options.hot?.waitReady();

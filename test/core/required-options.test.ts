@@ -1,0 +1,123 @@
+/**
+ * A required option that is missing (or of the wrong kind) is a typed `InvalidOptionError` naming the component
+ * and the option and saying what to pass, never a raw `TypeError` from its first use ("Cannot read properties of
+ * undefined (reading 'createRun')", "options.cold.init is not a function"). Nothing is created.
+ */
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { InvalidOptionError } from "../../src/core/errors.js";
+import { DurableAgent } from "../../src/durable/agent.js";
+import { runDurable } from "../../src/durable/run.js";
+import { approve, reject, signal } from "../../src/durable/signals.js";
+import { ResumableGraphRunner } from "../../src/workflow/runner.js";
+import { CheckpointStore } from "../../src/workflow/store.js";
+
+const dir = mkdtempSync(path.join(tmpdir(), "dumplings-required-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** What `fn` threw (sync or async), or a marker when it did not throw. */
+async function thrown(fn: () => unknown): Promise<unknown> {
+  try {
+    await fn();
+  } catch (error) {
+    return error;
+  }
+  return "did not throw";
+}
+
+function expectOption(error: unknown, component: string, option: string, says: RegExp): void {
+  expect(error).toBeInstanceOf(InvalidOptionError);
+  expect(error).toMatchObject({ code: "INVALID_OPTION", component, option });
+  expect((error as Error).message).toMatch(says);
+}
+
+const fn = async () => "x";
+
+describe("required options", () => {
+  it("runDurable without a journal, or without options", async () => {
+    expectOption(
+      await thrown(() => runDurable("r", fn, { input: null } as never)),
+      "runDurable",
+      "journal",
+      /is required: runDurable\(runId, fn, \{ journal, input \}\)/,
+    );
+    expectOption(
+      await thrown(() => (runDurable as unknown as (id: string, f: typeof fn) => unknown)("r", fn)),
+      "runDurable",
+      "journal",
+      /is required/,
+    );
+    expectOption(
+      await thrown(() => runDurable("r", fn, { journal: "sqlite:/tmp/x.db", input: null } as never)),
+      "runDurable",
+      "journal",
+      /must be a journal .*got string/,
+    );
+  });
+
+  it("approve, reject and signal without a journal", async () => {
+    expectOption(await thrown(() => approve("r", "c", {} as never)), "approve", "journal", /is required/);
+    expectOption(await thrown(() => reject("r", "c", {} as never)), "reject", "journal", /is required/);
+    expectOption(await thrown(() => signal("r", "go", true, {} as never)), "signal", "journal", /is required/);
+  });
+
+  it("CheckpointStore.open without cold, or with a SPEC string, or a hot tier that is not one", async () => {
+    expectOption(
+      await thrown(() => CheckpointStore.open({} as never)),
+      "CheckpointStore.open",
+      "cold",
+      /is required: pass cold: new SqliteColdStore/,
+    );
+    const file = path.join(dir, "x.db");
+    expectOption(
+      await thrown(() => CheckpointStore.open({ cold: `sqlite:${file}` } as never)),
+      "CheckpointStore.open",
+      "cold",
+      new RegExp(
+        `got the string .*new SqliteColdStore\\(\\{ path: ${JSON.stringify(file).replace(/[/.]/g, "\\$&")} \\}\\)`,
+      ),
+    );
+    expect(existsSync(file)).toBe(false);
+    expectOption(
+      await thrown(() => CheckpointStore.open({ cold: { init: async () => {} }, hot: "redis://x" } as never)),
+      "CheckpointStore.open",
+      "hot",
+      /must be a RedisHotTier/,
+    );
+  });
+
+  it("ResumableGraphRunner without a store, without nodes, or with no node", async () => {
+    const nodes = { a: async () => ({ next: "__end__" }) };
+    expectOption(
+      await thrown(() => new ResumableGraphRunner({ nodes } as never)),
+      "ResumableGraphRunner",
+      "store",
+      /is required/,
+    );
+    const store = { loadLatest: async () => undefined } as never;
+    expectOption(
+      await thrown(() => new ResumableGraphRunner({ store } as never)),
+      "ResumableGraphRunner",
+      "nodes",
+      /is required/,
+    );
+    expectOption(
+      await thrown(() => new ResumableGraphRunner({ store, nodes: {} })),
+      "ResumableGraphRunner",
+      "nodes",
+      /at least one node/,
+    );
+  });
+
+  it("DurableAgent without a model", async () => {
+    expectOption(await thrown(() => new DurableAgent({} as never)), "DurableAgent", "model", /is required/);
+    expectOption(
+      await thrown(() => new DurableAgent({ model: null } as never)),
+      "DurableAgent",
+      "model",
+      /must be an AI SDK language model, got null/,
+    );
+  });
+});

@@ -458,8 +458,8 @@ export async function step<T = JsonValue>(
   const seq = ctx.nextSeq++;
   const rec = recorded(ctx, seq, name, inputHash);
   if (rec && rec.inputHash !== inputHash) await drifted(ctx, rec, seq, name, inputHash);
+  // (No closure is made per call here: a step is called thousands of times in a replay.)
   const { schema } = options;
-  const parse = (v: JsonValue): T => (schema ? schema.parse(v) : (v as T));
   if (rec?.status === "completed") {
     // A replayed step (the common case of a resume): its recorded output, no other work.
     const output = rec.output ?? null;
@@ -525,7 +525,7 @@ export async function step<T = JsonValue>(
       assertJson(out, `step "${name}" output`);
       outputText = JSON.stringify(out);
       output = JSON.parse(outputText) as JsonValue;
-      value = parse(output);
+      value = schema ? schema.parse(output) : (output as T);
     } catch (error) {
       if (ctx.abortSignal.aborted) throw abortReason(ctx);
       if (error instanceof StaleFencingTokenError) return refusal(ctx, error);

@@ -314,21 +314,18 @@ export class SqlJournal implements Journal {
 
   /** Inserts the event numbered `idx` (counted by the caller); resynchronises the counter when that index is taken. */
   private *eventInsert(runId: string, type: JournalEventType, e: Partial<JournalEvent>, idx: number): SqlSteps<void> {
-    const insert = (i: number): SqlStatement => [
-      this.sql.insertEvent,
-      [
-        runId,
-        i,
-        type,
-        e.seq ?? null,
-        e.name ?? null,
-        e.attempt ?? null,
-        e.fencingToken ?? null,
-        e.by ?? null,
-        e.detail ?? null,
-      ],
+    const values = [
+      runId,
+      idx,
+      type,
+      e.seq ?? null,
+      e.name ?? null,
+      e.attempt ?? null,
+      e.fencingToken ?? null,
+      e.by ?? null,
+      e.detail ?? null,
     ];
-    if ((yield insert(idx)).rowCount) return;
+    if ((yield [this.sql.insertEvent, values]).rowCount) return;
     // The index is taken: a process of the previous release (which counted the events instead) wrote
     // to this run during a rolling upgrade. Resynchronise the counter once, from the events themselves.
     const { rows }: SqlResult = yield [
@@ -337,7 +334,10 @@ export class SqlJournal implements Journal {
     ];
     const next = Number(rows[0]?.n);
     yield [`UPDATE ${this.t.runs} SET event_count = $2 WHERE run_id = $1`, [runId, next + 1]];
-    if (!(yield insert(next)).rowCount) throw new Error(`event #${next} of run ${JSON.stringify(runId)} is taken`);
+    values[1] = next;
+    if (!(yield [this.sql.insertEvent, values]).rowCount) {
+      throw new Error(`event #${next} of run ${JSON.stringify(runId)} is taken`);
+    }
   }
 
   /** {@inheritDoc Journal.now} */

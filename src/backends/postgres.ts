@@ -11,7 +11,12 @@
  *   revision bigint, message_count int, saved_at timestamptz)`;
  * - `messages(session_key text REFERENCES sessions ON DELETE CASCADE, seq int,
  *   body text, body_gz bytea, PRIMARY KEY (session_key, seq))`: one row per
- *   history message, `seq` from 0.
+ *   history message, `seq` from 0;
+ * - `revision_floor(revision bigint)`, one row: the highest revision of a
+ *   deleted session (`delete`, `gc`). A new session starts above it, so a
+ *   writer still holding a revision of a deleted session conflicts with the
+ *   session created under the same key afterwards instead of overwriting it
+ *   (the ABA problem of compare-and-set; migration 2).
  *
  * Encoding (why `text`, not `jsonb`): every stored value is the exact output of
  * `JSON.stringify`. That text never holds a raw U+0000 (JSON writes it as the
@@ -141,8 +146,33 @@ const MIGRATIONS: PostgresMigrations = {
       )`,
       ],
     },
+    {
+      version: 2,
+      name: "revision floor",
+      up: [
+        `CREATE TABLE IF NOT EXISTS {s}.revision_floor (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        revision bigint NOT NULL
+      )`,
+        `INSERT INTO {s}.revision_floor (one, revision) VALUES (true, 0) ON CONFLICT (one) DO NOTHING`,
+      ],
+    },
   ],
 };
+
+/** The revision of a new session: one above every revision a deleted session of the schema had. */
+const NEW_REVISION = "(SELECT revision + 1 FROM {s}.revision_floor)";
+
+/**
+ * Deletes the sessions `WHERE` selects (their messages cascade) and raises the revision floor to
+ * the highest revision deleted, in one statement; `$n` parameters as the `WHERE` has them.
+ */
+function deleteRaisingFloor(where: string): string {
+  return `WITH d AS (DELETE FROM {s}.sessions WHERE ${where} RETURNING revision),
+               f AS (UPDATE {s}.revision_floor SET revision = GREATEST(revision, (SELECT max(revision) FROM d))
+                      WHERE EXISTS (SELECT 1 FROM d))
+          SELECT count(*)::int AS n FROM d`;
+}
 
 /** The latest version of the session tables this build knows. */
 export const POSTGRES_SCHEMA_VERSION = MIGRATIONS.migrations[MIGRATIONS.migrations.length - 1]!.version;
@@ -234,15 +264,18 @@ export class PostgresBackend implements StateBackend {
     return r.state;
   }
 
-  /** Deletes the session and its messages (one statement, cascading); true when it existed. @throws {BackendError} */
+  /**
+   * Deletes the session and its messages (one statement, cascading, raising the revision floor to
+   * its revision); true when it existed. @throws {BackendError}
+   */
   async delete(key: string): Promise<boolean> {
     validateKey(key);
     this.configs.forget(key);
     this.states.forget(key);
     const r = await this.call(`cannot delete ${JSON.stringify(key)}`, key, () =>
-      this.pool.query(this.sql("DELETE FROM {s}.sessions WHERE session_key = $1"), [key]),
+      this.pool.query(this.sql(deleteRaisingFloor("session_key = $1")), [key]),
     );
-    return (r.rowCount ?? 0) > 0;
+    return Number(r.rows[0]?.n ?? 0) > 0;
   }
 
   /** Every stored key. @throws {BackendError} */
@@ -345,7 +378,7 @@ export class PostgresBackend implements StateBackend {
         this.pool.query(
           this.sql(`WITH ins_s AS (
               INSERT INTO {s}.sessions (session_key, meta, config, state, revision, message_count, last_digest, saved_at)
-              VALUES ($1, $2, $3, $4, 1, $5, $8, now())
+              VALUES ($1, $2, $3, $4, ${NEW_REVISION}, $5, $8, now())
               ON CONFLICT (session_key) DO NOTHING
            RETURNING revision
             ), ins AS (
@@ -380,7 +413,7 @@ export class PostgresBackend implements StateBackend {
       // The upsert locks the row first, so the DELETE below sees every committed message of a racing writer.
       const up = await query(
         this.sql(`INSERT INTO {s}.sessions (session_key, meta, config, state, revision, message_count, last_digest, saved_at)
-                  VALUES ($1, $2, $3, $4, 1, $5, $6, now())
+                  VALUES ($1, $2, $3, $4, ${NEW_REVISION}, $5, $6, now())
                   ON CONFLICT (session_key) DO UPDATE
                      SET meta = EXCLUDED.meta, config = EXCLUDED.config, state = EXCLUDED.state,
                          revision = {s}.sessions.revision + 1, message_count = EXCLUDED.message_count,
@@ -575,13 +608,11 @@ export class PostgresBackend implements StateBackend {
     this.states.forget();
     const r = await this.call("cannot delete old sessions", undefined, () =>
       this.pool.query(
-        this.sql(
-          "DELETE FROM {s}.sessions WHERE saved_at < now() - make_interval(secs => $1::double precision / 1000)",
-        ),
+        this.sql(deleteRaisingFloor("saved_at < now() - make_interval(secs => $1::double precision / 1000)")),
         [ms],
       ),
     );
-    return { deleted: r.rowCount ?? 0 };
+    return { deleted: Number(r.rows[0]?.n ?? 0) };
   }
 
   /** Ends the pool the backend created (an injected pool is left open). Idempotent. */

@@ -157,6 +157,9 @@ const DEADLINE_MARGIN_MS = 250;
  * ARGV[9] deadline in server ms ("0": none)
  * ARGV[10] digest of the message at base - 1 as the writer has it ("" when base <= 0)
  * ARGV[11] digest of the new last message ("" for an empty history); ARGV[12..] messages
+ * KEYS[3] the revision floor (a string key): a new session starts above it, so a writer holding a
+ * revision of a deleted (or, with a TTL, expired) session can never match the new one (ABA). With a
+ * TTL every write raises it to its revision, since an expiry cannot.
  * Returns {"ok", revision} | {"conflict", revision or -1} | {"full"} | {"late"}.
  */
 const WRITE_SCRIPT = `
@@ -187,7 +190,12 @@ end
 for i = 12, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-local newrev = (rev or 0) + 1
+local floor = nil
+local newrev
+if rev then newrev = rev + 1 else
+  floor = tonumber(redis.call('GET', KEYS[3])) or 0
+  newrev = floor + 1
+end
 redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4],
   'rev', newrev, 'count', ARGV[7], 'gen', gen, 'tail', ARGV[11])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end
@@ -196,6 +204,8 @@ local ttl = tonumber(ARGV[8])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
+  if floor == nil then floor = tonumber(redis.call('GET', KEYS[3])) or 0 end
+  if newrev > floor then redis.call('SET', KEYS[3], newrev) end
 else
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])
@@ -217,10 +227,12 @@ if stop < 0 or start <= stop then items = redis.call('LRANGE', KEYS[2], start, s
 return {h, items}
 `;
 
-/* KEYS[1] header, KEYS[2] history. Returns 1 when the header existed. */
+/* KEYS[1] header, KEYS[2] history, KEYS[3] revision floor (raised to the deleted revision). Returns 1 when the header existed. */
 const DELETE_SCRIPT = `
+local rev = tonumber(redis.call('HGET', KEYS[1], 'rev'))
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
+if rev and rev > (tonumber(redis.call('GET', KEYS[3])) or 0) then redis.call('SET', KEYS[3], rev) end
 return n
 `;
 
@@ -316,6 +328,11 @@ export class RedisBackend implements StateBackend {
     return `${this.keyPrefix}${key}/history`;
   }
 
+  /** The revision floor of the whole prefix (no session key can be empty before a `/`). */
+  private floorKey(): string {
+    return `${this.keyPrefix}/revision-floor`;
+  }
+
   /** Stores the whole state (upsert, full history rewrite). @throws {BackendError} @throws {NonJsonValueError} */
   async save(key: string, state: AgentState): Promise<void> {
     await this.write(key, state);
@@ -340,7 +357,7 @@ export class RedisBackend implements StateBackend {
     this.configs.forget(key);
     this.states.forget(key);
     const n = await this.call(`cannot delete ${JSON.stringify(key)}`, key, () =>
-      this.run(SCRIPTS.delete, [this.headerKey(key), this.historyKey(key)], []),
+      this.run(SCRIPTS.delete, [this.headerKey(key), this.historyKey(key), this.floorKey()], []),
     );
     return Number(n) > 0;
   }
@@ -415,7 +432,7 @@ export class RedisBackend implements StateBackend {
         ...items,
       ];
       const reply = (await this.call(what, key, () =>
-        this.run(SCRIPTS.write, [this.headerKey(key), this.historyKey(key)], args),
+        this.run(SCRIPTS.write, [this.headerKey(key), this.historyKey(key), this.floorKey()], args),
       )) as [string, number?];
       switch (reply[0]) {
         case "ok":

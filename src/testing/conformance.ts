@@ -314,7 +314,10 @@ export function runBackendConformance<B extends StateBackend>(
         // JSON.parse makes "__proto__" an own data property (an object literal would set the prototype).
         const value = () =>
           JSON.parse('{"__proto__":{"polluted":true},"constructor":1,"prototype":[{"__proto__":null}],"a":2}');
-        const message = { ...JSON.parse('{"role":"user","content":"hi","__proto__":{"y":1}}'), meta: value() } as Message;
+        const message = {
+          ...JSON.parse('{"role":"user","content":"hi","__proto__":{"y":1}}'),
+          meta: value(),
+        } as Message;
         const call = JSON.parse(
           '{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","__proto__":0,"function":{"name":"f","arguments":"{}","__proto__":[]}}]}',
         ) as Message;
@@ -509,10 +512,39 @@ export function runBackendConformance<B extends StateBackend>(
         expect(await backend.read?.(k)).toBeUndefined();
         expect(await backend.listKeys()).not.toContain(k);
         expect(await backend.delete(k)).toBe(false);
-        // Re-creating on purpose works, and the stale writer still cannot overwrite the new session.
+        // Re-creating on purpose works, and the stale writer still cannot overwrite the new session: the
+        // new session starts above every revision the deleted one had (else the stale revision matches it).
         const again = await write(k, makeState([{ role: "user", content: "new" }]), { expectedRevision: null });
-        if (again.revision === r1.revision) return; // backends that restart revisions cannot tell the generations apart
+        expect(again.revision).toBeGreaterThan(r1.revision);
         await failsWith(() => write(k, late, { expectedRevision: r1.revision }), ConflictError);
+        await failsWith(() => write(k, late, { expectedRevision: r1.revision, baseLength: 1 }), ConflictError);
+        expect((await backend.read?.(k))?.state.history).toEqual([{ role: "user", content: "new" }]);
+      });
+
+      it("a session deleted after several saves restarts above all of them, through delete, force and a plain write", async (ctx) => {
+        if (!capable) return ctx.skip(NO_REVISIONS);
+        const write = need();
+        const k = key("aba");
+        let rev = (await write(k, makeState([{ role: "user", content: "v1" }]), { expectedRevision: null })).revision;
+        const held: number[] = [rev];
+        for (let i = 2; i <= 4; i++) {
+          rev = (await write(k, makeState([{ role: "user", content: `v${i}` }]), { expectedRevision: rev })).revision;
+          held.push(rev);
+        }
+        expect(await backend.delete(k)).toBe(true);
+        // Each way of creating the key again starts above the deleted session's last revision.
+        const created = await write(k, makeState([{ role: "user", content: "new" }]), { force: true });
+        expect(created.revision).toBeGreaterThan(rev);
+        for (const stale of held) {
+          await failsWith(
+            () => write(k, makeState([{ role: "user", content: "stale" }]), { expectedRevision: stale }),
+            ConflictError,
+          );
+        }
+        expect(await backend.delete(k)).toBe(true);
+        const plain = await write(k, makeState([{ role: "user", content: "plain" }]));
+        expect(plain.revision).toBeGreaterThan(created.revision);
+        expect((await backend.read?.(k))?.state.history).toEqual([{ role: "user", content: "plain" }]);
       });
 
       it("an append with baseLength equals a full write and writes only the new messages", async (ctx) => {

@@ -79,9 +79,9 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
     const many = Array.from({ length: 5 }, () => make({ schema, maxConnections: 2 }));
     await Promise.all(many.map((b, i) => b.save(`k${i}`, makeState(msgs(i + 1)))));
     const versions = await admin.query(
-      `SELECT version FROM "${schema}".dumplings_migrations WHERE component = 'sessions'`,
+      `SELECT version FROM "${schema}".dumplings_migrations WHERE component = 'sessions' ORDER BY version`,
     );
-    expect(versions.rows).toEqual([{ version: 1 }]);
+    expect(versions.rows).toEqual([{ version: 1 }, { version: 2 }]);
     expect((await many[0]!.listKeys()).sort()).toEqual(["k0", "k1", "k2", "k3", "k4"]);
     // Values are text (never jsonb, which refuses \u0000 and reorders keys).
     const types = await admin.query(
@@ -94,6 +94,7 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
       "messages.body:text",
       "messages.body_gz:bytea",
       "messages.seq:integer",
+      "revision_floor.revision:bigint",
       "sessions.config:text",
       "sessions.meta:text",
       "sessions.revision:bigint",
@@ -105,16 +106,27 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
     const schema = newSchema();
     const first = make({ schema });
     await first.save("old", makeState(msgs(3)));
-    // What 0.1 left: the same tables and a schema_migrations table at version 1, no dumplings_migrations.
+    // What 0.1 left: the same tables and a schema_migrations table at version 1, no dumplings_migrations
+    // (nor the revision floor of migration 2).
     await admin.query(`DROP TABLE "${schema}".dumplings_migrations`);
+    await admin.query(`DROP TABLE "${schema}".revision_floor`);
     await admin.query(
       `CREATE TABLE "${schema}".schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
     );
     await admin.query(`INSERT INTO "${schema}".schema_migrations (version, name) VALUES (1, 'sessions and messages')`);
     const again = make({ schema });
     expect((await again.load("old")).history).toEqual(msgs(3));
-    const ledger = await admin.query(`SELECT component, version, name FROM "${schema}".dumplings_migrations`);
-    expect(ledger.rows).toEqual([{ component: "sessions", version: 1, name: "sessions and messages (adopted)" }]);
+    const ledger = await admin.query(
+      `SELECT component, version, name FROM "${schema}".dumplings_migrations ORDER BY version`,
+    );
+    expect(ledger.rows).toEqual([
+      { component: "sessions", version: 1, name: "sessions and messages (adopted)" },
+      { component: "sessions", version: 2, name: "revision floor" },
+    ]);
+    // The adopted schema gets the floor: a deleted session's writer conflicts with the next one.
+    const held = (await again.read("old"))!.revision;
+    expect(await again.delete("old")).toBe(true);
+    expect((await again.write("old", makeState(msgs(1)), { expectedRevision: null })).revision).toBeGreaterThan(held);
   });
 
   it("refuses to run on a schema migrated by a newer build", async () => {
@@ -251,6 +263,14 @@ describe.skipIf(!!skip)(`postgres backend${skip ? ` (skipped: ${skip})` : ""}`, 
     const rows = await admin.query(`SELECT count(*)::int AS n FROM "${b.schema}".messages WHERE session_key = 'old'`);
     expect(rows.rows[0].n).toBe(0);
     await expect(b.gc({ olderThanMs: -1 })).rejects.toBeInstanceOf(TypeError);
+    // The collected session's revisions are below the floor: a writer still holding one conflicts with a new session.
+    const stale = (await b.read("new"))!.revision;
+    await admin.query(`UPDATE "${b.schema}".sessions SET saved_at = now() - interval '40 days'`);
+    expect(await b.gc({ olderThanMs: 30 * 24 * 3600_000 })).toEqual({ deleted: 1 });
+    expect(await b.gc({ olderThanMs: 30 * 24 * 3600_000 })).toEqual({ deleted: 0 });
+    const again = await b.write("new", makeState(msgs(1)), { expectedRevision: null });
+    expect(again.revision).toBeGreaterThan(stale);
+    await expect(b.write("new", makeState(msgs(6)), { expectedRevision: stale })).rejects.toBeInstanceOf(ConflictError);
   });
 
   it("two pools with the same stale revision: exactly one wins", async () => {

@@ -149,6 +149,30 @@ describe.skipIf(!!skip)(`redis backend${skip ? ` (skipped: ${skip})` : ""}`, () 
     expect(await short.listKeys()).toEqual([]);
   });
 
+  it("a session that expired restarts above its last revision: a writer holding that revision conflicts", async () => {
+    // An expiry runs no code, so with a TTL every write raises the prefix's revision floor.
+    const b = make({ ttlMs: 200 });
+    let rev = (await b.write("exp", makeState(msgs(1)), { expectedRevision: null })).revision;
+    for (let i = 2; i <= 3; i++) {
+      rev = (await b.write("exp", makeState(msgs(i)), { expectedRevision: rev, baseLength: i - 1 })).revision;
+    }
+    for (let i = 0; i < 100 && (await admin.exists(`${b.keyPrefix}exp`)) === 1; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(await b.read("exp")).toBeUndefined();
+    const fresh = make({ keyPrefix: b.keyPrefix, ttlMs: 60_000 });
+    const created = await fresh.write("exp", makeState([{ role: "user", content: "new session" }]), {
+      expectedRevision: null,
+    });
+    expect(created.revision).toBeGreaterThan(rev);
+    await expect(b.write("exp", makeState(msgs(4)), { expectedRevision: rev, baseLength: 3 })).rejects.toThrow(
+      ConflictError,
+    );
+    expect((await fresh.read("exp"))?.state.history).toEqual([{ role: "user", content: "new session" }]);
+    // The floor is a string key outside the sessions: listKeys does not show it.
+    expect(await fresh.listKeys()).toEqual(["exp"]);
+  });
+
   it("readHeader returns meta/config/state and the revision without the history", async () => {
     const b = make();
     const state = makeState(msgs(7), { name: "hdr", config: { prompt: "p\u0000" }, fields: { f: [1] } });

@@ -146,7 +146,7 @@ export interface StateBackend {
    * one saves through the other with its revision (no `ConflictError`).
    * Without it, each instance is a store of its own.
    */
-  readonly storeId?: string;
+  readonly storeId?: string | undefined;
   /** Stores the whole state under `key` (upsert). */
   save(key: string, state: AgentState): MaybePromise<void>;
   /** Loads the state under `key`; a missing key throws `StateNotFoundError` or returns `undefined`. */

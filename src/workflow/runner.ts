@@ -82,9 +82,10 @@ export interface NodeContext {
   startStep: number;
   /**
    * Pauses the workflow until `resume(workflowId, value)`; returns `value`. On a re-run after
-   * resume, returns the recorded answer of this call (by call index) without pausing.
+   * resume, returns the recorded answer of this call (by call index) without pausing. A `payload` left out or
+   * `undefined` is recorded as `null`.
    */
-  interrupt<T extends JsonValue = JsonValue>(request: { reason: string; payload?: JsonValue }): Promise<T>;
+  interrupt<T extends JsonValue = JsonValue>(request: { reason: string; payload?: JsonValue | undefined }): Promise<T>;
   /**
    * Runs a side effect at most once for this node run (key: workflow, start step, call index).
    * @param name - stable name of the effect (checked on replay)
@@ -477,7 +478,10 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       workflowId: wf,
       node,
       startStep: run.startStep,
-      interrupt: async <V extends JsonValue>(request: { reason: string; payload?: JsonValue }): Promise<V> => {
+      interrupt: async <V extends JsonValue>(request: {
+        reason: string;
+        payload?: JsonValue | undefined;
+      }): Promise<V> => {
         if (signal) throw signal;
         const index = interruptIndex++;
         const id = `${wf}:${run.startStep}:${node}:${index}`;

@@ -84,22 +84,24 @@ const STORE_OPTIONS = optionKeys<CheckpointStoreOptions>({
 
 /** Options of {@link CheckpointStore.open}. */
 export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema> {
+  // Optional options take `undefined` too (`hot: url ? new RedisHotTier({ url }) : undefined` compiles under
+  // `exactOptionalPropertyTypes`); undefined is the default.
   /** The source of truth: a `SqliteColdStore` or `PostgresColdStore` (or your own {@link ColdStore}). */
   cold: ColdStore;
   /** Optional Redis cache of the latest snapshot per workflow. */
-  hot?: RedisHotTier;
+  hot?: RedisHotTier | undefined;
   /** State schema (from `defineWorkflowState`). @default WorkflowStateSchema (free-form sharedMemory) */
-  schema?: S;
+  schema?: S | undefined;
   /** Version of the application's state schema written into new snapshots. @default 1 */
-  schemaVersion?: number;
+  schemaVersion?: number | undefined;
   /** Where large values go. @default new FsBlobStore(blobDir) */
-  blobs?: BlobStore;
+  blobs?: BlobStore | undefined;
   /** Directory of the default blob store. @default "./.dumplingsAI_workflows/blobs" */
-  blobDir?: string;
+  blobDir?: string | undefined;
   /** Size (bytes of JSON) above which a top-level `sharedMemory` value goes to the blob store. @default 262144 (256 KB) */
-  blobThreshold?: number;
+  blobThreshold?: number | undefined;
   /** Receives hot-tier failures (they are never thrown). @default a console.warn on the first failure after a success */
-  onHotError?: (error: unknown, operation: "get" | "put" | "delete", workflowId: string) => void;
+  onHotError?: ((error: unknown, operation: "get" | "put" | "delete", workflowId: string) => void) | undefined;
 }
 
 /** Counters of a store's activity since it was opened. */

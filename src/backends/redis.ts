@@ -446,9 +446,11 @@ export class RedisBackend implements StateBackend {
         case "full":
           return "full";
         case "late":
-          throw new BackendError(this.name, `${what}: Redis ran the write after its deadline; it was not applied`, {
-            key,
-          });
+          throw new BackendError(
+            this.name,
+            `${what}: Redis ran the write after its deadline (commandTimeoutMs, ${this.commandTimeoutMs} ms); it was not applied; for large messages or a slow link raise commandTimeoutMs (new RedisBackend({ commandTimeoutMs }))`,
+            { key },
+          );
         default:
           throw new BackendError(this.name, `${what}: unexpected script reply ${JSON.stringify(reply)}`, { key });
       }

@@ -68,6 +68,8 @@ let settings = { baseDir: DEFAULT_BASE_DIR, dbPath: DEFAULT_DB_PATH };
 let codeDefault: string | StateBackend | undefined;
 /** The default named by `DUMPLINGS_PERSISTENCE_BACKEND`, set by the persistence layer. */
 let envDefault: string | undefined;
+/** The environment variable {@link setEnvironmentDefaultBackend} is given (named in an unknown-name error). */
+const ENV_BACKEND_VARIABLE = "DUMPLINGS_PERSISTENCE_BACKEND";
 
 function isBuiltin(name: string): name is BuiltinBackendName {
   return (BUILTIN_BACKENDS as readonly string[]).includes(name);
@@ -155,7 +157,8 @@ export function registerBackend(
  * `configure({ backend })`).
  *
  * @param backend - a registered or built-in name, or a backend instance
- * @throws {UnknownBackendError} for an unknown name, listing the known names
+ * @throws {UnknownBackendError} for an unknown name, listing the known names (and naming
+ *   `DUMPLINGS_PERSISTENCE_BACKEND` when the default's name came from it)
  * @throws {InvalidBackendError} for a value that is neither a name nor a backend
  * @example
  * setDefaultBackend("sqlite");
@@ -216,7 +219,8 @@ export function defaultBackendSetting(): string | StateBackend {
  * @param nameOrInstance - a registered or built-in name, a backend instance (returned as is),
  *   or `undefined` for the default backend
  * @returns the backend
- * @throws {UnknownBackendError} for an unknown name, listing the known names
+ * @throws {UnknownBackendError} for an unknown name, listing the known names (and naming
+ *   `DUMPLINGS_PERSISTENCE_BACKEND` when the default's name came from it)
  * @throws {InvalidBackendError} for a value that is neither a name nor a backend
  * @example
  * const backend = getBackend("sqlite");
@@ -228,7 +232,10 @@ export function getBackend(nameOrInstance?: string | StateBackend): StateBackend
   const name = target;
   const registered = custom.get(name);
   if (registered) return registered;
-  if (!isBuiltin(name)) throw new UnknownBackendError(name, listBackendNames());
+  if (!isBuiltin(name)) {
+    const fromEnv = nameOrInstance === undefined && defaultBackendSource() === "environment";
+    throw new UnknownBackendError(name, listBackendNames(), fromEnv ? { variable: ENV_BACKEND_VARIABLE } : {});
+  }
   let instance = builtins.get(name);
   if (!instance) {
     instance = createBuiltin(name);

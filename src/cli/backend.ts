@@ -17,10 +17,10 @@ import type { Command } from "commander";
 import { FileBackend } from "../backends/file.js";
 import { validateKey } from "../backends/keys.js";
 import { MemoryBackend } from "../backends/memory.js";
-import { configureBuiltinBackends, getBackend } from "../backends/registry.js";
+import { configureBuiltinBackends, getBackend, listBackendNames } from "../backends/registry.js";
 import { SQLiteBackend } from "../backends/sqlite.js";
 import type { ClippedValue, StateBackend } from "../backends/types.js";
-import { ConflictError, StateNotFoundError } from "../core/errors.js";
+import { ConflictError, StateNotFoundError, UnknownBackendError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
 import { InputNotFoundError, missingStore, UsageError } from "./errors.js";
@@ -110,15 +110,20 @@ export async function openBackendAsync(
   return openParsed(sessionSpec(options, env), options, env, open);
 }
 
+/** The SPECs read from `DUMPLINGS_PERSISTENCE_BACKEND` (an unknown name among them names the variable). */
+const FROM_ENV = new WeakSet<Spec>();
+
 /** The SPEC `--backend` (or the environment) names; a bare name stays a name. */
 function sessionSpec(options: BackendOptions, env: NodeJS.ProcessEnv): Spec {
-  const fromEnv = options.backend === undefined;
+  const fromEnv = options.backend === undefined && nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND) !== undefined;
   const text = options.backend ?? nonEmpty(env.DUMPLINGS_PERSISTENCE_BACKEND) ?? "file";
-  return parseSpec(text, {
+  const spec = parseSpec(text, {
     kinds: SESSION_KINDS,
     names: true,
     option: fromEnv ? "DUMPLINGS_PERSISTENCE_BACKEND" : "--backend",
   });
+  if (fromEnv) FROM_ENV.add(spec);
+  return spec;
 }
 
 /**
@@ -212,6 +217,9 @@ function openLocal(spec: Spec, options: BackendOptions, env: NodeJS.ProcessEnv, 
     if (mustExist) return { backend: openSqlite(dbPath, label, true), label };
   }
   configureBuiltinBackends({ baseDir, dbPath });
+  if (FROM_ENV.has(spec) && !listBackendNames().includes(name)) {
+    throw new UnknownBackendError(name, listBackendNames(), { variable: "DUMPLINGS_PERSISTENCE_BACKEND" });
+  }
   const backend = getBackend(name);
   const label = name === "file" ? `file:${baseDir}` : name === "sqlite" ? `sqlite:${dbPath}` : name;
   return { backend, label };

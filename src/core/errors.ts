@@ -191,14 +191,29 @@ export class CredentialError extends DumplingsError {
   }
 }
 
-/** A backend name is not registered. The message lists the known names. */
+/**
+ * A backend name is not registered. The message lists the known names and, when the name came from an
+ * environment variable (`DUMPLINGS_PERSISTENCE_BACKEND`), names the variable.
+ */
 export class UnknownBackendError extends DumplingsError {
   readonly backendName: string;
   readonly known: readonly string[];
-  constructor(name: string, known: readonly string[]) {
-    super("UNKNOWN_BACKEND", `unknown backend ${JSON.stringify(name)}; known backends: ${known.join(", ")}`);
+  /** The environment variable the name was read from, when it was not given in code. */
+  readonly variable: string | undefined;
+  /**
+   * @param name - the unknown name
+   * @param known - the registered and built-in names
+   * @param options - `variable`: the environment variable that held the name
+   */
+  constructor(name: string, known: readonly string[], options: { variable?: string | undefined } = {}) {
+    const from =
+      options.variable === undefined
+        ? ""
+        : ` (the value of the environment variable ${options.variable})`;
+    super("UNKNOWN_BACKEND", `unknown backend ${JSON.stringify(name)}${from}; known backends: ${known.join(", ")}`);
     this.backendName = name;
     this.known = known;
+    this.variable = options.variable;
   }
 }
 

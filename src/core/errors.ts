@@ -206,10 +206,7 @@ export class UnknownBackendError extends DumplingsError {
    * @param options - `variable`: the environment variable that held the name
    */
   constructor(name: string, known: readonly string[], options: { variable?: string | undefined } = {}) {
-    const from =
-      options.variable === undefined
-        ? ""
-        : ` (the value of the environment variable ${options.variable})`;
+    const from = options.variable === undefined ? "" : ` (the value of the environment variable ${options.variable})`;
     super("UNKNOWN_BACKEND", `unknown backend ${JSON.stringify(name)}${from}; known backends: ${known.join(", ")}`);
     this.backendName = name;
     this.known = known;

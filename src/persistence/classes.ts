@@ -7,8 +7,9 @@
  * `dumplings-ai:AnthropicAgent`. A user's class or hook is made persistable
  * with {@link registerAgentClass} / {@link registerHookFunction}, passing
  * `import.meta.url`: its saved module is then the file's path relative to
- * the working directory, written `./src/agents/notes.ts` (or a package
- * specifier such as `my-pkg/agents` when a package name is passed instead).
+ * its package root (the nearest directory above it holding a
+ * `package.json`), written `./src/agents/notes.ts` (or a package specifier
+ * such as `my-pkg/agents` when a package name is passed instead).
  *
  * Loading resolves a name in this order, and runs no code the user did not
  * allow (DESIGN.md principle):
@@ -27,10 +28,16 @@
  *    how to make it resolvable (classes), or a warning and the hook left
  *    unbound (hooks: the load succeeds, the name is kept and saved again).
  *
- * Saved module paths are relative to the working directory at registration
- * time, so save and load from the project root (as `npm` scripts do); a
- * state loaded from elsewhere resolves through the registry (import the
- * defining module first) or fails with the fix in the message.
+ * Saved module paths do not depend on the working directory: a worker
+ * started from `/` (systemd, pm2, a container's `WORKDIR`, a monorepo root)
+ * names a class as one started from the project root does. A file with no
+ * `package.json` above it is named relative to the working directory. A
+ * session saved by an earlier build (paths relative to the working
+ * directory) still loads in a process started from that directory: the
+ * registry also answers to that name. Compiling `src/x.ts` to `dist/x.js`
+ * changes the path: pass a package specifier to keep one name across builds.
+ * An allowed import of a file module is resolved against the package root
+ * of the working directory.
  *
  * The class registry idea follows Python pickling's `module:qualname`
  * identity, with pickle's arbitrary imports replaced by an allow-list.
@@ -128,6 +135,9 @@ const classesByName = new Map<string, AgentClass>();
 const namesByClass = new Map<object, string>();
 const hooksByName = new Map<string, HookFunction>();
 const namesByHook = new Map<HookFunction, string>();
+/** Names an earlier build saved (relative to the working directory), answered on load only. */
+const classAliases = new Map<string, AgentClass>();
+const hookAliases = new Map<string, HookFunction>();
 const classFallbacks: ClassFallback[] = [];
 const warnedHooks = new WeakSet<HookFunction>();
 
@@ -139,6 +149,42 @@ function toPosix(p: string): string {
   return p.split(path.sep).join("/");
 }
 
+/** `packageRootOf` answers by directory (a process registers from a handful of them). */
+const packageRoots = new Map<string, string | null>();
+
+/**
+ * The nearest directory at or above `dir` holding a `package.json`, or undefined.
+ *
+ * @param dir - an absolute directory
+ */
+function packageRootOf(dir: string): string | undefined {
+  const seen: string[] = [];
+  let root: string | null = null;
+  for (let d = dir; ; ) {
+    const known = packageRoots.get(d);
+    if (known !== undefined) {
+      root = known;
+      break;
+    }
+    seen.push(d);
+    if (existsSync(path.join(d, "package.json"))) {
+      root = d;
+      break;
+    }
+    const up = path.dirname(d);
+    if (up === d) break;
+    d = up;
+  }
+  for (const d of seen) packageRoots.set(d, root);
+  return root ?? undefined;
+}
+
+/** `./rel` or `../rel`: `file` relative to `base`, POSIX separators. */
+function relativeModule(base: string, file: string): string {
+  const rel = toPosix(path.relative(base, file));
+  return rel.startsWith("../") ? rel : `./${rel}`;
+}
+
 /** True when a saved module names a file (`./x.ts`, `../x.js`, `/abs/x.ts`, `dir/x.ts`) rather than a package. */
 function isFileModule(module: string): boolean {
   return module.startsWith("./") || module.startsWith("../") || path.isAbsolute(module) || FILE_EXTENSION.test(module);
@@ -146,15 +192,16 @@ function isFileModule(module: string): boolean {
 
 /**
  * The saved module name for a `moduleUrl`: a `file:` URL or absolute path
- * becomes its path relative to the working directory (`./src/x.ts`, or
- * `../lib/x.ts` outside it); anything else must be a package specifier and is
- * kept as is.
+ * becomes its path relative to its package root, the nearest directory above
+ * it holding a `package.json` (`./src/x.ts`), whatever the working directory;
+ * without one, relative to the working directory (`./x.ts`, or `../lib/x.ts`
+ * outside it). Anything else must be a package specifier and is kept as is.
  *
  * @param moduleUrl - `import.meta.url` of the defining module, an absolute path, or a package specifier
  * @returns the module part of a `module:export` name
  * @throws {RegistrationError} when `moduleUrl` is neither
  * @example
- * savedModuleName(import.meta.url) // "./src/agents/notes.ts" when run from the project root
+ * savedModuleName(import.meta.url) // "./src/agents/notes.ts", from any working directory
  */
 export function savedModuleName(moduleUrl: string): string {
   if (typeof moduleUrl !== "string" || moduleUrl === "") {
@@ -163,10 +210,7 @@ export function savedModuleName(moduleUrl: string): string {
   let file: string | undefined;
   if (moduleUrl.startsWith("file:")) file = fileURLToPath(moduleUrl);
   else if (path.isAbsolute(moduleUrl)) file = moduleUrl;
-  if (file !== undefined) {
-    const rel = toPosix(path.relative(process.cwd(), file));
-    return rel.startsWith("../") ? rel : `./${rel}`;
-  }
+  if (file !== undefined) return relativeModule(packageRootOf(path.dirname(file)) ?? process.cwd(), file);
   if (moduleUrl.startsWith("./") || moduleUrl.startsWith("../")) return moduleUrl;
   if (!PACKAGE_SPECIFIER.test(moduleUrl)) {
     throw new RegistrationError(
@@ -181,6 +225,19 @@ function splitName(name: string): { module: string; exportName: string } | undef
   const at = name.lastIndexOf(":");
   if (at <= 0 || at === name.length - 1) return undefined;
   return { module: name.slice(0, at), exportName: name.slice(at + 1) };
+}
+
+/**
+ * The name an earlier build saved for a file module (relative to the working directory), when it
+ * differs from {@link savedModuleName}'s; undefined otherwise.
+ */
+function legacyName(moduleUrl: string, name: string): string | undefined {
+  let file: string | undefined;
+  if (moduleUrl.startsWith("file:")) file = fileURLToPath(moduleUrl);
+  else if (path.isAbsolute(moduleUrl)) file = moduleUrl;
+  if (file === undefined) return undefined;
+  const legacy = `${relativeModule(process.cwd(), file)}${name.slice(name.lastIndexOf(":"))}`;
+  return legacy === name ? undefined : legacy;
 }
 
 function qualifiedName(moduleUrl: string, exportName: string, fallbackName: string): string {
@@ -236,6 +293,8 @@ export function registerAgentClass(
   if (existing !== undefined && existing !== cls) namesByClass.delete(existing);
   classesByName.set(name, cls);
   namesByClass.set(cls, name);
+  const legacy = legacyName(moduleUrl, name);
+  if (legacy !== undefined && !classesByName.has(legacy)) classAliases.set(legacy, cls);
   return name;
 }
 
@@ -273,6 +332,8 @@ export function registerHookFunction(
   if (existing !== undefined && existing !== fn) namesByHook.delete(existing);
   hooksByName.set(name, fn);
   namesByHook.set(fn, name);
+  const legacy = legacyName(moduleUrl, name);
+  if (legacy !== undefined && !hooksByName.has(legacy)) hookAliases.set(legacy, fn);
   return name;
 }
 
@@ -319,14 +380,14 @@ export function unregisteredHookWarning(fn: HookFunction): PersistenceWarning | 
   };
 }
 
-/** The registered class for a `module:export` name (registry only, no import). */
+/** The registered class for a `module:export` name (registry only, no import; an earlier build's name too). */
 export function registeredAgentClass(name: string): AgentClass | undefined {
-  return classesByName.get(name);
+  return classesByName.get(name) ?? classAliases.get(name);
 }
 
-/** The registered hook function for a `module:export` name (registry only, no import). */
+/** The registered hook function for a `module:export` name (registry only, no import; an earlier build's name too). */
 export function registeredHookFunction(name: string): HookFunction | undefined {
-  return hooksByName.get(name);
+  return hooksByName.get(name) ?? hookAliases.get(name);
 }
 
 /**
@@ -371,7 +432,8 @@ type ImportDecision = { allowed: true; specifier: string } | { allowed: false; r
 export function importDecision(module: string): ImportDecision {
   const allow = currentSettings().allowImports;
   if (isFileModule(module)) {
-    const abs = path.resolve(process.cwd(), module);
+    const cwd = process.cwd();
+    const abs = path.resolve(packageRootOf(cwd) ?? cwd, module);
     const listed = allow.some((entry) => {
       if (!(entry.startsWith(".") || path.isAbsolute(entry))) return false;
       return isUnder(real(abs), real(path.resolve(process.cwd(), entry)));
@@ -425,11 +487,11 @@ async function importExport(
  */
 export async function resolveAgentClass(meta: StateMeta, label = "state"): Promise<AgentClass> {
   const name = meta.class;
-  const registered = classesByName.get(name);
+  const registered = registeredAgentClass(name);
   if (registered !== undefined) return registered;
   const imported = await importExport(name);
   // The module may have registered itself when imported.
-  const afterImport = classesByName.get(name);
+  const afterImport = registeredAgentClass(name);
   if (afterImport !== undefined) return afterImport;
   let importProblem = imported?.reason;
   if (imported?.found) {
@@ -479,7 +541,7 @@ export function resolveHooksSync(
   const hooks: HookFunction[] = [];
   const unresolved: string[] = [];
   for (const name of names) {
-    const fn = hooksByName.get(name);
+    const fn = registeredHookFunction(name);
     if (fn !== undefined) hooks.push(fn);
     else {
       unresolved.push(name);
@@ -513,11 +575,11 @@ export async function resolveHooks(
   const hooks: HookFunction[] = [];
   const unresolved: string[] = [];
   for (const name of names) {
-    let fn = hooksByName.get(name);
+    let fn = registeredHookFunction(name);
     let reason = "it is not registered";
     if (fn === undefined) {
       const imported = await importExport(name);
-      fn = hooksByName.get(name);
+      fn = registeredHookFunction(name);
       if (fn === undefined && imported?.found) {
         if (typeof imported.value === "function") {
           fn = imported.value as HookFunction;

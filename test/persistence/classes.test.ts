@@ -4,6 +4,7 @@
  * hook re-binding. Includes case pb-10 (a missing class is a typed error,
  * never a null or partial agent).
  */
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -49,9 +50,97 @@ describe("class identity", () => {
     expect(new AnthropicAgent().toState().meta.protocol).toBe("anthropic");
   });
 
-  it("a registered subclass saves as its path relative to the working directory", () => {
+  it("a registered subclass saves as its path relative to its package root", () => {
     expect(new NotesAgent().toState().meta.class).toBe(`${FIXTURES}/notes-agent.ts:NotesAgent`);
   });
+
+  it("names a class and a hook the same from any working directory, and loads a session saved from elsewhere", async () => {
+    // One script, run by processes started from three directories (a service manager's "/", a temp dir, the project).
+    const root = path.resolve(import.meta.dirname, "..", "..");
+    const dir = mkdtempSync(path.join(tmp, "cwd-"));
+    const script = path.join(dir, "worker.mts");
+    writeFileSync(
+      script,
+      `import { FileBackend, loadState } from ${JSON.stringify(pathToFileURL(path.join(root, "src/index.ts")).href)};
+import { NotesAgent } from ${JSON.stringify(pathToFileURL(path.join(root, "test/fixtures/classes/notes-agent.ts")).href)};
+import { auditHook } from ${JSON.stringify(pathToFileURL(path.join(root, "test/fixtures/classes/hooks.ts")).href)};
+const backend = new FileBackend({ baseDir: ${JSON.stringify(dir)} });
+const [mode, key] = process.argv.slice(2);
+if (mode === "save") {
+  const a = new NotesAgent({ name: key });
+  a.notes.push(process.cwd());
+  a.registerToolHook(auditHook);
+  const r = await a.saveState(key, { backend });
+  const s = a.toState();
+  console.log(JSON.stringify({ cls: s.meta.class, hooks: s.state.hooks, revision: r.revision }));
+} else {
+  const warnings = [];
+  const b = await loadState(key, { backend, onWarning: (w) => warnings.push(w.code) });
+  console.log(JSON.stringify({ cls: b.constructor.name, notes: b.notes, hooks: b.toState().state.hooks, warnings }));
+}
+`,
+    );
+    const run = (cwd: string, ...args: string[]) =>
+      JSON.parse(
+        execFileSync(process.execPath, ["--import", import.meta.resolve("tsx"), script, ...args], {
+          cwd,
+          encoding: "utf8",
+          env: { ...process.env, DUMPLINGS_PERSISTENCE_BACKEND: "" },
+        }),
+      );
+    const dirs = ["/", tmpdir(), root];
+    const saved = dirs.map((cwd, i) => run(cwd, "save", `s${i}`));
+    for (const s of saved) {
+      expect(s.cls).toBe(`${FIXTURES}/notes-agent.ts:NotesAgent`);
+      expect(s.hooks).toEqual([`${FIXTURES}/hooks.ts:auditHook`]);
+    }
+    // Each session loads, with its hook, in a process started from another directory.
+    for (let i = 0; i < dirs.length; i++) {
+      const loaded = run(dirs[(i + 1) % dirs.length]!, "load", `s${i}`);
+      expect(loaded).toEqual({
+        cls: "NotesAgent",
+        notes: [dirs[i]],
+        hooks: [`${FIXTURES}/hooks.ts:auditHook`],
+        warnings: [],
+      });
+    }
+  }, 60_000);
+
+  it("a session saved by an earlier build (its class and hook named relative to the working directory) still loads from that directory", async () => {
+    // What an earlier build wrote when run from test/: paths relative to that working directory.
+    const state = new NotesAgent({ name: "legacy" }).toState();
+    state.meta.class = "./fixtures/classes/notes-agent.ts:NotesAgent";
+    state.state.hooks = ["./fixtures/classes/hooks.ts:auditHook"];
+    const root = path.resolve(import.meta.dirname, "..", "..");
+    const dir = mkdtempSync(path.join(tmp, "legacy-"));
+    writeFileSync(path.join(dir, "legacy.duas"), encodeState(state));
+    const script = path.join(dir, "load.mts");
+    writeFileSync(
+      script,
+      `import { FileBackend, loadState } from ${JSON.stringify(pathToFileURL(path.join(root, "src/index.ts")).href)};
+import ${JSON.stringify(pathToFileURL(path.join(root, "test/fixtures/classes/notes-agent.ts")).href)};
+import ${JSON.stringify(pathToFileURL(path.join(root, "test/fixtures/classes/hooks.ts")).href)};
+const warnings = [];
+const b = await loadState("legacy", { backend: new FileBackend({ baseDir: ${JSON.stringify(dir)} }), onWarning: (w) => warnings.push(w.code) });
+const s = b.toState();
+console.log(JSON.stringify({ cls: b.constructor.name, saved: s.meta.class, hooks: s.state.hooks, warnings }));
+`,
+    );
+    const out = JSON.parse(
+      execFileSync(process.execPath, ["--import", import.meta.resolve("tsx"), script], {
+        cwd: path.join(root, "test"),
+        encoding: "utf8",
+        env: { ...process.env, DUMPLINGS_PERSISTENCE_BACKEND: "" },
+      }),
+    );
+    // It loads under the name it was saved with; its next save names it by the package root.
+    expect(out).toEqual({
+      cls: "NotesAgent",
+      saved: `${FIXTURES}/notes-agent.ts:NotesAgent`,
+      hooks: [`${FIXTURES}/hooks.ts:auditHook`],
+      warnings: [],
+    });
+  }, 60_000);
 
   it("saving an unregistered subclass is refused up front (it could never be loaded back)", async () => {
     class Unregistered extends BaseAgent {}

@@ -272,7 +272,10 @@ describe.skipIf(!!skip)(`injected clients are left open${skip ? ` (skipped: ${sk
     // A closed component refuses further calls with a typed error.
     await expect(journal.getRun("r")).rejects.toBeInstanceOf(BackendError);
     await expect(backend.load("k")).rejects.toThrow(/closed/);
-    expect(await client.keys(`${keyPrefix}*`)).toEqual([]);
+    // What is left is the backend's revision floor (a deleted session's writers must not match the next one).
+    expect(await client.keys(`${keyPrefix}*`)).toEqual([`${keyPrefix}/revision-floor`]);
+    expect(await client.get(`${keyPrefix}/revision-floor`)).toBe("1");
+    await client.del(`${keyPrefix}/revision-floor`);
   });
 });
 

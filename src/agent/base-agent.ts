@@ -634,8 +634,12 @@ export class BaseAgent extends EventEmitter {
    * @throws {ConflictError} / {CredentialError} / {NonJsonValueError} / {InvalidKeyError} / {BackendError}
    * @example
    * await agent.saveState("support-42");
+   * await agent.saveState({ backend: "sqlite" }); // the default key
    */
-  saveState(key?: string, options?: SaveOptions): Promise<SaveResult> {
+  saveState(options: SaveOptions): Promise<SaveResult>;
+  saveState(key?: string, options?: SaveOptions): Promise<SaveResult>;
+  saveState(key?: string | SaveOptions, options?: SaveOptions): Promise<SaveResult> {
+    if (typeof key === "object" && key !== null) return saveState(this, key as never, options);
     return saveState(this, key, options);
   }
 

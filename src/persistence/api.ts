@@ -306,11 +306,27 @@ function applySecretsPolicy(state: AgentState, policy: ToolArgumentSecretsPolicy
  * @throws {ConflictError} when another writer saved the key since this agent loaded/saved it
  * @throws {UnsupportedOperationError} for `ifRevision` on a backend without revisions
  * @throws {BackendError} wrapping a driver failure
+ * @throws {InvalidOptionError} for an unknown option, an option of the wrong kind, or options given twice
  * @example
  * const { key, revision } = await saveState(agent, "support-42", { backend: "sqlite" });
+ * await saveState(agent, { backend: "sqlite" }); // the default key
  */
-export function saveState(agent: PersistableAgent, key?: string, options: SaveOptions = {}): Promise<SaveResult> {
-  return serialize(agent, () => doSave(agent, key, options));
+export function saveState(agent: PersistableAgent, options: SaveOptions): Promise<SaveResult>;
+export function saveState(agent: PersistableAgent, key?: string, options?: SaveOptions): Promise<SaveResult>;
+export function saveState(
+  agent: PersistableAgent,
+  key?: string | SaveOptions,
+  options?: SaveOptions,
+): Promise<SaveResult> {
+  if (typeof key === "object" && key !== null) {
+    if (options !== undefined) {
+      return Promise.reject(
+        new InvalidOptionError("saveState", "key", "pass the options once: saveState(agent, key, options)"),
+      );
+    }
+    return serialize(agent, () => doSave(agent, undefined, key));
+  }
+  return serialize(agent, () => doSave(agent, key, options ?? {}));
 }
 
 async function doSave(agent: PersistableAgent, key: string | undefined, options: SaveOptions): Promise<SaveResult> {

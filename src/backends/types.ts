@@ -163,6 +163,9 @@ export interface StateBackend {
   /**
    * Optional: stream the history of `key` in order with bounded memory; throws `StateNotFoundError` when
    * missing, and `ConflictError` when `options.revision` is given and not the stored one (see {@link HistoryReadOptions}).
+   * A stream never mixes two saves: a backend that cannot keep streaming one revision while another process
+   * saves the key (SQLite, between its pages) throws `ConflictError` mid-stream; `loadState` and the CLI read
+   * again instead.
    */
   iterHistory?(key: string, options?: HistoryReadOptions): AsyncIterable<Message>;
   /** Optional: the header of `key` without its history; `undefined` when missing (see {@link HeaderReadOptions}). */

@@ -125,7 +125,7 @@ import { isUtf8 } from "node:buffer";
 import * as zlib from "node:zlib";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { FormatError, InvalidStateError } from "./errors.js";
-import { assertJson, checkStoredJson } from "./json.js";
+import { assertJson, checkStoredJson, setOwn } from "./json.js";
 import { isWellFormedMessage, type Message, messageSchemaFor, type Protocol } from "./messages.js";
 import { checkOptions, optionKeys } from "./options.js";
 import { normalizeFormatVersion } from "./original.js";
@@ -959,10 +959,6 @@ const KEYS: Record<"META" | "CONFIG" | "STATE", ReadonlyMap<string, [string, Kin
   CONFIG: CONFIG_KEYS,
   STATE: STATE_KEYS,
 };
-
-function setOwn(obj: Record<string, unknown>, key: string, value: unknown): void {
-  Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
-}
 
 /** Finds the end (index after the closing quote) of a JSON string literal starting at `start`. */
 function jsonStringEnd(text: string, start: number): number {

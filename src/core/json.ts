@@ -63,6 +63,22 @@ function shortPath(path: string): string {
   return path.length <= 160 ? path : `${path.slice(0, 100)}…${path.slice(-40)}`;
 }
 
+/**
+ * Sets `obj[key] = value` as an own enumerable data property, for a key that comes from data: a key
+ * named `"__proto__"` (legal JSON) stays data instead of changing `obj`'s prototype, as `JSON.parse`
+ * keeps it. Every copy of user-keyed JSON objects goes through it (or through a spread, which also
+ * defines own properties).
+ *
+ * @param obj - the object being built
+ * @param key - the property name, from data
+ * @param value - its value
+ * @example
+ * const out = {}; setOwn(out, "__proto__", 1); Object.keys(out) // ["__proto__"]
+ */
+export function setOwn(obj: object, key: string, value: unknown): void {
+  Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
 /** Appends a property name to a path: `a.b`, or `a["x y"]` when not an identifier. */
 export function joinPath(path: string, key: string | number): string {
   if (typeof key === "number") return `${path}[${key}]`;

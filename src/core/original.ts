@@ -17,6 +17,7 @@
  * @module
  */
 import { FormatError } from "./errors.js";
+import { setOwn } from "./json.js";
 import type { AgentState } from "./state.js";
 
 /**
@@ -57,10 +58,6 @@ const CONFIG: ReadonlyMap<string, string> = new Map([
   ["tool_timeout", "toolTimeout"],
   ["tool_max_workers", "toolMaxWorkers"],
 ]);
-
-function setOwn(obj: Record<string, unknown>, key: string, value: unknown): void {
-  Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
-}
 
 /**
  * True when a stored `meta` object is spelled as the original design wrote

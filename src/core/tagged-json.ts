@@ -25,19 +25,12 @@
  * @module
  */
 import { FormatError, NonJsonValueError } from "./errors.js";
-import type { JsonObject, JsonValue } from "./json.js";
+import { type JsonObject, type JsonValue, setOwn } from "./json.js";
 
 /** The key marking a tagged value. */
 export const TAG = "$dumplings";
 
 type Tagged = { [TAG]: string } & Record<string, JsonValue>;
-
-/** Sets a property, `__proto__` included (as an own data property, never the prototype). */
-function put(out: Record<string, unknown>, key: string, value: unknown): void {
-  if (key === "__proto__")
-    Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
-  else out[key] = value;
-}
 
 function isPlainObject(value: object): boolean {
   const proto = Object.getPrototypeOf(value);
@@ -109,7 +102,7 @@ export function encodeTagged(value: unknown, path: string, messageIndex?: number
         }
         seen.add(v);
         const out: JsonObject = {};
-        for (const [k, x] of Object.entries(v)) put(out, k, walk(x, `${at}.${k}`));
+        for (const [k, x] of Object.entries(v)) setOwn(out, k, walk(x, `${at}.${k}`));
         seen.delete(v);
         return Object.hasOwn(v, TAG) ? { [TAG]: "object", value: out } : out;
       }
@@ -134,7 +127,7 @@ export function decodeTagged(value: JsonValue, source: string): unknown {
     if (Array.isArray(v)) return v.map(walk);
     if (!Object.hasOwn(v, TAG)) {
       const out: Record<string, unknown> = {};
-      for (const [k, x] of Object.entries(v)) put(out, k, walk(x));
+      for (const [k, x] of Object.entries(v)) setOwn(out, k, walk(x));
       return out;
     }
     const t = v as Tagged;
@@ -166,7 +159,7 @@ export function decodeTagged(value: JsonValue, source: string): unknown {
       case "object": {
         if (t.value === null || typeof t.value !== "object" || Array.isArray(t.value)) return bad();
         const out: Record<string, unknown> = {};
-        for (const [k, x] of Object.entries(t.value)) put(out, k, walk(x));
+        for (const [k, x] of Object.entries(t.value)) setOwn(out, k, walk(x));
         return out;
       }
       default:

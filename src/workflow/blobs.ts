@@ -18,7 +18,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import path from "node:path";
-import { assertJson, isJsonObject, type JsonObject, type JsonValue } from "../core/json.js";
+import { assertJson, isJsonObject, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
 import { BlobError } from "./errors.js";
 
 /** Property name that marks a blob reference inside a stored `sharedMemory`. */
@@ -266,9 +266,9 @@ export async function internalizeBlobs(stored: JsonObject, blobs: BlobStore | un
       const text = Buffer.from(await blobs.get(ref)).toString("utf8");
       const parsed = JSON.parse(text) as JsonValue;
       assertJson(parsed, `sharedMemory.${key}`);
-      out[key] = parsed;
+      setOwn(out, key, parsed);
     } else {
-      out[key] = value;
+      setOwn(out, key, value); // a key named "__proto__" is data
     }
   }
   return out;

@@ -24,7 +24,7 @@
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { InvalidOptionError } from "../core/errors.js";
-import { assertJson, type JsonObject, type JsonValue } from "../core/json.js";
+import { assertJson, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
   NodeFailedError,
@@ -652,8 +652,7 @@ function merge(memory: JsonObject, updates: Record<string, JsonValue | undefined
   const out: JsonObject = { ...memory };
   for (const [k, v] of Object.entries(updates)) {
     if (v === undefined) delete out[k];
-    // defineProperty: a key named "__proto__" is data, never a prototype change
-    else Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+    else setOwn(out, k, v); // a key named "__proto__" is data, never a prototype change
   }
   return out;
 }

@@ -66,12 +66,24 @@ export const JsonValueSchema: z.ZodType<JsonValue> = z.custom<JsonValue>((v) => 
 /**
  * A JSON object (zod), the default shape of `sharedMemory`. A property whose value is `undefined` is
  * accepted and left out of the snapshot (as `JSON.stringify` and `assertJson` treat it), at any depth:
- * a first run and its replay (which reads the snapshot back) see the same state.
+ * a first run and its replay (which reads the snapshot back) see the same state. Checked in place: the
+ * parsed value is the object given (zod's `z.record` would rebuild it by assignment, and a key named
+ * `"__proto__"`, legal JSON, would set the copy's prototype instead of being kept). An offending value
+ * is reported at its top-level key, as `z.record` did.
  */
-export const JsonObjectSchema: z.ZodType<JsonObject> = z.record(
-  z.string(),
-  JsonValueSchema.optional(),
-) as z.ZodType<JsonObject>;
+export const JsonObjectSchema: z.ZodType<JsonObject> = z
+  .custom<JsonObject>((v) => {
+    if (v === null || typeof v !== "object" || Array.isArray(v)) return false;
+    const proto = Object.getPrototypeOf(v);
+    return proto === Object.prototype || proto === null;
+  }, "expected a JSON object")
+  .superRefine((v, ctx) => {
+    for (const key of Object.keys(v)) {
+      const child = (v as Record<string, unknown>)[key];
+      if (child !== undefined && !isJsonValue(child))
+        ctx.addIssue({ code: "custom", message: "not a JSON value", path: [key] });
+    }
+  });
 
 /** One tool execution record kept in `historyRecords`. */
 export const HistoryRecordSchema = z.strictObject({

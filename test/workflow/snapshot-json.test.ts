@@ -52,6 +52,31 @@ describe("checkpoint snapshot text", () => {
     }
   });
 
+  it('keeps sharedMemory keys named "__proto__" as data, at the top and below, through save and load', async () => {
+    const tmp = tempDir("snapshot-proto");
+    const cold = new SqliteColdStore({ path: path.join(tmp.dir, "c.db") });
+    const store = await CheckpointStore.open({ cold });
+    try {
+      // JSON.parse makes "__proto__" an own data property (an object literal would set the prototype).
+      const sharedMemory = JSON.parse('{"__proto__":{"polluted":true},"counts":{"__proto__":2,"the":5}}');
+      const state = createWorkflowState({ workflowId: "p", sharedMemory, now: 5 });
+      const text = JSON.stringify(sharedMemory);
+      const saved = await store.save(state, { expectedStep: null });
+      expect(JSON.stringify(saved.sharedMemory)).toBe(text);
+      const loaded = await store.loadLatest("p");
+      expect(JSON.stringify(loaded?.sharedMemory)).toBe(text);
+      expect(Object.getPrototypeOf(loaded?.sharedMemory)).toBe(Object.prototype);
+      expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+      // A value JSON cannot carry is still refused by the schema, at its key.
+      const bad = WorkflowStateSchema.safeParse({ ...state, sharedMemory: { ok: 1, when: new Date(0) } });
+      expect(bad.success).toBe(false);
+      expect(bad.error?.issues.map((x) => x.path.join("."))).toEqual(["sharedMemory.when"]);
+    } finally {
+      await store.close();
+      tmp.cleanup();
+    }
+  });
+
   it.skipIf(redisSkip !== undefined)(
     "a large state, serialised in pieces, is JSON.stringify's text in SQLite (as TEXT) and in the hot tier",
     async () => {

@@ -195,13 +195,17 @@ export function parseRedisUrl(url: unknown, source?: string): RedisTarget {
 }
 
 /**
- * Bounds a promise by `ms`: it rejects with a plain error after that long
- * (the caller maps it), and the timer never outlives the promise.
+ * Bounds a command's promise by `ms` (the `commandTimeoutMs` option): it rejects with a plain error
+ * after that long, naming the option to raise (the caller maps it), and the timer never outlives the
+ * promise.
  */
 export function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer from Redis within ${ms} ms`)), ms);
+    timer = setTimeout(
+      () => reject(new Error(`no answer from Redis within ${ms} ms (commandTimeoutMs: raise it for large writes)`)),
+      ms,
+    );
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

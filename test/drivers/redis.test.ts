@@ -13,6 +13,7 @@ import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { RedisBackend } from "../../src/backends/redis.js";
 import { BackendError, InvalidOptionError } from "../../src/core/errors.js";
+import { withTimeout } from "../../src/drivers/redis.js";
 import type { Journal } from "../../src/durable/journal.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { RedisRunStream } from "../../src/durable/stream.js";
@@ -123,6 +124,14 @@ describe("Redis connection options: one vocabulary, one error", () => {
       new DurableQueue({ journal: noJournal, redisUrl: DEAD, url: DEAD }),
     ];
     for (const c of same) await c.close();
+  });
+});
+
+describe("a command Redis does not answer in time", () => {
+  it("fails after commandTimeoutMs with a message naming the option to raise", async () => {
+    const never = new Promise<never>(() => {});
+    await expect(withTimeout(never, 20)).rejects.toThrow(/within 20 ms \(commandTimeoutMs: raise it/);
+    expect(await withTimeout(Promise.resolve(7), 20)).toBe(7);
   });
 });
 

@@ -125,7 +125,7 @@ import { isUtf8 } from "node:buffer";
 import * as zlib from "node:zlib";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { FormatError, InvalidStateError } from "./errors.js";
-import { assertJson, checkStoredJson, setOwn } from "./json.js";
+import { assertJson, checkStoredJson, isWrittenJson, setOwn } from "./json.js";
 import { isWellFormedMessage, type Message, messageSchemaFor, type Protocol } from "./messages.js";
 import { checkOptions, optionKeys } from "./options.js";
 import { normalizeFormatVersion } from "./original.js";
@@ -376,7 +376,8 @@ function parseMeta(meta: unknown, label: string): StateMeta {
 
 /**
  * `AgentRuntimeStateSchema.parse(st)` without zod when its values are plainly what the schema
- * accepts (see {@link plainJson}); anything else is left to the schema, which reports it.
+ * accepts ({@link isWrittenJson}, the fields check's own fast walk); anything else is left to the
+ * schema, which reports it.
  * The returned `fields` is the caller's object (callers keep the caller's own anyway).
  */
 function parseRuntimeState(st: unknown, label: string): AgentState["state"] {
@@ -389,7 +390,7 @@ function parseRuntimeState(st: unknown, label: string): AgentState["state"] {
       typeof fields === "object" &&
       fields !== null &&
       !Array.isArray(fields) &&
-      plainJson(fields, 1)
+      isWrittenJson(fields)
     ) {
       return { currentTaskId, hooks: hooks.slice() as string[], fields: fields as AgentState["state"]["fields"] };
     }
@@ -397,41 +398,6 @@ function parseRuntimeState(st: unknown, label: string): AgentState["state"] {
   const s = AgentRuntimeStateSchema.safeParse(st);
   if (!s.success) throw issueError(s.error, "state", label);
   return s.data;
-}
-
-/**
- * True when `v` is a JSON value the `[STATE]` fields schema (a record of JSON values) surely accepts:
- * null, a boolean, a finite number, a string, an array without holes, or an object whose prototype
- * is `Object.prototype` or null, with no own `constructor` or symbol key and no `undefined` value
- * (which the schema refuses), each value such a value, at most 512 levels deep. False means "not
- * sure": the schema decides.
- */
-function plainJson(v: unknown, depth: number): boolean {
-  switch (typeof v) {
-    case "string":
-    case "boolean":
-      return true;
-    case "number":
-      return Number.isFinite(v);
-    case "object": {
-      if (v === null) return true;
-      if (depth > 512) return false;
-      if (Array.isArray(v)) {
-        for (let i = 0; i < v.length; i++) if (!(i in v) || !plainJson(v[i], depth + 1)) return false;
-        return true;
-      }
-      const proto = Object.getPrototypeOf(v);
-      if (proto !== Object.prototype && proto !== null) return false;
-      if (Object.hasOwn(v, "constructor") || Object.getOwnPropertySymbols(v).length > 0) return false;
-      for (const key in v) {
-        if (!Object.hasOwn(v, key)) return false;
-        if (!plainJson((v as Record<string, unknown>)[key], depth + 1)) return false;
-      }
-      return true;
-    }
-    default:
-      return false;
-  }
 }
 
 function issueError(

@@ -243,6 +243,19 @@ export function isStoredJson(value: unknown, baseDepth = 0): boolean {
 }
 
 /**
+ * True when {@link assertJson} surely accepts `value` (about to be written): the same walk, without
+ * a key stack or cycle set, and false for anything it would have to look at closely (`-0`, a hole, a
+ * symbol key, nesting past {@link MAX_JSON_DEPTH}). False means "let assertJson decide".
+ *
+ * @param value - the value
+ * @example
+ * isWrittenJson({ a: [1, "x"], b: undefined }) // true (JSON.stringify leaves b out)
+ */
+export function isWrittenJson(value: unknown): boolean {
+  return isJsonFast(value, 1, true);
+}
+
+/**
  * Checks a value read from a store (usually just produced by `JSON.parse`) by
  * the read rule of this module, and normalises `-0` to `0` in place: after it
  * returns, `assertJson` accepts the value, so a loaded state can be saved again.

@@ -28,7 +28,6 @@ import {
   jsonColumn,
   type LeaseResult,
   leaseMs,
-  outputColumn,
   type RunPatch,
   type RunStatus,
   type StepRecord,
@@ -37,7 +36,7 @@ import {
   type UpdateRunResult,
   type WriteStepOptions,
 } from "./journal.js";
-import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations, stepRecordValues } from "./journal-sql.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_POSTGRES_OPTIONS = optionKeys<PostgresJournalOptions>({
@@ -321,22 +320,8 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
     if (!Number.isInteger(seq) || seq < 0 || !Number.isSafeInteger(token)) {
       return super.writeStep(token, record, options);
     }
-    const output = outputColumn(record);
     const statement = this.named(sync ? "step" : "step-unsynced", () => stepWriteSql(this.t, this.pg.nowMs, sync));
-    const values = [
-      runId,
-      seq,
-      record.name,
-      record.inputHash,
-      record.status,
-      output,
-      record.error === undefined ? null : JSON.stringify(record.error),
-      record.attempt,
-      record.startedAt,
-      record.finishedAt ?? null,
-      token,
-      `step_${record.status}`,
-    ];
+    const values = [...stepRecordValues(token, record), `step_${record.status}`];
     let row: Record<string, unknown> | undefined;
     try {
       row = (

@@ -236,6 +236,29 @@ function requireToken(runId: string, token: number, row: Row | undefined): Row {
  * const journal = new SqlJournal(driver);
  * await journal.createRun({ runId: "r1", workflow: "agent", input: { q: "hi" } });
  */
+/**
+ * @internal The parameters `$1`…`$11` of a step record's row, in the column order every SQL step
+ * statement uses: run id, seq, name, input hash, status, output text, error text, attempt, started
+ * at, finished at (ms), fencing token.
+ *
+ * @throws {NonJsonValueError} when the output is not JSON
+ */
+export function stepRecordValues(token: number, record: StepRecord): unknown[] {
+  return [
+    record.runId,
+    record.seq,
+    record.name,
+    record.inputHash,
+    record.status,
+    outputColumn(record),
+    record.error === undefined ? null : JSON.stringify(record.error),
+    record.attempt,
+    record.startedAt,
+    record.finishedAt ?? null,
+    token,
+  ];
+}
+
 export class SqlJournal implements Journal {
   /** The driver's name (`sqlite`, `postgres`), used in messages. */
   readonly name: string;
@@ -478,8 +501,7 @@ export class SqlJournal implements Journal {
    */
   async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
-    const output = outputColumn(record);
-    const error = record.error === undefined ? null : JSON.stringify(record.error);
+    const values = stepRecordValues(token, record);
     const { runId } = record;
     const label = what("write a step of", runId);
     if (this.driver.syncTransaction) {
@@ -487,36 +509,18 @@ export class SqlJournal implements Journal {
       await this.driver.syncTransaction(
         label,
         runId,
-        (run) => runSync(this.stepStatements(token, record, output, error), run),
+        (run) => runSync(this.stepStatements(token, record, values), run),
         sync,
       );
       return;
     }
-    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, output, error), query));
+    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, values), query));
   }
 
   /** The statements of {@link writeStep}'s transaction, as a {@link SqlSteps} body. */
-  private *stepStatements(
-    token: number,
-    record: StepRecord,
-    output: string | null,
-    error: string | null,
-  ): SqlSteps<void> {
+  private *stepStatements(token: number, record: StepRecord, values: unknown[]): SqlSteps<void> {
     const { runId, seq } = record;
     const valid = Number.isInteger(seq) && seq >= 0;
-    const values = [
-      runId,
-      seq,
-      record.name,
-      record.inputHash,
-      record.status,
-      output,
-      error,
-      record.attempt,
-      record.startedAt,
-      record.finishedAt ?? null,
-      token,
-    ];
     const event: Partial<JournalEvent> = { seq, name: record.name, attempt: record.attempt, fencingToken: token };
     const type: JournalEventType = `step_${record.status}`;
     let counted: number | undefined;

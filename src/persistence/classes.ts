@@ -179,6 +179,12 @@ function packageRootOf(dir: string): string | undefined {
   return root ?? undefined;
 }
 
+/** The file a `file:` URL or an absolute path names, or undefined for anything else (a package specifier). */
+function moduleFile(moduleUrl: string): string | undefined {
+  if (moduleUrl.startsWith("file:")) return fileURLToPath(moduleUrl);
+  return path.isAbsolute(moduleUrl) ? moduleUrl : undefined;
+}
+
 /** `./rel` or `../rel`: `file` relative to `base`, POSIX separators. */
 function relativeModule(base: string, file: string): string {
   const rel = toPosix(path.relative(base, file));
@@ -207,9 +213,7 @@ export function savedModuleName(moduleUrl: string): string {
   if (typeof moduleUrl !== "string" || moduleUrl === "") {
     throw new RegistrationError(String(moduleUrl), "a module URL is required: pass import.meta.url");
   }
-  let file: string | undefined;
-  if (moduleUrl.startsWith("file:")) file = fileURLToPath(moduleUrl);
-  else if (path.isAbsolute(moduleUrl)) file = moduleUrl;
+  const file = moduleFile(moduleUrl);
   if (file !== undefined) return relativeModule(packageRootOf(path.dirname(file)) ?? process.cwd(), file);
   if (moduleUrl.startsWith("./") || moduleUrl.startsWith("../")) return moduleUrl;
   if (!PACKAGE_SPECIFIER.test(moduleUrl)) {
@@ -232,9 +236,7 @@ function splitName(name: string): { module: string; exportName: string } | undef
  * differs from {@link savedModuleName}'s; undefined otherwise.
  */
 function legacyName(moduleUrl: string, name: string): string | undefined {
-  let file: string | undefined;
-  if (moduleUrl.startsWith("file:")) file = fileURLToPath(moduleUrl);
-  else if (path.isAbsolute(moduleUrl)) file = moduleUrl;
+  const file = moduleFile(moduleUrl);
   if (file === undefined) return undefined;
   const legacy = `${relativeModule(process.cwd(), file)}${name.slice(name.lastIndexOf(":"))}`;
   return legacy === name ? undefined : legacy;

@@ -5,8 +5,9 @@
  * Layout, per session key `k` under the key prefix `p` (default `duas:`):
  * - `p` + `k` — a HASH, the header: `fmt` (storage format, `"1"`), `meta`,
  *   `config`, `state` (JSON text), `rev` (revision), `count` (history length),
- *   `gen` (bumped by every full history rewrite), `tail` (digest of the last
- *   message's JSON);
+ *   `gen` (the revision of the last full history rewrite: a history deleted
+ *   and saved again never reuses one, as a stream checks), `tail` (digest of
+ *   the last message's JSON);
  * - `p` + `k` + `/history` — a LIST, one history message per element.
  *   `/` is refused in state keys, so a history list can never collide with the
  *   header of another key (a `:history` suffix could: key `a:history`).
@@ -179,13 +180,14 @@ if ARGV[2] ~= '1' and exp ~= '' then
 end
 local base = tonumber(ARGV[3])
 local gen = h[3] and tonumber(h[3]) or 0
+local rewrite = false
 if base >= 0 then
   local count = h[2] and tonumber(h[2]) or -1
   if rev == nil or count ~= base then return {'full'} end
   if base > 0 and h[4] ~= ARGV[10] then return {'full'} end
 else
   redis.call('DEL', KEYS[2])
-  gen = gen + 1
+  rewrite = true
 end
 for i = 12, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
@@ -196,6 +198,7 @@ if rev then newrev = rev + 1 else
   floor = tonumber(redis.call('GET', KEYS[3])) or 0
   newrev = floor + 1
 end
+if rewrite then gen = newrev end
 redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4],
   'rev', newrev, 'count', ARGV[7], 'gen', gen, 'tail', ARGV[11])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end

@@ -58,7 +58,10 @@
  * `SQLITE_BUSY` on lock upgrade (the fault of LangGraph issue #8136). A write
  * still blocked after the timeout is a {@link SQLiteBusyError} (`retryable`),
  * with nothing written. Reads run in a (deferred) transaction so a header and
- * its messages come from one snapshot.
+ * its messages come from one snapshot. A history stream (`iterHistory`) longer
+ * than one page reads its pages through a second, read-only connection that
+ * holds one read transaction (a WAL snapshot) until the stream ends, so saves
+ * of any process meanwhile never change it; the schema is unchanged.
  *
  * Durability: `synchronous = NORMAL` in WAL (the usual choice): a committed
  * save survives a crash or `kill -9` of the process; after a power loss or OS
@@ -229,6 +232,90 @@ interface Statements {
 /** A session's number in `messages` ids; null on a legacy row (which has no message rows). */
 type Sid = number | null;
 
+type HeadMetaRow = HeadRow & { meta: string };
+/** The first read of a history stream: the head and the first page, from one snapshot. */
+interface FirstPage {
+  head: HeadMetaRow | undefined;
+  rows: [number, Body][];
+}
+
+/**
+ * A database no other process can reach (in memory, or a private temporary file): the saves of
+ * this process that replace messages of a key (a rewrite, a truncation, a delete) while a history
+ * stream of that key is open. Such a database has no second connection to hold a snapshot on:
+ * its streams read each page anew and go on past a save only when none of these happened
+ * (appends only), else throw `ConflictError`. One per database object (every backend on it).
+ */
+class RewriteWatch {
+  readonly #keys = new Map<string, { streams: number; rewrites: number }>();
+
+  /** Starts watching `key` for a stream; returns the entry whose `rewrites` the stream compares. */
+  watch(key: string): { streams: number; rewrites: number } {
+    let entry = this.#keys.get(key);
+    if (entry === undefined) {
+      entry = { streams: 0, rewrites: 0 };
+      this.#keys.set(key, entry);
+    }
+    entry.streams++;
+    return entry;
+  }
+
+  /** A stream of `key` ended. */
+  unwatch(key: string, entry: { streams: number }): void {
+    if (--entry.streams === 0 && this.#keys.get(key) === entry) this.#keys.delete(key);
+  }
+
+  /** A save replaced (or a delete removed) stored messages of `key`: its open streams must not go on past it. */
+  replaced(key: string): void {
+    const entry = this.#keys.get(key);
+    if (entry !== undefined) entry.rewrites++;
+  }
+}
+
+/** The {@link RewriteWatch} of each private database (in memory or temporary) open in this process. */
+const rewriteWatches = new WeakMap<BetterSqlite3.Database, RewriteWatch>();
+
+/** A read-only connection of the file for history streams (see `SqliteDriver.openReader`), with its statements. */
+interface Reader {
+  db: BetterSqlite3.Database;
+  headMeta: BetterSqlite3.Statement<[string], HeadMetaRow>;
+  page: BetterSqlite3.Statement<[Sid, number, Sid, number], [number, Body]>;
+}
+
+/** What an unfinished history stream holds, released when it ends, by the backend's `close()`, or when it is garbage-collected. */
+interface StreamHold {
+  /** The open streams' holds of the backend (those holding a snapshot connection). */
+  readonly owner: Set<StreamHold>;
+  /**
+   * The reader whose read transaction is the stream's snapshot, from which it reads its pages
+   * (a history of more than one page, in a file in WAL mode).
+   */
+  snapshot?: Reader;
+  /** The stream's entry in its private database's {@link RewriteWatch}, and its `rewrites` as the stream started. */
+  watch?: { log: RewriteWatch; key: string; entry: { streams: number; rewrites: number }; seen: number };
+}
+
+/**
+ * Ends a stream's snapshot and its watch (idempotent). The reader is closed, unless `keep` takes it
+ * (its transaction ended) for another stream.
+ */
+function release(hold: StreamHold, keep?: (reader: Reader) => boolean): void {
+  hold.owner.delete(hold);
+  abandonedStreams.unregister(hold);
+  const snapshot = hold.snapshot;
+  hold.snapshot = undefined;
+  if (snapshot?.db.open && !keep?.(snapshot)) snapshot.db.close();
+  const watch = hold.watch;
+  hold.watch = undefined;
+  if (watch !== undefined) watch.log.unwatch(watch.key, watch.entry);
+}
+
+/**
+ * A stream dropped unfinished (neither read to its end nor `return()`ed) would hold its snapshot,
+ * and so keep the WAL from being reset, until the backend closes: released when it is garbage-collected.
+ */
+const abandonedStreams = new FinalizationRegistry<StreamHold>(release);
+
 const PAGE_SIZE = 512;
 
 /**
@@ -306,6 +393,7 @@ export class SQLiteBackend implements StateBackend {
   readonly #compressMinBytes: number;
   readonly #writeTx: BetterSqlite3.Transaction<(args: WriteArgs) => WriteResult>;
   readonly #readTx: BetterSqlite3.Transaction<(key: string) => { row: SessionRow; bodies: Body[] } | undefined>;
+  readonly #firstPageTx: BetterSqlite3.Transaction<(key: string) => FirstPage>;
   readonly #pageTx: BetterSqlite3.Transaction<
     (key: string, from: number, to: number) => { head: HeadRow | undefined; rows: [number, Body][] }
   >;
@@ -321,6 +409,12 @@ export class SQLiteBackend implements StateBackend {
   readonly #configs = new ConfigMemo();
   /** Per key: the JSON text of the `state` part stored at a revision (an unchanged one is not rewritten). Bounded. */
   readonly #states = new Map<string, { revision: number; text: string }>();
+  /** History streams holding a snapshot connection, closed by `close()`. */
+  readonly #streams = new Set<StreamHold>();
+  /** A reader no stream uses now, kept (without a transaction) for the next stream, closed by `close()`. */
+  #idleReader: Reader | undefined;
+  /** A private database's (in memory or temporary) saves that replace messages while a stream reads them. */
+  readonly #watch: RewriteWatch | undefined;
 
   /**
    * Opens (creating or migrating when needed) the database.
@@ -350,12 +444,21 @@ export class SQLiteBackend implements StateBackend {
     this.storeId = sqliteIdentity(db);
     this.#db = db;
     this.#s = prepare(db);
+    if (db.memory || db.name === "") {
+      let watch = rewriteWatches.get(db);
+      if (watch === undefined) {
+        watch = new RewriteWatch();
+        rewriteWatches.set(db, watch);
+      }
+      this.#watch = watch;
+    }
     this.#writeTx = db.transaction((args: WriteArgs) => this.#writeInTx(args));
     this.#readTx = db.transaction((key: string) => {
       const row = originalRow(this.#s.row.get(key), key, this.dbPath);
       if (!row) return undefined;
       return { row, bodies: row.message_count === null ? [] : this.#s.bodies.all(row.sid, row.sid, row.message_count) };
     });
+    this.#firstPageTx = db.transaction((key: string) => firstPage(this.#s, key));
     this.#pageTx = db.transaction((key: string, from: number, to: number) => {
       const head = this.#s.head.get(key);
       return { head, rows: head ? this.#s.page.all(head.sid, from, head.sid, to) : [] };
@@ -363,6 +466,7 @@ export class SQLiteBackend implements StateBackend {
     this.#deleteTx = db.transaction((key: string) => {
       const head = this.#s.head.get(key);
       if (!head) return false;
+      this.#watch?.replaced(key);
       this.#s.deleteMessages.run(head.sid, head.sid);
       this.#s.deleteParts.run(key);
       this.#s.deleteSession.run(key);
@@ -373,6 +477,7 @@ export class SQLiteBackend implements StateBackend {
       const old = this.#s.older.all(cutoff);
       let floor = 0;
       for (const { key, revision, sid } of old) {
+        this.#watch?.replaced(key);
         this.#s.deleteMessages.run(sid, sid);
         this.#s.deleteParts.run(key);
         this.#s.deleteSession.run(key);
@@ -494,55 +599,174 @@ export class SQLiteBackend implements StateBackend {
 
   /**
    * Streams the history of `key` in pages of 512 messages: memory stays bounded
-   * whatever the history's size.
+   * whatever the history's size. The stream is the history as stored when it
+   * started: saves made meanwhile, by this process or another, are not seen.
+   * A history of one page is read in one transaction; a longer one from a
+   * snapshot, a second read-only connection in a read transaction held until
+   * the stream ends (WAL readers never block writers, but the WAL cannot be
+   * reset past an open snapshot while other processes keep saving: read the
+   * stream to its end, or `break`/`return()` it, rather than leaving it
+   * unfinished; an unfinished stream that is garbage-collected, or `close()`,
+   * releases its snapshot). The connection is kept, idle, for the next stream.
+   *
+   * Without a second connection to hold a snapshot on, each page is read
+   * anew, and the stream goes on past a save only when it can tell that the
+   * save did not replace the history: in a database in memory (or a private
+   * temporary one), which only this process writes, a save that appended is
+   * not seen, and one that replaced the history (a rewrite, a truncation) or
+   * a delete makes the stream throw `ConflictError`; in an injected database
+   * not in WAL mode (where a held read would block every writer), any save
+   * between pages does. A stream never mixes two histories.
    *
    * @param key - state key
    * @param options - `revision`: the stored revision the stream must be (see {@link HistoryReadOptions})
+   * @returns the messages in order
    * @throws {StateNotFoundError} when nothing is stored under `key`
-   * @throws {ConflictError} when `options.revision` is not the stored revision as the stream starts, or the
-   *   session is written or deleted while being iterated (no mixed histories)
+   * @throws {ConflictError} when `options.revision` is not the stored revision as the stream starts, or (only
+   *   without a snapshot, see above) the history is replaced or deleted while being iterated
    * @throws {FormatError} when a stored message is corrupt
+   * @throws {BackendError} when the driver fails, or the backend is closed before the stream ends
+   * @example
+   * for await (const message of backend.iterHistory("support-42")) console.log(message.role);
    */
-  async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
-    checkHistoryReadOptions(this.name, options);
-    validateKey(key);
-    const what = `cannot read history of ${JSON.stringify(key)}`;
-    const head = await this.#driver.serialize(what, key, () =>
-      this.#run(what, key, () => originalRow(this.#s.headMeta.get(key), key, this.dbPath), true),
-    );
-    if (!head) throw new StateNotFoundError(key, this.name);
-    if (options.revision !== undefined && options.revision !== head.revision) {
-      throw new ConflictError(key, options.revision, head.revision, this.name);
-    }
-    // The messages are checked against the protocol's schema, as a load checks them (the meta row is small).
-    const protocol = (this.#headerParts(key, { ...head, config: "{}", state: "{}", history: null })[0] as StateMeta)
-      .protocol;
-    if (head.message_count === null) {
-      const found = await this.#driver.serialize(what, key, () => this.#read(key, true));
-      if (!found) throw new StateNotFoundError(key, this.name);
-      yield* found.state.history;
-      return;
-    }
-    const total = head.message_count;
-    for (let from = 0; from < total; from += PAGE_SIZE) {
-      const to = Math.min(total, from + PAGE_SIZE);
-      const page = await this.#driver.serialize(what, key, () =>
-        this.#run(what, key, () => this.#pageTx(key, from, to), true),
+  iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
+    const hold: StreamHold = { owner: this.#streams };
+    const stream = this.#stream(key, options, hold);
+    abandonedStreams.register(stream, hold, hold);
+    return stream;
+  }
+
+  async *#stream(key: string, options: HistoryReadOptions, hold: StreamHold): AsyncGenerator<Message> {
+    try {
+      checkHistoryReadOptions(this.name, options);
+      validateKey(key);
+      const what = `cannot read history of ${JSON.stringify(key)}`;
+      // The head and the first page in one read transaction: a history of one page is one snapshot.
+      let first = await this.#driver.serialize(what, key, () =>
+        this.#run(
+          what,
+          key,
+          () => {
+            if (this.#watch !== undefined) {
+              const entry = this.#watch.watch(key);
+              hold.watch = { log: this.#watch, key, entry, seen: entry.rewrites };
+            }
+            return this.#firstPageTx(key);
+          },
+          true,
+        ),
       );
-      if (page.head?.revision !== head.revision) {
+      const count = first.head?.message_count;
+      if (first.head !== undefined && typeof count === "number" && count > PAGE_SIZE) {
+        // The other pages come from a snapshot taken now. Saved meanwhile (nothing returned yet): start from it.
+        const snapshot = this.#reader(what, key);
+        if (snapshot !== undefined) {
+          hold.snapshot = snapshot;
+          this.#streams.add(hold);
+          const again = this.#run(
+            what,
+            key,
+            () => {
+              snapshot.db.exec("BEGIN");
+              return snapshot.headMeta.get(key);
+            },
+            true,
+          );
+          if (again?.revision !== first.head.revision) {
+            first = this.#run(what, key, () => firstPage(snapshot, key), true);
+          }
+        }
+      }
+      const head = originalRow(first.head, key, this.dbPath);
+      if (!head) throw new StateNotFoundError(key, this.name);
+      if (options.revision !== undefined && options.revision !== head.revision) {
+        throw new ConflictError(key, options.revision, head.revision, this.name);
+      }
+      // The messages are checked against the protocol's schema, as a load checks them (the meta row is small).
+      const protocol = (this.#headerParts(key, { ...head, config: "{}", state: "{}", history: null })[0] as StateMeta)
+        .protocol;
+      if (head.message_count === null) {
+        const found = await this.#driver.serialize(what, key, () => this.#read(key, true));
+        if (!found) throw new StateNotFoundError(key, this.name);
+        yield* found.state.history;
+        return;
+      }
+      const total = head.message_count;
+      let rows = first.rows;
+      for (let from = 0; from < total; from += PAGE_SIZE) {
+        const to = Math.min(total, from + PAGE_SIZE);
+        if (from > 0) rows = await this.#nextPage(what, key, head, from, to, hold);
+        if (rows.length !== to - from) {
+          throw new FormatError(`stored history of key ${JSON.stringify(key)} is missing messages ${from}..${to - 1}`, {
+            file: this.dbPath,
+          });
+        }
+        for (let i = 0; i < rows.length; i++) {
+          const [seq, body] = rows[i] as [number, Body];
+          if (seq !== from + i) throw this.#corrupt(key, `message ${from + i} is missing`);
+          yield this.#decodeMessage(key, seq, body, protocol);
+        }
+      }
+    } finally {
+      release(hold, (reader) => this.#keepReader(reader));
+    }
+  }
+
+  /** The idle reader, or a new one (undefined when the file cannot hold a snapshot: see `SqliteDriver.openReader`). */
+  #reader(what: string, key: string): Reader | undefined {
+    const idle = this.#idleReader;
+    this.#idleReader = undefined;
+    if (idle?.db.open) return idle;
+    const db = this.#driver.openReader(what, key);
+    if (db === undefined) return undefined;
+    try {
+      return { db, headMeta: db.prepare(HEAD_META_SQL), page: db.prepare(PAGE_SQL).raw() } as Reader;
+    } catch (cause) {
+      db.close();
+      throw this.#driver.error(cause, what, key);
+    }
+  }
+
+  /** Keeps the reader of an ended stream for the next one (its transaction ended), unless one is kept already. */
+  #keepReader(reader: Reader): boolean {
+    if (this.#idleReader !== undefined || !this.#db.open) return false;
+    try {
+      if (reader.db.inTransaction) reader.db.exec("ROLLBACK");
+    } catch {
+      return false;
+    }
+    this.#idleReader = reader;
+    return true;
+  }
+
+  /**
+   * Messages `from` to `to - 1` of the history a stream started on (`head`): from its snapshot, or,
+   * without one, read anew, when the session is still at that revision or was only appended to.
+   */
+  async #nextPage(
+    what: string,
+    key: string,
+    head: HeadRow,
+    from: number,
+    to: number,
+    hold: StreamHold,
+  ): Promise<[number, Body][]> {
+    const snapshot = hold.snapshot;
+    if (snapshot !== undefined) {
+      if (!snapshot.db.open) throw new BackendError(this.name, `${what}: the database is closed`, { key });
+      return this.#run(what, key, () => snapshot.page.all(head.sid, from, head.sid, to), true);
+    }
+    const page = await this.#driver.serialize(what, key, () =>
+      this.#run(what, key, () => this.#pageTx(key, from, to), true),
+    );
+    if (page.head?.revision !== head.revision) {
+      // Saved meanwhile: go on only past appends, which a private database's watch tells apart.
+      const watch = hold.watch;
+      if (page.head === undefined || watch === undefined || watch.entry.rewrites !== watch.seen) {
         throw new ConflictError(key, head.revision, page.head?.revision ?? null, this.name);
       }
-      if (page.rows.length !== to - from) {
-        throw new FormatError(`stored history of key ${JSON.stringify(key)} is missing messages ${from}..${to - 1}`, {
-          file: this.dbPath,
-        });
-      }
-      for (let i = 0; i < page.rows.length; i++) {
-        const [seq, body] = page.rows[i] as [number, Body];
-        if (seq !== from + i) throw this.#corrupt(key, `message ${from + i} is missing`);
-        yield this.#decodeMessage(key, seq, body, protocol);
-      }
     }
+    return page.rows;
   }
 
   /**
@@ -578,8 +802,14 @@ export class SQLiteBackend implements StateBackend {
     });
   }
 
-  /** Closes the connection (idempotent). Later calls fail with {@link BackendError}. */
+  /**
+   * Closes the connection and the snapshots of unfinished history streams (idempotent). Later calls,
+   * and the next message asked of such a stream, fail with {@link BackendError}.
+   */
   close(): void {
+    for (const hold of [...this.#streams]) release(hold);
+    if (this.#idleReader?.db.open) this.#idleReader.db.close();
+    this.#idleReader = undefined;
     this.#driver.closeSync();
   }
 
@@ -833,10 +1063,14 @@ export class SQLiteBackend implements StateBackend {
     }
     let written: number;
     if (append && head) {
-      if ((head.message_count as number) > a.from) s.deleteFrom.run(sid, a.from, sid);
+      if ((head.message_count as number) > a.from) {
+        this.#watch?.replaced(a.key);
+        s.deleteFrom.run(sid, a.from, sid);
+      }
       for (let i = 0; i < a.bodies.length; i++) s.insert.run(sid, a.from + i, a.bodies[i] as Body);
       written = a.bodies.length;
     } else {
+      this.#watch?.replaced(a.key);
       s.deleteMessages.run(sid, sid); // a new number's range is empty: one seek
       const all = a.from === 0 ? a.bodies : [...this.#encodeRange(a.history, 0, a.from), ...a.bodies];
       for (let i = 0; i < all.length; i++) s.insert.run(sid, i, all[i] as Body);
@@ -956,13 +1190,36 @@ function splitLegacyHistory(text: string): string[] {
   return text.split("\n").filter((line) => line.trim() !== "");
 }
 
+/** A session's head with its meta (the history stream's first read). */
+const HEAD_META_SQL = "SELECT revision, message_count, sid, meta FROM sessions WHERE key = ?";
+/** (sid, from, sid, to): the `[seq, body]` rows of messages `from` to `to - 1` (see `prepare`). */
+const PAGE_SQL =
+  "SELECT id & 4294967295, body FROM messages WHERE id >= ((? << 32) | ?) AND id < ((? << 32) | ?) ORDER BY id";
+
+/** The head of `key` and its first page (at most `PAGE_SIZE` messages), through one connection's statements. */
+function firstPage(
+  s: {
+    headMeta: BetterSqlite3.Statement<[string], HeadMetaRow>;
+    page: BetterSqlite3.Statement<[Sid, number, Sid, number], [number, Body]>;
+  },
+  key: string,
+): FirstPage {
+  const head = s.headMeta.get(key);
+  const count = head?.message_count;
+  const rows =
+    head !== undefined && typeof count === "number" && count > 0
+      ? s.page.all(head.sid, 0, head.sid, Math.min(count, PAGE_SIZE))
+      : [];
+  return { head, rows };
+}
+
 function prepare(db: BetterSqlite3.Database): Statements {
   return {
     head: db.prepare("SELECT revision, message_count, sid FROM sessions WHERE key = ?"),
     writeHead: db.prepare(
       "SELECT revision, message_count, sid, config = '' AS config_apart, state = '' AS state_apart FROM sessions WHERE key = ?",
     ),
-    headMeta: db.prepare("SELECT revision, message_count, sid, meta FROM sessions WHERE key = ?"),
+    headMeta: db.prepare(HEAD_META_SQL),
     // A column holding '' means "in session_parts"; any other text (a row of an older build) is the part itself.
     row: db.prepare(
       `SELECT meta,
@@ -982,11 +1239,7 @@ function prepare(db: BetterSqlite3.Database): Statements {
         "SELECT body FROM messages WHERE id >= (? << 32) AND id < ((? << 32) | ?) ORDER BY id",
       )
       .pluck(),
-    page: db
-      .prepare<[Sid, number, Sid, number], [number, Body]>(
-        "SELECT id & 4294967295, body FROM messages WHERE id >= ((? << 32) | ?) AND id < ((? << 32) | ?) ORDER BY id",
-      )
-      .raw(),
+    page: db.prepare<[Sid, number, Sid, number], [number, Body]>(PAGE_SQL).raw(),
     bodyAt: db.prepare<[Sid, number], Body>("SELECT body FROM messages WHERE id = ((? << 32) | ?)").pluck(),
     insert: db.prepare("INSERT INTO messages (id, body) VALUES ((? << 32) | ?, ?)"),
     deleteFrom: db.prepare("DELETE FROM messages WHERE id >= ((? << 32) | ?) AND id < ((? + 1) << 32)"),

@@ -75,8 +75,7 @@ export interface HistoryReadOptions {
    * revision as the stream starts, the first `next()` throws `ConflictError`
    * (`expectedRevision` = this, `actualRevision` = the stored one) and nothing
    * is returned: read the header again. Saves made after the stream started
-   * do not change what it returns, except where a backend documents a
-   * `ConflictError` mid-stream (paged stores when a save replaces the history).
+   * do not change what it returns (see {@link StateBackend.iterHistory}).
    */
   revision?: number;
 }
@@ -163,9 +162,12 @@ export interface StateBackend {
   /**
    * Optional: stream the history of `key` in order with bounded memory; throws `StateNotFoundError` when
    * missing, and `ConflictError` when `options.revision` is given and not the stored one (see {@link HistoryReadOptions}).
-   * A stream never mixes two saves: a backend that cannot keep streaming one revision while another process
-   * saves the key (SQLite, between its pages) throws `ConflictError` mid-stream; `loadState` and the CLI read
-   * again instead.
+   * The stream is the history as stored when it started: saves that append meanwhile (a live agent's, in
+   * this process or another) change nothing. A save that replaces the history (a rewrite, a truncation) or
+   * a delete, meanwhile, is either not seen either (memory, file, SQLite and PostgreSQL read one snapshot) or makes
+   * the stream throw `ConflictError` after part of it (Redis, between its pages; SQLite in memory; and
+   * any save between pages of an injected SQLite database not in WAL mode): a stream never mixes two
+   * histories. The CLI and the inspector read again after such a `ConflictError`.
    */
   iterHistory?(key: string, options?: HistoryReadOptions): AsyncIterable<Message>;
   /** Optional: the header of `key` without its history; `undefined` when missing (see {@link HeaderReadOptions}). */

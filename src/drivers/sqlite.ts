@@ -170,6 +170,8 @@ export class SqliteDriver implements SqlDriver {
   /** The file path, `":memory:"`, or `"(injected)"`. */
   readonly path: string;
   private readonly owned: boolean;
+  /** `busy_timeout` of the connection, in ms (also given to {@link openReader}'s connections). */
+  private readonly busyTimeoutMs: number;
   private readonly statements = new Map<string, Compiled>();
   /** The file's queue key (real path), undefined in memory. */
   private file: string | undefined;
@@ -214,6 +216,7 @@ export class SqliteDriver implements SqlDriver {
     if (synchronous !== "NORMAL" && synchronous !== "FULL") {
       throw new InvalidOptionError(component, "synchronous", `must be "NORMAL" or "FULL", got ${String(synchronous)}`);
     }
+    this.busyTimeoutMs = busyTimeoutMs;
     if (o.database) {
       this.db = o.database;
       this.owned = false;
@@ -365,15 +368,18 @@ export class SqliteDriver implements SqlDriver {
    * or undefined when the connection is not in WAL mode (asked once: the mode is the file's and stays).
    */
   private relaxer(): { read: BetterSqlite3.Statement; normal: BetterSqlite3.Statement } | undefined {
-    if (this.walMode === undefined) {
-      this.walMode = String(this.db.pragma("journal_mode", { simple: true })).toLowerCase() === "wal";
-    }
-    if (!this.walMode) return undefined;
+    if (!this.inWal()) return undefined;
     this.pragmas ??= {
       read: this.db.prepare("PRAGMA synchronous").pluck(),
       normal: this.db.prepare("PRAGMA synchronous = NORMAL"),
     };
     return this.pragmas;
+  }
+
+  /** Whether the connection is in WAL mode (asked once: the mode is the file's and stays). */
+  private inWal(): boolean {
+    this.walMode ??= String(this.db.pragma("journal_mode", { simple: true })).toLowerCase() === "wal";
+    return this.walMode;
   }
 
   /** `BEGIN IMMEDIATE`, the body, `COMMIT` (`ROLLBACK` on any error), counted in {@link openTransactions}. */
@@ -445,6 +451,34 @@ export class SqliteDriver implements SqlDriver {
       const rows = stmt.all(...order.map((i) => bind(values?.[i]))) as { detail: string }[];
       return rows.map((r) => r.detail).join("\n");
     });
+  }
+
+  /**
+   * Opens a second connection to the file, read-only, for a read transaction
+   * held across awaits: after `BEGIN`, everything read through it (from its
+   * first read on) is one snapshot of the database, whatever other
+   * connections, of this process or another, commit meanwhile. In WAL mode a
+   * reader never blocks a writer, but a checkpoint cannot reset the WAL past
+   * a snapshot still open (the WAL grows with every commit meanwhile): end
+   * the transaction as soon as the reading ends.
+   *
+   * @param what - what the caller is doing, for the error's message
+   * @param key - the key being read, for the error
+   * @returns the connection (the caller closes it), or `undefined` when it
+   *   could not hold such a snapshot: a database in memory or a private
+   *   temporary one (no second connection sees it), or a file not in WAL mode
+   *   (an injected database; there a reader's lock would block every writer
+   *   until it ends)
+   * @throws {BackendError} when the database is closed or the file cannot be opened
+   */
+  openReader(what: string, key?: string): BetterSqlite3.Database | undefined {
+    if (this.closed || !this.db.open) throw new BackendError(this.name, `${what}: the database is closed`, { key });
+    if (this.file === undefined || !this.inWal()) return undefined;
+    try {
+      return new (loadBetterSqlite3())(this.file, { readonly: true, fileMustExist: true, timeout: this.busyTimeoutMs });
+    } catch (cause) {
+      throw this.error(cause, `${what}: cannot open a read connection to ${JSON.stringify(this.path)}`, key);
+    }
   }
 
   /** Closes the file when the driver opened it (an injected database is left open). Idempotent. */

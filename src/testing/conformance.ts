@@ -13,7 +13,8 @@
  * 20 concurrent saves, overwrite, deep copies; and, when the backend has the
  * optional capabilities, revisions and compare-and-set (`write`/`read`),
  * delete-then-late-write (no resurrection), O(new messages) appends with
- * `baseLength`, `force`, and streaming reads (`iterHistory`).
+ * `baseLength`, `force`, and streaming reads (`iterHistory`: the history as
+ * the stream started while saves append, never a mix when one replaces it).
  *
  * The suite imports no test runner: the caller passes its test functions as
  * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).
@@ -702,6 +703,80 @@ export function runBackendConformance<B extends StateBackend>(
               // nothing
             }
           }, InvalidOptionError);
+        }
+      });
+
+      it("a stream is the history as it started: saves appending meanwhile change nothing", async (ctx) => {
+        if (!backend.iterHistory || !backend.write) return ctx.skip("the backend has no iterHistory or write");
+        const write = backend.write.bind(backend);
+        const k = key("iter-live");
+        // Longer than one page of every built-in paged store (500, 512 and 1000 messages).
+        const h = syntheticHistory(2550, "lv");
+        let stored = 2400;
+        let revision = (await write(k, makeState(h.slice(0, stored)), { expectedRevision: null })).revision;
+        const got: Message[] = [];
+        // A live agent saves (appends) before the second message, and again past the first and second pages.
+        for await (const m of backend.iterHistory(k)) {
+          got.push(m);
+          if (got.length === 1 || got.length === 1100 || got.length === 2100) {
+            const written = await write(k, makeState(h.slice(0, stored + 50)), {
+              expectedRevision: revision,
+              baseLength: stored,
+            });
+            revision = written.revision;
+            stored += 50;
+          }
+        }
+        expect(got.length).toBe(2400);
+        expect(got).toEqual(h.slice(0, 2400));
+        const now: Message[] = [];
+        for await (const m of backend.iterHistory(k)) now.push(m);
+        expect(now).toEqual(h);
+      });
+
+      it("a save that replaces the history mid-stream, or a delete, is not seen or refused, never mixed in", async (ctx) => {
+        if (!backend.iterHistory || !backend.write) return ctx.skip("the backend has no iterHistory or write");
+        const write = backend.write.bind(backend);
+        const old = syntheticHistory(2400, "old");
+        const other = syntheticHistory(2500, "new");
+        const changes: [string, (k: string, revision: number) => Promise<unknown>][] = [
+          ["a rewrite", (k, revision) => write(k, makeState(other), { expectedRevision: revision })],
+          [
+            "a truncation and appends",
+            (k, revision) =>
+              write(k, makeState([...old.slice(0, 10), ...other.slice(10)]), {
+                expectedRevision: revision,
+                baseLength: 10,
+              }),
+          ],
+          ["a delete", (k) => Promise.resolve(backend.delete(k))],
+          [
+            "a delete and a new save under the same key",
+            async (k) => {
+              await backend.delete(k);
+              await write(k, makeState(other), { expectedRevision: null });
+            },
+          ],
+        ];
+        for (const [label, change] of changes) {
+          const k = key("iter-replaced");
+          const { revision } = await write(k, makeState(old), { expectedRevision: null });
+          const got: Message[] = [];
+          let error: unknown;
+          try {
+            for await (const m of backend.iterHistory(k)) {
+              got.push(m);
+              if (got.length === 1) await change(k, revision);
+            }
+          } catch (e) {
+            error = e;
+          }
+          // Either the whole history as the stream started, or a ConflictError after a part of it.
+          if (error === undefined) expect(got, label).toEqual(old);
+          else {
+            expect(error, label).toBeInstanceOf(ConflictError);
+            expect(got, label).toEqual(old.slice(0, got.length));
+          }
         }
       });
 

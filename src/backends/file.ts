@@ -962,7 +962,11 @@ export class FileBackend implements StateBackend {
       try {
         const st = lstatSync(file, { bigint: true });
         if (st.isSymbolicLink()) {
-          throw new BackendError("file", `refusing to follow the symlink ${file}`, { key });
+          // ELOOP, as an open with O_NOFOLLOW says: a fault of this one session, not of the store.
+          const cause = Object.assign(new Error("a session file is never read or written through a symbolic link"), {
+            code: "ELOOP",
+          });
+          throw new BackendError("file", `refusing to follow the symlink ${file}`, { key, cause });
         }
         return { file, gz, st };
       } catch (e) {

@@ -20,7 +20,7 @@ import { MemoryBackend } from "../backends/memory.js";
 import { configureBuiltinBackends, getBackend, listBackendNames } from "../backends/registry.js";
 import { SQLiteBackend } from "../backends/sqlite.js";
 import type { ClippedValue, StateBackend } from "../backends/types.js";
-import { ConflictError, StateNotFoundError, UnknownBackendError } from "../core/errors.js";
+import { ConflictError, FormatError, StateNotFoundError, UnknownBackendError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
 import { InputNotFoundError, missingStore, UsageError } from "./errors.js";
@@ -300,6 +300,69 @@ export async function readHeaderOf(
   }
   const { history, ...header } = await loadRaw(backend, key, label);
   return { ...header, meta: { ...header.meta, messageCount: history.length } };
+}
+
+/**
+ * Reads a stored session whole through the backend's verified read path, as
+ * `show`, `export` and `convert` read it (for `.duas` files: the header's
+ * checksum, every history line, `message_count` and `history_crc32`), without
+ * keeping the history: the messages are streamed and counted.
+ *
+ * @param backend - the backend
+ * @param key - the session key (validated first)
+ * @param label - backend label for the not-found message
+ * @returns the header of the saved state that was read
+ * @throws {FormatError} when the session is malformed, or its history does not hold `message_count` messages
+ * @throws {StateNotFoundError} / {InvalidKeyError} / {BackendError} as the read path
+ */
+export async function verifySession(
+  backend: StateBackend,
+  key: string,
+  label?: string,
+): Promise<Omit<AgentState, "history">> {
+  return readSession(backend, key, label, async (session) => {
+    let count = 0;
+    for await (const _ of session.history) count++;
+    const expected = session.header.meta.messageCount;
+    if (count !== expected) {
+      throw new FormatError(
+        `stored session ${JSON.stringify(key)} says message_count = ${expected} but its history holds ${count} messages`,
+      );
+    }
+    return session.header;
+  });
+}
+
+/**
+ * Runs `work` on every item, at most `limit` at a time, and returns the results in the items' order.
+ *
+ * @param items - the items
+ * @param limit - most calls in flight at once (>= 1)
+ * @param work - the call for one item
+ * @returns one result per item, in order
+ * @throws the first error a call threw: no call starts after it, and the calls in flight are awaited first
+ */
+export async function mapOrdered<T, R>(
+  items: readonly T[],
+  limit: number,
+  work: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  let failure: { error: unknown } | undefined;
+  const lane = async () => {
+    while (next < items.length && failure === undefined) {
+      const i = next++;
+      try {
+        results[i] = await work(items[i] as T, i);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, lane));
+  if (failure) throw failure.error;
+  return results;
 }
 
 /** A stored session opened for reading: its header and its history as a stream. */

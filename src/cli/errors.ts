@@ -9,10 +9,14 @@
  * - `3` not found (no session under the key, input file missing; any code ending in `_NOT_FOUND`)
  * - `4` format error (malformed `.duas`, JSONL or JSON input, invalid state)
  * - `5` verification failed (`convert` copied a session that does not read back identical)
+ * - `6` some sessions could not be read: a command that walks a whole store (`ls`, `convert`, `gc`) went
+ *   through every other session, named each unreadable one on stderr (and in `--json`), and did its work on the
+ *   rest (`convert`: copied and verified them; nothing was written for an unreadable one). `5` wins over `6`
+ *   when both happen.
  *
  * @module
  */
-import { DumplingsError } from "../core/errors.js";
+import { BackendError, DumplingsError, FormatError } from "../core/errors.js";
 import { StoreNotFoundError } from "../drivers/sql.js";
 
 /** Exit codes of the `dumplings` command. */
@@ -23,6 +27,7 @@ export const ExitCode = {
   notFound: 3,
   format: 4,
   verify: 5,
+  partial: 6,
 } as const;
 /** One of the {@link ExitCode} values. */
 export type ExitCodeValue = (typeof ExitCode)[keyof typeof ExitCode];
@@ -114,6 +119,101 @@ export class VerifyError extends DumplingsError {
   }
 }
 
+/** One session a command walking a whole store could not read (or the target refused), and why. */
+export interface UnreadableSession {
+  /** The session's key. */
+  key: string;
+  /** The error's code, e.g. `FORMAT_ERROR`, `STATE_NOT_FOUND`, `BACKEND_ERROR` (a file that is a directory or a symlink). */
+  code: string;
+  /** The error's message, folded to one line (a `FormatError`'s names its file and line). */
+  message: string;
+  /** The file that could not be read, when the error names one (a `FormatError`'s `file`). */
+  file?: string;
+  /** The 1-based line of that file, when the error names one (a `FormatError`'s `line`). */
+  line?: number;
+}
+
+/**
+ * A command that walks a whole store (`ls`, `convert`, `gc`) met sessions it
+ * could not read (for `convert`, also sessions the target refused): it went on
+ * with every other one, and each of these is named in
+ * {@link SessionsUnreadableError.sessions}. Exit code 6 ({@link ExitCode.partial}).
+ */
+export class SessionsUnreadableError extends DumplingsError {
+  /** Every session that could not be read, in key order. */
+  readonly sessions: readonly UnreadableSession[];
+  /**
+   * @param sessions - the unreadable sessions (at least one)
+   * @param total - number of sessions the store lists
+   * @param store - the store's label, e.g. `file:./sessions`
+   * @param problem - what happened to them, e.g. `cannot be read` or `were not converted`
+   * @param outcome - what the command did about them and the others, e.g. `the 3 others were copied`
+   */
+  constructor(sessions: readonly UnreadableSession[], total: number, store: string, problem: string, outcome: string) {
+    const shown = sessions
+      .slice(0, 5)
+      .map((s) => `${JSON.stringify(s.key)} (${s.code})`)
+      .join(", ");
+    const more = sessions.length > 5 ? ` and ${sessions.length - 5} more` : "";
+    super(
+      "SESSIONS_UNREADABLE",
+      `${sessions.length} of ${total} session${total === 1 ? "" : "s"} of ${store} ${problem}: ${shown}${more}; ${outcome}`,
+    );
+    this.sessions = sessions;
+  }
+}
+
+/** File-system errors that concern one file only (the session's), not the store. */
+const ONE_FILE_ERRNOS = new Set(["EACCES", "EPERM", "EISDIR", "ENOTDIR", "ELOOP", "ENAMETOOLONG"]);
+
+/**
+ * Whether an error met while reading one session of a store concerns that
+ * session only, so that a command walking the whole store reports it and goes
+ * on with the others: its data is malformed (`FORMAT_ERROR`, `INVALID_STATE`,
+ * …), it vanished meanwhile (`STATE_NOT_FOUND`), or its own file cannot be
+ * opened (a `BackendError` about that key caused by `EACCES`, `EISDIR`, …).
+ * Any other error — the server is down, a timeout, a driver failure — would
+ * fail every session after it too, and stops the walk.
+ *
+ * @param error - what reading (or writing) one session threw
+ * @returns true when the walk should record it and go on
+ */
+export function isSessionFault(error: unknown): boolean {
+  if (error instanceof BackendError) {
+    const errno = (error.cause as NodeJS.ErrnoException | undefined)?.code;
+    return error.key !== undefined && typeof errno === "string" && ONE_FILE_ERRNOS.has(errno);
+  }
+  return error instanceof DumplingsError;
+}
+
+/**
+ * The report of one session that could not be read, as `ls`, `convert` and `gc` print it.
+ *
+ * @param key - the session's key
+ * @param error - what reading it threw
+ * @returns key, code and one-line message; `file` and `line` when the error names them
+ */
+export function unreadableSession(key: string, error: unknown): UnreadableSession {
+  const { code, message } = errorParts(error);
+  const out: UnreadableSession = { key, code: code ?? "ERROR", message };
+  if (error instanceof FormatError) {
+    if (error.file !== undefined) out.file = error.file;
+    if (error.line !== undefined) out.line = error.line;
+  }
+  return out;
+}
+
+/**
+ * The stderr line of one session a walk could not read: `dumplings: cannot read session "k": <message> (<CODE>)`.
+ *
+ * @param session - the report of {@link unreadableSession}
+ * @param what - what was being done, e.g. `read` or `convert`
+ * @returns the line, without a trailing newline
+ */
+export function unreadableLine(session: UnreadableSession, what = "read"): string {
+  return `dumplings: cannot ${what} session ${JSON.stringify(session.key)}: ${session.message} (${session.code})`;
+}
+
 /**
  * A store that was opened with `create: false` and does not exist, as the CLI reports it
  * ({@link InputNotFoundError}, exit 3); any other error as it is.
@@ -142,6 +242,7 @@ const byCode = new Map<string, ExitCodeValue>([
   ["INVALID_STATE", ExitCode.format],
   ["NON_JSON_VALUE", ExitCode.format],
   ["VERIFY_MISMATCH", ExitCode.verify],
+  ["SESSIONS_UNREADABLE", ExitCode.partial],
 ]);
 
 /**

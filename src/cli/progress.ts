@@ -81,6 +81,18 @@ export class Progress {
     this.drawn = true;
   }
 
+  /**
+   * Writes a line that must be seen whatever the mode (an item that failed): even when silent; a drawn bar is
+   * cleared first and drawn again at the next {@link tick}.
+   *
+   * @param line - the text, without a trailing newline
+   */
+  log(line: string): void {
+    if (this.drawn) this.stream.write("\r\x1b[2K");
+    this.drawn = false;
+    this.stream.write(`${line}\n`);
+  }
+
   /** Ends the report: moves a drawn bar's line out of the way. */
   done(): void {
     if (this.silent) return;

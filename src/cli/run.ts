@@ -1,7 +1,7 @@
 /**
  * Running the `dumplings` program: one error line and a class-specific exit
  * code for every failure (usage 2, not found 3, format 4, verification 5,
- * other 1; see `errors.ts`), no stack trace unless `DUMPLINGS_DEBUG=1`.
+ * some sessions unreadable 6, other 1; see `errors.ts`), no stack trace unless `DUMPLINGS_DEBUG=1`.
  *
  * Commander's own errors (unknown option, missing argument) are caught the
  * same way, so every error a user sees has the form
@@ -45,7 +45,7 @@ export async function runProgram(program: Command, argv: readonly string[] = pro
   let code: number = ExitCode.ok;
   try {
     await program.parseAsync([...argv]);
-    // A command that printed its output but met a problem (e.g. `ls -l` with an unreadable session) sets its own code.
+    // A command that printed its output but met a problem (e.g. `ls` with an unreadable session) sets its own code.
     if (typeof process.exitCode === "number") code = process.exitCode;
   } catch (error) {
     code = report(error, { json: wantsJson(argv) });

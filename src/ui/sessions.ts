@@ -13,8 +13,8 @@ import type { Hono } from "hono";
 import type { StateBackend } from "../backends/types.js";
 import { listKeysSorted, openSession, readHeaderOf, readSession, type SessionView } from "../cli/backend.js";
 import { duasChunks, exportToTemp } from "../cli/commands/export.js";
+import { isSessionFault, unreadableSession } from "../cli/errors.js";
 import { formatBytes } from "../cli/output.js";
-import { DumplingsError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import { renderChat } from "./chat.js";
 import { h, jsonBlock, layout, pageParam, pager } from "./html.js";
@@ -90,9 +90,11 @@ export function sessionRoutes(app: Hono, sources: UiSources): void {
           h`<tr><td><a href="${href}">${key}</a></td><td class="hide-sm">${meta.agentName}</td><td class="hide-sm">${meta.protocol}</td><td class="num">${meta.messageCount}</td><td class="hide-sm small">${meta.savedAt}</td></tr>`,
         );
       } catch (e) {
-        if (!(e instanceof DumplingsError) || e.code === "BACKEND_ERROR") throw e;
+        // One unreadable session (as `dumplings ls` tells them) is a row with its error, not a failed page.
+        if (!isSessionFault(e)) throw e;
+        const { code, message } = unreadableSession(key, e);
         rows.push(
-          h`<tr><td><a href="${href}">${key}</a></td><td colspan="4" class="small">unreadable: ${e.message} (${e.code})</td></tr>`,
+          h`<tr><td><a href="${href}">${key}</a></td><td colspan="4" class="small">unreadable: ${message} (${code})</td></tr>`,
         );
       }
     }

@@ -179,12 +179,12 @@ describe("dumplings CLI on the bundled conversations", () => {
     }
   });
 
-  it("ls -l lists every session even when one file is unreadable, marks it and exits 4", () => {
+  it("ls -l lists every session even when one file is unreadable, marks it and exits 6", () => {
     const mixed = path.join(tmp, "mixed");
     expect(runCli(["import", samples[0]!.file, "--dir", mixed, "-q"]).code).toBe(0);
     writeFileSync(path.join(mixed, "broken.duas"), "garbage\n");
     const r = runCli(["ls", "-l", "--json", "--dir", mixed]);
-    expect(r.code).toBe(4);
+    expect(r.code).toBe(6);
     const json = JSON.parse(r.stdout) as { sessions: { key: string; error?: string; messages?: number }[] };
     expect(json.sessions.map((x) => x.key)).toEqual(["broken", samples[0]!.id]);
     expect(json.sessions[0]?.error).toMatch(/FORMAT_ERROR/);

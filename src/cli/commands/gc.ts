@@ -5,7 +5,9 @@
  * full `VACUUM` with `--vacuum`) is asked to do it; any other backend is
  * scanned through the storage contract and each session whose `saved_at`
  * (`meta.savedAt`) is older is deleted by key. `--dry-run` scans the same
- * way and deletes nothing.
+ * way and deletes nothing. A session whose header cannot be read has no known
+ * age: the scan keeps it, names it on stderr (and in `--json`'s `unreadable`),
+ * goes on with the others and exits 6 (`SESSIONS_UNREADABLE`).
  *
  * @module
  */
@@ -13,7 +15,16 @@ import { Command } from "commander";
 import type { StateBackend } from "../../backends/types.js";
 import { closeBackend, listKeysSorted, openBackendAsync, readHeaderOf, withBackendOptions } from "../backend.js";
 import { parseDuration } from "../duration.js";
-import { UsageError } from "../errors.js";
+import {
+  ExitCode,
+  errorLine,
+  isSessionFault,
+  SessionsUnreadableError,
+  type UnreadableSession,
+  UsageError,
+  unreadableLine,
+  unreadableSession,
+} from "../errors.js";
 import { printJson } from "../output.js";
 
 /** Options of `dumplings gc`. */
@@ -38,6 +49,11 @@ export interface GcReport {
   deleted: string[];
   /** Number of sessions deleted. */
   count: number;
+  /**
+   * Sessions whose header cannot be read during a scan (their age is unknown: they are kept);
+   * then the command exits 6. Empty when the backend collects by itself (SQLite).
+   */
+  unreadable: UnreadableSession[];
 }
 
 /** A backend with its own retention method (e.g. `SQLiteBackend.gc`, which returns `{ deleted }`). */
@@ -77,31 +93,62 @@ export function gcCommand(): Command {
           dryRun: options.dryRun === true,
           deleted: [],
           count: 0,
+          unreadable: [],
         };
+        let failure: SessionsUnreadableError | undefined;
         if (!options.dryRun && hasGc(backend)) {
           const result = await backend.gc({ olderThanMs, vacuum: options.vacuum === true });
           const { keys, count } = readGcResult(result);
           report.deleted = keys;
           report.count = count;
         } else {
-          for (const key of await listKeysSorted(backend)) {
-            const { meta } = await readHeaderOf(backend, key, label);
-            const savedAt = Date.parse(meta.savedAt);
+          const keys = await listKeysSorted(backend);
+          for (const key of keys) {
+            let savedAtText: string;
+            try {
+              savedAtText = (await readHeaderOf(backend, key, label)).meta.savedAt;
+            } catch (e) {
+              // A session whose header cannot be read has no known age: it is kept, named, and the scan goes on.
+              if (!isSessionFault(e)) throw e;
+              report.unreadable.push(unreadableSession(key, e));
+              continue;
+            }
+            const savedAt = Date.parse(savedAtText);
             if (!Number.isFinite(savedAt) || savedAt >= cutoffMs) continue;
             if (!options.dryRun) await backend.delete(key);
             report.deleted.push(key);
           }
           report.count = report.deleted.length;
+          if (report.unreadable.length > 0) {
+            failure = new SessionsUnreadableError(
+              report.unreadable,
+              keys.length,
+              label,
+              "cannot be read",
+              `${report.unreadable.length === 1 ? "its age is" : "their ages are"} unknown, so ${report.unreadable.length === 1 ? "it was" : "they were"} kept; the others were ${options.dryRun ? "checked" : "collected"}`,
+            );
+            process.exitCode = ExitCode.partial;
+          }
         }
+        const unreadableLines = () => {
+          if (!failure) return;
+          for (const s of report.unreadable) process.stderr.write(`${unreadableLine(s)}\n`);
+          process.stderr.write(`${errorLine(failure)}\n`);
+        };
         if (options.json) {
-          printJson(report);
+          printJson({
+            ...report,
+            ...(failure ? { error: { code: failure.code, message: failure.message, exitCode: ExitCode.partial } } : {}),
+          });
+          unreadableLines();
           return;
         }
         const verb = options.dryRun ? "would delete" : "deleted";
         for (const key of report.deleted) process.stdout.write(`${verb} ${key}\n`);
         process.stdout.write(
-          `${verb} ${report.count} session${report.count === 1 ? "" : "s"} saved before ${report.cutoff} from ${label}\n`,
+          `${verb} ${report.count} session${report.count === 1 ? "" : "s"} saved before ${report.cutoff} from ${label}${report.unreadable.length > 0 ? `; kept ${report.unreadable.length} unreadable` : ""}\n`,
         );
+        unreadableLines();
       } finally {
         await closeBackend(backend);
       }

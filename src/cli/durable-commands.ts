@@ -37,7 +37,15 @@ import {
 import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
-import { missingStore, UsageError } from "./errors.js";
+import {
+  ExitCode,
+  errorLine,
+  errorParts,
+  isItemFault,
+  missingStore,
+  RunsUnreadableError,
+  UsageError,
+} from "./errors.js";
 import { printJson, renderTable } from "./output.js";
 import { oneOf, parseSpec, specForms } from "./spec.js";
 
@@ -180,25 +188,47 @@ export function describeWait(run: RunRecord, approvals?: readonly ApprovalView[]
   return "";
 }
 
+/** A row of `dumplings runs`: the run, its step count, what it waits for and its pending approvals. */
+export type RunRow = RunRecord & {
+  /** Number of step records; `null` when they cannot be read (see `readError`). */
+  steps: number | null;
+  waiting: string;
+  approvals: ApprovalView[];
+  /** Set when the run's step records or signals cannot be read (an edited or corrupted journal). */
+  readError?: { code: string; message: string };
+};
+
 /**
- * Renders the runs table `dumplings runs` prints.
+ * Renders the runs table `dumplings runs` prints. A run whose step records or
+ * signals cannot be read (an edited or corrupted journal) is listed with its
+ * `readError` (and `UNREADABLE (<CODE>)` in the table) instead of hiding every
+ * other run; a failure of the whole store is thrown.
  *
  * @param journal - the journal
  * @param filter - `status` to keep
- * @returns `{ text, runs }`: the table and the rows as JSON (each with its `approvals`)
+ * @returns `{ text, runs, unreadable }`: the table, the rows as JSON (each with its `approvals`), and the runs
+ *   that could not be read
  */
 export async function renderRuns(
   journal: Journal,
   filter: { status?: RunRecord["status"] } = {},
-): Promise<{ text: string; runs: (RunRecord & { steps: number; waiting: string; approvals: ApprovalView[] })[] }> {
+): Promise<{ text: string; runs: RunRow[]; unreadable: { runId: string; code: string; message: string }[] }> {
   const runs = await journal.listRuns(filter.status ? { status: filter.status } : {});
-  const rows = [];
+  const rows: RunRow[] = [];
+  const unreadable: { runId: string; code: string; message: string }[] = [];
   for (const run of runs) {
-    const steps = await journal.readSteps(run.runId);
-    const approvals = run.waitingFor?.startsWith("approval:")
-      ? pendingApprovals(run, steps, await journal.listSignals(run.runId))
-      : [];
-    rows.push({ ...run, steps: steps.length, waiting: describeWait(run, approvals), approvals });
+    try {
+      const steps = await journal.readSteps(run.runId);
+      const approvals = run.waitingFor?.startsWith("approval:")
+        ? pendingApprovals(run, steps, await journal.listSignals(run.runId))
+        : [];
+      rows.push({ ...run, steps: steps.length, waiting: describeWait(run, approvals), approvals });
+    } catch (e) {
+      if (!isItemFault(e)) throw e;
+      const { code = "ERROR", message } = errorParts(e);
+      unreadable.push({ runId: run.runId, code, message });
+      rows.push({ ...run, steps: null, waiting: `UNREADABLE (${code})`, approvals: [], readError: { code, message } });
+    }
   }
   const text = renderTable(
     [
@@ -209,9 +239,16 @@ export async function renderRuns(
       { header: "updated" },
       { header: "waiting for / reason" },
     ],
-    rows.map((r) => [r.runId, r.workflow, r.status, String(r.steps), when(r.updatedAt), r.waiting]),
+    rows.map((r) => [
+      r.runId,
+      r.workflow,
+      r.status,
+      r.steps === null ? "-" : String(r.steps),
+      when(r.updatedAt),
+      r.waiting,
+    ]),
   );
-  return { text, runs: rows };
+  return { text, runs: rows, unreadable };
 }
 
 /**
@@ -360,9 +397,17 @@ export function runsCommand(): Command {
             );
           return;
         }
-        const { text, runs } = await renderRuns(journal, options.status ? { status: options.status } : {});
+        const { text, runs, unreadable } = await renderRuns(journal, options.status ? { status: options.status } : {});
         if (options.json) printJson(runs);
         else process.stdout.write(`${text}\n`);
+        if (unreadable.length > 0) {
+          // Every run is listed (stdout stays one table or one JSON array); stderr names the unreadable ones.
+          for (const r of unreadable) {
+            process.stderr.write(`dumplings: cannot read run ${JSON.stringify(r.runId)}: ${r.message} (${r.code})\n`);
+          }
+          process.stderr.write(`${errorLine(new RunsUnreadableError(unreadable, runs.length))}\n`);
+          process.exitCode = ExitCode.partial;
+        }
       } finally {
         await journal.close();
       }

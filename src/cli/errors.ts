@@ -9,10 +9,10 @@
  * - `3` not found (no session under the key, input file missing; any code ending in `_NOT_FOUND`)
  * - `4` format error (malformed `.duas`, JSONL or JSON input, invalid state)
  * - `5` verification failed (`convert` copied a session that does not read back identical)
- * - `6` some sessions could not be read: a command that walks a whole store (`ls`, `convert`, `gc`) went
- *   through every other session, named each unreadable one on stderr (and in `--json`), and did its work on the
- *   rest (`convert`: copied and verified them; nothing was written for an unreadable one). `5` wins over `6`
- *   when both happen.
+ * - `6` some items could not be read: a command that walks a whole store (`ls`, `convert`, `gc`, `runs`) went
+ *   through every other session or run, named each unreadable one on stderr (and in `--json`), and did its work
+ *   on the rest (`convert`: copied and verified them; nothing was written for an unreadable one). `5` wins over
+ *   `6` when both happen.
  *
  * @module
  */
@@ -167,18 +167,19 @@ export class SessionsUnreadableError extends DumplingsError {
 const ONE_FILE_ERRNOS = new Set(["EACCES", "EPERM", "EISDIR", "ENOTDIR", "ELOOP", "ENAMETOOLONG"]);
 
 /**
- * Whether an error met while reading one session of a store concerns that
- * session only, so that a command walking the whole store reports it and goes
- * on with the others: its data is malformed (`FORMAT_ERROR`, `INVALID_STATE`,
- * …), it vanished meanwhile (`STATE_NOT_FOUND`), or its own file cannot be
- * opened (a `BackendError` about that key caused by `EACCES`, `EISDIR`, …).
- * Any other error — the server is down, a timeout, a driver failure — would
- * fail every session after it too, and stops the walk.
+ * Whether an error met while reading one item of a store (a session, a
+ * durable run) concerns that item only, so that a command walking the whole
+ * store reports it and goes on with the others: its data is malformed
+ * (`FORMAT_ERROR`, `INVALID_STATE`, …), it vanished meanwhile
+ * (`STATE_NOT_FOUND`), or its own file cannot be opened (a `BackendError`
+ * about that key caused by `EACCES`, `EISDIR`, `ELOOP`, …). Any other error —
+ * the server is down, a timeout, a driver failure — would fail every item
+ * after it too, and stops the walk.
  *
- * @param error - what reading (or writing) one session threw
+ * @param error - what reading (or writing) one item threw
  * @returns true when the walk should record it and go on
  */
-export function isSessionFault(error: unknown): boolean {
+export function isItemFault(error: unknown): boolean {
   if (error instanceof BackendError) {
     const errno = (error.cause as NodeJS.ErrnoException | undefined)?.code;
     return error.key !== undefined && typeof errno === "string" && ONE_FILE_ERRNOS.has(errno);
@@ -215,6 +216,32 @@ export function unreadableLine(session: UnreadableSession, what = "read"): strin
 }
 
 /**
+ * `dumplings runs` met runs whose journal records cannot be read (an edited or
+ * corrupted journal): every run is still listed, these with their error.
+ * Exit code 6 ({@link ExitCode.partial}).
+ */
+export class RunsUnreadableError extends DumplingsError {
+  /** The unreadable runs: id, code and message. */
+  readonly runs: readonly { runId: string; code: string; message: string }[];
+  /**
+   * @param runs - the unreadable runs (at least one)
+   * @param total - number of runs listed
+   */
+  constructor(runs: readonly { runId: string; code: string; message: string }[], total: number) {
+    const shown = runs
+      .slice(0, 5)
+      .map((r) => `${JSON.stringify(r.runId)} (${r.code})`)
+      .join(", ");
+    const more = runs.length > 5 ? ` and ${runs.length - 5} more` : "";
+    super(
+      "RUNS_UNREADABLE",
+      `the journal records of ${runs.length} of ${total} run${total === 1 ? "" : "s"} cannot be read: ${shown}${more}; every run is still listed`,
+    );
+    this.runs = runs;
+  }
+}
+
+/**
  * A store that was opened with `create: false` and does not exist, as the CLI reports it
  * ({@link InputNotFoundError}, exit 3); any other error as it is.
  *
@@ -230,6 +257,7 @@ export function missingStore(error: unknown, label: string): unknown {
 const byCode = new Map<string, ExitCodeValue>([
   ["USAGE", ExitCode.usage],
   ["INVALID_KEY", ExitCode.usage],
+  ["KEY_COLLISION", ExitCode.usage],
   ["UNKNOWN_BACKEND", ExitCode.usage],
   ["INVALID_BACKEND", ExitCode.usage],
   ["CREDENTIAL_REFUSED", ExitCode.usage],
@@ -243,6 +271,7 @@ const byCode = new Map<string, ExitCodeValue>([
   ["NON_JSON_VALUE", ExitCode.format],
   ["VERIFY_MISMATCH", ExitCode.verify],
   ["SESSIONS_UNREADABLE", ExitCode.partial],
+  ["RUNS_UNREADABLE", ExitCode.partial],
 ]);
 
 /**

@@ -57,6 +57,7 @@ import {
   jsonColumn,
   leaseMs,
   outputColumn,
+  parseJournalJson,
   RETRYABLE_RUN_STATUSES,
   retryRefused,
   runFromRow,
@@ -242,7 +243,11 @@ const opt = (v: string | number | null | undefined) => (v === null || v === unde
 
 function parseSignal(runId: string, name: string, stored: string): SignalRecord {
   const nl = stored.indexOf("\n");
-  return { runId, name, sentAt: Number(stored.slice(0, nl)), value: JSON.parse(stored.slice(nl + 1)) as JsonValue };
+  const value = parseJournalJson<JsonValue>(
+    stored.slice(nl + 1),
+    `the value of signal ${JSON.stringify(name)} of run ${JSON.stringify(runId)}`,
+  );
+  return { runId, name, sentAt: Number(stored.slice(0, nl)), value };
 }
 
 /**
@@ -399,7 +404,9 @@ export class RedisJournal implements Journal {
     const texts = await this.call("read the steps of", runId, (c) => c.hvals(this.k(runId, "steps")));
     const n = texts.length;
     const parsed = new Array<StepRecord>(n);
-    for (let i = 0; i < n; i++) parsed[i] = JSON.parse(texts[i] as string) as StepRecord;
+    for (let i = 0; i < n; i++) {
+      parsed[i] = parseJournalJson<StepRecord>(texts[i] as string, `a step record of run ${JSON.stringify(runId)}`);
+    }
     // Seqs have no gaps: the n records are #0…#(n-1), each put in its place (no sort, whose comparator
     // would be called some 10,000 times for 1,000 records). Anything else is sorted.
     const steps = new Array<StepRecord>(n);
@@ -516,7 +523,10 @@ export class RedisJournal implements Journal {
     return list.map((text, index) => ({
       runId,
       index,
-      ...(JSON.parse(text) as Omit<JournalEvent, "runId" | "index">),
+      ...parseJournalJson<Omit<JournalEvent, "runId" | "index">>(
+        text,
+        `event #${index} of run ${JSON.stringify(runId)}`,
+      ),
     }));
   }
 

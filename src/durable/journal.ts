@@ -27,7 +27,7 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { InvalidOptionError } from "../core/errors.js";
+import { FormatError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { JournalIntegrityError, RunStateError, StaleFencingTokenError } from "./errors.js";
@@ -442,9 +442,35 @@ export function recordError(error: unknown): RecordedError {
   return { name: "Error", message: String(error) };
 }
 
-/** Parses a stored JSON text (internal helper of the stores). */
-export function parseStored<T>(text: string | null | undefined): T | undefined {
-  return text === null || text === undefined ? undefined : (JSON.parse(text) as T);
+/**
+ * Parses a stored JSON text (internal helper of the stores).
+ *
+ * @param text - the stored text; `null`/`undefined` when the value is absent
+ * @param label - names the value for the error, e.g. `output_json of step #2 of run "r1"`
+ * @returns the value, or undefined when absent
+ * @throws {FormatError} when the text is not JSON (an edited or corrupted journal), naming `label`
+ */
+export function parseStored<T>(text: string | null | undefined, label: string): T | undefined {
+  return text === null || text === undefined ? undefined : parseJournalJson<T>(text, label);
+}
+
+/**
+ * Parses a JSON text read from a journal store (internal helper of the stores).
+ *
+ * @param text - the stored text
+ * @param label - names the value for the error, e.g. `input_json of run "r1"`
+ * @returns the value
+ * @throws {FormatError} when the text is not JSON (an edited or corrupted journal), naming `label`
+ */
+export function parseJournalJson<T>(text: string, label: string): T {
+  try {
+    return JSON.parse(text) as T;
+  } catch (cause) {
+    throw new FormatError(
+      `journal: ${label} is not valid JSON (an edited or corrupted journal): ${(cause as Error).message}`,
+      { cause },
+    );
+  }
 }
 
 // ---- row mapping shared by the journal stores (SQL rows and Redis hashes use the same snake_case fields) ----
@@ -457,18 +483,20 @@ const str = (v: unknown): string | undefined => (v === null || v === undefined ?
 
 /** Maps a run row of any SQL store to a {@link RunRecord}. */
 export function runFromRow(r: JournalRow): RunRecord {
+  const runId = String(r.run_id);
+  const of = `of run ${JSON.stringify(runId)}`;
   const run: RunRecord = {
-    runId: String(r.run_id),
+    runId,
     workflow: String(r.workflow),
     status: String(r.status) as RunStatus,
-    input: JSON.parse(String(r.input_json)) as JsonValue,
+    input: parseJournalJson<JsonValue>(String(r.input_json), `input_json ${of}`),
     fencingToken: Number(r.fencing_token),
     createdAt: Number(r.created_at),
     updatedAt: Number(r.updated_at),
   };
-  const output = parseStored<JsonValue>(str(r.output_json));
+  const output = parseStored<JsonValue>(str(r.output_json), `output_json ${of}`);
   if (output !== undefined) run.output = output;
-  const error = parseStored<RecordedError>(str(r.error_json));
+  const error = parseStored<RecordedError>(str(r.error_json), `error_json ${of}`);
   if (error !== undefined) run.error = error;
   if (str(r.waiting_for) !== undefined) run.waitingFor = String(r.waiting_for);
   if (num(r.wake_at) !== undefined) run.wakeAt = Number(r.wake_at);
@@ -489,9 +517,10 @@ export function stepFromRow(r: JournalRow, runId?: string): StepRecord {
     startedAt: Number(r.started_at),
     fencingToken: Number(r.fencing_token),
   };
-  const output = parseStored<JsonValue>(str(r.output_json));
+  const of = `of step #${step.seq} of run ${JSON.stringify(step.runId)}`;
+  const output = parseStored<JsonValue>(str(r.output_json), `output_json ${of}`);
   if (output !== undefined) step.output = output;
-  const error = parseStored<RecordedError>(str(r.error_json));
+  const error = parseStored<RecordedError>(str(r.error_json), `error_json ${of}`);
   if (error !== undefined) step.error = error;
   if (num(r.finished_at) !== undefined) step.finishedAt = Number(r.finished_at);
   return step;
@@ -601,7 +630,10 @@ export function signalFromRow(r: JournalRow): SignalRecord {
   return {
     runId: String(r.run_id),
     name: String(r.name),
-    value: JSON.parse(String(r.value_json)) as JsonValue,
+    value: parseJournalJson<JsonValue>(
+      String(r.value_json),
+      `value_json of signal ${JSON.stringify(String(r.name))} of run ${JSON.stringify(String(r.run_id))}`,
+    ),
     sentAt: Number(r.sent_at),
   };
 }

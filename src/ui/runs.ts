@@ -16,7 +16,7 @@
 import type { Context, Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { describeWait, operatorName, pendingApprovals, renderNotes, sendDecision } from "../cli/durable-commands.js";
-import { UsageError } from "../cli/errors.js";
+import { errorParts, isItemFault, UsageError } from "../cli/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { assertAwaitsApproval } from "../durable/approvals.js";
 import { RunNotFoundError } from "../durable/errors.js";
@@ -97,11 +97,20 @@ export function runRoutes(app: Hono, sources: UiSources): void {
     const shown = runs.slice(page * RUNS_PER_PAGE, (page + 1) * RUNS_PER_PAGE);
     const rows: Html[] = [];
     for (const run of shown) {
-      const approvals = run.waitingFor?.startsWith("approval:")
-        ? pendingApprovals(run, await src.value.readSteps(run.runId), await src.value.listSignals(run.runId))
-        : [];
+      let waiting: string;
+      try {
+        const approvals = run.waitingFor?.startsWith("approval:")
+          ? pendingApprovals(run, await src.value.readSteps(run.runId), await src.value.listSignals(run.runId))
+          : [];
+        waiting = describeWait(run, approvals);
+      } catch (e) {
+        // One run whose journal records cannot be read (as `dumplings runs` tells them) is a row with its error.
+        if (!isItemFault(e)) throw e;
+        const { code, message } = errorParts(e);
+        waiting = `unreadable: ${message} (${code})`;
+      }
       rows.push(
-        h`<tr><td><a href="/runs/${encodeURIComponent(run.runId)}">${run.runId}</a></td><td class="hide-sm">${run.workflow}</td><td>${badge(run.status)}</td><td class="hide-sm small">${when(run.updatedAt)}</td><td class="small">${describeWait(run, approvals)}</td></tr>`,
+        h`<tr><td><a href="/runs/${encodeURIComponent(run.runId)}">${run.runId}</a></td><td class="hide-sm">${run.workflow}</td><td>${badge(run.status)}</td><td class="hide-sm small">${when(run.updatedAt)}</td><td class="small">${waiting}</td></tr>`,
       );
     }
     const pages = Math.ceil(runs.length / RUNS_PER_PAGE);

@@ -13,7 +13,7 @@ import type { Hono } from "hono";
 import type { StateBackend } from "../backends/types.js";
 import { listKeysSorted, openSession, readHeaderOf, readSession, type SessionView } from "../cli/backend.js";
 import { duasChunks, exportToTemp } from "../cli/commands/export.js";
-import { isSessionFault, unreadableSession } from "../cli/errors.js";
+import { isItemFault, unreadableSession } from "../cli/errors.js";
 import { formatBytes } from "../cli/output.js";
 import type { Message } from "../core/messages.js";
 import { renderChat } from "./chat.js";
@@ -91,7 +91,7 @@ export function sessionRoutes(app: Hono, sources: UiSources): void {
         );
       } catch (e) {
         // One unreadable session (as `dumplings ls` tells them) is a row with its error, not a failed page.
-        if (!isSessionFault(e)) throw e;
+        if (!isItemFault(e)) throw e;
         const { code, message } = unreadableSession(key, e);
         rows.push(
           h`<tr><td><a href="${href}">${key}</a></td><td colspan="4" class="small">unreadable: ${message} (${code})</td></tr>`,

@@ -31,7 +31,7 @@ import { firstDifference } from "../compare.js";
 import {
   ExitCode,
   errorLine,
-  isSessionFault,
+  isItemFault,
   KeyExistsError,
   SessionsUnreadableError,
   type UnreadableSession,
@@ -96,7 +96,7 @@ export function convertCommand(): Command {
             state = await loadRaw(source.backend, key, source.label);
           } catch (e) {
             // One bad session is reported and skipped: the others are still copied (a store-wide failure stops).
-            if (!isSessionFault(e)) throw e;
+            if (!isItemFault(e)) throw e;
             failed.push({ ...unreadableSession(key, e), side: "source" });
             progress.log(unreadableLine(unreadableSession(key, e), "convert"));
             progress.tick(key, "NOT CONVERTED (unreadable in the source)");
@@ -112,7 +112,7 @@ export function convertCommand(): Command {
             }
           } catch (e) {
             // A session the target refuses (an invalid state, a key created there meanwhile) was not written.
-            if (!isSessionFault(e)) throw e;
+            if (!isItemFault(e)) throw e;
             failed.push({ ...unreadableSession(key, e), side: "target" });
             progress.log(unreadableLine(unreadableSession(key, e), "convert"));
             progress.tick(key, "NOT CONVERTED (refused by the target)");

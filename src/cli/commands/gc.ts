@@ -18,7 +18,7 @@ import { parseDuration } from "../duration.js";
 import {
   ExitCode,
   errorLine,
-  isSessionFault,
+  isItemFault,
   SessionsUnreadableError,
   type UnreadableSession,
   UsageError,
@@ -109,7 +109,7 @@ export function gcCommand(): Command {
               savedAtText = (await readHeaderOf(backend, key, label)).meta.savedAt;
             } catch (e) {
               // A session whose header cannot be read has no known age: it is kept, named, and the scan goes on.
-              if (!isSessionFault(e)) throw e;
+              if (!isItemFault(e)) throw e;
               report.unreadable.push(unreadableSession(key, e));
               continue;
             }

@@ -25,7 +25,7 @@ import {
 import {
   ExitCode,
   errorLine,
-  isSessionFault,
+  isItemFault,
   SessionsUnreadableError,
   type UnreadableSession,
   unreadableLine,
@@ -90,7 +90,7 @@ export function lsCommand(): Command {
             };
           } catch (e) {
             // One unreadable session is listed with its error, not allowed to hide all the others.
-            if (!isSessionFault(e)) throw e;
+            if (!isItemFault(e)) throw e;
             return { key, unreadable: unreadableSession(key, e) };
           }
         });

@@ -27,8 +27,10 @@
  * ## Appends: O(new messages) (`write(key, state, { expectedRevision, baseLength })`)
  *
  * Files written by this backend carry `[META] revision`, `generation`,
- * `history_crc32`, `history_bytes`, `prior_commit` and `header_crc32` (see
- * "Identity and integrity" below), pad `saved_at`, `message_count`,
+ * `key`, `history_crc32`, `history_bytes`, `prior_commit` and `header_crc32`
+ * (see "Identity and integrity" below; `key`, the key the file was written
+ * under, lets a file system that folds case or normalises Unicode be caught
+ * handing `Alice.duas` to the key `alice`: {@link KeyCollisionError}), pad `saved_at`, `message_count`,
  * `revision`, `history_bytes` and `prior_commit` with trailing spaces to fixed
  * widths, and end the header with a padding comment line (`#` + spaces)
  * before `[HISTORY]`, so the header can be rewritten in place without moving
@@ -234,6 +236,7 @@ import {
   FormatError,
   InvalidKeyError,
   InvalidOptionError,
+  KeyCollisionError,
   StateNotFoundError,
 } from "../core/errors.js";
 import { jsonShape, sameJsonShape } from "../core/json.js";
@@ -337,6 +340,8 @@ interface FileInfo {
   /** `[META] generation` and `history_crc32` (absent in files of older versions: those are rewritten whole). */
   generation: string | undefined;
   historyCrc32: string | undefined;
+  /** `[META] key`: the key the file was written whole under (absent in files of older versions). */
+  key: string | undefined;
   /** Bytes of `header` through the `header_crc32` line: the part a save with unchanged config and state rewrites. */
   headBytes: number;
   /** What the header's `[CONFIG]`/`[STATE]` were encoded from (undefined after a scan: the next save encodes them once). */
@@ -977,6 +982,52 @@ export class FileBackend implements StateBackend {
     return undefined;
   }
 
+  /**
+   * Refuses a file reached under `key` that was written under another key naming the same file: a file
+   * system that folds case or normalises Unicode (macOS, Windows) opens `Alice.duas` for `alice`. Two
+   * names lead to one file when their `lstat`s agree; a file merely copied or renamed to another key
+   * (two files, or the old name gone) is that key's own.
+   *
+   * @param key - the key asked for
+   * @param file - the path of `key`'s file that was read
+   * @param stored - the file's `[META] key`, when it has one
+   * @throws {KeyCollisionError} when `stored` is another key whose path names the same file
+   */
+  private assertKeyOf(key: string, file: string, stored: string | undefined): void {
+    if (stored === undefined || stored === key) return;
+    let other: string;
+    try {
+      other = this.pathOf(stored, file.slice(this.pathOf(key, "").length));
+    } catch {
+      return; // not a key this backend could have written: no other name of this file
+    }
+    const mine = lstatSync(file, { bigint: true, throwIfNoEntry: false });
+    const theirs = lstatSync(other, { bigint: true, throwIfNoEntry: false });
+    if (mine !== undefined && theirs !== undefined && mine.ino === theirs.ino && mine.dev === theirs.dev) {
+      throw new KeyCollisionError(key, stored, file);
+    }
+  }
+
+  /** The `[META] key` of `file` (`key`'s file), or undefined when it has none, is missing or cannot be read. */
+  private storedKeyOf(key: string, file: string, gz: boolean): string | undefined {
+    try {
+      if (gz) return this.readFile(key, file, true).key;
+      const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
+      try {
+        const head = readHead(fd);
+        if (head === undefined) return undefined;
+        const parser = new DuasLineParser(file);
+        feedHeader(parser, head, file);
+        return parser.header?.key;
+      } finally {
+        closeSync(fd);
+      }
+    } catch (e) {
+      if (isCode(e, "ENOENT") || e instanceof FormatError) return undefined; // a damaged file may be deleted
+      throw e;
+    }
+  }
+
   private wrap(e: unknown, what: string, key?: string): unknown {
     if (e instanceof DumplingsError) return e;
     return new BackendError("file", what, { key, cause: e });
@@ -1026,6 +1077,11 @@ export class FileBackend implements StateBackend {
     try {
       if (!this.dirExists()) return false;
       lock = await this.lock(key);
+      // Never another key's file (a case-insensitive file system names it by this key too).
+      for (const ext of [DUAS_EXTENSION, DUAS_GZ_EXTENSION]) {
+        const file = this.pathOf(key, ext);
+        this.assertKeyOf(key, file, this.storedKeyOf(key, file, ext === DUAS_GZ_EXTENSION));
+      }
       // A session created later on this key (or any other) starts above every revision deleted here, so a
       // stale writer holding this session's revision gets a ConflictError instead of overwriting it.
       const gone = this.storedRevision(key);
@@ -1158,14 +1214,18 @@ export class FileBackend implements StateBackend {
         } catch (e) {
           if (!(options.force && e instanceof FormatError)) throw e;
         }
+        // force too: another key's file is never overwritten
+        this.assertKeyOf(key, current.file, info?.key);
         actual = info?.revision ?? null;
       } else if (current?.gz) {
         const stat = statSync(current.file);
         const known = this.gzCache.get(key);
-        actual =
-          known && known.ino === stat.ino && known.size === stat.size
-            ? known.revision
-            : this.readFile(key, current.file, true).revision;
+        if (known && known.ino === stat.ino && known.size === stat.size) actual = known.revision;
+        else {
+          const found = this.readFile(key, current.file, true);
+          this.assertKeyOf(key, current.file, found.key);
+          actual = found.revision;
+        }
       }
       if (options.force !== true && options.expectedRevision !== undefined) {
         const exists = current !== undefined;
@@ -1274,6 +1334,7 @@ export class FileBackend implements StateBackend {
       lastLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.last) : undefined,
       generation: scan.header.generation,
       historyCrc32: scan.header.historyCrc32,
+      key: scan.header.key,
       headBytes: headOf(header),
       memo: undefined,
       mtimeNs: after.mtimeNs,
@@ -1348,6 +1409,7 @@ export class FileBackend implements StateBackend {
         fixedWidth: true,
         padTo: info.header.length,
         generation: info.generation,
+        key: info.key,
         historyCrc32,
         checksum: true,
         historyBytes,
@@ -1466,6 +1528,7 @@ export class FileBackend implements StateBackend {
       lastLine: count > base ? messageText(state.history, count - 1) : info.lastLine,
       generation: info.generation,
       historyCrc32,
+      key: info.key,
       headBytes: enc.headBytes,
       memo: enc.memo,
       mtimeNs: st.mtimeNs,
@@ -1615,7 +1678,8 @@ export class FileBackend implements StateBackend {
     // A new incarnation of the file: a header journal of any earlier one never applies to it.
     const generation = randomBytes(16).toString("hex");
     const historyCrc32 = crcHex(historyCrcOfLines(HISTORY_CRC_START, lines));
-    const sealed = { revision, generation, historyCrc32, checksum: true };
+    // The key the file is written under: a read or write under another key naming this file is refused.
+    const sealed = { revision, generation, key, historyCrc32, checksum: true };
     let header: string;
     let enc: EncodedHeader | undefined;
     let historyBytes: number | undefined;
@@ -1680,6 +1744,7 @@ export class FileBackend implements StateBackend {
         lastLine: jsonOf(state.history[count - 1]),
         generation,
         historyCrc32,
+        key,
         headBytes: enc.headBytes,
         memo: enc.memo,
         mtimeNs: st.mtimeNs,
@@ -1705,6 +1770,7 @@ export class FileBackend implements StateBackend {
       const current = this.existing(key);
       if (!current) return undefined;
       const r = this.readFile(key, current.file, current.gz);
+      this.assertKeyOf(key, current.file, r.key);
       return { state: r.state, revision: r.revision };
     } catch (e) {
       if (isCode(e, "ENOENT")) return undefined; // deleted between the check and the open
@@ -1713,7 +1779,11 @@ export class FileBackend implements StateBackend {
   }
 
   /** Reads and decodes one file: the committed part of a plain file (seqlock-checked), or a whole gzip file. */
-  private readFile(key: string, file: string, gz: boolean): { state: AgentState; revision: number } {
+  private readFile(
+    key: string,
+    file: string,
+    gz: boolean,
+  ): { state: AgentState; revision: number; key: string | undefined } {
     if (gz) {
       const gfd = openSync(file, constants.O_RDONLY | NOFOLLOW);
       let raw: Buffer;
@@ -1726,7 +1796,7 @@ export class FileBackend implements StateBackend {
         // Plain text under a .duas.gz name: read as a plain file (its commits and tail rule), as the stream reads it.
         const scan = scanPlain(raw, file);
         const r = decodeBytesDetailed(raw.subarray(0, scan.end), { source: file, commit: scan.commit });
-        return { state: r.state, revision: r.revision ?? 1 };
+        return { state: r.state, revision: r.revision ?? 1, key: r.key };
       }
       let bytes: Buffer;
       try {
@@ -1735,7 +1805,7 @@ export class FileBackend implements StateBackend {
         throw new FormatError(`corrupt gzip data: ${(e as Error).message}`, { file, cause: e });
       }
       const r = decodeStateDetailed(decodeUtf8(bytes, file), { source: file });
-      return { state: r.state, revision: r.revision ?? 1 };
+      return { state: r.state, revision: r.revision ?? 1, key: r.key };
     }
     for (let attempt = 0; ; attempt++) {
       const fd = openSync(file, constants.O_RDONLY | NOFOLLOW);
@@ -1758,7 +1828,7 @@ export class FileBackend implements StateBackend {
             if ((n !== again.length || !again.equals(buf.subarray(0, scan.headerEnd))) && attempt < 20) continue;
           }
           const r = decodeBytesDetailed(data.subarray(0, scan.end), { source: file, commit: scan.commit });
-          return { state: r.state, revision: r.revision ?? 1 };
+          return { state: r.state, revision: r.revision ?? 1, key: r.key };
         } catch (e) {
           // A header caught half-way through an in-place update by a writer of another process fails its
           // checksum: read again while the bytes on disk move; what stays malformed is the error.
@@ -1856,6 +1926,7 @@ export class FileBackend implements StateBackend {
     // The history stream needs the header's counts and checksums only: its long values are not kept.
     const clipAt = headerOnly ? options.clipAt : 0;
     const pin = (h: ParsedHeader) => {
+      this.assertKeyOf(key, file, h.key);
       if (revision !== undefined && (h.revision ?? 1) !== revision) {
         throw new ConflictError(key, revision, h.revision ?? 1, this.name);
       }
@@ -1974,7 +2045,8 @@ export class FileBackend implements StateBackend {
     headerOnly: boolean,
     pin: (h: ParsedHeader) => void,
   ): AsyncGenerator<Message> {
-    const { state, revision } = this.readFile(key, file, false);
+    const { state, revision, key: stored } = this.readFile(key, file, false);
+    this.assertKeyOf(key, file, stored);
     const parser = new DuasLineParser(file);
     const text = encodeHeader(state, state.history.length, { revision }).split("\n");
     text.pop();

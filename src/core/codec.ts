@@ -20,6 +20,7 @@
  * message_count = 3                 ← checked on load: a cut file is caught
  * revision = 7                      ← only in files written by FileBackend,
  * generation = 3f0c…                ←   as are these three (see "Integrity" below)
+ * key = weather-42                  ← FileBackend: the state key (see "Key")
  * history_crc32 = 9a4e01c2
  * header_crc32 = 51d2e7f0
  *
@@ -47,9 +48,19 @@
  * Every line ends with `\n` (the last one too). Sections appear exactly once,
  * in this order. Before `[HISTORY]`, blank lines and lines starting with `#`
  * or `;` are comments; a comment never follows a value on the same line.
- * Every key is required except `revision`, `generation`, `history_crc32`,
- * `header_crc32` and the `field.*` keys; unknown and duplicate keys are errors
- * (nothing is ever silently dropped).
+ * Every key is required except `revision`, `generation`, `key`,
+ * `history_crc32`, `header_crc32` (and FileBackend's `history_bytes`,
+ * `prior_commit`) and the `field.*` keys; unknown and duplicate keys are
+ * errors (nothing is ever silently dropped).
+ *
+ * ## Key (files written by FileBackend)
+ *
+ * `key` is the state key the file was written whole under (a string, escaped
+ * as any `[META]` string). A file system that folds case or normalises
+ * Unicode (macOS and Windows by default) gives `Alice.duas` and `alice.duas`,
+ * or `é` and `e\u0301`, one file: FileBackend reads `key` and refuses to
+ * read, write or delete the file under a key that differs from it when both
+ * names lead to the same file. It is sealed by `header_crc32` like the rest.
  *
  * ## Integrity (files written by FileBackend)
  *
@@ -259,6 +270,12 @@ export interface HeaderLayout {
   padTo?: number;
   /** Write `[META] generation = <id>`: the identity of this file's incarnation (FileBackend). */
   generation?: string;
+  /**
+   * Write `[META] key = <key>`: the state key the file was written under (FileBackend), so a read
+   * under another key that names the same file (`Alice` and `alice` on a case-insensitive file
+   * system) can be refused. Written by whole-file writes, constant for the file's life.
+   */
+  key?: string;
   /** Write `[META] history_crc32 = <8 hex digits>`: the {@link historyCrc} of the history lines. */
   historyCrc32?: string;
   /** Write `[META] header_crc32`: the CRC-32 of the canonical header (module doc, "Integrity"). @default false */
@@ -639,6 +656,7 @@ function changingMetaLines(meta: StateMeta, messageCount: number, layout: Header
     out += line("revision", fixed(String(layout.revision), fw ? FIXED_WIDTHS.revision : undefined));
   }
   if (layout.generation !== undefined) out += line("generation", encodeIniString(layout.generation));
+  if (layout.key !== undefined) out += line("key", encodeIniString(layout.key));
   if (layout.historyCrc32 !== undefined) out += line("history_crc32", encodeIniString(layout.historyCrc32));
   if (layout.historyBytes !== undefined) {
     out += line("history_bytes", fixed(String(layout.historyBytes), fw ? FIXED_WIDTHS.historyBytes : undefined));
@@ -865,6 +883,8 @@ export interface ParsedHeader {
   revision: number | undefined;
   /** `[META] generation` (FileBackend: the file's incarnation), when present. */
   generation?: string;
+  /** `[META] key` (FileBackend: the state key the file was written under), when present. */
+  key?: string;
   /** `[META] history_crc32` (verified against the history by {@link DuasLineParser.end}), when present. */
   historyCrc32?: string;
   /** `[META] history_bytes` (FileBackend: where the committed history ends), when present. */
@@ -890,6 +910,7 @@ const META_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
   ["message_count", ["messageCount", "int"]],
   ["revision", ["revision", "int"]],
   ["generation", ["generation", "string"]],
+  ["key", ["key", "string"]],
   ["history_crc32", ["historyCrc32", "string"]],
   ["header_crc32", ["headerCrc32", "string"]],
   ["history_bytes", ["historyBytes", "int"]],
@@ -899,6 +920,7 @@ const META_KEYS: ReadonlyMap<string, [string, Kind]> = new Map([
 const OPTIONAL_META = new Set([
   "revision",
   "generation",
+  "key",
   "history_crc32",
   "header_crc32",
   "history_bytes",
@@ -1413,12 +1435,14 @@ export class DuasLineParser {
     }
     const revision = this.meta.revision as number | undefined;
     const generation = this.meta.generation as string | undefined;
+    const key = this.meta.key as string | undefined;
     const historyCrc32 = this.meta.historyCrc32 as string | undefined;
     const checksum = this.meta.headerCrc32 as string | undefined;
     const historyBytes = this.meta.historyBytes as number | undefined;
     const priorValue = this.meta.priorCommit as string | undefined;
     delete this.meta.revision;
     delete this.meta.generation;
+    delete this.meta.key;
     delete this.meta.historyCrc32;
     delete this.meta.headerCrc32;
     delete this.meta.historyBytes;
@@ -1434,7 +1458,11 @@ export class DuasLineParser {
     }
     if (
       checksum === undefined &&
-      (generation !== undefined || historyCrc32 !== undefined || historyBytes !== undefined || prior !== undefined)
+      (generation !== undefined ||
+        key !== undefined ||
+        historyCrc32 !== undefined ||
+        historyBytes !== undefined ||
+        prior !== undefined)
     ) {
       // the writer seals every header that carries these: one without its seal was edited or cut
       this.fail("the header has generation/history_crc32 but no header_crc32 (edited or corrupted file)");
@@ -1456,6 +1484,7 @@ export class DuasLineParser {
       const st = { ...p.state, fields: this.fields as AgentState["state"]["fields"] };
       header = { meta: p.meta, config: p.config, state: st, revision, historyLine: this.lineNo };
       if (generation !== undefined) header.generation = generation;
+      if (key !== undefined) header.key = key;
       if (historyCrc32 !== undefined) header.historyCrc32 = historyCrc32;
       if (historyBytes !== undefined) header.historyBytes = historyBytes;
       if (prior !== undefined) header.prior = prior;
@@ -1464,9 +1493,9 @@ export class DuasLineParser {
       throw e;
     }
     if (checksum !== undefined && this.deferred) {
-      this.seal = { checksum, layout: { revision, generation, historyCrc32, historyBytes, prior } };
+      this.seal = { checksum, layout: { revision, generation, key, historyCrc32, historyBytes, prior } };
     } else if (checksum !== undefined) {
-      const layout = { revision, generation, historyCrc32, historyBytes, prior };
+      const layout = { revision, generation, key, historyCrc32, historyBytes, prior };
       const expected = crcHex(
         crcOf([
           headerPrefix(header.meta),
@@ -1601,10 +1630,7 @@ export function decodeState(text: string, options: { source?: string } = {}): Ag
  * @returns the state and the revision (`undefined` when the file has none)
  * @throws {FormatError} as {@link decodeState}
  */
-export function decodeStateDetailed(
-  text: string,
-  options: DecodeContext = {},
-): { state: AgentState; revision: number | undefined } {
+export function decodeStateDetailed(text: string, options: DecodeContext = {}): DecodedDetail {
   try {
     return decodeText(text, options);
   } catch (e) {
@@ -1612,6 +1638,14 @@ export function decodeStateDetailed(
     // Defensive: e.g. a RangeError from absurdly deep nesting in a hand-made file.
     throw new FormatError(`cannot decode: ${(e as Error)?.message ?? String(e)}`, { file: options.source, cause: e });
   }
+}
+
+/** What the detailed decoders return: the state, and `[META] revision` and `key` when present. @internal */
+export interface DecodedDetail {
+  state: AgentState;
+  revision: number | undefined;
+  /** `[META] key` (FileBackend: the key the file was written under), when present. */
+  key?: string | undefined;
 }
 
 /** What the internal decoders are told about their input. @internal */
@@ -1622,7 +1656,7 @@ export interface DecodeContext {
   commit?: PriorCommit;
 }
 
-function decodeText(text: string, options: DecodeContext): { state: AgentState; revision: number | undefined } {
+function decodeText(text: string, options: DecodeContext): DecodedDetail {
   const parser = new DuasLineParser(options.source);
   if (text === "") parser.fail("empty input: not a .duas file", { line: 1 });
   const lines = text.split("\n");
@@ -1642,7 +1676,7 @@ function decodeText(text: string, options: DecodeContext): { state: AgentState; 
     parser.fail("truncated: the last line does not end with a newline");
   }
   const h = parser.end();
-  return { state: { meta: h.meta, config: h.config, state: h.state, history }, revision: h.revision };
+  return { state: { meta: h.meta, config: h.config, state: h.state, history }, revision: h.revision, key: h.key };
 }
 
 /**
@@ -1657,10 +1691,7 @@ function decodeText(text: string, options: DecodeContext): { state: AgentState; 
  * @returns the state and the revision (`undefined` when the file has none)
  * @throws {FormatError} as {@link decodeStateDetailed}, and for invalid UTF-8 (with its line)
  */
-export function decodeBytesDetailed(
-  bytes: Buffer,
-  options: DecodeContext = {},
-): { state: AgentState; revision: number | undefined } {
+export function decodeBytesDetailed(bytes: Buffer, options: DecodeContext = {}): DecodedDetail {
   const source = options.source;
   // Anything unusual (invalid UTF-8, no final newline) takes the text path, whose errors name the line.
   if (bytes.length === 0 || bytes[bytes.length - 1] !== 0x0a || !isUtf8(bytes)) {
@@ -1691,7 +1722,7 @@ export function decodeBytesDetailed(
       }
     }
     const h = parser.end();
-    return { state: { meta: h.meta, config: h.config, state: h.state, history }, revision: h.revision };
+    return { state: { meta: h.meta, config: h.config, state: h.state, history }, revision: h.revision, key: h.key };
   } catch (e) {
     if (e instanceof FormatError) throw e;
     throw new FormatError(`cannot decode: ${(e as Error)?.message ?? String(e)}`, { file: source, cause: e });

@@ -15,6 +15,7 @@ export type DumplingsErrorCode =
   | "STATE_NOT_FOUND"
   | "AGENT_NOT_FOUND"
   | "INVALID_KEY"
+  | "KEY_COLLISION"
   | "CONFLICT"
   | "BACKEND_ERROR"
   | "NON_JSON_VALUE"
@@ -115,6 +116,33 @@ export class InvalidKeyError extends DumplingsError {
     super("INVALID_KEY", `invalid state key ${JSON.stringify(key)}: ${reason}`);
     this.key = key;
     this.reason = reason;
+  }
+}
+
+/**
+ * Two keys name one stored session: the file system folds case or
+ * normalises Unicode (macOS and Windows by default), so `alice.duas` opens
+ * the file written under `Alice` (or `e\u0301` the one of `é`). The file
+ * backend refuses to read, write or delete it under the other key; nothing
+ * was read into an agent, written or removed. Use the stored key, or keys
+ * that differ in more than case and Unicode normalisation (for example
+ * lowercase them before use).
+ */
+export class KeyCollisionError extends DumplingsError {
+  /** The key asked for. */
+  readonly key: string;
+  /** The key the file was written under (its `[META] key`). */
+  readonly storedKey: string;
+  /** The file both keys name. */
+  readonly file: string;
+  constructor(key: string, storedKey: string, file: string) {
+    super(
+      "KEY_COLLISION",
+      `[dumplings:file] key ${JSON.stringify(key)} names the file of key ${JSON.stringify(storedKey)} (${file}): this file system does not tell the two names apart (case or Unicode normalisation); nothing was read, written or deleted. Use ${JSON.stringify(storedKey)}, or keys that differ in more than case`,
+    );
+    this.key = key;
+    this.storedKey = storedKey;
+    this.file = file;
   }
 }
 

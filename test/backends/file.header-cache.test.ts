@@ -112,6 +112,7 @@ describe("FileBackend: saves with the cached header", () => {
         encodeHeader({ ...state, meta: loaded.meta }, state.history.length, {
           revision,
           generation: /\ngeneration = ([0-9a-f]+)\n/.exec(text)?.[1],
+          key: "k",
           historyCrc32: /\nhistory_crc32 = ([0-9a-f]{8})\n/.exec(text)?.[1],
           checksum: true,
           historyBytes: Number(/\nhistory_bytes = (\d+)/.exec(text)?.[1]),

@@ -244,7 +244,7 @@ import { isWellFormedMessage, type Message, type Protocol } from "../core/messag
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
 import { booleanOption, pathIdentity, positiveOption } from "../drivers/options.js";
-import { validateKey } from "./keys.js";
+import { validateKey, windowsFileNameProblem } from "./keys.js";
 import { lentText, messageText } from "./stored.js";
 import type {
   ClippedValue,
@@ -317,6 +317,8 @@ function osLocks(): OsLocks | Error {
 
 const PAGE = 4096;
 const NOFOLLOW = constants.O_NOFOLLOW ?? 0;
+/** Keys Windows cannot name a file after are refused there ({@link windowsFileNameProblem}). */
+const WINDOWS = process.platform === "win32";
 
 /** What the backend knows about a plain `.duas` file it has scanned or written. */
 interface FileInfo {
@@ -493,7 +495,9 @@ function historyLinesCrc(read: ReadAt, start: number, target: number): { count: 
  * @returns the bytes after the last `\n` when the file ends without one (undefined when none)
  */
 function eachLine(read: ReadAt, start: number, more: () => boolean, each: (bytes: Buffer) => void): Buffer | undefined {
-  let carry: Buffer | undefined;
+  // The pieces of a line longer than a chunk, joined once at its end: joining them chunk by chunk
+  // copied a 50 MB message some 200 times (quadratic: 6 s to stream it, against 0.5 s to load it).
+  let pending: Buffer[] = [];
   for (let pos = start; more(); ) {
     const chunk = read(pos, 256 * 1024);
     const n = chunk.length;
@@ -503,17 +507,16 @@ function eachLine(read: ReadAt, start: number, more: () => boolean, each: (bytes
     while (i < n && more()) {
       const nl = chunk.indexOf(0x0a, i);
       if (nl < 0) {
-        const rest = chunk.subarray(i, n);
-        carry = carry === undefined ? Buffer.from(rest) : Buffer.concat([carry, rest]);
+        pending.push(chunk.subarray(i, n));
         break;
       }
       const piece = chunk.subarray(i, nl);
-      each(carry === undefined ? piece : Buffer.concat([carry, piece]));
-      carry = undefined;
+      each(pending.length === 0 ? piece : Buffer.concat([...pending, piece]));
+      pending = [];
       i = nl + 1;
     }
   }
-  return carry;
+  return pending.length === 0 ? undefined : Buffer.concat(pending);
 }
 
 /** What {@link FileBackend}'s line reader leaves behind: the parser (its header) and the values it clipped. */
@@ -936,6 +939,8 @@ export class FileBackend implements StateBackend {
     const memo = known?.get(key);
     if (memo !== undefined) return memo;
     validateKey(key);
+    const windows = WINDOWS ? windowsFileNameProblem(key) : undefined;
+    if (windows !== undefined) throw new InvalidKeyError(key, windows);
     const p = path.resolve(this.baseDir, key + ext);
     if (path.dirname(p) !== this.baseDir || path.basename(p) !== key + ext) {
       throw new InvalidKeyError(key, `the file would lie outside ${this.baseDir}`);

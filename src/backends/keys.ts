@@ -40,3 +40,31 @@ export function validateKey(key: unknown): string {
 
 /** The last key {@link validateKey} accepted. */
 let lastValidKey: string | undefined;
+
+/** Characters Windows file names cannot hold (control characters are refused for every key). */
+const WINDOWS_FORBIDDEN = /[<>:"|?*]/;
+/** Windows device names, which name a device whatever their extension (`NUL.duas` is `NUL`). */
+const WINDOWS_DEVICE = /^(con|prn|aux|nul|com[0-9\u00b9\u00b2\u00b3]|lpt[0-9\u00b9\u00b2\u00b3]) *(\.|$)/i;
+
+/**
+ * Why `key` cannot name a file on Windows, or undefined when it can. Windows
+ * refuses `<>:"|?*` in names (and takes `a:b` for the stream `b` of the file
+ * `a`, which no directory listing shows), and sends the device names `CON`,
+ * `PRN`, `AUX`, `NUL`, `COM0`–`COM9` and `LPT0`–`LPT9` (with any extension)
+ * to the device: a session saved there would be lost. Source: Microsoft,
+ * "Naming Files, Paths, and Namespaces".
+ *
+ * @param key - a key {@link validateKey} accepted
+ * @returns the reason, for an {@link InvalidKeyError}
+ * @internal used by FileBackend on Windows
+ */
+export function windowsFileNameProblem(key: string): string | undefined {
+  const bad = WINDOWS_FORBIDDEN.exec(key);
+  if (bad) {
+    return `a file name on Windows cannot hold ${JSON.stringify(bad[0])} (use another character, or a SQLite, Redis or PostgreSQL backend, whose keys may)`;
+  }
+  if (WINDOWS_DEVICE.test(key)) {
+    return `${JSON.stringify(key.split(".")[0]?.trim())} is a Windows device name: a file of that name is the device (use another key, or a SQLite, Redis or PostgreSQL backend)`;
+  }
+  return undefined;
+}

@@ -256,7 +256,10 @@ export class PostgresDriver implements SqlDriver {
   /** The pool in use (created or injected). */
   readonly pool: PgLikePool;
   private readonly owned: boolean;
+  /** The store's own component (the first of {@link sets}). */
   private readonly migrations: PostgresMigrations;
+  /** Every component whose tables this driver keeps up to date. */
+  private readonly sets: readonly PostgresMigrations[];
   private readying: Promise<void> | undefined;
   /** `create: false`: a schema without the component's tables is a {@link StoreNotFoundError}. */
   private readonly mustExist: boolean;
@@ -269,14 +272,25 @@ export class PostgresDriver implements SqlDriver {
   /**
    * @param component - who uses it, for messages (`postgres` in error prefixes either way)
    * @param options - see {@link PostgresConnectionOptions}
-   * @param migrations - the component's tables
+   * @param migrations - the component's tables, or several components' (each versioned in the ledger under its
+   *   own name, applied in order in one transaction). The first is the store's own: with `create: false` a
+   *   schema without its tables is refused; the others are added to a schema that has it.
    * @throws {InvalidOptionError} on a bad schema name, URL, timeout or pool size
    */
-  constructor(component: string, options: PostgresConnectionOptions, migrations: PostgresMigrations) {
+  constructor(
+    component: string,
+    options: PostgresConnectionOptions,
+    migrations: PostgresMigrations | readonly PostgresMigrations[],
+  ) {
     const o = options ?? {};
     this.schema = checkSchemaName(o.schema ?? DEFAULT_SCHEMA, component);
     this.quotedSchema = `"${this.schema}"`;
-    this.migrations = migrations;
+    const sets: readonly PostgresMigrations[] = Array.isArray(migrations)
+      ? migrations
+      : [migrations as PostgresMigrations];
+    if (sets.length === 0) throw new InvalidOptionError(component, "migrations", "at least one component is needed");
+    this.sets = sets;
+    this.migrations = sets[0]!;
     this.mustExist = o.create === false;
     const fromEnv = o.url === undefined && o.connectionString === undefined && process.env.DATABASE_URL !== undefined;
     const url =
@@ -540,21 +554,29 @@ export class PostgresDriver implements SqlDriver {
   }
 
   private async migrate(): Promise<void> {
-    const { component, migrations } = this.migrations;
-    const latest = migrations.length === 0 ? 0 : migrations[migrations.length - 1]!.version;
+    const latestOf = (set: PostgresMigrations) =>
+      set.migrations.length === 0 ? 0 : set.migrations[set.migrations.length - 1]!.version;
     // Fast path: a plain read of the ledger, no lock, so an open never waits on (or deadlocks with) writers.
     try {
       const r = await this.pool.query(
-        this.sql(`SELECT COALESCE(MAX(version), 0) AS v FROM {s}.${MIGRATIONS_TABLE} WHERE component = $1`),
-        [component],
+        this.sql(
+          `SELECT component, MAX(version) AS v FROM {s}.${MIGRATIONS_TABLE} WHERE component = ANY($1) GROUP BY component`,
+        ),
+        [this.sets.map((set) => set.component)],
       );
-      const have = Number(r.rows[0]?.v ?? 0);
-      this.checkNotNewer(have, latest);
-      if (have === latest) return;
+      const have = new Map(r.rows.map((row) => [String(row.component), Number(row.v ?? 0)]));
+      let current = true;
+      for (const set of this.sets) {
+        const v = have.get(set.component) ?? 0;
+        this.checkNotNewer(set.component, v, latestOf(set));
+        if (v !== latestOf(set)) current = false;
+      }
+      if (current) return;
     } catch (e) {
       if (e instanceof DumplingsError || !UNDEFINED.has(sqlState(e) ?? "")) throw e;
     }
-    await this.checkedOut(`cannot set up the ${component} tables`, undefined, async (query) => {
+    const names = this.sets.map((set) => set.component).join(", ");
+    await this.checkedOut(`cannot set up the ${names} tables`, undefined, async (query) => {
       await query("BEGIN");
       try {
         await query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [LOCK_CLASS, `dumplings-ai:${this.schema}`]);
@@ -571,25 +593,27 @@ export class PostgresDriver implements SqlDriver {
             applied_at timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (component, version))`),
         );
-        const done = await query(this.sql(`SELECT version FROM {s}.${MIGRATIONS_TABLE} WHERE component = $1`), [
-          component,
-        ]);
-        const applied = new Set(done.rows.map((row) => Number(row.version)));
-        this.checkNotNewer(Math.max(0, ...applied), latest);
-        let adopted = 0;
-        if (applied.size === 0 && this.migrations.adopt) adopted = await this.migrations.adopt(query, this.schema);
-        if (this.mustExist && applied.size === 0 && adopted === 0) {
-          // Rolled back below with the schema and ledger this transaction may have created.
-          throw new StoreNotFoundError(this.name, `postgres:${this.schema}`, `no ${component} tables in this schema`);
-        }
-        for (const m of migrations) {
-          if (applied.has(m.version)) continue;
-          if (m.version > adopted) for (const statement of m.up) await query(this.sql(statement));
-          await query(this.sql(`INSERT INTO {s}.${MIGRATIONS_TABLE} (component, version, name) VALUES ($1, $2, $3)`), [
+        for (const [i, set] of this.sets.entries()) {
+          const { component, migrations } = set;
+          const done = await query(this.sql(`SELECT version FROM {s}.${MIGRATIONS_TABLE} WHERE component = $1`), [
             component,
-            m.version,
-            m.version > adopted ? m.name : `${m.name} (adopted)`,
           ]);
+          const applied = new Set(done.rows.map((row) => Number(row.version)));
+          this.checkNotNewer(component, Math.max(0, ...applied), latestOf(set));
+          let adopted = 0;
+          if (applied.size === 0 && set.adopt) adopted = await set.adopt(query, this.schema);
+          if (i === 0 && this.mustExist && applied.size === 0 && adopted === 0) {
+            // Rolled back below with the schema and ledger this transaction may have created.
+            throw new StoreNotFoundError(this.name, `postgres:${this.schema}`, `no ${component} tables in this schema`);
+          }
+          for (const m of migrations) {
+            if (applied.has(m.version)) continue;
+            if (m.version > adopted) for (const statement of m.up) await query(this.sql(statement));
+            await query(
+              this.sql(`INSERT INTO {s}.${MIGRATIONS_TABLE} (component, version, name) VALUES ($1, $2, $3)`),
+              [component, m.version, m.version > adopted ? m.name : `${m.name} (adopted)`],
+            );
+          }
         }
         await query("COMMIT");
       } catch (e) {
@@ -599,10 +623,10 @@ export class PostgresDriver implements SqlDriver {
     });
   }
 
-  private checkNotNewer(have: number, latest: number): void {
+  private checkNotNewer(component: string, have: number, latest: number): void {
     if (have > latest) {
       throw new FormatError(
-        `schema "${this.schema}" holds ${this.migrations.component} tables at version ${have}, newer than this build knows (${latest}); upgrade dumplings-ai`,
+        `schema "${this.schema}" holds ${component} tables at version ${have}, newer than this build knows (${latest}); upgrade dumplings-ai`,
         { file: `postgres:${this.schema}`, version: String(have) },
       );
     }

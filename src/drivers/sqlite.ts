@@ -191,7 +191,9 @@ export class SqliteDriver implements SqlDriver {
    *
    * @param component - who uses it, for messages
    * @param options - see {@link SqliteConnectionOptions}
-   * @param migrations - the component's tables
+   * @param migrations - the component's tables, or several components' (each versioned in the ledger under its
+   *   own name, applied in order). The first is the store's own: with `create: false` a file without its tables
+   *   is refused; the others are added to a file that has it.
    * @param settings - the component's defaults (path, synchronous, vacuum)
    * @throws {InvalidOptionError} on a bad option
    * @throws {BackendError} when the file cannot be opened or migrated
@@ -200,10 +202,14 @@ export class SqliteDriver implements SqlDriver {
   constructor(
     component: string,
     options: SqliteConnectionOptions,
-    migrations: SqliteMigrations,
+    migrations: SqliteMigrations | readonly SqliteMigrations[],
     settings: SqliteOpenSettings = {},
   ) {
     const o = options ?? {};
+    const sets: readonly SqliteMigrations[] = Array.isArray(migrations) ? migrations : [migrations as SqliteMigrations];
+    const [primary] = sets;
+    if (primary === undefined)
+      throw new InvalidOptionError(component, "migrations", "at least one component is needed");
     const busyTimeoutMs = o.busyTimeoutMs ?? 5000;
     if (typeof busyTimeoutMs !== "number" || !Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
       throw new InvalidOptionError(
@@ -224,7 +230,7 @@ export class SqliteDriver implements SqlDriver {
       try {
         this.db.pragma(`busy_timeout = ${busyTimeoutMs}`);
         this.file = fileKey(this.db);
-        this.runMigrations(migrations, o.create === false);
+        for (const [i, set] of sets.entries()) this.runMigrations(set, i === 0 && o.create === false);
       } catch (cause) {
         throw cause instanceof DumplingsError ? cause : this.error(cause, `cannot open the ${component} tables`);
       }
@@ -245,7 +251,7 @@ export class SqliteDriver implements SqlDriver {
       const Database = loadBetterSqlite3();
       // Reading never writes: look at an existing file read-only before anything below changes it
       // (WAL mode is persistent, and an empty file would get a database header).
-      if (!create && !inMemory) this.probe(Database, file, migrations);
+      if (!create && !inMemory) this.probe(Database, file, primary);
       db = new Database(file, { timeout: busyTimeoutMs, fileMustExist: !create && !inMemory });
       db.pragma(`busy_timeout = ${busyTimeoutMs}`);
       // Only on a brand-new file: on an existing one the pragma changes nothing but needs the write lock,
@@ -261,7 +267,7 @@ export class SqliteDriver implements SqlDriver {
       for (const p of settings.pragmas ?? []) db.pragma(p);
       this.db = db;
       this.file = fileKey(db);
-      this.runMigrations(migrations, !create);
+      for (const [i, set] of sets.entries()) this.runMigrations(set, i === 0 && !create);
     } catch (cause) {
       db?.close();
       if (cause instanceof DumplingsError) throw cause;

@@ -51,8 +51,9 @@
  * Without a sync between 1 and 2, a power loss can leave the head on disk and
  * not the lines. A reader then finds the bytes of the newest save (between the
  * two commits' `history_bytes`) missing: the file ends before them (it was not
- * extended) or they hold NUL bytes (blocks allocated, never written; JSON
- * lines never hold one). It then reads the file as `prior_commit` — checked
+ * extended) or a whole 512-byte sector of them, cut to their range, holds
+ * only NUL bytes (storage allocated, never written; JSON lines never hold a
+ * NUL, and one NUL among written bytes is damage, not this shape). It then reads the file as `prior_commit` — checked
  * against its own lines and `history_crc32` — exactly as the save before: that
  * save was synced before this one began (a writer that finds a commit it did
  * not write itself syncs it before naming it in a header). Any other damage to
@@ -734,6 +735,27 @@ function readAtFd(fd: number): ReadAt {
   };
 }
 
+/** The unit in which storage that was allocated but never written reads back as zeros. */
+const SECTOR = 512;
+
+/**
+ * Whether `bytes` (read at file offset `offset`) hold a whole sector of NUL bytes, each sector cut to
+ * the range of `bytes`: what a power loss leaves where a write's blocks never reached the disk. A NUL
+ * among written bytes (a damaged line) is not that shape.
+ */
+function unwrittenSector(bytes: Buffer, offset: number): boolean {
+  for (let i = bytes.indexOf(0); i >= 0; ) {
+    const sector = offset + i - ((offset + i) % SECTOR);
+    const from = Math.max(0, sector - offset);
+    const to = Math.min(bytes.length, sector + SECTOR - offset);
+    let zero = true;
+    for (let j = from; j < to && zero; j++) zero = bytes[j] === 0;
+    if (zero) return true;
+    i = to < bytes.length ? bytes.indexOf(0, to) : -1;
+  }
+  return false;
+}
+
 /** {@link readAtFd} over a file's bytes already read. */
 function readAtBuffer(buf: Buffer): ReadAt {
   return (position, length) => buf.subarray(position, position + length);
@@ -748,10 +770,13 @@ function readAtBuffer(buf: Buffer): ReadAt {
  *
  * The check reads only the bytes the newest save appended (between the two
  * commits' `history_bytes`). They are lost when the file ends before them
- * (the file system did not extend it) or they hold a NUL byte (blocks
- * allocated, never written: JSON lines never hold one). Anything else is the
- * header's commit, whose errors the read reports: a line edited, duplicated or
- * cut inside the newest save is a `FormatError`, not a silent step back.
+ * (the file system did not extend it) or when a whole 512-byte sector of
+ * them, cut to their range, holds nothing but NUL bytes (storage allocated,
+ * never written: it reads as zeros by sectors and blocks, and JSON lines never
+ * hold a NUL). Anything else is the header's commit, whose errors the read
+ * reports: a line edited, duplicated or cut inside the newest save — a single
+ * byte turned NUL among written ones too — is a `FormatError`, not a silent
+ * step back.
  *
  * @param header - the parsed header
  * @param start - byte offset of the first history line
@@ -764,7 +789,7 @@ function priorCommitToUse(header: ParsedHeader, start: number, read: ReadAt): Pr
   const delta = bytes - prior.historyBytes;
   if (delta <= 0) return undefined;
   const appended = read(start + prior.historyBytes, delta);
-  if (appended.length === delta && !appended.includes(0)) return undefined;
+  if (appended.length === delta && !unwrittenSector(appended, start + prior.historyBytes)) return undefined;
   // Lost: the prior commit, if its own lines are intact.
   const { count, crc } = historyLinesCrc(read, start, prior.messageCount);
   return count === prior.messageCount && crcHex(crc) === prior.historyCrc32 ? prior : undefined;

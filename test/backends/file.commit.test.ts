@@ -38,6 +38,8 @@ const first: Message[] = [
 const added: Message[] = [
   { role: "user", content: "and tomorrow?" },
   { role: "assistant", content: "rain — 12 °C" },
+  // long enough for the second save's lines to span whole 512-byte sectors
+  { role: "tool", tool_call_id: "call_1", content: `forecast: ${"drizzle, ".repeat(150)}` },
 ];
 
 interface Saved {
@@ -131,7 +133,18 @@ describe("FileBackend: one fdatasync per append (a commit and its prior in the h
       "the last page was never written",
       (s) => {
         const b = readFileSync(s.file);
-        b.fill(0, b.length - 5);
+        // zeros from the last 4 KB page's start (or the lines' start) to the end of the file
+        b.fill(0, Math.max(s.priorEnd, b.length - 1 - ((b.length - 1) % 4096)));
+        writeFileSync(s.file, b);
+      },
+    ],
+    [
+      "a sector in the middle of the lines was never written",
+      (s) => {
+        const b = readFileSync(s.file);
+        const sector = s.priorEnd + 512 - (s.priorEnd % 512);
+        expect(sector + 512, "the newest save's lines span that sector").toBeLessThan(b.length);
+        b.fill(0, sector, sector + 512);
         writeFileSync(s.file, b);
       },
     ],
@@ -233,14 +246,15 @@ describe("FileBackend: one fdatasync per append (a commit and its prior in the h
       const b = new FileBackend({ baseDir: dir });
       const one = makeState(first, { savedAt });
       const r1 = await b.write(KEY, one, { expectedRevision: null });
-      const two: AgentState = { ...one, history: [...first, ...added], meta: { ...one.meta, messageCount: 5 } };
+      const n = first.length + added.length;
+      const two: AgentState = { ...one, history: [...first, ...added], meta: { ...one.meta, messageCount: n } };
       const r2 = await b.write(KEY, two, { expectedRevision: r1.revision, baseLength: 3 });
       const three: AgentState = {
         ...two,
         history: [...two.history, added[0] as Message],
-        meta: { ...two.meta, messageCount: 6 },
+        meta: { ...two.meta, messageCount: n + 1 },
       };
-      await b.write(KEY, three, { expectedRevision: r2.revision, baseLength: 5 });
+      await b.write(KEY, three, { expectedRevision: r2.revision, baseLength: n });
       expect((await new FileBackend({ baseDir: dir }).read(KEY))?.state).toEqual(three);
       truncateSync(path.join(dir, `${KEY}.duas`), readFileSync(path.join(dir, `${KEY}.duas`)).length - 3);
       expect((await new FileBackend({ baseDir: dir }).read(KEY))?.state).toEqual(two);
@@ -292,6 +306,15 @@ describe("FileBackend: one fdatasync per append (a commit and its prior in the h
       },
     ],
     ["a cut line without NUL", (b) => Buffer.concat([b.subarray(0, b.length - 1), Buffer.from("x\n")])],
+    // a new user's trial: one NUL among written bytes read as a power loss, silently dropping the newest save
+    ...[1, 40, 2].map((back): [string, (b: Buffer, s: Saved) => Buffer] => [
+      `one byte turned NUL, ${back} from the end`,
+      (b) => {
+        const copy = Buffer.from(b);
+        copy[copy.length - back] = 0;
+        return copy;
+      },
+    ]),
   ];
   for (const [what, damage] of damaged) {
     it(`other damage to the newest save's lines (${what}) is a FormatError, not the save before`, async () => {
@@ -358,7 +381,11 @@ describe("FileBackend: one fdatasync per append (a commit and its prior in the h
     const w1 = await backend.write(KEY, grown, { expectedRevision: 4, baseLength: 3 });
     expect(w1).toMatchObject({ revision: 5, rewritten: true });
     expect(readFileSync(file, "utf8")).toMatch(/\nprior_commit = 5 4 /);
-    const all: AgentState = { ...grown, history: [...first, ...added], meta: { ...grown.meta, messageCount: 5 } };
+    const all: AgentState = {
+      ...grown,
+      history: [...first, ...added],
+      meta: { ...grown.meta, messageCount: first.length + added.length },
+    };
     const w2 = await backend.write(KEY, all, { expectedRevision: 5, baseLength: 4 });
     expect(w2).toMatchObject({ revision: 6, rewritten: false });
     expect(await new FileBackend({ baseDir: dir }).read(KEY)).toEqual({ state: all, revision: 6 });

@@ -33,7 +33,9 @@ import {
   describeCall,
   pendingApprovals,
   previewJson,
+  rethrowDecision,
 } from "../durable/approvals.js";
+import type { ApprovalConflictError } from "../durable/errors.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
@@ -323,7 +325,8 @@ export function operatorName(): string {
  * @param value - JSON value
  * @param queue - BullMQ queue name (needs Redis at `REDIS_URL`), optional
  * @returns the signal result
- * @throws {SignalConflictError} when the signal was already sent
+ * @throws {SignalConflictError} when the signal was already sent ({@link ApprovalConflictError}, saying which
+ *   decision was first, for an approval)
  * @throws {RunNotFoundError}
  */
 export async function sendDecision(
@@ -340,13 +343,17 @@ export async function sendDecision(
       `run ${JSON.stringify(runId)} is ${run.status}; it waits for nothing, so ${name} was not recorded`,
     );
   }
-  if (!queue) return signal(runId, name, value, { journal });
-  const { DurableQueue } = await import("../durable/worker.js");
-  const q = new DurableQueue({ journal, queueName: queue });
   try {
-    return await q.signal(runId, name, value);
-  } finally {
-    await q.close();
+    if (!queue) return await signal(runId, name, value, { journal });
+    const { DurableQueue } = await import("../durable/worker.js");
+    const q = new DurableQueue({ journal, queueName: queue });
+    try {
+      return await q.signal(runId, name, value);
+    } finally {
+      await q.close();
+    }
+  } catch (error) {
+    return rethrowDecision(journal, runId, name, error); // a second decision says which was first
   }
 }
 

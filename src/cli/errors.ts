@@ -58,7 +58,7 @@ export class InputNotFoundError extends DumplingsError {
     super(
       "INPUT_NOT_FOUND",
       options?.store !== undefined
-        ? `no store at ${options.store}: ${options.cause instanceof Error ? options.cause.message.replace(/^\[dumplings:\w+\] /, "") : "no such file or directory"} (nothing was created; check the path or URL)`
+        ? `no store at ${options.store}: ${options.cause instanceof Error ? options.cause.message.replace(/^\[dumplings:\w+\] /, "").replace(/ \(opened with create: false, so nothing was created\)$/, "") : "no such file or directory"} (nothing was created; check the path or URL)`
         : `cannot read input file ${JSON.stringify(file)}: no such file`,
       options?.cause === undefined ? undefined : { cause: options.cause },
     );

@@ -9,12 +9,36 @@
  * @module
  */
 import type { JsonValue } from "../core/json.js";
-import { ApprovalNotPendingError, RunNotFoundError } from "./errors.js";
+import { ApprovalConflictError, ApprovalNotPendingError, RunNotFoundError, SignalConflictError } from "./errors.js";
 import type { Journal, RunRecord, SignalRecord, StepRecord } from "./journal.js";
 
 /** Signal name of the approval of a tool call: `approval:<toolCallId>`. */
 export function approvalSignalName(toolCallId: string): string {
-  return `approval:${toolCallId}`;
+  return `${APPROVAL_PREFIX}${toolCallId}`;
+}
+
+const APPROVAL_PREFIX = "approval:";
+
+/**
+ * Throws what a refused approval decision means: a {@link SignalConflictError} on an approval signal
+ * becomes an {@link ApprovalConflictError} saying which decision was taken first (read back from the
+ * journal); anything else is rethrown as it is. Shared by `approve`/`reject`, the CLI and the web inspector.
+ *
+ * @param journal - the run's journal
+ * @param runId - the run
+ * @param name - the signal's name (`approval:<toolCallId>` for a decision)
+ * @param error - what sending it threw
+ * @throws always
+ */
+export async function rethrowDecision(journal: Journal, runId: string, name: string, error: unknown): Promise<never> {
+  if (!(error instanceof SignalConflictError) || !name.startsWith(APPROVAL_PREFIX)) throw error;
+  const first = await journal.getSignal(runId, name).catch(() => undefined);
+  const v = first?.value as { approved?: unknown; reason?: unknown } | null | undefined;
+  const decision =
+    v !== null && typeof v === "object" && typeof v.approved === "boolean"
+      ? { approved: v.approved, ...(typeof v.reason === "string" ? { reason: v.reason } : {}) }
+      : undefined;
+  throw new ApprovalConflictError(runId, name, name.slice(APPROVAL_PREFIX.length), decision, first?.sentAt);
 }
 
 /** An approval a run waits on (or waited on and was decided, not yet resumed), as a person judges it. */

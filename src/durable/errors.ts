@@ -73,6 +73,38 @@ export class SignalConflictError extends DumplingsError {
 }
 
 /**
+ * An approval or rejection of a tool call that was already decided (a second
+ * reviewer, or a race between two): the first decision stands and nothing
+ * was recorded. Says which decision that was. A {@link SignalConflictError}
+ * (code `SIGNAL_CONFLICT`), so code that catches that still does.
+ */
+export class ApprovalConflictError extends SignalConflictError {
+  /** The tool call's id. */
+  readonly toolCallId: string;
+  /** The decision taken first (`{ approved, reason? }`), when it could be read. */
+  readonly decision: { approved: boolean; reason?: string } | undefined;
+  /** When the first decision was recorded (epoch ms, store clock), when it could be read. */
+  readonly decidedAt: number | undefined;
+  constructor(
+    runId: string,
+    signalName: string,
+    toolCallId: string,
+    decision: { approved: boolean; reason?: string } | undefined,
+    decidedAt: number | undefined,
+  ) {
+    super(runId, signalName);
+    const what =
+      decision === undefined
+        ? "already decided"
+        : `already ${decision.approved ? "approved" : "rejected"}${decision.reason ? ` (${JSON.stringify(decision.reason)})` : ""}${decidedAt === undefined ? "" : ` at ${new Date(decidedAt).toISOString()}`}`;
+    this.message = `[dumplings:durable] tool call "${toolCallId}" of run "${runId}" was ${what}; only the first decision is taken, and nothing was recorded`;
+    this.toolCallId = toolCallId;
+    this.decision = decision;
+    this.decidedAt = decidedAt;
+  }
+}
+
+/**
  * Thrown inside a workflow to unwind it when it must wait (signal or timer);
  * {@link runDurable} catches it and checkpoints the run as `waiting`. Do not
  * swallow it in workflow code (rethrow it from `catch` blocks).

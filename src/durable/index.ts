@@ -42,6 +42,7 @@ export {
   waitForSignal,
 } from "./context.js";
 export {
+  ApprovalConflictError,
   ApprovalNotPendingError,
   JournalIntegrityError,
   LeaseHeldError,

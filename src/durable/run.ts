@@ -270,7 +270,8 @@ const isStop = (error: unknown) => error instanceof StaleFencingTokenError || er
  * @throws {StaleFencingTokenError} when another executor took the run over while this one ran
  * @throws {LeaseHeldError} when another owner holds the run longer than `leaseWaitMs`
  * @throws {NonJsonValueError} when a new run's input is not JSON
- * @throws {InvalidOptionError} for an unknown option, or when `options` or its `journal` is missing
+ * @throws {InvalidOptionError} for an unknown option, when `options` or its `journal` is missing, or when
+ *   `workflowFn` is not a function (nothing is created)
  * @example
  * const result = await runDurable("order-42", async (input) => {
  *   const quote = await step("quote", () => pricing.quote(input), { input });
@@ -300,6 +301,14 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   );
   if (typeof runId !== "string" || runId.length === 0 || runId.length > 512) {
     throw new DumplingsError("INVALID_RUN_ID", `invalid run id ${JSON.stringify(runId)}`);
+  }
+  if (typeof workflowFn !== "function") {
+    // before the run is created: a run created with no program would be recorded as failed for good
+    throw new InvalidOptionError(
+      "runDurable",
+      "workflowFn",
+      `must be the workflow function (runDurable(runId, async (input) => …, { journal })), got ${workflowFn === null ? "null" : typeof workflowFn}`,
+    );
   }
   const { journal } = options;
   const ttl = options.leaseTtlMs ?? 30_000;

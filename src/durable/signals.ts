@@ -14,7 +14,7 @@
  */
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { approvalSignalName, assertAwaitsApproval } from "./approvals.js";
+import { approvalSignalName, assertAwaitsApproval, rethrowDecision } from "./approvals.js";
 import { assertJournalOption, type Journal, type RunRecord } from "./journal.js";
 
 export { approvalSignalName } from "./approvals.js";
@@ -86,7 +86,8 @@ export interface ApprovalDecision {
  * @param runId - the run
  * @param toolCallId - the waiting tool call's id (`dumplings runs` lists them)
  * @param options - `journal`, `wake`, optional `reason`
- * @throws {SignalConflictError} when the call was already approved or rejected
+ * @throws {ApprovalConflictError} (a `SignalConflictError`) when the call was already approved or rejected:
+ *   says which
  * @throws {ApprovalNotPendingError} when the run does not wait on this call (finished, busy, or waiting on
  *   another one: the message names it); nothing was recorded
  * @throws {RunNotFoundError}
@@ -102,7 +103,22 @@ export async function approve(
   assertJournalOption("approve", options?.journal, "approve(runId, toolCallId, { journal })");
   await assertAwaitsApproval(options.journal, runId, toolCallId, "approve");
   const decision: ApprovalDecision = { approved: true, ...(options.reason ? { reason: options.reason } : {}) };
-  return signal(runId, approvalSignalName(toolCallId), { ...decision }, withoutReason(options));
+  return decide(runId, toolCallId, { ...decision }, options);
+}
+
+/** Records a decision; a second one is an {@link ApprovalConflictError} saying what the first was. */
+async function decide(
+  runId: string,
+  toolCallId: string,
+  decision: { approved: boolean; reason?: string },
+  options: SignalOptions & { reason?: string },
+): Promise<SignalResult> {
+  const name = approvalSignalName(toolCallId);
+  try {
+    return await signal(runId, name, decision, withoutReason(options));
+  } catch (error) {
+    return rethrowDecision(options.journal, runId, name, error);
+  }
 }
 
 /**
@@ -112,7 +128,8 @@ export async function approve(
  * @param runId - the run
  * @param toolCallId - the waiting tool call's id
  * @param options - `journal`, `wake`, optional `reason`
- * @throws {SignalConflictError} when the call was already approved or rejected
+ * @throws {ApprovalConflictError} (a `SignalConflictError`) when the call was already approved or rejected:
+ *   says which
  * @throws {ApprovalNotPendingError} when the run does not wait on this call (as {@link approve}); nothing was
  *   recorded
  * @throws {RunNotFoundError}
@@ -125,10 +142,10 @@ export async function reject(
   checkOptions("reject", options, DECISION_OPTIONS);
   assertJournalOption("reject", options?.journal, "reject(runId, toolCallId, { journal, reason })");
   await assertAwaitsApproval(options.journal, runId, toolCallId, "reject");
-  return signal(
+  return decide(
     runId,
-    approvalSignalName(toolCallId),
+    toolCallId,
     { approved: false, reason: options.reason ?? "rejected by a human reviewer" },
-    withoutReason(options),
+    options,
   );
 }

@@ -210,8 +210,29 @@ function checkHeader(state: AgentStateHeader): void {
   assertJson(state.state, "state");
 }
 
+/**
+ * Refuses what is not an agent (null, a plain object, a string) before anything uses it: an
+ * {@link InvalidOptionError} naming the call, not the TypeError of whatever touched it first.
+ */
+function assertAgent(call: string, agent: unknown): asserts agent is PersistableAgent {
+  if (typeof agent !== "object" || agent === null || typeof (agent as { toState?: unknown }).toState !== "function") {
+    const got = agent === null ? "null" : Array.isArray(agent) ? "an array" : typeof agent;
+    throw new InvalidOptionError(
+      call,
+      "agent",
+      `must be an agent (an object with toState(), such as a BaseAgent or what loadState returned), got ${got}`,
+    );
+  }
+}
+
+/** A history that is not an array (`agent.history = "oops"`): an {@link InvalidStateError}. */
+function notAnArray(history: unknown): InvalidStateError {
+  const got = history === null ? "null" : typeof history;
+  return new InvalidStateError("history", `must be an array of messages, got ${got}`);
+}
+
 function checkHistory(history: readonly Message[], from: number): void {
-  if (!Array.isArray(history)) throw new TypeError("state.history must be an array");
+  if (!Array.isArray(history)) throw notAnArray(history);
   for (let i = from; i < history.length; i++) {
     if (!(i in history)) assertJson(history, "history");
     assertJson(history[i], `history[${i}]`, i);
@@ -228,7 +249,7 @@ function checkHistory(history: readonly Message[], from: number): void {
  * @throws {NonJsonValueError} naming the message index and path of a value JSON cannot carry
  */
 function encodeHistory(history: readonly Message[], from: number, boundary: string | undefined): string[] {
-  if (!Array.isArray(history)) throw new TypeError("state.history must be an array");
+  if (!Array.isArray(history)) throw notAnArray(history);
   const texts: string[] = boundary === undefined ? [] : [boundary];
   for (let i = from; i < history.length; i++) {
     if (!(i in history)) assertJson(history, "history");
@@ -306,7 +327,9 @@ function applySecretsPolicy(state: AgentState, policy: ToolArgumentSecretsPolicy
  * @throws {ConflictError} when another writer saved the key since this agent loaded/saved it
  * @throws {UnsupportedOperationError} for `ifRevision` on a backend without revisions
  * @throws {BackendError} wrapping a driver failure
- * @throws {InvalidOptionError} for an unknown option, an option of the wrong kind, or options given twice
+ * @throws {InvalidOptionError} for an unknown option, an option of the wrong kind, options given twice, or an
+ *   `agent` that is not one (null, a plain object: nothing with `toState()`)
+ * @throws {InvalidStateError} when `agent.history` is not an array
  * @example
  * const { key, revision } = await saveState(agent, "support-42", { backend: "sqlite" });
  * await saveState(agent, { backend: "sqlite" }); // the default key
@@ -318,6 +341,11 @@ export function saveState(
   key?: string | SaveOptions,
   options?: SaveOptions,
 ): Promise<SaveResult> {
+  try {
+    assertAgent("saveState", agent);
+  } catch (e) {
+    return Promise.reject(e);
+  }
   if (typeof key === "object" && key !== null) {
     if (options !== undefined) {
       return Promise.reject(
@@ -613,6 +641,7 @@ export async function* iterHistory(key: string, options: BackendOptions = {}): A
  * writeFileSync("session.duas", exportStateString(agent));
  */
 export function exportStateString(agent: PersistableAgent): string {
+  assertAgent("exportStateString", agent);
   const state = agent.toState();
   checkHeader(state);
   applySecretsPolicy(state, currentSettings().toolArgumentSecrets);

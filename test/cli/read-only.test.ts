@@ -35,6 +35,7 @@ function expectMissing(r: { code: number | null; stderr: string; stdout: string 
   expect(r.stderr.trimEnd().split("\n")).toHaveLength(1);
   expect(r.stderr).toMatch(what);
   expect(r.stderr).toMatch(/nothing was created.*\(INPUT_NOT_FOUND\)$/m);
+  expect(r.stderr.match(/nothing was created/g), "said once").toHaveLength(1);
 }
 
 const tables = (file: string): string[] => {

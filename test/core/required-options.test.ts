@@ -7,10 +7,14 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { InvalidOptionError } from "../../src/core/errors.js";
+import { BaseAgent } from "../../src/agent/base-agent.js";
+import { MemoryBackend } from "../../src/backends/memory.js";
+import { InvalidOptionError, InvalidStateError } from "../../src/core/errors.js";
 import { DurableAgent } from "../../src/durable/agent.js";
+import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
 import { approve, reject, signal } from "../../src/durable/signals.js";
+import { exportStateString, saveState } from "../../src/persistence/api.js";
 import { ResumableGraphRunner } from "../../src/workflow/runner.js";
 import { CheckpointStore } from "../../src/workflow/store.js";
 
@@ -119,5 +123,41 @@ describe("required options", () => {
       "model",
       /must be an AI SDK language model, got null/,
     );
+  });
+
+  // a new user's trial: bare TypeErrors ("Invalid value used as weak map key", "agent.toState is not a
+  // function", "state.history must be an array"), and a run created as failed for good
+  it("saveState and exportStateString of something that is not an agent", async () => {
+    for (const agent of [null, undefined, {}, "agent", []]) {
+      expectOption(await thrown(() => saveState(agent as never, "k")), "saveState", "agent", /must be an agent/);
+      expectOption(
+        await thrown(() => exportStateString(agent as never)),
+        "exportStateString",
+        "agent",
+        /must be an agent/,
+      );
+    }
+    const agent = new BaseAgent({ name: "h" });
+    (agent as unknown as { history: unknown }).history = "oops";
+    const error = await thrown(() => saveState(agent, "k", { backend: new MemoryBackend() }));
+    expect(error).toBeInstanceOf(InvalidStateError);
+    expect((error as Error).message).toMatch(/history: must be an array of messages, got string/);
+  });
+
+  it("runDurable with a workflow that is not a function creates no run", async () => {
+    const journal = new SqliteJournal({ path: path.join(dir, "fn.db") });
+    try {
+      expectOption(
+        await thrown(() => runDurable("r-fn", "notafunction" as never, { journal, input: {} })),
+        "runDurable",
+        "workflowFn",
+        /must be the workflow function.*got string/,
+      );
+      expect(await journal.getRun("r-fn")).toBeUndefined();
+      // the same id then starts with a real workflow
+      expect(await runDurable("r-fn", fn, { journal, input: {} })).toMatchObject({ status: "completed", output: "x" });
+    } finally {
+      await journal.close();
+    }
   });
 });

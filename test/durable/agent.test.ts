@@ -12,7 +12,7 @@ import { type ModelMessage, tool } from "ai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { DurableAgent, durableTool } from "../../src/durable/agent.js";
-import { SignalConflictError } from "../../src/durable/errors.js";
+import { ApprovalConflictError, SignalConflictError } from "../../src/durable/errors.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
 import { approve, reject } from "../../src/durable/signals.js";
@@ -89,6 +89,11 @@ describe("DurableAgent", () => {
 
     await approve("a1", "call_refund", { journal });
     await expect(approve("a1", "call_refund", { journal })).rejects.toBeInstanceOf(SignalConflictError);
+    // the loser of a race learns what the first decision was
+    const late = reject("a1", "call_refund", { journal, reason: "no" });
+    await expect(late).rejects.toBeInstanceOf(ApprovalConflictError);
+    await expect(late).rejects.toMatchObject({ code: "SIGNAL_CONFLICT", decision: { approved: true } });
+    await expect(late).rejects.toThrow(/tool call "call_refund" of run "a1" was already approved at /);
     const done = await runDurable("a1", makeAgent(server.url, calls).workflow(), { journal, stream });
     expect(done.status).toBe("completed");
     if (done.status !== "completed") return;

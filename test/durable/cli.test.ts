@@ -102,6 +102,7 @@ describe("durable CLI commands", () => {
     const again = await cli("reject", "run-a", "call_42", "--reason", "too late");
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("SIGNAL_CONFLICT");
+    expect(again.stderr).toContain('tool call "call_42" of run "run-a" was already approved at');
     expect(await runDurable("run-a", workflow, { journal })).toMatchObject({ status: "completed", output: "ran" });
 
     const shown = await cli("runs", "run-a");

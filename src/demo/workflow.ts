@@ -10,9 +10,11 @@
  *
  * The demo runs an uninterrupted reference in-process, then runs the same
  * workflow in a child process (this file with `--child`), SIGKILLs it after a
- * few steps, prints the step timeline, resumes it in a new child, prints the
- * timeline again, and exits non-zero if the resumed result differs from the
- * reference or the report was written more than once.
+ * few steps, prints the step timeline, resumes it in a new child (which first
+ * waits for the killed child's lease on the workflow to expire: a short one,
+ * 2 s, in the demo), prints the timeline again, and exits non-zero if the
+ * resumed result differs from the reference or the report was written more
+ * than once.
  *
  * Storage: embedded SQLite under `./.dumplingsAI_workflows` (or
  * `DUMPLINGS_WORKFLOW_DIR`); the Redis hot tier when `REDIS_URL` is set.
@@ -200,6 +202,9 @@ async function openStore(): Promise<CheckpointStore> {
 
 const reportFile = (workflowId: string) => path.join(DIR, `${workflowId}.report.md`);
 
+/** The children's lease on the workflow, ms: a killed child holds it this long at most. */
+const LEASE_TTL_MS = 2000;
+
 /** Child mode: run or resume one workflow, printing one line per step event. */
 async function child(workflowId: string): Promise<void> {
   const store = await openStore();
@@ -207,6 +212,9 @@ async function child(workflowId: string): Promise<void> {
     store,
     nodes: nodes(Number(process.env.DEMO_STEP_MS ?? 150), reportFile),
     entry: "load",
+    // A child started after a SIGKILL waits for the dead one's lease to expire, then takes it over.
+    leaseTtlMs: LEASE_TTL_MS,
+    leaseWaitMs: 5 * LEASE_TTL_MS,
     onStep: (e: StepEvent) => {
       if (e.type === "finish") process.stdout.write(`STEP ${e.stepIndex} ${e.node} ${e.durationMs.toFixed(0)}ms\n`);
     },
@@ -291,7 +299,9 @@ async function main(): Promise<number> {
     );
   }
 
-  console.log("\n3. Resume: a new child process continues from the last checkpoint");
+  console.log(
+    `\n3. Resume: a new child process takes the workflow over once the killed child's lease expires (${LEASE_TTL_MS / 1000} s) and continues from the last checkpoint`,
+  );
   const second = await spawnChild(base);
   console.log(`    child exited: ${second.signal ?? `code ${second.code}`}`);
   console.log("\n   Timeline after resuming:");

@@ -9,8 +9,13 @@
  * named (workflow, step, path) on load, schema migrations on load, large values
  * in the blob store (one blob per value, none orphaned by a delete), deleting
  * every row of a workflow, keyset pagination of `listWorkflows`, a run end to
- * end. Tests that must reach below the contract use optional hooks of the
- * factory's {@link ColdStoreFixture} (aging rows for retention, counting
+ * end; and, for a store that keeps leases (the optional `acquireLease`,
+ * `renewLease`, `releaseLease`), the lease (taken, refused to a second owner
+ * with its holder and expiry, taken over after its expiry with a higher
+ * fencing token, renewed, released) and the fenced writes (a stale token's
+ * checkpoint, error record and side-effect start refused with
+ * `WorkflowLeaseLostError`, nothing written). Tests that must reach below
+ * the contract use optional hooks of the factory's {@link ColdStoreFixture} (aging rows for retention, counting
  * side-effect records, bulk-inserting 100,000 summaries and the expected query
  * plan); a test whose hook is missing is skipped, naming the hook.
  *
@@ -27,9 +32,16 @@ import { ConflictError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { BLOB_REF_FIELD } from "../workflow/blobs.js";
 import type { ColdStore } from "../workflow/cold.js";
-import { WorkflowMigrationError, WorkflowNotFoundError, WorkflowStateError } from "../workflow/errors.js";
+import {
+  WorkflowConflictError,
+  WorkflowLeaseLostError,
+  WorkflowMigrationError,
+  WorkflowNotFoundError,
+  WorkflowStateError,
+} from "../workflow/errors.js";
 import type { RedisHotTier } from "../workflow/hot-redis.js";
 import { IdempotencyGuard } from "../workflow/idempotency.js";
+import { keepsLeases, type LeasingColdStore } from "../workflow/lease.js";
 import { ResumableGraphRunner } from "../workflow/runner.js";
 import { createWorkflowState, END, type WorkflowState } from "../workflow/state.js";
 import { CheckpointStore } from "../workflow/store.js";
@@ -161,6 +173,14 @@ export function runColdStoreConformance<C extends ColdStore>(
         schemaVersion: opts.schemaVersion,
         blobThreshold: opts.blobThreshold,
       });
+    /** The store's leases, or a skip when it keeps none. */
+    const leasing = (ctx: ConformanceTestContext): LeasingColdStore => {
+      if (!keepsLeases(fx.cold)) ctx.skip("the cold store keeps no leases (acquireLease, renewLease, releaseLease)");
+      return fx.cold as unknown as LeasingColdStore;
+    };
+    /** Runners of the suite: with leases when the store keeps them (without, a runner needs `lease: false`). */
+    const runnerLease = () => (keepsLeases(fx.cold) ? {} : { lease: false });
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
     /** The hooks a test needs, or a skip naming the missing ones. */
     const hooks = (ctx: ConformanceTestContext, ...names: Hook[]): Required<ColdStoreFixture<C>> => {
       const missing = names.filter((h) => fx[h] === undefined);
@@ -184,6 +204,7 @@ export function runColdStoreConformance<C extends ColdStore>(
     const failingRun = async (store: CheckpointStore, id: string) => {
       const runner = new ResumableGraphRunner({
         store,
+        ...runnerLease(),
         nodes: {
           a: async (_s, ctx) => {
             await ctx.sideEffect("e", () => 1);
@@ -414,10 +435,163 @@ export function runColdStoreConformance<C extends ColdStore>(
       const id = wf("e2e");
       const runner = new ResumableGraphRunner({
         store,
+        ...runnerLease(),
         nodes: { only: (s) => ({ next: END, updates: { seen: s.workflowId } }) },
       });
       const out = await runner.runOrResume(id);
       expect(out.state.sharedMemory).toEqual({ seen: id });
+    });
+
+    it("a checkpoint conflict names the workflow and its steps, not a session's revision", async () => {
+      const store = await open();
+      const id = wf("wording");
+      const s0 = createWorkflowState({ workflowId: id, now: 1000 });
+      await store.save(s0, { expectedStep: null });
+      const created = await store.save(s0, { expectedStep: null }).catch((e: unknown) => e);
+      expect(created).toBeInstanceOf(ConflictError);
+      expect(created).toBeInstanceOf(WorkflowConflictError);
+      expect(created).toMatchObject({ workflowId: id, expectedStep: null, actualStep: 0, code: "CONFLICT" });
+      const text = (created as Error).message;
+      expect(text).toMatch(/checkpoint conflict/);
+      expect(text).toMatch(/already exists \(latest step 0/);
+      expect(/session|force|revision/.test(text)).toBe(false);
+      await store.save(step(s0, {}), { expectedStep: 0 });
+      const stale = await store.save(step(s0, {}), { expectedStep: 0 }).catch((e: unknown) => e);
+      expect(stale).toMatchObject({ expectedStep: 0, actualStep: 1 });
+      expect((stale as Error).message).toMatch(/continues from step 0, but the latest stored step is 1/);
+    });
+
+    it("leases: one owner at a time, refused with the holder and expiry, taken over after expiry with a higher token", async (ctx) => {
+      const leases = leasing(ctx);
+      await open(); // creates the tables
+      const id = wf("lease");
+      const a = await leases.acquireLease(id, "worker-a", 30_000);
+      expect(a).toMatchObject({ acquired: true, fencingToken: 1 });
+      const refused = await leases.acquireLease(id, "worker-b", 30_000);
+      expect(refused).toMatchObject({ acquired: false, owner: "worker-a", fencingToken: 1 });
+      expect((refused as { expiresAt: number }).expiresAt).toBe((a as { expiresAt: number }).expiresAt);
+      // Renewed with the current token; released; then anyone's.
+      expect(await leases.renewLease(id, 1, 30_000)).toBeGreaterThan(0);
+      await leases.releaseLease(id, 1);
+      await expect(leases.renewLease(id, 1, 30_000)).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+      const b = await leases.acquireLease(id, "worker-b", 60);
+      expect(b).toMatchObject({ acquired: true, fencingToken: 2 });
+      // A lease nobody renews expires (by the store's clock) and is taken over with a higher token.
+      await sleep(150);
+      const c = await leases.acquireLease(id, "worker-c", 30_000);
+      expect(c).toMatchObject({ acquired: true, fencingToken: 3 });
+      // The old holder's token is stale: renewing and releasing with it change nothing.
+      await expect(leases.renewLease(id, 2, 30_000)).rejects.toMatchObject({
+        code: "STALE_FENCING_TOKEN",
+        fencingToken: 2,
+        currentToken: 3,
+        owner: "worker-c",
+      });
+      await leases.releaseLease(id, 2);
+      expect(await leases.acquireLease(id, "worker-a", 30_000)).toMatchObject({ acquired: false, owner: "worker-c" });
+      // The same owner takes its own lease back at once, with a new token.
+      expect(await leases.acquireLease(id, "worker-c", 30_000)).toMatchObject({ acquired: true, fencingToken: 4 });
+    });
+
+    it("leases: a stale token's checkpoint, error record and side-effect start are refused and write nothing", async (ctx) => {
+      const leases = leasing(ctx);
+      const store = await open();
+      const id = wf("fence");
+      await leases.acquireLease(id, "old", 60);
+      const s0 = createWorkflowState({ workflowId: id, now: 1000 });
+      await store.save(s0, { expectedStep: null, fencingToken: 1 });
+      const guard = new IdempotencyGuard({ store });
+      const key = IdempotencyGuard.key(id, 0, 0);
+      let runs = 0;
+      await sleep(150); // the old holder pauses past its lease
+      // Expired, not taken over yet: nobody else ran, so its checkpoint goes in; a side effect does not start.
+      const s1 = step(s0, { sharedMemory: { by: "old" } });
+      await store.save(s1, { expectedStep: 0, fencingToken: 1 });
+      await expect(
+        guard.run(key, () => ++runs, { workflowId: id, stepIndex: 0, fencingToken: 1 }),
+      ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+      expect(runs).toBe(0);
+      await leases.acquireLease(id, "new", 30_000); // taken over: token 2
+      const stale = await store
+        .save(step(s1, { sharedMemory: { by: "old, late" } }), { expectedStep: 1, fencingToken: 1 })
+        .catch((e: unknown) => e);
+      expect(stale).toBeInstanceOf(WorkflowLeaseLostError);
+      expect(stale).toMatchObject({ workflowId: id, fencingToken: 1, currentToken: 2, owner: "new" });
+      expect((stale as Error).message).toMatch(/another worker took the workflow over/);
+      expect((await store.loadLatest(id))?.sharedMemory).toEqual({ by: "old" });
+      await expect(
+        store.recordError({ workflowId: id, stepIndex: 1, nodeName: "n", error: { m: "x" }, createdAt: 1 }, 1),
+      ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+      expect(await store.errors(id)).toEqual([]);
+      expect((await store.summary(id))?.status).toBe("running");
+      await expect(
+        guard.run(key, () => ++runs, { workflowId: id, stepIndex: 0, fencingToken: 1 }),
+      ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+      expect(runs).toBe(0);
+      // The holder's writes go in.
+      expect(await guard.run(key, () => ++runs, { workflowId: id, stepIndex: 0, fencingToken: 2 })).toBe(1);
+      const s2 = step(s1, { sharedMemory: { by: "new" } });
+      await store.save(s2, { expectedStep: 1, fencingToken: 2 });
+      expect((await store.loadLatest(id))?.sharedMemory).toEqual({ by: "new" });
+      // A released lease fences too.
+      await leases.releaseLease(id, 2);
+      await expect(store.save(step(s2, {}), { expectedStep: 2, fencingToken: 2 })).rejects.toMatchObject({
+        code: "STALE_FENCING_TOKEN",
+        owner: null,
+      });
+    });
+
+    it("leases: a stale worker's failed side effect leaves its start record for the new holder to reconcile", async (ctx) => {
+      const leases = leasing(ctx);
+      const store = await open();
+      const id = wf("abandon");
+      await leases.acquireLease(id, "old", 30_000);
+      const guard = new IdempotencyGuard({ store });
+      const key = IdempotencyGuard.key(id, 0, 0);
+      const failed = guard.run(
+        key,
+        async () => {
+          await leases.acquireLease(id, "old", 30_000); // taken over (token 2) while the effect runs
+          throw new Error("503");
+        },
+        { workflowId: id, fencingToken: 1 },
+      );
+      await expect(failed).rejects.toThrow("503");
+      // The start stays: the new holder is asked whether it happened, never re-runs it blindly.
+      let asked = 0;
+      const out = await guard.run(key, () => "again", {
+        workflowId: id,
+        fencingToken: 2,
+        reconcile: () => {
+          asked++;
+          return { outcome: "happened", result: "reconciled" };
+        },
+      });
+      expect(out).toBe("reconciled");
+      expect(asked).toBe(1);
+    });
+
+    it("leases: free leases of deleted workflows go with prune; the others stay", async (ctx) => {
+      const leases = leasing(ctx);
+      const store = await open();
+      const gone = wf("gone");
+      const kept = wf("kept");
+      for (const id of [gone, kept]) {
+        await leases.acquireLease(id, "w", 30_000);
+        await store.save(createWorkflowState({ workflowId: id }), { expectedStep: null, fencingToken: 1 });
+        await leases.releaseLease(id, 1);
+      }
+      await store.delete(gone);
+      const live = wf("live"); // held by a worker about to write its first checkpoint
+      await leases.acquireLease(live, "w", 30_000);
+      // The lease row outlives the delete (tokens of an id never go back)…
+      expect(await leases.acquireLease(gone, "w", 30_000)).toMatchObject({ fencingToken: 2 });
+      await leases.releaseLease(gone, 2);
+      await store.prune({ olderThan: new Date(Date.now() + 60_000) });
+      // …until prune removes it once it is older than the cutoff; a live workflow's lease stays.
+      expect(await leases.acquireLease(gone, "w", 30_000)).toMatchObject({ fencingToken: 1 });
+      expect(await leases.acquireLease(kept, "w", 30_000)).toMatchObject({ fencingToken: 2 });
+      expect(await leases.acquireLease(live, "other", 30_000)).toMatchObject({ acquired: false, owner: "w" });
     });
   });
 }

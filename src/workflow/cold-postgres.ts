@@ -24,6 +24,7 @@ import {
   PostgresDriver,
 } from "../drivers/postgres.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
+import { workflowLeaseMigrations } from "./lease-sql.js";
 
 /** The keys of {@link PostgresColdStoreOptions}: any other is an `InvalidOptionError`. */
 const COLD_POSTGRES_OPTIONS = optionKeys<PostgresColdStoreOptions>({
@@ -67,7 +68,10 @@ export class PostgresColdStore extends SqlColdStore<PostgresDriver> {
   constructor(options: PostgresColdStoreOptions = {}) {
     checkOptions("postgres", options, COLD_POSTGRES_OPTIONS);
     const { pruneBatchSize, ...connection } = options ?? {};
-    super(new PostgresDriver("postgres", connection, workflowMigrations("postgres")), { pruneBatchSize });
+    super(
+      new PostgresDriver("postgres", connection, [workflowMigrations("postgres"), workflowLeaseMigrations("postgres")]),
+      { pruneBatchSize },
+    );
     this.pool = this.driver.pool;
     this.schema = this.driver.schema;
   }

@@ -15,9 +15,13 @@
  *   references of deleted snapshots go with them and those no longer
  *   referenced anywhere are returned for the blob store to delete.
  * - **Tables** are created by the driver's migration ledger (component
- *   `workflow`, see {@link workflowMigrations}): checked once per process,
- *   DDL only when a version is missing, so opening a store never locks
- *   tables other processes are writing.
+ *   `workflow`, see {@link workflowMigrations}, and the lease table's
+ *   component `workflow-lease`, see {@link workflowLeaseMigrations}): checked
+ *   once per process, DDL only when a version is missing, so opening a store
+ *   never locks tables other processes are writing.
+ * - **Leases** (`lease-sql.ts`): one worker at a time runs a workflow; the
+ *   writes it makes carry its fencing token, checked in the write's own
+ *   transaction, so a worker that lost its lease writes nothing.
  *
  * Only portable SQL (`ON CONFLICT`, `RETURNING`, row values) is used; the
  * dialects differ only in their DDL types.
@@ -26,7 +30,7 @@
  */
 import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
 import path from "node:path";
-import { BackendError, ConflictError, InvalidOptionError } from "../core/errors.js";
+import { BackendError, InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { wholeOption } from "../drivers/options.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
@@ -40,9 +44,13 @@ import type {
   SnapshotWrite,
   StepErrorRecord,
   StoredSnapshot,
+  WorkflowFence,
+  WorkflowLeaseResult,
   WorkflowRowStatus,
   WorkflowSummary,
 } from "./cold.js";
+import { WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
+import { SqlWorkflowLeases } from "./lease-sql.js";
 import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
 
 /** The keys of {@link ColdPruneOptions}: any other is an `InvalidOptionError`. */
@@ -236,11 +244,12 @@ const placeholders = (count: number, from = 1): string =>
 
 /**
  * A cold checkpoint store over any {@link SqlDriver} whose migrations include
- * {@link workflowMigrations} of its dialect. Use `SqliteColdStore` or
- * `PostgresColdStore`, which build the driver from connection options.
+ * {@link workflowMigrations} and {@link workflowLeaseMigrations} of its
+ * dialect. Use `SqliteColdStore` or `PostgresColdStore`, which build the
+ * driver from connection options.
  *
  * @example
- * const driver = new PostgresDriver("postgres", { url }, workflowMigrations("postgres"));
+ * const driver = new PostgresDriver("postgres", { url }, [workflowMigrations("postgres"), workflowLeaseMigrations("postgres")]);
  * const store = await CheckpointStore.open({ cold: new SqlColdStore(driver) });
  */
 export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore {
@@ -256,6 +265,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   private readonly stepErrors: string;
   private readonly idempotency: string;
   private readonly blobRefs: string;
+  /** The lease table's statements. */
+  private readonly leases: SqlWorkflowLeases;
   /** SQLite: whether the file's text encoding is UTF-8 (undefined until asked). */
   private utf8: boolean | undefined;
 
@@ -282,6 +293,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     this.stepErrors = driver.table("workflow_step_errors");
     this.idempotency = driver.table("workflow_idempotency");
     this.blobRefs = driver.table("workflow_blob_refs");
+    this.leases = new SqlWorkflowLeases(driver);
   }
 
   /** {@inheritDoc ColdStore.init} (the driver's migrations: no DDL on a schema that has them all) */
@@ -290,7 +302,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   }
 
   /** {@inheritDoc ColdStore.write} */
-  async write(row: SnapshotWrite, expectedLatest: number | null | undefined): Promise<void> {
+  async write(row: SnapshotWrite, expectedLatest: number | null | undefined, fencingToken?: number): Promise<void> {
     const id = row.workflowId;
     const summary = [
       id,
@@ -304,15 +316,21 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     ];
     const insertSummary = `INSERT INTO ${this.workflows} AS w (${SUMMARY_COLUMNS}) VALUES (${placeholders(8)}, $8)`;
     await this.driver.transaction(`cannot write checkpoint ${row.stepIndex} of workflow "${id}"`, id, async (query) => {
+      if (fencingToken !== undefined) {
+        // First, and locked until commit: a takeover waits for this write, or this write sees it and is refused.
+        await this.leases.fence(query, id, fencingToken, `checkpoint ${row.stepIndex} refused`, false);
+      }
       let actual: number | null | undefined;
       if (expectedLatest !== undefined) {
         actual = await this.latestStep(query, id, this.driver.forUpdate);
         if (actual === null && expectedLatest === null) {
           // Two creators race: the primary key decides, the loser's insert does nothing.
           const ins = await query(`${insertSummary} ON CONFLICT (workflow_id) DO NOTHING`, summary);
-          if (ins.rowCount !== 1) throw new ConflictError(id, null, await this.latestStep(query, id), this.name);
+          if (ins.rowCount !== 1) {
+            throw new WorkflowConflictError(id, null, await this.latestStep(query, id), this.name);
+          }
         } else if (actual !== expectedLatest) {
-          throw new ConflictError(id, expectedLatest, actual, this.name);
+          throw new WorkflowConflictError(id, expectedLatest, actual, this.name);
         }
       }
       const target = await this.snapshotTarget(query, row.createdAt);
@@ -502,6 +520,9 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       );
       if ((r.rowCount ?? 0) < this.batch) break;
     }
+    // Free leases of workflows deleted before the cutoff (a lease row outlives deleteWorkflow, so fencing
+    // tokens of an id never go back while a worker that held it could still be paused).
+    await this.leases.prune(this.workflows, cutoff, this.batch);
     await this.afterPrune(vacuum);
     return { deletedSnapshots, orphanRefs: [...orphanRefs], droppedMonths };
   }
@@ -632,9 +653,12 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   }
 
   /** {@inheritDoc ColdStore.recordError} */
-  async recordError(record: StepErrorRecord): Promise<void> {
+  async recordError(record: StepErrorRecord, fencingToken?: number): Promise<void> {
     const id = record.workflowId;
     await this.driver.transaction(`cannot record the error of workflow "${id}"`, id, async (query) => {
+      if (fencingToken !== undefined) {
+        await this.leases.fence(query, id, fencingToken, `error record of step ${record.stepIndex} refused`, false);
+      }
       await query(
         `INSERT INTO ${this.stepErrors} (workflow_id, step_index, node_name, error_json, created_at)
          VALUES (${placeholders(5)})`,
@@ -668,24 +692,30 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   /** {@inheritDoc ColdStore.idempotencyBegin} */
   async idempotencyBegin(
     key: string,
-    info: { workflowId: string; stepIndex: number; name: string; now: number },
+    info: { workflowId: string; stepIndex: number; name: string; now: number; fencingToken?: number },
   ): Promise<IdempotencyRecord | undefined> {
+    const insert = `INSERT INTO ${this.idempotency} (idem_key, workflow_id, step_index, name, status, started_at)
+         VALUES ($1, $2, $3, $4, 'started', $5) ON CONFLICT (idem_key) DO NOTHING`;
+    const values = [key, info.workflowId, info.stepIndex, info.name, info.now];
+    const select = `SELECT * FROM ${this.idempotency} WHERE idem_key = $1`;
+    const token = info.fencingToken;
+    if (token !== undefined) {
+      // Fenced: the start is recorded (or the existing record read) only under a live, current lease.
+      const what = `cannot record the start of side effect "${key}"`;
+      return this.driver.transaction(what, key, async (query) => {
+        await this.leases.fence(query, info.workflowId, token, `start of side effect "${key}" refused`, true);
+        if ((await query(insert, values)).rowCount === 1) return undefined;
+        const r = await query(select, [key]);
+        if (!r.rows[0])
+          throw new BackendError(this.name, `side effect "${key}" vanished while being recorded`, { key });
+        return toIdempotency(r.rows[0]);
+      });
+    }
     // A record abandoned between our insert and our read: try the insert again.
     for (let attempt = 0; attempt < 3; attempt++) {
-      const ins = await this.driver.query(
-        `cannot record the start of side effect "${key}"`,
-        key,
-        `INSERT INTO ${this.idempotency} (idem_key, workflow_id, step_index, name, status, started_at)
-         VALUES ($1, $2, $3, $4, 'started', $5) ON CONFLICT (idem_key) DO NOTHING`,
-        [key, info.workflowId, info.stepIndex, info.name, info.now],
-      );
+      const ins = await this.driver.query(`cannot record the start of side effect "${key}"`, key, insert, values);
       if (ins.rowCount === 1) return undefined;
-      const r = await this.driver.query(
-        `cannot read side effect "${key}"`,
-        key,
-        `SELECT * FROM ${this.idempotency} WHERE idem_key = $1`,
-        [key],
-      );
+      const r = await this.driver.query(`cannot read side effect "${key}"`, key, select, [key]);
       if (r.rows[0]) return toIdempotency(r.rows[0]);
     }
     throw new BackendError(this.name, `side effect "${key}" keeps vanishing while being recorded`, { key });
@@ -702,13 +732,37 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   }
 
   /** {@inheritDoc ColdStore.idempotencyAbandon} */
-  async idempotencyAbandon(key: string): Promise<void> {
-    await this.driver.query(
-      `cannot clear side effect "${key}"`,
-      key,
-      `DELETE FROM ${this.idempotency} WHERE idem_key = $1 AND status = 'started'`,
-      [key],
-    );
+  async idempotencyAbandon(key: string, fence?: WorkflowFence): Promise<void> {
+    const what = `cannot clear side effect "${key}"`;
+    const del = `DELETE FROM ${this.idempotency} WHERE idem_key = $1 AND status = 'started'`;
+    if (!fence) {
+      await this.driver.query(what, key, del, [key]);
+      return;
+    }
+    await this.driver.transaction(what, key, async (query) => {
+      try {
+        await this.leases.fence(query, fence.workflowId, fence.fencingToken, "abandon", false);
+      } catch (e) {
+        if (e instanceof WorkflowLeaseLostError) return; // no longer this worker's: the new holder reconciles it
+        throw e;
+      }
+      await query(del, [key]);
+    });
+  }
+
+  /** {@inheritDoc ColdStore.acquireLease} */
+  acquireLease(workflowId: string, owner: string, ttlMs: number): Promise<WorkflowLeaseResult> {
+    return this.leases.acquire(workflowId, owner, ttlMs);
+  }
+
+  /** {@inheritDoc ColdStore.renewLease} */
+  renewLease(workflowId: string, fencingToken: number, ttlMs: number): Promise<number> {
+    return this.leases.renew(workflowId, fencingToken, ttlMs);
+  }
+
+  /** {@inheritDoc ColdStore.releaseLease} */
+  releaseLease(workflowId: string, fencingToken: number): Promise<void> {
+    return this.leases.release(workflowId, fencingToken);
   }
 
   /** {@inheritDoc ColdStore.close} */

@@ -29,6 +29,7 @@ import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
+import { workflowLeaseMigrations } from "./lease-sql.js";
 
 /** The keys of {@link SqliteColdStoreOptions}: any other is an `InvalidOptionError`. */
 const COLD_SQLITE_OPTIONS = optionKeys<SqliteColdStoreOptions>({
@@ -76,11 +77,16 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
       throw new InvalidOptionError("sqlite", "database", "database and its old name db are both given and differ");
     }
     const database = connection.database ?? db;
-    const driver = new SqliteDriver("sqlite", { ...connection, database }, workflowMigrations("sqlite"), {
-      synchronous: "FULL",
-      // Lets prune return freed pages to the file system (the driver sets it on a new file only).
-      incrementalVacuum: true,
-    });
+    const driver = new SqliteDriver(
+      "sqlite",
+      { ...connection, database },
+      [workflowMigrations("sqlite"), workflowLeaseMigrations("sqlite")],
+      {
+        synchronous: "FULL",
+        // Lets prune return freed pages to the file system (the driver sets it on a new file only).
+        incrementalVacuum: true,
+      },
+    );
     super(driver, { pruneBatchSize });
     this.db = driver.db;
   }

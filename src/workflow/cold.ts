@@ -15,7 +15,18 @@
  *   `latest_step` is the compare-and-set token of the workflow;
  * - `workflow_step_errors` — node failures recorded with the step they started from;
  * - `workflow_idempotency` — side-effect records (`started` / `finished` + result);
- * - `workflow_blob_refs` — which snapshot references which blob (for garbage collection).
+ * - `workflow_blob_refs` — which snapshot references which blob (for garbage collection);
+ * - `workflow_leases` (component `workflow-lease`, its own migrations) — who runs each
+ *   workflow now: owner, expiry and fencing token ({@link ColdStore.acquireLease}).
+ *
+ * **Leases and fencing.** A store that keeps leases (the built-in ones do) lets one
+ * worker at a time run a workflow, as a durable run's journal does: `acquireLease`
+ * takes the lease when it is free, expired (judged by the store's clock) or already
+ * the caller's, and increments its fencing token; the writes a worker makes while it
+ * runs the workflow carry that token (`write`, `recordError`, `idempotencyBegin`,
+ * `idempotencyAbandon`) and are refused with {@link WorkflowLeaseLostError} (nothing
+ * written) once another worker took the lease over, so a worker paused past its lease
+ * can neither commit a checkpoint nor start a side effect.
  *
  * @module
  */
@@ -145,6 +156,21 @@ export interface ColdPruneOptions {
   archiveDir?: string;
 }
 
+/**
+ * Result of {@link ColdStore.acquireLease} (the shape of a durable run's lease):
+ * taken, with the new fencing token and the expiry; or held by another live
+ * owner, with its expiry and token. Times are epoch ms on the store's clock.
+ */
+export type WorkflowLeaseResult =
+  | { acquired: true; fencingToken: number; expiresAt: number }
+  | { acquired: false; owner: string; expiresAt: number; fencingToken: number };
+
+/** The lease a fenced write is made under: the workflow and the writer's fencing token. */
+export interface WorkflowFence {
+  workflowId: string;
+  fencingToken: number;
+}
+
 /** Keyset position for {@link ColdStore.list}. */
 export interface ListCursor {
   updatedAt: number;
@@ -161,9 +187,12 @@ export interface ColdStore {
    * Writes one snapshot and updates the summary, atomically.
    * `expectedLatest`: `undefined` = upsert without check; `null` = the workflow must not exist;
    * a number = the summary's `latest_step` must equal it (compare-and-set).
+   * `fencingToken`: the writer's lease token; the write is made only while it is the
+   * workflow's current lease (checked in the same transaction).
    * @throws {ConflictError} when the compare-and-set fails (nothing written)
+   * @throws {WorkflowLeaseLostError} when `fencingToken` is not the current lease (nothing written)
    */
-  write(row: SnapshotWrite, expectedLatest: number | null | undefined): Promise<void>;
+  write(row: SnapshotWrite, expectedLatest: number | null | undefined, fencingToken?: number): Promise<void>;
   read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined>;
   latest(workflowId: string): Promise<StoredSnapshot | undefined>;
   summary(workflowId: string): Promise<WorkflowSummary | undefined>;
@@ -193,21 +222,46 @@ export interface ColdStore {
    *   not hold, or an `archiveTo` file that exists (nothing is changed)
    */
   dropMonth?(month: string, options: { keepLast: number; archiveTo?: string }): Promise<DropMonthResult>;
-  /** Records a node failure and marks the workflow `failed` (its checkpoints are untouched). */
-  recordError(record: StepErrorRecord): Promise<void>;
+  /**
+   * Records a node failure and marks the workflow `failed` (its checkpoints are untouched).
+   * @throws {WorkflowLeaseLostError} when `fencingToken` is given and is not the current lease (nothing written)
+   */
+  recordError(record: StepErrorRecord, fencingToken?: number): Promise<void>;
   errors(workflowId: string): Promise<StepErrorRecord[]>;
   /**
-   * Atomically records the start of a side effect unless a record exists.
+   * Atomically records the start of a side effect unless a record exists. With
+   * `fencingToken`, only while it is `workflowId`'s current lease and that lease has not
+   * expired (by the store's clock): a worker past its lease starts nothing.
    * @returns the existing record, or `undefined` when this call recorded the start
+   * @throws {WorkflowLeaseLostError} when `fencingToken` is stale, released or expired (nothing written)
    */
   idempotencyBegin(
     key: string,
-    info: { workflowId: string; stepIndex: number; name: string; now: number },
+    info: { workflowId: string; stepIndex: number; name: string; now: number; fencingToken?: number },
   ): Promise<IdempotencyRecord | undefined>;
   /** Records the result of a started side effect. */
   idempotencyFinish(key: string, resultJson: string, now: number): Promise<void>;
-  /** Removes a started record (the side effect threw: it may be retried). */
-  idempotencyAbandon(key: string): Promise<void>;
+  /**
+   * Removes a started record (the side effect threw: it may be retried). With `fence`, only
+   * while its token is the workflow's current lease; else the record stays (the new holder
+   * reconciles it).
+   */
+  idempotencyAbandon(key: string, fence?: WorkflowFence): Promise<void>;
+  /**
+   * Optional (leases): takes `workflowId`'s lease for `owner` for `ttlMs` when it is free,
+   * expired, or already `owner`'s; taking it increments the fencing token (the first is 1).
+   * Expiry is judged by the store's clock and the new lease expires at store now + `ttlMs`.
+   * @returns the new token and expiry, or the live holder
+   */
+  acquireLease?(workflowId: string, owner: string, ttlMs: number): Promise<WorkflowLeaseResult>;
+  /**
+   * Optional (leases): extends the lease held with `fencingToken` to store now + `ttlMs`.
+   * @returns the new expiry (epoch ms, store clock)
+   * @throws {WorkflowLeaseLostError} when the token is not current or the lease was released
+   */
+  renewLease?(workflowId: string, fencingToken: number, ttlMs: number): Promise<number>;
+  /** Optional (leases): drops the lease held with `fencingToken` (nothing when it is stale). */
+  releaseLease?(workflowId: string, fencingToken: number): Promise<void>;
   /** Closes connections this store created (injected clients are left open). */
   close(): Promise<void>;
 }

@@ -138,6 +138,128 @@ export class WorkflowNotWaitingError extends ConflictError {
 }
 
 /**
+ * A checkpoint's compare-and-set on the workflow's latest step failed: another
+ * writer advanced (or created, or deleted) the workflow since this one read
+ * it. Nothing was written. A {@link ConflictError} (code `CONFLICT`) whose
+ * `expectedRevision`/`actualRevision` are step indexes.
+ *
+ * @example
+ * // [dumplings:sqlite] workflow "order-7": checkpoint conflict: this writer continues from step 3, but the
+ * // latest stored step is 5 (another writer advanced the workflow); nothing was written …
+ */
+export class WorkflowConflictError extends ConflictError {
+  readonly workflowId: string;
+  /** The latest step the writer expected (`null`: it expected to create the workflow). */
+  readonly expectedStep: number | null;
+  /** The latest step stored (`null`: the workflow has no checkpoint, e.g. it was deleted). */
+  readonly actualStep: number | null;
+  /**
+   * @param workflowId - the workflow
+   * @param expectedStep - the latest step the writer expected (`null`: none, it creates the workflow)
+   * @param actualStep - the latest step stored (`null`: none)
+   * @param backend - the cold store's name (`sqlite`, `postgres`)
+   */
+  constructor(workflowId: string, expectedStep: number | null, actualStep: number | null, backend = "workflow") {
+    super(workflowId, expectedStep, actualStep, backend);
+    const wanted =
+      expectedStep === null ? "this writer creates the workflow" : `this writer continues from step ${expectedStep}`;
+    const found =
+      actualStep === null
+        ? "the workflow has no checkpoint (it was deleted meanwhile)"
+        : expectedStep === null
+          ? `it already exists (latest step ${actualStep}; another writer created it)`
+          : `the latest stored step is ${actualStep} (another writer advanced the workflow)`;
+    this.message = `[dumplings:${backend}] workflow ${JSON.stringify(workflowId)}: checkpoint conflict: ${wanted}, but ${found}; nothing was written. Load the latest checkpoint (runner.runOrResume) and continue from it`;
+    this.workflowId = workflowId;
+    this.expectedStep = expectedStep;
+    this.actualStep = actualStep;
+  }
+}
+
+/**
+ * Another worker holds the workflow's lease: it is running or resuming the
+ * workflow now (its lease has not expired). Nothing was run or written here.
+ * Retry after `expiresAt`, or give the runner `leaseWaitMs` to wait for the
+ * lease. Code `LEASE_HELD`, as a durable run's lease.
+ *
+ * @example
+ * try { await runner.runOrResume("order-7") } catch (e) {
+ *   if (e instanceof WorkflowLeaseHeldError) retryLater(e.expiresAt);
+ * }
+ */
+export class WorkflowLeaseHeldError extends DumplingsError {
+  readonly workflowId: string;
+  /** The worker holding the lease (its `owner` id, by default `<hostname>:<pid>:<random>`). */
+  readonly owner: string;
+  /** When the holder's lease expires unless renewed, ms since the epoch (the cold store's clock). */
+  readonly expiresAt: number;
+  /** The holder's fencing token. */
+  readonly fencingToken: number;
+  /**
+   * @param workflowId - the workflow
+   * @param owner - the holder
+   * @param expiresAt - its lease's expiry, epoch ms (store clock)
+   * @param fencingToken - its fencing token
+   */
+  constructor(workflowId: string, owner: string, expiresAt: number, fencingToken: number) {
+    super(
+      "LEASE_HELD",
+      `[dumplings:workflow] workflow ${JSON.stringify(workflowId)} is held by ${JSON.stringify(owner)} (lease until ${new Date(expiresAt).toISOString()}, fencing token ${fencingToken}): another worker is running it, so nothing was run here; retry after the lease ends (a holder that died leaves it to expire), or pass leaseWaitMs to wait for it`,
+    );
+    this.workflowId = workflowId;
+    this.owner = owner;
+    this.expiresAt = expiresAt;
+    this.fencingToken = fencingToken;
+  }
+}
+
+/**
+ * A write carried a fencing token that is no longer the workflow's lease: this
+ * worker's lease was taken over by another (it paused or lost its connection
+ * past the lease's expiry), released, or has expired. The write was refused
+ * and nothing was written: no checkpoint, no side-effect start. Code
+ * `STALE_FENCING_TOKEN`, as a durable run's.
+ */
+export class WorkflowLeaseLostError extends DumplingsError {
+  readonly workflowId: string;
+  /** The token this worker wrote with. */
+  readonly fencingToken: number;
+  /** The lease's current token (`null`: no lease was ever taken on the workflow). */
+  readonly currentToken: number | null;
+  /** The current holder (`null`: nobody holds the lease now). */
+  readonly owner: string | null;
+  /**
+   * @param workflowId - the workflow
+   * @param what - the refused write, e.g. `checkpoint 4 refused`
+   * @param fencingToken - the token it carried
+   * @param lease - the lease as stored: its current `token`, `owner` and `expiresAt` (epoch ms, store clock)
+   */
+  constructor(
+    workflowId: string,
+    what: string,
+    fencingToken: number,
+    lease: { token: number | null; owner: string | null; expiresAt: number | null },
+  ) {
+    const why =
+      lease.token === null
+        ? "the workflow has no lease (none was taken)"
+        : lease.token !== fencingToken
+          ? `another worker took the workflow over (${lease.owner === null ? "lease since released" : `held by ${JSON.stringify(lease.owner)}`}, fencing token ${lease.token})`
+          : lease.owner === null
+            ? "the lease was released"
+            : `the lease expired at ${new Date(lease.expiresAt ?? 0).toISOString()} (renew it before writing)`;
+    super(
+      "STALE_FENCING_TOKEN",
+      `[dumplings:workflow] workflow ${JSON.stringify(workflowId)}: ${what}: this worker's lease (fencing token ${fencingToken}) is no longer current: ${why}; nothing was written`,
+    );
+    this.workflowId = workflowId;
+    this.fencingToken = fencingToken;
+    this.currentToken = lease.token;
+    this.owner = lease.owner;
+  }
+}
+
+/**
  * A guarded side effect was started but its finish was never recorded (the
  * process died in between) and no `reconcile` function was supplied to decide
  * whether it happened. Nothing is re-run blindly.

@@ -9,7 +9,11 @@
  * `started` but never `finished` means the process died in between: whether
  * the effect happened is unknown, so a user-supplied `reconcile` function is
  * asked (e.g. "look the payment up by its idempotency key") instead of
- * blindly running it again. This is the seed's ToolIdempotentGuard; the
+ * blindly running it again. Under the runner, a workflow is run by one worker
+ * at a time (a lease with a fencing token, see `ColdStore.acquireLease`): the
+ * start is recorded only under the worker's current, live lease, so a record
+ * another worker finds `started` was left by a holder that died or lost the
+ * lease, never by one that is still running it. This is the seed's ToolIdempotentGuard; the
  * started/finished journal follows Temporal's activity model and Stripe's
  * idempotency keys.
  *
@@ -26,6 +30,7 @@ const RUN_OPTIONS = optionKeys<GuardRunOptions<unknown>>({
   workflowId: true,
   stepIndex: true,
   reconcile: true,
+  fencingToken: true,
 });
 
 /** The keys of {@link { store: unknown; reconcile?: unknown }}: any other is an `InvalidOptionError`. */
@@ -68,6 +73,12 @@ export interface GuardRunOptions<T> {
   stepIndex?: number;
   /** Overrides the guard's `reconcile` for this call. */
   reconcile?: Reconcile<T>;
+  /**
+   * The caller's lease token on `workflowId` (see `ColdStore.acquireLease`): the start is recorded
+   * only while it is the workflow's current lease and that lease has not expired, and a failed
+   * effect's record is removed only while it still is. Omitted: no lease check.
+   */
+  fencingToken?: number;
 }
 
 /** Counters of a guard. */
@@ -125,6 +136,7 @@ export class IdempotencyGuard {
    * @throws {UnknownSideEffectError} when the outcome is unknown and no `reconcile` is given
    * @throws {NondeterminismError} when a different name was recorded under the key
    * @throws {NonJsonValueError} when the result is not JSON (the record stays `started`)
+   * @throws {WorkflowLeaseLostError} when `fencingToken` is no longer a live lease (nothing recorded, `fn` not run)
    * @throws {BackendError} when the cold store fails
    */
   // biome-ignore lint/suspicious/noConfusingVoidType: a side effect may return nothing (void)
@@ -137,7 +149,14 @@ export class IdempotencyGuard {
     checkOptions("IdempotencyGuard.run", options, RUN_OPTIONS);
     const workflowId = options.workflowId ?? "";
     const stepIndex = options.stepIndex ?? 0;
-    const existing = await this.cold.idempotencyBegin(key, { workflowId, stepIndex, name, now: Date.now() });
+    const token = options.fencingToken;
+    const existing = await this.cold.idempotencyBegin(key, {
+      workflowId,
+      stepIndex,
+      name,
+      now: Date.now(),
+      ...(token === undefined ? {} : { fencingToken: token }),
+    });
     if (existing && existing.name !== name) throw new NondeterminismError(key, existing.name, name);
     if (existing?.status === "finished") {
       this.stats.replayed++;
@@ -165,7 +184,9 @@ export class IdempotencyGuard {
     try {
       result = await fn(key);
     } catch (e) {
-      await this.cold.idempotencyAbandon(key);
+      await (token === undefined
+        ? this.cold.idempotencyAbandon(key)
+        : this.cold.idempotencyAbandon(key, { workflowId, fencingToken: token }));
       throw e;
     }
     this.stats.executed++;

@@ -2,7 +2,8 @@
  * Workflow checkpoints (`dumplings-ai/workflow`): a typed, validated workflow
  * state; a two-tier checkpoint store (Redis hot tier, SQLite/PostgreSQL cold
  * archive); a resumable graph runner with interrupts, time travel and
- * retention; and idempotent side effects.
+ * retention, run by one worker at a time per workflow (a lease with a
+ * fencing token in the cold store); and idempotent side effects.
  *
  * @example
  * import { CheckpointStore, SqliteColdStore, ResumableGraphRunner, END } from "dumplings-ai/workflow";
@@ -30,6 +31,8 @@ export type {
   SnapshotWrite,
   StepErrorRecord,
   StoredSnapshot,
+  WorkflowFence,
+  WorkflowLeaseResult,
   WorkflowRowStatus,
   WorkflowSummary,
 } from "./cold.js";
@@ -41,6 +44,9 @@ export {
   NondeterminismError,
   UnknownNodeError,
   UnknownSideEffectError,
+  WorkflowConflictError,
+  WorkflowLeaseHeldError,
+  WorkflowLeaseLostError,
   WorkflowMigrationError,
   WorkflowNotFoundError,
   WorkflowNotWaitingError,

@@ -6,8 +6,21 @@
  * - A node is `(state, ctx) => { next, updates }`; `next` is a node name or
  *   `END`; `updates` are merged shallowly into `sharedMemory` (an `undefined`
  *   value removes the key).
- * - Every checkpoint is a compare-and-set on the step index: two processes
- *   driving one workflow cannot both advance it (the loser gets `ConflictError`).
+ * - **One worker at a time.** Running, resuming, forking or updating a
+ *   workflow first takes its lease in the cold store (an owner, an expiry and
+ *   a fencing token, as a durable run's executor holds), renewed every third
+ *   of `leaseTtlMs` while the worker runs it and released when it stops. A
+ *   second worker finds the lease held and fails fast with
+ *   {@link WorkflowLeaseHeldError} before any node runs (or waits up to
+ *   `leaseWaitMs`). A holder that died leaves its lease to expire; the next
+ *   worker takes it over with a higher fencing token, and only then is a side
+ *   effect the dead holder had started (a `started` record) sent to
+ *   `reconcile`. Every checkpoint, error record and side-effect start carries
+ *   the token and is refused ({@link WorkflowLeaseLostError}, nothing written)
+ *   once another worker took over, so a worker paused past its lease changes
+ *   nothing.
+ * - Every checkpoint is also a compare-and-set on the step index: two writers
+ *   of one workflow cannot both advance it (the loser gets `ConflictError`).
  * - `ctx.interrupt({ reason, payload })` pauses the workflow (checkpointed as
  *   `waiting`); `resume(workflowId, value)` continues it. The node is re-run
  *   from its start on resume — as in LangGraph — but each `interrupt()` call
@@ -30,11 +43,20 @@ import {
   NodeFailedError,
   NondeterminismError,
   UnknownNodeError,
+  WorkflowLeaseHeldError,
+  WorkflowLeaseLostError,
   WorkflowNotFoundError,
   WorkflowNotWaitingError,
   WorkflowStateError,
 } from "./errors.js";
 import { IdempotencyGuard, type Reconcile } from "./idempotency.js";
+import {
+  DEFAULT_WORKFLOW_LEASE_TTL_MS,
+  defaultLeaseOwner,
+  HeldLease,
+  keepsLeases,
+  type LeasingColdStore,
+} from "./lease.js";
 import {
   type AnyWorkflowStateSchema,
   createWorkflowState,
@@ -63,6 +85,10 @@ const RUNNER_OPTIONS = optionKeys<RunnerOptions>({
   reconcile: true,
   maxSteps: true,
   onStep: true,
+  leaseTtlMs: true,
+  leaseWaitMs: true,
+  owner: true,
+  lease: true,
 });
 
 /** What a node returns. */
@@ -80,6 +106,12 @@ export interface NodeContext {
   node: string;
   /** Step of the checkpoint this node run started from (stable across interrupts and re-runs). */
   startStep: number;
+  /**
+   * Aborted when this worker loses the workflow's lease (another worker took it over; reason: a
+   * {@link WorkflowLeaseLostError}): pass it to `fetch` and model calls so a worker that was
+   * taken over stops early. Its checkpoint and side-effect starts are refused either way.
+   */
+  abortSignal: AbortSignal;
   /**
    * Pauses the workflow until `resume(workflowId, value)`; returns `value`. On a re-run after
    * resume, returns the recorded answer of this call (by call index) without pausing. A `payload` left out or
@@ -170,6 +202,31 @@ export interface RunnerOptions<T extends WorkflowState = WorkflowState> {
   maxSteps?: number;
   /** Called for every step event (same as listening to `"step"`). */
   onStep?: (event: StepEvent) => void;
+  /**
+   * How long a workflow's lease lasts without renewal, in ms. The worker renews it every third
+   * of this while it runs the workflow; a worker that dies holds the workflow this long at most
+   * before another may take it over. Longer than any stretch a node blocks the event loop
+   * (a blocked worker cannot renew). @default 30000
+   */
+  leaseTtlMs?: number;
+  /**
+   * When another live worker holds the workflow's lease: wait up to this many ms for it to be
+   * released or to expire (`0`: throw {@link WorkflowLeaseHeldError} at once). A process
+   * restarted after a crash waits for its dead predecessor's lease with `leaseWaitMs >= leaseTtlMs`.
+   * @default 0
+   */
+  leaseWaitMs?: number;
+  /**
+   * This worker's lease owner id, shown to other workers in {@link WorkflowLeaseHeldError}. A
+   * holder with the same owner takes the lease back at once (a restarted worker with a stable
+   * name): give each worker its own. @default `<hostname>:<pid>:<random>`, new for each call
+   */
+  owner?: string;
+  /**
+   * `false`: run without a lease (no mutual exclusion between workers: only for a cold store
+   * without leases, when you guarantee one worker per workflow yourself). @default true
+   */
+  lease?: boolean;
 }
 
 const RESUME = "__resume__";
@@ -215,10 +272,19 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   private readonly entry: string;
   private readonly reconcile: Reconcile<unknown> | undefined;
   private readonly maxSteps: number;
+  /** The cold store's leases, or undefined with `lease: false`. */
+  private readonly leases: LeasingColdStore | undefined;
+  private readonly leaseTtlMs: number;
+  private readonly leaseWaitMs: number;
+  private readonly owner: string | undefined;
+  /** Workflows this runner runs now, with their leases (a second call on one of them fails fast). */
+  private readonly running = new Map<string, HeldLease>();
 
   /**
-   * @param options - `store`, `nodes`, `entry`, `reconcile`, `maxSteps`, `onStep`
-   * @throws {InvalidOptionError} when `store` or `nodes` is missing, or there are no nodes
+   * @param options - `store`, `nodes`, `entry`, `reconcile`, `maxSteps`, `onStep`, `leaseTtlMs` (30000),
+   *   `leaseWaitMs` (0), `owner`, `lease` (true)
+   * @throws {InvalidOptionError} when `store` or `nodes` is missing, or there are no nodes; on a bad lease
+   *   option; when the cold store keeps no leases and `lease: false` is not given
    * @throws {RangeError} when `entry` is unknown or a node is named START or END
    */
   constructor(options: RunnerOptions<T>) {
@@ -257,7 +323,54 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     this.reconcile = options.reconcile;
     this.guard = new IdempotencyGuard({ store: this.store, reconcile: options.reconcile });
     this.maxSteps = options.maxSteps ?? 10_000;
+    this.leaseTtlMs = positiveMs("leaseTtlMs", options.leaseTtlMs, DEFAULT_WORKFLOW_LEASE_TTL_MS, 1);
+    this.leaseWaitMs = positiveMs("leaseWaitMs", options.leaseWaitMs, 0, 0);
+    if (options.owner !== undefined && (typeof options.owner !== "string" || options.owner.length === 0)) {
+      throw new InvalidOptionError("ResumableGraphRunner", "owner", "must be a non-empty string");
+    }
+    this.owner = options.owner;
+    if (options.lease !== undefined && typeof options.lease !== "boolean") {
+      throw new InvalidOptionError("ResumableGraphRunner", "lease", "must be true or false");
+    }
+    const cold = this.store.cold;
+    if (options.lease === false) this.leases = undefined;
+    else if (keepsLeases(cold)) this.leases = cold;
+    else {
+      throw new InvalidOptionError(
+        "ResumableGraphRunner",
+        "lease",
+        `the cold store (${cold.name}) keeps no leases (acquireLease, renewLease, releaseLease), so two workers could run one workflow at once and repeat its side effects: use SqliteColdStore or PostgresColdStore, implement the lease methods of ColdStore, or pass lease: false if you guarantee one worker per workflow yourself`,
+      );
+    }
     if (options.onStep) this.on("step", options.onStep);
+  }
+
+  /**
+   * Runs `fn` holding `workflowId`'s lease (taken first, renewed meanwhile, released after):
+   * nothing of the workflow is read or run before the lease is this worker's.
+   */
+  private async held<R>(workflowId: string, fn: (lease: HeldLease | undefined) => Promise<R>): Promise<R> {
+    if (!this.leases) return fn(undefined);
+    const mine = this.running.get(workflowId);
+    if (mine) throw new WorkflowLeaseHeldError(workflowId, mine.owner, mine.expiresAt, mine.fencingToken);
+    const lease = await HeldLease.acquire(this.leases, workflowId, {
+      owner: this.owner ?? defaultLeaseOwner(),
+      ttlMs: this.leaseTtlMs,
+      waitMs: this.leaseWaitMs,
+    });
+    // A call of this runner that took the same lease meanwhile (same owner: the store let it in again).
+    if (this.running.has(workflowId)) {
+      await lease.release();
+      const other = this.running.get(workflowId)!;
+      throw new WorkflowLeaseHeldError(workflowId, other.owner, other.expiresAt, other.fencingToken);
+    }
+    this.running.set(workflowId, lease);
+    try {
+      return await fn(lease);
+    } finally {
+      this.running.delete(workflowId);
+      await lease.release();
+    }
   }
 
   private emitStep(event: StepEvent): void {
@@ -273,24 +386,29 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * @returns `{ status, state, interrupt }`
    * @throws {UnknownNodeError} when a node name is unknown (recorded with the step)
    * @throws {NodeFailedError} when a node throws (recorded; the last good checkpoint stays)
-   * @throws {ConflictError} when another process advanced the workflow concurrently
+   * @throws {WorkflowLeaseHeldError} when another live worker runs the workflow (nothing was run)
+   * @throws {WorkflowLeaseLostError} when another worker took the workflow over while this one ran it
+   *   (this worker's last checkpoint or side-effect start was refused; nothing was written)
+   * @throws {ConflictError} when another writer advanced the workflow concurrently
    * @throws {BackendError} when the cold store fails (the run stops without advancing)
    */
   async runOrResume(
     workflowId: string,
     initial: { sessionId?: string; sharedMemory?: JsonObject } = {},
   ): Promise<GraphRunResult<T>> {
-    let state = (await this.store.loadLatest(workflowId)) as T | undefined;
-    if (!state) {
-      const fresh = createWorkflowState({
-        workflowId,
-        sessionId: initial.sessionId,
-        sharedMemory: initial.sharedMemory,
-        schemaVersion: this.store.schemaVersion,
-      });
-      state = (await this.store.save(fresh, { expectedStep: null, nodeName: START })) as T;
-    }
-    return this.drive(state);
+    return this.held(workflowId, async (lease) => {
+      let state = (await this.store.loadLatest(workflowId)) as T | undefined;
+      if (!state) {
+        const fresh = createWorkflowState({
+          workflowId,
+          sessionId: initial.sessionId,
+          sharedMemory: initial.sharedMemory,
+          schemaVersion: this.store.schemaVersion,
+        });
+        state = (await this.store.save(fresh, { expectedStep: null, nodeName: START, ...fence(lease) })) as T;
+      }
+      return this.drive(state, lease);
+    });
   }
 
   /**
@@ -303,6 +421,8 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * @throws {WorkflowNotFoundError} when the workflow does not exist
    * @throws {WorkflowNotWaitingError} (a `ConflictError`) when it is not waiting, or waits on another question
    * @throws {ConflictError} when another resume won the race (nothing delivered)
+   * @throws {WorkflowLeaseHeldError} when another live worker runs or resumes the workflow (nothing delivered)
+   * @throws {WorkflowLeaseLostError} when another worker took the workflow over while this one ran it
    */
   async resume(
     workflowId: string,
@@ -311,6 +431,15 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   ): Promise<GraphRunResult<T>> {
     checkOptions("resume", options, RESUME_OPTIONS);
     assertJson(value, "resume value");
+    return this.held(workflowId, (lease) => this.deliver(workflowId, value, options, lease));
+  }
+
+  private async deliver(
+    workflowId: string,
+    value: JsonValue,
+    options: { interruptId?: string },
+    lease: HeldLease | undefined,
+  ): Promise<GraphRunResult<T>> {
     const state = (await this.store.loadLatest(workflowId)) as T | undefined;
     if (!state) throw new WorkflowNotFoundError(workflowId);
     const pending = state.pendingInterrupt;
@@ -332,8 +461,12 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       nodeRun: { ...state.nodeRun, answers: [...state.nodeRun.answers, { id: pending.id, value }] },
       updatedAt: Date.now(),
     } as T;
-    const saved = (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: RESUME })) as T;
-    return this.drive(saved);
+    const saved = (await this.store.save(next, {
+      expectedStep: state.stepIndex,
+      nodeName: RESUME,
+      ...fence(lease),
+    })) as T;
+    return this.drive(saved, lease);
   }
 
   /**
@@ -347,6 +480,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * @returns the run result of the fork (its `state.workflowId` is the new id)
    * @throws {WorkflowNotFoundError} when the step does not exist
    * @throws {ConflictError} when `newWorkflowId` already exists
+   * @throws {WorkflowLeaseHeldError} when another live worker holds `newWorkflowId`
    */
   async resumeFrom(
     workflowId: string,
@@ -373,9 +507,11 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       parent: { workflowId, stepIndex },
       updatedAt: Date.now(),
     } as T;
-    const saved = (await this.store.save(fork, { expectedStep: null, nodeName: FORK })) as T;
-    if (options.run === false) return result(saved);
-    return this.drive(saved);
+    return this.held(forkId, async (lease) => {
+      const saved = (await this.store.save(fork, { expectedStep: null, nodeName: FORK, ...fence(lease) })) as T;
+      if (options.run === false) return result(saved);
+      return this.drive(saved, lease);
+    });
   }
 
   /**
@@ -386,10 +522,19 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * @param patch - `updates` merged into `sharedMemory`; `currentNode` to jump to
    * @returns the new state
    * @throws {WorkflowNotFoundError} / {UnknownNodeError} / {ConflictError}
+   * @throws {WorkflowLeaseHeldError} when a live worker runs the workflow now (nothing written)
    */
   async updateState(
     workflowId: string,
     patch: { updates?: Record<string, JsonValue | undefined>; currentNode?: string },
+  ): Promise<T> {
+    return this.held(workflowId, (lease) => this.update(workflowId, patch, lease));
+  }
+
+  private async update(
+    workflowId: string,
+    patch: { updates?: Record<string, JsonValue | undefined>; currentNode?: string },
+    lease: HeldLease | undefined,
   ): Promise<T> {
     const state = (await this.store.loadLatest(workflowId)) as T | undefined;
     if (!state) throw new WorkflowNotFoundError(workflowId);
@@ -412,23 +557,27 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
         : {}),
       updatedAt: Date.now(),
     } as T;
-    return (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: UPDATE })) as T;
+    return (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: UPDATE, ...fence(lease) })) as T;
   }
 
-  private async fail(state: T, node: string, error: unknown): Promise<never> {
-    await this.store.recordError({
-      workflowId: state.workflowId,
-      stepIndex: state.stepIndex,
-      nodeName: node,
-      error: errorJson(error),
-      createdAt: Date.now(),
-    });
+  private async fail(state: T, node: string, error: unknown, lease: HeldLease | undefined): Promise<never> {
+    await this.store.recordError(
+      {
+        workflowId: state.workflowId,
+        stepIndex: state.stepIndex,
+        nodeName: node,
+        error: errorJson(error),
+        createdAt: Date.now(),
+      },
+      lease?.fencingToken,
+    );
     throw error;
   }
 
-  private async drive(state: T): Promise<GraphRunResult<T>> {
+  private async drive(state: T, lease: HeldLease | undefined): Promise<GraphRunResult<T>> {
     for (let steps = 0; ; steps++) {
       if (state.isFinished || state.status === "waiting") return result(state);
+      if (lease?.lost) throw lease.lost; // taken over: run nothing more
       const node = state.currentNode === START ? this.entry : state.currentNode;
       const fn = this.nodes.get(node);
       if (!fn) {
@@ -436,6 +585,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
           state,
           node,
           new UnknownNodeError(state.workflowId, state.stepIndex, node, [...this.nodes.keys()]),
+          lease,
         );
       }
       if (steps >= this.maxSteps) {
@@ -446,11 +596,11 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
           new Error(`maxSteps (${this.maxSteps}) reached`),
         );
       }
-      state = await this.runNode(state, node, fn!);
+      state = await this.runNode(state, node, fn!, lease);
     }
   }
 
-  private async runNode(state: T, node: string, fn: GraphNode<T>): Promise<T> {
+  private async runNode(state: T, node: string, fn: GraphNode<T>, lease: HeldLease | undefined): Promise<T> {
     const run: NodeRun =
       state.nodeRun && state.nodeRun.node === node ? state.nodeRun : { node, startStep: state.stepIndex, answers: [] };
     const records: HistoryRecord[] = [];
@@ -467,17 +617,22 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       checkOptions("sideEffect", options, EFFECT_OPTIONS);
       if (signal) throw signal; // the node swallowed an interrupt and went on: unwind again
       const key = IdempotencyGuard.key(wf, run.startStep, callIndex++);
-      return this.guard.run(key, effect, {
-        name,
-        workflowId: wf,
-        stepIndex: run.startStep,
-        reconcile: options.reconcile ?? (this.reconcile as Reconcile<R> | undefined),
-      });
+      const guarded = () =>
+        this.guard.run(key, effect, {
+          name,
+          workflowId: wf,
+          stepIndex: run.startStep,
+          reconcile: options.reconcile ?? (this.reconcile as Reconcile<R> | undefined),
+          ...fence(lease),
+        });
+      // A lease known lost starts nothing; a late renewal is made first, so the start has a lease ahead of it.
+      return lease ? lease.fresh().then(guarded) : guarded();
     };
     const ctx: NodeContext = {
       workflowId: wf,
       node,
       startStep: run.startStep,
+      abortSignal: lease?.signal ?? NEVER_ABORTED,
       interrupt: async <V extends JsonValue>(request: {
         reason: string;
         payload?: JsonValue | undefined;
@@ -557,7 +712,11 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
         nodeRun: run,
         updatedAt: Date.now(),
       } as T;
-      const saved = (await this.store.save(waiting, { expectedStep: state.stepIndex, nodeName: node })) as T;
+      const saved = (await this.store.save(waiting, {
+        expectedStep: state.stepIndex,
+        nodeName: node,
+        ...fence(lease),
+      })) as T;
       this.emitStep({
         type: "interrupt",
         workflowId: wf,
@@ -579,8 +738,22 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
         durationMs,
         at: Date.now(),
       });
-      return this.fail(state, node, error);
+      return this.fail(state, node, error, lease);
     };
+    // Lost the lease (a side-effect start refused): not the node's failure, and nothing may be recorded.
+    const lost = lease?.lost ?? (thrown instanceof WorkflowLeaseLostError ? thrown : undefined);
+    if (lost) {
+      this.emitStep({
+        type: "error",
+        workflowId: wf,
+        stepIndex: state.stepIndex,
+        node,
+        error: lost,
+        durationMs,
+        at: Date.now(),
+      });
+      throw lost;
+    }
     if (thrown !== undefined || !out) {
       const cause = thrown ?? new TypeError(`the node returned nothing; ${EXPECTED_SHAPE}`);
       return failWith(new NodeFailedError(wf, state.stepIndex, node, cause));
@@ -611,7 +784,11 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     } catch (e) {
       return failWith(e instanceof WorkflowStateError ? e : new NodeFailedError(wf, state.stepIndex, node, e));
     }
-    const saved = (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: node })) as T;
+    const saved = (await this.store.save(next, {
+      expectedStep: state.stepIndex,
+      nodeName: node,
+      ...fence(lease),
+    })) as T;
     this.emitStep({
       type: "finish",
       workflowId: wf,
@@ -623,6 +800,28 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     });
     return saved;
   }
+}
+
+/** The signal of a node run without a lease (`lease: false`): never aborted. */
+const NEVER_ABORTED = new AbortController().signal;
+
+/** The save option that fences a write with the lease's token (none without a lease). */
+function fence(lease: HeldLease | undefined): { fencingToken?: number } {
+  return lease ? { fencingToken: lease.fencingToken } : {};
+}
+
+/**
+ * Checks a lease duration option, in ms.
+ * @throws {InvalidOptionError} when it is not a finite number >= `min`
+ */
+function positiveMs(option: string, value: unknown, fallback: number, min: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value === "number" && Number.isFinite(value) && value >= min) return Math.ceil(value);
+  throw new InvalidOptionError(
+    "ResumableGraphRunner",
+    option,
+    `must be a number of ms >= ${min}, got ${JSON.stringify(value) ?? String(value)}`,
+  );
 }
 
 const EXPECTED_SHAPE =

@@ -68,6 +68,7 @@ const PRUNE_OPTIONS = optionKeys<{ olderThan: unknown; keepLast?: unknown; vacuu
 const SAVE_OPTIONS = optionKeys<CheckpointSaveOptions>({
   expectedStep: true,
   nodeName: true,
+  fencingToken: true,
 });
 
 /** The keys of {@link CheckpointStoreOptions}: any other is an `InvalidOptionError`. */
@@ -139,6 +140,12 @@ export interface CheckpointSaveOptions {
   expectedStep?: number | null;
   /** Node that produced the checkpoint, stored in `node_name`. @default state.currentNode */
   nodeName?: string;
+  /**
+   * The writer's lease token on the workflow (from the cold store's `acquireLease`; the runner
+   * passes its own): the checkpoint is written only while it is the workflow's current lease,
+   * checked in the cold write's transaction. Omitted: no lease check.
+   */
+  fencingToken?: number;
 }
 
 /**
@@ -291,6 +298,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
    * @returns the stored state
    * @throws {WorkflowStateError} / {NonJsonValueError} on an invalid state (nothing written)
    * @throws {ConflictError} when `expectedStep` does not match the latest stored step (nothing written)
+   * @throws {WorkflowLeaseLostError} when `fencingToken` is no longer the workflow's lease (nothing written)
    * @throws {InvalidOptionError} when `expectedStep` is neither null nor a whole number >= 0
    * @throws {BackendError} when the cold store fails
    */
@@ -345,6 +353,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
         blobRefs: refs,
       },
       options.expectedStep,
+      options.fencingToken,
     );
     this.stats.coldWrites++;
     await this.putHot(valid.workflowId, valid.stepIndex, stateBytes);
@@ -622,9 +631,15 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     return { ...out, deletedBlobs: await this.deleteBlobs(orphanRefs) };
   }
 
-  /** Records a node failure with the step it started from; the workflow's status becomes `failed`. */
-  recordError(record: StepErrorRecord): Promise<void> {
-    return this.cold.recordError(record);
+  /**
+   * Records a node failure with the step it started from; the workflow's status becomes `failed`.
+   *
+   * @param record - the failure
+   * @param fencingToken - the writer's lease token: recorded only while it is the workflow's lease
+   * @throws {WorkflowLeaseLostError} when `fencingToken` is no longer the lease (nothing written)
+   */
+  recordError(record: StepErrorRecord, fencingToken?: number): Promise<void> {
+    return this.cold.recordError(record, fencingToken);
   }
 
   /** The node failures recorded for a workflow, oldest first. */

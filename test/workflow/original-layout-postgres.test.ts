@@ -40,7 +40,7 @@ describe.skipIf(skip)("a PostgreSQL archive holding rows in the original layout"
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it("two processes resuming the same original workflow: one adopts and advances it, the other gets ConflictError", async () => {
+  it("two writers resuming the same original workflow: one adopts and advances it, the other gets ConflictError", async () => {
     const first = await open();
     const state = (step: number, node: string) =>
       JSON.stringify({
@@ -74,9 +74,10 @@ describe.skipIf(skip)("a PostgreSQL archive holding rows in the original layout"
         return { next: END, updates: { written: true } };
       },
     };
+    // Without leases (which would let only one of them run): the compare-and-set of the adoption decides.
     const results = await Promise.allSettled([
-      new ResumableGraphRunner({ store: first, nodes }).runOrResume("pg-orig"),
-      new ResumableGraphRunner({ store: second, nodes }).runOrResume("pg-orig"),
+      new ResumableGraphRunner({ store: first, nodes, lease: false }).runOrResume("pg-orig"),
+      new ResumableGraphRunner({ store: second, nodes, lease: false }).runOrResume("pg-orig"),
     ]);
     const won = results.filter((r) => r.status === "fulfilled");
     const lost = results.filter((r) => r.status === "rejected");

@@ -12,11 +12,12 @@
  *
  * The store is chosen with `--store` (`sqlite:PATH`, `postgres://…` or `postgres:postgres://…`) or
  * `DUMPLINGS_WORKFLOW_STORE`, default `sqlite:./.dumplingsAI_workflows/workflows.db`;
- * `--redis URL` (or `REDIS_URL`) adds the hot tier so `rm` clears it too.
+ * `--redis URL` (or `REDIS_URL`) adds the hot tier so `rm` clears it too. Large values are read
+ * from (and deleted with) the store's own database, as the library keeps them; `--blobs DIR` names
+ * the directory of a store written with `blobDir`.
  *
  * @module
  */
-import path from "node:path";
 import { Command } from "commander";
 import { PostgresColdStore } from "../workflow/cold-postgres.js";
 import { SqliteColdStore } from "../workflow/cold-sqlite.js";
@@ -40,7 +41,11 @@ export interface WorkflowCliOptions {
   schema?: string;
   /** Redis URL of the hot tier. @default env REDIS_URL (none when unset) */
   redis?: string;
-  /** Blob directory. @default "blobs" beside the SQLite file, else ./.dumplingsAI_workflows/blobs */
+  /**
+   * Directory of a store whose blobs were written with `blobDir` (the library's option).
+   * @default none: blobs are in the store's database (blobs of dumplings-ai 0.1 are read from
+   *   ./.dumplingsAI_workflows/blobs and the "blobs" directory beside the SQLite file)
+   */
   blobs?: string;
   json?: boolean;
 }
@@ -73,7 +78,6 @@ export async function openWorkflowStore(
   });
   const create = open.mustExist === true ? { create: false } : {};
   let cold: SqliteColdStore | PostgresColdStore;
-  let blobDir = options.blobs;
   let label: string;
   if (spec.kind === "sqlite") {
     label = spec.text;
@@ -82,7 +86,6 @@ export async function openWorkflowStore(
     } catch (error) {
       throw missingStore(error, label);
     }
-    blobDir ??= path.join(path.dirname(path.resolve(spec.path)), "blobs");
   } else if (spec.kind === "postgres") {
     label = spec.label;
     const schema = oneOf(spec.param, options.schema, "schema");
@@ -103,7 +106,8 @@ export async function openWorkflowStore(
         redis?.kind === "redis"
           ? new RedisHotTier({ url: redis.url, ...(redis.param ? { keyPrefix: redis.param } : {}) })
           : undefined,
-      blobDir: blobDir ?? ".dumplingsAI_workflows/blobs",
+      // The library's defaults otherwise (blobs in the store's database), so both read what either wrote.
+      ...(options.blobs === undefined ? {} : { blobDir: options.blobs }),
     });
   } catch (error) {
     await cold.close().catch(() => undefined);
@@ -119,7 +123,10 @@ function withStoreOptions(command: Command): Command {
     )
     .option("--schema <name>", "PostgreSQL schema (default: dumplings)")
     .option("--redis <url>", "Redis hot tier: redis://URL or redis:redis://URL, ?prefix=P (default: $REDIS_URL)")
-    .option("--blobs <dir>", "blob directory (default: blobs beside the SQLite file)")
+    .option(
+      "--blobs <dir>",
+      "blob directory of a store written with blobDir (default: blobs are in the store's database)",
+    )
     .option("--json", "print JSON");
 }
 

@@ -7,7 +7,9 @@
  * Covered through the contract alone: save / latest / any step / history in
  * order, compare-and-set on the step index, invalid states refused on save and
  * named (workflow, step, path) on load, schema migrations on load, large values
- * in the blob store (one blob per value, none orphaned by a delete), deleting
+ * in a blob directory (one blob per value, none orphaned by a delete) and, for a
+ * store that keeps blobs itself (`readBlob`), in its own database (a blob two
+ * workflows share survives the delete of one, none is orphaned), deleting
  * every row of a workflow, keyset pagination of `listWorkflows`, a run end to
  * end; and, for a store that keeps leases (the optional `acquireLease`,
  * `renewLease`, `releaseLease`), the lease (taken, refused to a second owner
@@ -30,7 +32,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { ConflictError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { BLOB_REF_FIELD } from "../workflow/blobs.js";
+import { BLOB_REF_FIELD, blobRef } from "../workflow/blobs.js";
 import type { ColdStore } from "../workflow/cold.js";
 import {
   WorkflowConflictError,
@@ -338,6 +340,30 @@ export function runColdStoreConformance<C extends ColdStore>(
       expect(blobFiles()).toHaveLength(0); // no orphan blob
       expect(await store.loadLatest(id)).toBeUndefined();
       expect(await store.delete(id)).toBe(false);
+    });
+
+    it("keeps large values with the checkpoints when the store keeps blobs (readBlob): shared ones survive a delete", async (ctx) => {
+      const cold = fx.cold;
+      if (typeof cold.readBlob !== "function") ctx.skip("the cold store keeps no blobs of its own (no readBlob)");
+      const store = await CheckpointStore.open({ cold, hot: fx.hot, blobThreshold: 1024, legacyBlobDirs: [] });
+      const [a, b] = [wf("blob-a"), wf("blob-b")];
+      const shared = "s".repeat(5000);
+      const own = "o".repeat(5000);
+      const ref = (v: string) => blobRef(Buffer.from(JSON.stringify(v)));
+      const s0 = createWorkflowState({ workflowId: a, sharedMemory: { shared, own, n: 0 }, now: 1000 });
+      await store.save(s0, { expectedStep: null });
+      await store.save(step(s0, { sharedMemory: { shared, own, n: 1 } }), { expectedStep: 0 });
+      await store.save(createWorkflowState({ workflowId: b, sharedMemory: { shared }, now: 1000 }), {
+        expectedStep: null,
+      });
+      expect(existsSync(blobDir)).toBe(false); // nothing in a directory
+      expect(Buffer.from((await cold.readBlob!(ref(own))) ?? []).toString("utf8")).toBe(JSON.stringify(own));
+      expect((await store.loadLatest(a))?.sharedMemory).toEqual({ shared, own, n: 1 });
+      expect(await store.delete(a)).toBe(true);
+      expect(await cold.readBlob!(ref(own))).toBeUndefined(); // deleted with its last reference
+      expect((await store.loadLatest(b))?.sharedMemory).toEqual({ shared }); // still referenced by b
+      expect(await store.delete(b)).toBe(true);
+      expect(await cold.readBlob!(ref(shared))).toBeUndefined();
     });
 
     it("deletes every row of a workflow (snapshots, summary, errors)", async () => {

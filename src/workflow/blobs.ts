@@ -10,15 +10,30 @@
  * values in successive steps share one blob (content addressing), so a
  * checkpoint after every node does not copy a large document every time.
  *
- * The default store is a directory ({@link FsBlobStore}); any storage with
- * put/get by key (S3, GCS, R2, MinIO) fits the two-method interface.
+ * By default the blobs live with the checkpoints, in the cold store's own
+ * database ({@link ColdBlobStore} over `ColdStore.readBlob`: a table of the
+ * same SQLite file or PostgreSQL schema), so any process that opens the store
+ * reads them, from any directory or machine. A directory ({@link FsBlobStore})
+ * or any storage with put/get by key (S3, GCS, R2, MinIO) fits the
+ * {@link BlobStore} interface instead.
  *
  * @module
  */
 import { createHash, randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import path from "node:path";
 import { assertJson, isJsonObject, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
+import type { ColdStore } from "./cold.js";
 import { BlobError } from "./errors.js";
 
 /** Property name that marks a blob reference inside a stored `sharedMemory`. */
@@ -67,14 +82,22 @@ function hexOf(ref: string): string {
 /**
  * Blob store in a local directory: `dir/ab/<64 hex>`, written to a temporary
  * file, fsync'ed and renamed into place (a crash leaves no partial blob), and
- * verified against its hash on read.
+ * verified against its hash on read. A blob already in place is not written
+ * again. Only processes that see the same directory read its blobs: keep it on
+ * storage every worker mounts, or leave the blobs in the cold store (the
+ * default of `CheckpointStore`).
  *
  * @example
- * const blobs = new FsBlobStore("./.dumplingsAI_workflows/blobs");
+ * const blobs = new FsBlobStore("/var/lib/myapp/workflow-blobs");
  */
 export class FsBlobStore implements BlobStore {
+  /** The directory, absolute (a relative one is resolved once, against the working directory at construction). */
+  readonly dir: string;
+
   /** @param dir - directory to keep blobs in (created on first write) */
-  constructor(readonly dir: string) {}
+  constructor(dir: string) {
+    this.dir = path.resolve(dir);
+  }
 
   private file(ref: string): string {
     const hex = hexOf(ref);
@@ -85,6 +108,9 @@ export class FsBlobStore implements BlobStore {
   async put(bytes: Uint8Array): Promise<string> {
     const ref = blobRef(bytes);
     const file = this.file(ref);
+    // Content-addressed: a file of that name holding these bytes is not written again (one that does not
+    // match, damaged since, is replaced).
+    if (statSync(file, { throwIfNoEntry: false })?.size === bytes.byteLength && sameBytes(file, ref)) return ref;
     mkdirSync(path.dirname(file), { recursive: true });
     const tmp = `${file}.${randomBytes(6).toString("hex")}.tmp`;
     const fd = openSync(tmp, "w");
@@ -117,6 +143,15 @@ export class FsBlobStore implements BlobStore {
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new BlobError(ref, "cannot delete", { cause: e });
     }
+  }
+}
+
+/** Whether a file holds the bytes of `ref` (false when it cannot be read). */
+function sameBytes(file: string, ref: string): boolean {
+  try {
+    return blobRef(readFileSync(file)) === ref;
+  } catch {
+    return false;
   }
 }
 
@@ -223,7 +258,7 @@ const SPLIT_DEPTH = 4;
  */
 export async function externalizeBlobs(
   sharedMemory: JsonObject,
-  blobs: BlobStore,
+  blobs: Pick<BlobStore, "put">,
   threshold: number,
   out: JsonChunks,
 ): Promise<{ refs: string[] }> {
@@ -254,16 +289,25 @@ export async function externalizeBlobs(
  *
  * @param stored - memory as stored (may hold references)
  * @param blobs - the blob store
+ * @param cache - texts of blobs read before (a history reads each blob once), filled as blobs are read
  * @returns the application's memory with every reference replaced by its value
  * @throws {BlobError} when a blob is missing or corrupted
  */
-export async function internalizeBlobs(stored: JsonObject, blobs: BlobStore | undefined): Promise<JsonObject> {
+export async function internalizeBlobs(
+  stored: JsonObject,
+  blobs: BlobStore | undefined,
+  cache?: Map<string, string>,
+): Promise<JsonObject> {
   const out: JsonObject = {};
   for (const [key, value] of Object.entries(stored)) {
     if (isBlobReference(value)) {
       const ref = value[BLOB_REF_FIELD];
       if (!blobs) throw new BlobError(ref, "the snapshot references a blob but the store has no blob store configured");
-      const text = Buffer.from(await blobs.get(ref)).toString("utf8");
+      let text = cache?.get(ref);
+      if (text === undefined) {
+        text = Buffer.from(await blobs.get(ref)).toString("utf8");
+        cache?.set(ref, text);
+      }
       const parsed = JSON.parse(text) as JsonValue;
       assertJson(parsed, `sharedMemory.${key}`);
       setOwn(out, key, parsed);
@@ -272,4 +316,108 @@ export async function internalizeBlobs(stored: JsonObject, blobs: BlobStore | un
     }
   }
   return out;
+}
+
+/**
+ * The directories blobs were written to by default before they moved into the cold store
+ * (dumplings-ai 0.1): the library's `./.dumplingsAI_workflows/blobs` of the working directory,
+ * and the CLI's `blobs` beside an SQLite file.
+ *
+ * @param location - the cold store's `location` (an SQLite file's absolute path names the directory beside it)
+ * @returns absolute directories, without duplicates
+ * @example
+ * legacyBlobDirs("/srv/app/.dumplingsAI_workflows/workflows.db") // [<cwd>/.dumplingsAI_workflows/blobs, "/srv/app/.dumplingsAI_workflows/blobs"]
+ */
+export function legacyBlobDirs(location: string | undefined): string[] {
+  const dirs = [path.resolve(".dumplingsAI_workflows", "blobs")];
+  if (location !== undefined && path.isAbsolute(location)) dirs.push(path.join(path.dirname(location), "blobs"));
+  return [...new Set(dirs)];
+}
+
+/**
+ * The blobs of a cold store that keeps them in its own database (`ColdStore.readBlob`), the
+ * default blob store of `CheckpointStore`. `CheckpointStore.save` hands the bytes to the cold
+ * store's write (one transaction with the checkpoint); `put` stores a blob on its own.
+ *
+ * A blob the database does not hold is looked up, read-only, in `legacyDirs` (blobs written to
+ * a directory by dumplings-ai 0.1), verified against its hash; the next checkpoint that
+ * references it writes it into the database. Nothing is ever deleted from those directories
+ * (another store may share them). A cold store without `readBlob` keeps no blobs: `put` throws
+ * a {@link BlobError} naming the options to use, and reads look in `legacyDirs` only.
+ */
+export class ColdBlobStore implements BlobStore {
+  /** Directories read when the database does not hold a blob (absolute). */
+  readonly legacyDirs: readonly string[];
+  private readonly legacy: FsBlobStore[];
+
+  /**
+   * @param cold - the cold store
+   * @param legacyDirs - directories to read blobs of dumplings-ai 0.1 from (resolved once, here)
+   */
+  constructor(
+    readonly cold: ColdStore,
+    legacyDirs: readonly string[],
+  ) {
+    this.legacy = legacyDirs.map((dir) => new FsBlobStore(dir));
+    this.legacyDirs = this.legacy.map((b) => b.dir);
+  }
+
+  /** Whether the cold store keeps the blobs (`CheckpointStore.save` then writes them with the checkpoint). */
+  get inDatabase(): boolean {
+    return typeof this.cold.readBlob === "function" && typeof this.cold.writeBlob === "function";
+  }
+
+  /**
+   * {@inheritDoc BlobStore.put}
+   * @throws {BlobError} when the cold store keeps no blobs
+   */
+  async put(bytes: Uint8Array): Promise<string> {
+    const ref = blobRef(bytes);
+    if (!this.inDatabase) throw this.noBlobs(ref);
+    await this.cold.writeBlob!(ref, bytes);
+    return ref;
+  }
+
+  /**
+   * {@inheritDoc BlobStore.get}
+   * @throws {BlobError} when neither the database nor a legacy directory holds it, or its bytes do not match
+   */
+  async get(ref: string): Promise<Uint8Array> {
+    hexOf(ref);
+    const bytes = await this.cold.readBlob?.(ref);
+    if (bytes !== undefined) {
+      if (blobRef(bytes) !== ref) {
+        throw new BlobError(ref, `content in ${this.where()} does not match its hash (corrupted row)`);
+      }
+      return bytes;
+    }
+    for (const dir of this.legacy) {
+      try {
+        return await dir.get(ref);
+      } catch (e) {
+        // Missing here: the next directory. A file there whose bytes do not match is corruption, said as such.
+        if ((e as { cause?: { code?: string } }).cause?.code !== "ENOENT") throw e;
+      }
+    }
+    const dirs = this.legacyDirs.length > 0 ? ` nor in ${this.legacyDirs.join(", ")}` : "";
+    throw new BlobError(ref, `not in ${this.where()}${dirs}`);
+  }
+
+  /** Deletes a blob unless a snapshot still references it (the cold store's; legacy directories are left alone). */
+  async delete(ref: string): Promise<void> {
+    await this.cold.deleteBlob?.(ref);
+  }
+
+  /** A put on a cold store that keeps no blobs. */
+  noBlobs(ref: string): BlobError {
+    return new BlobError(
+      ref,
+      `the ${this.cold.name} cold store keeps no blobs (it has no readBlob/writeBlob); pass blobs (a BlobStore) or blobDir to CheckpointStore.open`,
+    );
+  }
+
+  private where(): string {
+    if (!this.inDatabase) return `the ${this.cold.name} cold store (it keeps no blobs)`;
+    return `the ${this.cold.name} cold store${this.cold.location ? ` ${this.cold.location}` : ""} (workflow_blobs)`;
+  }
 }

@@ -23,6 +23,7 @@ import {
   type PostgresConnectionOptions,
   PostgresDriver,
 } from "../drivers/postgres.js";
+import { workflowBlobMigrations } from "./cold-blobs.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
 import { workflowLeaseMigrations } from "./lease-sql.js";
 
@@ -58,6 +59,8 @@ export class PostgresColdStore extends SqlColdStore<PostgresDriver> {
   readonly pool: PgLikePool;
   /** The schema holding the tables (unquoted). */
   readonly schema: string;
+  /** `postgres:<schema>`. */
+  override readonly location: string;
 
   /**
    * Creates the store; nothing connects until the first call (`CheckpointStore.open` runs `init`).
@@ -69,10 +72,15 @@ export class PostgresColdStore extends SqlColdStore<PostgresDriver> {
     checkOptions("postgres", options, COLD_POSTGRES_OPTIONS);
     const { pruneBatchSize, ...connection } = options ?? {};
     super(
-      new PostgresDriver("postgres", connection, [workflowMigrations("postgres"), workflowLeaseMigrations("postgres")]),
+      new PostgresDriver("postgres", connection, [
+        workflowMigrations("postgres"),
+        workflowLeaseMigrations("postgres"),
+        workflowBlobMigrations("postgres"),
+      ]),
       { pruneBatchSize },
     );
     this.pool = this.driver.pool;
     this.schema = this.driver.schema;
+    this.location = `postgres:${this.schema}`;
   }
 }

@@ -12,8 +12,12 @@
  *   key.
  * - **Retention** deletes in batches (`pruneBatchSize` rows per statement, one
  *   transaction per batch), so a large prune never holds long locks; the blob
- *   references of deleted snapshots go with them and those no longer
- *   referenced anywhere are returned for the blob store to delete.
+ *   references of deleted snapshots go with them, and the blobs no longer
+ *   referenced anywhere are deleted in the same transaction (and returned, for
+ *   a separate blob store to delete).
+ * - **Blobs** (`cold-blobs.ts`, component `workflow-blobs`): large
+ *   `sharedMemory` values live in this database, written in the transaction
+ *   of the first checkpoint that references them ({@link ColdStore.readBlob}).
  * - **Tables** are created by the driver's migration ledger (component
  *   `workflow`, see {@link workflowMigrations}, and the lease table's
  *   component `workflow-lease`, see {@link workflowLeaseMigrations}): checked
@@ -49,6 +53,7 @@ import type {
   WorkflowRowStatus,
   WorkflowSummary,
 } from "./cold.js";
+import { SqlBlobTable } from "./cold-blobs.js";
 import { WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
 import { SqlWorkflowLeases } from "./lease-sql.js";
 import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
@@ -244,17 +249,21 @@ const placeholders = (count: number, from = 1): string =>
 
 /**
  * A cold checkpoint store over any {@link SqlDriver} whose migrations include
- * {@link workflowMigrations} and {@link workflowLeaseMigrations} of its
+ * {@link workflowMigrations}, {@link workflowLeaseMigrations} and `workflowBlobMigrations` (`cold-blobs.ts`) of its
  * dialect. Use `SqliteColdStore` or `PostgresColdStore`, which build the
  * driver from connection options.
  *
  * @example
- * const driver = new PostgresDriver("postgres", { url }, [workflowMigrations("postgres"), workflowLeaseMigrations("postgres")]);
+ * const driver = new PostgresDriver("postgres", { url }, [
+ *   workflowMigrations("postgres"), workflowLeaseMigrations("postgres"), workflowBlobMigrations("postgres"),
+ * ]);
  * const store = await CheckpointStore.open({ cold: new SqlColdStore(driver) });
  */
 export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore {
   /** `sqlite` or `postgres`, used in error messages. */
   readonly name: "sqlite" | "postgres";
+  /** {@inheritDoc ColdStore.location} (set by `SqliteColdStore` and `PostgresColdStore`) */
+  readonly location: string | undefined;
   /** The driver the store runs on (closed by {@link close}). */
   protected readonly driver: D;
   private readonly batch: number;
@@ -265,6 +274,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
   private readonly stepErrors: string;
   private readonly idempotency: string;
   private readonly blobRefs: string;
+  /** The blob table's statements (large values kept in this database, `cold-blobs.ts`). */
+  private readonly blobTable: SqlBlobTable;
   /** The lease table's statements. */
   private readonly leases: SqlWorkflowLeases;
   /** SQLite: whether the file's text encoding is UTF-8 (undefined until asked). */
@@ -293,6 +304,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     this.stepErrors = driver.table("workflow_step_errors");
     this.idempotency = driver.table("workflow_idempotency");
     this.blobRefs = driver.table("workflow_blob_refs");
+    this.blobTable = new SqlBlobTable(driver);
     this.leases = new SqlWorkflowLeases(driver);
   }
 
@@ -360,7 +372,10 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
          WHERE excluded.latest_step >= w.latest_step`,
         summary,
       );
-      await query(`DELETE FROM ${this.blobRefs} WHERE workflow_id = $1 AND step_index = $2`, [id, row.stepIndex]);
+      const before = await query(
+        `DELETE FROM ${this.blobRefs} WHERE workflow_id = $1 AND step_index = $2 RETURNING ref`,
+        [id, row.stepIndex],
+      );
       for (const refs of chunks([...new Set(row.blobRefs)], CHUNK)) {
         const values = refs.map((_, i) => `($1, $2, $${i + 3})`).join(", ");
         await query(
@@ -368,6 +383,11 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
           [id, row.stepIndex, ...refs],
         );
       }
+      // The large values this snapshot references, in this transaction: only those not held yet are written.
+      if (row.blobs !== undefined && row.blobs.size > 0) await this.blobTable.store(query, row.blobs);
+      // A step written again may have let go of a blob (nothing else holds it: deleted with it).
+      const released = before.rows.map((r) => text(r.ref)).filter((ref) => !row.blobRefs.includes(ref));
+      if (released.length > 0) await this.blobTable.dropOrphans(query, released);
     });
   }
 
@@ -461,7 +481,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       await byId(this.idempotency);
       return {
         existed: snapshots + (summaries.rowCount ?? 0) > 0,
-        orphanRefs: await this.orphans(
+        orphanRefs: await this.blobTable.dropOrphans(
           query,
           refs.rows.map((r) => text(r.ref)),
         ),
@@ -507,6 +527,14 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
     }
     for (const t of await this.snapshotTables(undefined, "cannot prune workflow snapshots")) {
       deletedSnapshots += await this.pruneTable(t.table, cutoff, keepLast, orphanRefs);
+    }
+    // Blobs no snapshot references at all (a step written again with another value, a blob put alone).
+    for (;;) {
+      const swept = await this.driver.transaction("cannot delete unreferenced blobs", undefined, (query) =>
+        this.blobTable.sweep(query, this.batch),
+      );
+      for (const ref of swept) orphanRefs.add(ref);
+      if (swept.length < this.batch) break;
     }
     // Side-effect records of node runs that have finished (before the active step) are never replayed again.
     for (;;) {
@@ -607,7 +635,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
          RETURNING ref`,
         [keepLast],
       );
-      const orphanRefs = await this.orphans(
+      const orphanRefs = await this.blobTable.dropOrphans(
         query,
         refs.rows.map((r) => text(r.ref)),
       );
@@ -643,7 +671,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
           );
           for (const x of r.rows) refs.push(text(x.ref));
         }
-        for (const ref of await this.orphans(query, refs)) orphanRefs.add(ref);
+        for (const ref of await this.blobTable.dropOrphans(query, refs)) orphanRefs.add(ref);
         return del.rows.length;
       });
       deletedSnapshots += n;
@@ -687,6 +715,27 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       error: JSON.parse(text(x.error_json)),
       createdAt: num(x.created_at),
     }));
+  }
+
+  /** {@inheritDoc ColdStore.readBlob} */
+  readBlob(ref: string): Promise<Uint8Array | undefined> {
+    return this.blobTable.read(ref);
+  }
+
+  /** {@inheritDoc ColdStore.writeBlob} */
+  async writeBlob(ref: string, bytes: Uint8Array): Promise<void> {
+    await this.driver.transaction(`cannot write blob ${ref}`, ref, (query) =>
+      this.blobTable.store(query, new Map([[ref, bytes]])),
+    );
+  }
+
+  /** {@inheritDoc ColdStore.deleteBlob} */
+  deleteBlob(ref: string): Promise<boolean> {
+    return this.driver.transaction(`cannot delete blob ${ref}`, ref, async (query) => {
+      const held = await query(`SELECT 1 FROM ${this.blobTable.table} WHERE ref = $1`, [ref]);
+      if (held.rows.length === 0) return false;
+      return (await this.blobTable.dropOrphans(query, [ref])).length === 1;
+    });
   }
 
   /** {@inheritDoc ColdStore.idempotencyBegin} */
@@ -780,7 +829,15 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
    */
   protected async afterPrune(vacuum: "incremental" | "full" = "incremental"): Promise<void> {
     if (vacuum !== "full") return;
-    for (const table of [this.snapshots, this.workflows, this.stepErrors, this.idempotency, this.blobRefs]) {
+    const tables = [
+      this.snapshots,
+      this.workflows,
+      this.stepErrors,
+      this.idempotency,
+      this.blobRefs,
+      this.blobTable.table,
+    ];
+    for (const table of tables) {
       await this.driver.query(`cannot vacuum ${table}`, undefined, `VACUUM (FULL) ${table}`);
     }
   }
@@ -970,19 +1027,5 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
        ORDER BY updated_at DESC, workflow_id DESC LIMIT $${values.length}`,
       values,
     ];
-  }
-
-  /** Of `refs`, those no row of `workflow_blob_refs` references any more. */
-  private async orphans(query: SqlQuery, refs: readonly string[]): Promise<string[]> {
-    const unique = [...new Set(refs)];
-    const still = new Set<string>();
-    for (const part of chunks(unique, CHUNK)) {
-      const r = await query(
-        `SELECT DISTINCT ref FROM ${this.blobRefs} WHERE ref IN (${placeholders(part.length)})`,
-        part,
-      );
-      for (const x of r.rows) still.add(text(x.ref));
-    }
-    return unique.filter((ref) => !still.has(ref));
   }
 }

@@ -25,9 +25,12 @@
  *
  * @module
  */
+
+import path from "node:path";
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
+import { workflowBlobMigrations } from "./cold-blobs.js";
 import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
 import { workflowLeaseMigrations } from "./lease-sql.js";
 
@@ -62,6 +65,8 @@ export interface SqliteColdStoreOptions extends SqliteConnectionOptions, SqlCold
 export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
   /** The underlying database (for advanced use and tests). */
   readonly db: SqliteDriver["db"];
+  /** The database file's absolute path (`":memory:"` for an in-memory database). */
+  override readonly location: string;
 
   /**
    * Opens the file (creating it and its directory) and its workflow tables.
@@ -80,7 +85,7 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
     const driver = new SqliteDriver(
       "sqlite",
       { ...connection, database },
-      [workflowMigrations("sqlite"), workflowLeaseMigrations("sqlite")],
+      [workflowMigrations("sqlite"), workflowLeaseMigrations("sqlite"), workflowBlobMigrations("sqlite")],
       {
         synchronous: "FULL",
         // Lets prune return freed pages to the file system (the driver sets it on a new file only).
@@ -89,6 +94,9 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
     );
     super(driver, { pruneBatchSize });
     this.db = driver.db;
+    // The file's absolute path (an injected database's too), so messages and the blobs beside it never depend on the cwd.
+    const file = driver.db.memory ? ":memory:" : driver.db.name;
+    this.location = file === ":memory:" || file === "" ? ":memory:" : path.resolve(file);
   }
 
   /**

@@ -16,6 +16,10 @@
  * - `workflow_step_errors` — node failures recorded with the step they started from;
  * - `workflow_idempotency` — side-effect records (`started` / `finished` + result);
  * - `workflow_blob_refs` — which snapshot references which blob (for garbage collection);
+ * - `workflow_blobs` (component `workflow-blobs`, its own migrations) — the large
+ *   `sharedMemory` values themselves, content-addressed (`ref` = `sha256:<hex>`), written in
+ *   the transaction of the first checkpoint that references them and deleted in the
+ *   transaction that removes the last reference ({@link ColdStore.readBlob});
  * - `workflow_leases` (component `workflow-lease`, its own migrations) — who runs each
  *   workflow now: owner, expiry and fencing token ({@link ColdStore.acquireLease}).
  *
@@ -60,6 +64,14 @@ export interface SnapshotWrite extends StoredSnapshot {
   activeStep: number;
   /** Blob references held by the state. */
   blobRefs: string[];
+  /**
+   * The bytes of each reference in `blobRefs`, when the blobs are kept by the cold store itself
+   * (`CheckpointStore`'s default, for a store with {@link ColdStore.readBlob}): the store writes those
+   * it does not hold yet in the transaction of this write, so a snapshot never names a blob that is
+   * not stored, and an unchanged value already stored is not written again. Absent when the blobs
+   * live in a separate blob store (they were put there before the write).
+   */
+  blobs?: ReadonlyMap<string, Uint8Array>;
   /**
    * `stateJson` as UTF-8 bytes, when the writer has them (`CheckpointStore.save` does, and then
    * decodes `stateJson` only when a store reads it): a store may write these bytes instead.
@@ -181,6 +193,12 @@ export interface ListCursor {
 export interface ColdStore {
   /** `sqlite` or `postgres`, used in error messages. */
   readonly name: string;
+  /**
+   * Optional: where the store keeps its data, for messages: an SQLite file's absolute path, or
+   * `postgres:<schema>`. An absolute file path also names the `blobs` directory beside it, one of
+   * the directories `CheckpointStore` reads blobs of dumplings-ai 0.1 from.
+   */
+  readonly location?: string;
   /** Creates tables and indexes if missing. Idempotent. */
   init(): Promise<void>;
   /**
@@ -262,6 +280,25 @@ export interface ColdStore {
   renewLease?(workflowId: string, fencingToken: number, ttlMs: number): Promise<number>;
   /** Optional (leases): drops the lease held with `fencingToken` (nothing when it is stale). */
   releaseLease?(workflowId: string, fencingToken: number): Promise<void>;
+  /**
+   * Optional capability: the store keeps blobs (large `sharedMemory` values) in its own database,
+   * beside the checkpoints, so every process that opens the store reads them. A store that has it
+   * also writes `row.blobs` in {@link ColdStore.write}'s transaction (those it does not hold yet)
+   * and, in the transactions of {@link ColdStore.deleteWorkflow}, {@link ColdStore.prune} and
+   * {@link ColdStore.dropMonth}, deletes the blobs no snapshot references any more (returned in
+   * `orphanRefs`). `CheckpointStore` keeps its blobs there by default.
+   *
+   * @param ref - `sha256:<64 hex>`
+   * @returns the bytes, or `undefined` when the store does not hold that blob
+   */
+  readBlob?(ref: string): Promise<Uint8Array | undefined>;
+  /** With {@link ColdStore.readBlob}: stores a blob outside a checkpoint (a blob already held is not written again). */
+  writeBlob?(ref: string, bytes: Uint8Array): Promise<void>;
+  /**
+   * With {@link ColdStore.readBlob}: deletes a blob unless a snapshot still references it.
+   * @returns whether it was deleted
+   */
+  deleteBlob?(ref: string): Promise<boolean>;
   /** Closes connections this store created (injected clients are left open). */
   close(): Promise<void>;
 }

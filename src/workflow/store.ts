@@ -9,7 +9,9 @@
  * entry and the cold summary's latest step together; the hot entry is used
  * only when it is the newest step, else (missing, expired, stale, Redis down)
  * the cold row is read and the hot tier refilled. Large `sharedMemory`
- * values go to a content-addressed blob store. Snapshots carry a
+ * values go to a content-addressed blob store: by default a table of the
+ * cold store's own database, written in the checkpoint's transaction, so
+ * they live (and are deleted) with the checkpoints. Snapshots carry a
  * `schemaVersion`; registered migrations upgrade old ones on load, and every
  * load validates strictly.
  *
@@ -19,18 +21,20 @@
  *
  * @module
  */
-import path from "node:path";
 import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
   type BlobStore,
+  blobRef,
+  ColdBlobStore,
   DEFAULT_BLOB_THRESHOLD,
   externalizeBlobs,
   FsBlobStore,
   internalizeBlobs,
   JsonChunks,
+  legacyBlobDirs,
 } from "./blobs.js";
 import {
   type ColdStore,
@@ -79,6 +83,7 @@ const STORE_OPTIONS = optionKeys<CheckpointStoreOptions>({
   schemaVersion: true,
   blobs: true,
   blobDir: true,
+  legacyBlobDirs: true,
   blobThreshold: true,
   onHotError: true,
 });
@@ -95,10 +100,27 @@ export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeo
   schema?: S | undefined;
   /** Version of the application's state schema written into new snapshots. @default 1 */
   schemaVersion?: number | undefined;
-  /** Where large values go. @default new FsBlobStore(blobDir) */
+  /**
+   * Where large values go instead of the cold store's database: your own {@link BlobStore}
+   * (S3, GCS…). Not with `blobDir`.
+   * @default the cold store's own database (a `workflow_blobs` table beside the checkpoints), for a
+   *   cold store that keeps blobs (`SqliteColdStore`, `PostgresColdStore`)
+   */
   blobs?: BlobStore | undefined;
-  /** Directory of the default blob store. @default "./.dumplingsAI_workflows/blobs" */
+  /**
+   * Keep large values in this directory (an {@link FsBlobStore}) instead of the cold store's
+   * database; a relative path is resolved once, against the working directory when the store is
+   * opened. Every process that opens the store must see the same directory (and pass it). Not with `blobs`.
+   * @default none: blobs live in the cold store's database
+   */
   blobDir?: string | undefined;
+  /**
+   * With the default blob store: directories to read a blob from when the database does not hold
+   * it (blobs written by dumplings-ai 0.1, which kept them in a directory), read-only and verified
+   * against their hash; `[]` reads none. Relative paths are resolved once, when the store is opened.
+   * @default ["./.dumplingsAI_workflows/blobs" of the working directory, "blobs" beside the SQLite file]
+   */
+  legacyBlobDirs?: readonly string[] | undefined;
   /** Size (bytes of JSON) above which a top-level `sharedMemory` value goes to the blob store. @default 262144 (256 KB) */
   blobThreshold?: number | undefined;
   /** Receives hot-tier failures (they are never thrown). @default a console.warn on the first failure after a success */
@@ -187,7 +209,11 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     this.hot = options.hot;
     this.schema = (options.schema ?? WorkflowStateSchema) as S;
     this.migrations = new MigrationRegistry(options.schemaVersion ?? 1);
-    this.blobs = options.blobs ?? new FsBlobStore(path.resolve(options.blobDir ?? ".dumplingsAI_workflows/blobs"));
+    this.blobs =
+      options.blobs ??
+      (options.blobDir !== undefined
+        ? new FsBlobStore(options.blobDir)
+        : new ColdBlobStore(options.cold, options.legacyBlobDirs ?? legacyBlobDirs(options.cold.location)));
     this.threshold = options.blobThreshold ?? DEFAULT_BLOB_THRESHOLD;
     this.onHotError =
       options.onHotError ??
@@ -231,6 +257,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
         "must be a RedisHotTier (new RedisHotTier({ url })) or undefined (no hot tier)",
       );
     }
+    checkBlobOptions(options);
     await options.cold.init();
     // Bounded: a dead Redis costs the connect timeout once, then the store runs on the cold tier.
     await options.hot?.waitReady();
@@ -318,11 +345,23 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     // once and encoded once; both tiers write these bytes (the text is decoded only for a cold store that asks).
     const out = new JsonChunks();
     let refs: string[] = [];
+    // Blobs kept by the cold store go with the checkpoint's own write (one transaction); others are put first.
+    const withCheckpoint =
+      this.blobs instanceof ColdBlobStore && this.blobs.inDatabase ? new Map<string, Uint8Array>() : undefined;
+    const sink: Pick<BlobStore, "put"> = withCheckpoint
+      ? {
+          async put(bytes) {
+            const ref = blobRef(bytes);
+            withCheckpoint.set(ref, bytes);
+            return ref;
+          },
+        }
+      : this.blobs;
     let sep = "{";
     for (const [key, value] of Object.entries(valid)) {
       if (key === "sharedMemory") {
         out.push(`${sep}"sharedMemory":`);
-        ({ refs } = await externalizeBlobs(valid.sharedMemory, this.blobs, this.threshold, out));
+        ({ refs } = await externalizeBlobs(valid.sharedMemory, sink, this.threshold, out));
       } else {
         const text = JSON.stringify(value);
         if (text === undefined) continue;
@@ -351,6 +390,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
         parentWorkflowId: valid.parent?.workflowId ?? null,
         activeStep: valid.nodeRun?.startStep ?? valid.stepIndex,
         blobRefs: refs,
+        ...(withCheckpoint === undefined ? {} : { blobs: withCheckpoint }),
       },
       options.expectedStep,
       options.fencingToken,
@@ -370,7 +410,10 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     }
   }
 
-  private async decode(row: { workflowId: string; stepIndex: number; stateJson: string }): Promise<z.infer<S>> {
+  private async decode(
+    row: { workflowId: string; stepIndex: number; stateJson: string },
+    blobTexts?: Map<string, string>,
+  ): Promise<z.infer<S>> {
     const where = { workflowId: row.workflowId, stepIndex: row.stepIndex };
     let raw: unknown;
     try {
@@ -384,7 +427,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     const current = isOriginalSnapshot(raw) ? fromOriginalSnapshot(raw, where) : raw;
     let upgraded = this.migrations.upgrade(current, where);
     if (isJsonObject(upgraded.sharedMemory)) {
-      upgraded = { ...upgraded, sharedMemory: await internalizeBlobs(upgraded.sharedMemory, this.blobs) };
+      upgraded = { ...upgraded, sharedMemory: await internalizeBlobs(upgraded.sharedMemory, this.blobs, blobTexts) };
     }
     const state = parseWorkflowState(this.schema, upgraded, where) as WorkflowState;
     if (state.workflowId !== row.workflowId || state.stepIndex !== row.stepIndex) {
@@ -470,8 +513,9 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   async history(workflowId: string): Promise<HistoryEntry<z.infer<S>>[]> {
     const rows: StoredSnapshot[] = await this.cold.history(workflowId);
     const out: HistoryEntry<z.infer<S>>[] = [];
+    const blobTexts = new Map<string, string>(); // a large value unchanged over the steps is read once
     for (const row of rows) {
-      const state = await this.decode(row);
+      const state = await this.decode(row, blobTexts);
       out.push({
         stepIndex: row.stepIndex,
         // START/END of rows in the original layout are __start__/__end__ here
@@ -533,6 +577,8 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   }
 
   private async deleteBlobs(refs: string[]): Promise<number> {
+    // The cold store deleted those it kept in the transaction that removed their last reference.
+    if (this.blobs instanceof ColdBlobStore) return refs.length;
     if (!this.blobs.delete) return 0;
     for (const ref of refs) await this.blobs.delete(ref);
     return refs.length;
@@ -651,5 +697,38 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   async close(): Promise<void> {
     await this.hot?.close();
     await this.cold.close();
+  }
+}
+
+/**
+ * The blob options of {@link CheckpointStore.open}: one place for large values.
+ *
+ * @throws {InvalidOptionError} for `blobs` with `blobDir`, `legacyBlobDirs` with either, a `blobs`
+ *   without `put`/`get`, or a `blobDir`/`legacyBlobDirs` that is not a non-empty path
+ */
+function checkBlobOptions(options: CheckpointStoreOptions<AnyWorkflowStateSchema>): void {
+  const fail = (option: string, message: string): never => {
+    throw new InvalidOptionError("CheckpointStore.open", option, message);
+  };
+  const { blobs, blobDir, legacyBlobDirs: legacy } = options;
+  if (blobs !== undefined && blobDir !== undefined) {
+    fail("blobDir", "give blobs (your own BlobStore) or blobDir (a directory), not both");
+  }
+  if (blobs !== undefined) {
+    const b = blobs as Partial<BlobStore> | null;
+    if (b === null || typeof b !== "object" || typeof b.put !== "function" || typeof b.get !== "function") {
+      fail("blobs", "must be a BlobStore: an object with put(bytes) and get(ref)");
+    }
+  }
+  if (blobDir !== undefined && (typeof blobDir !== "string" || blobDir === "")) {
+    fail("blobDir", `must be a directory path, got ${JSON.stringify(blobDir) ?? String(blobDir)}`);
+  }
+  if (legacy !== undefined) {
+    if (blobs !== undefined || blobDir !== undefined) {
+      fail("legacyBlobDirs", "is read by the default blob store only (not with blobs or blobDir)");
+    }
+    if (!Array.isArray(legacy) || legacy.some((d) => typeof d !== "string" || d === "")) {
+      fail("legacyBlobDirs", "must be an array of directory paths");
+    }
   }
 }

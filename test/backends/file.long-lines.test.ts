@@ -30,7 +30,7 @@ describe("file backend: lines longer than a read chunk", () => {
     const agent = new BaseAgent({ name: "long", prompt: "p" });
     // Sizes around one, two and three chunks; "é" lines put a multi-byte character across boundaries.
     const sizes = [CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 7, 3 * CHUNK - 3, 100];
-    sizes.forEach((n, i) => agent.history.push(lineOf(n, `${"abcdef"[i]}${i}`)));
+    for (const [i, n] of sizes.entries()) agent.history.push(lineOf(n, `${"abcdef"[i]}${i}`));
     agent.history.push({ role: "user", content: "é".repeat(CHUNK) });
     await agent.saveState("long", { backend });
     agent.history.push(lineOf(CHUNK + 3, "z9")); // an append after long lines

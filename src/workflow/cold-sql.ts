@@ -48,12 +48,15 @@ import type {
   SnapshotWrite,
   StepErrorRecord,
   StoredSnapshot,
+  TableLookup,
   WorkflowFence,
   WorkflowLeaseResult,
+  WorkflowMigrations,
   WorkflowRowStatus,
   WorkflowSummary,
 } from "./cold.js";
 import { SqlBlobTable } from "./cold-blobs.js";
+
 import { WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
 import { SqlWorkflowLeases } from "./lease-sql.js";
 import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
@@ -62,20 +65,7 @@ import { originalSummaryFields, rowCreatedAtMs } from "./original.js";
 const DROP_OPTIONS = optionKeys<{ keepLast: number; archiveTo?: string }>({ keepLast: true, archiveTo: true });
 const PRUNE_OPTIONS = optionKeys<ColdPruneOptions>({ vacuum: true, archiveDir: true });
 
-/** The part of a database {@link WorkflowMigrations.present} uses. */
-export interface TableLookup {
-  prepare(sql: string): { get(): unknown };
-}
 const ORIGINAL_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workflow_snapshots'";
-
-/** The cold store's versioned tables, in the shape both drivers take. */
-export interface WorkflowMigrations {
-  /** `workflow`: the component's key in the migration ledger. */
-  component: string;
-  migrations: readonly { version: number; name: string; up: readonly string[] }[];
-  /** SQLite: true when the file holds the original design's archive (migrated, not refused, by a read-only open). */
-  present?(db: TableLookup): boolean;
-}
 
 /**
  * The workflow tables of one dialect, for the driver's migration ledger.

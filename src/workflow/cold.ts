@@ -323,3 +323,20 @@ export function decodeCursor(text: string): ListCursor {
   }
   throw new RangeError(`malformed listWorkflows cursor ${JSON.stringify(text)}`);
 }
+
+/** The part of a database {@link WorkflowMigrations.present} uses. */
+export interface TableLookup {
+  prepare(sql: string): { get(): unknown };
+}
+
+/**
+ * A cold store's versioned tables in the shape both SQL drivers take (one component of a
+ * driver's migration ledger: the checkpoints', the leases', the blobs').
+ */
+export interface WorkflowMigrations {
+  /** The component's key in the migration ledger, e.g. `workflow`. */
+  component: string;
+  migrations: readonly { version: number; name: string; up: readonly string[] }[];
+  /** SQLite: true when the file holds the original design's archive (migrated, not refused, by a read-only open). */
+  present?(db: TableLookup): boolean;
+}

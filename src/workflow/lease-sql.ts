@@ -22,8 +22,7 @@
  */
 import { BackendError } from "../core/errors.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
-import type { WorkflowLeaseResult } from "./cold.js";
-import type { WorkflowMigrations } from "./cold-sql.js";
+import type { WorkflowLeaseResult, WorkflowMigrations } from "./cold.js";
 import { WorkflowLeaseLostError } from "./errors.js";
 
 /** The ledger key of the lease table's migrations. */

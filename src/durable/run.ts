@@ -9,11 +9,11 @@
  *
  * @module
  */
-import { randomUUID } from "node:crypto";
 import { hostname, userInfo } from "node:os";
 import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { defaultOwner } from "../core/owner.js";
 import { cancellationOf, type RunContext, withRunContext } from "./context.js";
 import {
   JournalIntegrityError,
@@ -133,10 +133,8 @@ export type RunResult =
 
 const sleepMs = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A default lease-owner id for this process. */
-export function defaultOwner(): string {
-  return `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-}
+/** A default lease-owner id for this process (see `core/owner.ts`). */
+export { defaultOwner };
 
 function finished(run: RunRecord): RunResult | undefined {
   if (run.status === "completed") return { runId: run.runId, status: "completed", output: run.output ?? null };

@@ -23,11 +23,10 @@
  *
  * @module
  */
-import { randomUUID } from "node:crypto";
-import { hostname } from "node:os";
 import type { Job, Queue, Worker } from "bullmq";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { defaultOwner } from "../core/owner.js";
 import { loadBullmq, RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
 import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
@@ -287,7 +286,7 @@ export class DurableWorker extends DurableQueue {
     super(options);
     checkOptions("DurableWorker", options, WORKER_OPTIONS);
     this.options = options;
-    this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    this.owner = options.owner ?? defaultOwner();
     this.workflows =
       options.workflows instanceof Map ? new Map(options.workflows) : new Map(Object.entries(options.workflows));
   }

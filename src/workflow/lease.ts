@@ -16,8 +16,6 @@
  *
  * @module
  */
-import { randomUUID } from "node:crypto";
-import { hostname } from "node:os";
 import type { ColdStore } from "./cold.js";
 import { WorkflowLeaseHeldError, WorkflowLeaseLostError } from "./errors.js";
 
@@ -34,11 +32,6 @@ export function keepsLeases(cold: ColdStore): cold is ColdStore & LeasingColdSto
     typeof cold.renewLease === "function" &&
     typeof cold.releaseLease === "function"
   );
-}
-
-/** A lease owner id for one run of a workflow: `<hostname>:<pid>:<random>`. */
-export function defaultLeaseOwner(): string {
-  return `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

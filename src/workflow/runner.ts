@@ -39,6 +39,7 @@ import { EventEmitter } from "node:events";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { defaultOwner } from "../core/owner.js";
 import {
   NodeFailedError,
   NondeterminismError,
@@ -50,13 +51,7 @@ import {
   WorkflowStateError,
 } from "./errors.js";
 import { IdempotencyGuard, type Reconcile } from "./idempotency.js";
-import {
-  DEFAULT_WORKFLOW_LEASE_TTL_MS,
-  defaultLeaseOwner,
-  HeldLease,
-  keepsLeases,
-  type LeasingColdStore,
-} from "./lease.js";
+import { DEFAULT_WORKFLOW_LEASE_TTL_MS, HeldLease, keepsLeases, type LeasingColdStore } from "./lease.js";
 import {
   type AnyWorkflowStateSchema,
   createWorkflowState,
@@ -354,7 +349,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     const mine = this.running.get(workflowId);
     if (mine) throw new WorkflowLeaseHeldError(workflowId, mine.owner, mine.expiresAt, mine.fencingToken);
     const lease = await HeldLease.acquire(this.leases, workflowId, {
-      owner: this.owner ?? defaultLeaseOwner(),
+      owner: this.owner ?? defaultOwner(),
       ttlMs: this.leaseTtlMs,
       waitMs: this.leaseWaitMs,
     });

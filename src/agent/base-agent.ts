@@ -500,7 +500,7 @@ export class BaseAgent extends EventEmitter {
    * @returns `{ meta, config, state: { currentTaskId, hooks, fields }, history }`; `history` is a shallow copy
    * @throws {RegistrationError} when the agent's class is not registered (see `registerAgentClass`)
    * @throws {NonJsonValueError} for a persistent field JSON cannot carry
-   * @throws {InvalidStateError} for an invalid config value
+   * @throws {InvalidStateError} for an invalid config value, or a `history` that is not an array
    * @example
    * const state = agent.toState(); state.meta.class // "dumplings-ai:BaseAgent"
    */
@@ -519,6 +519,12 @@ export class BaseAgent extends EventEmitter {
   toState(options: ToStateOptions): AgentState | AgentStateHeader;
   toState(options?: ToStateOptions): AgentState | AgentStateHeader {
     checkOptions("toState", options, TO_STATE_OPTIONS);
+    const history: unknown = this.history;
+    if (!Array.isArray(history)) {
+      // `agent.history = null` (or a string): a typed error, not the TypeError of reading its length
+      const got = history === null ? "null" : typeof history;
+      throw new InvalidStateError("history", `must be an array of messages, got ${got}`);
+    }
     const ctor = this.constructor as AgentConstructor;
     const className = agentClassName(ctor);
     const config = this.validatedConfig();

@@ -625,7 +625,8 @@ export class SQLiteBackend implements StateBackend {
    * @throws {ConflictError} when `options.revision` is not the stored revision as the stream starts, or (only
    *   without a snapshot, see above) the history is replaced or deleted while being iterated
    * @throws {FormatError} when a stored message is corrupt
-   * @throws {BackendError} when the driver fails, or the backend is closed before the stream ends
+   * @throws {BackendError} when the driver fails, or the backend is closed before the stream ends (at the
+   *   stream's next page: the messages of a page already read still come)
    * @example
    * for await (const message of backend.iterHistory("support-42")) console.log(message.role);
    */

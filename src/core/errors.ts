@@ -136,9 +136,14 @@ export class KeyCollisionError extends DumplingsError {
   /** The file both keys name. */
   readonly file: string;
   constructor(key: string, storedKey: string, file: string) {
+    // Two spellings of one text (NFC "é" and NFD "e\u0301") print alike: show their code points then.
+    const show = (k: string) =>
+      key.toLowerCase() === storedKey.toLowerCase()
+        ? JSON.stringify(k)
+        : `${JSON.stringify(k)} (${[...k].map((c) => `U+${(c.codePointAt(0) as number).toString(16).toUpperCase().padStart(4, "0")}`).join(" ")})`;
     super(
       "KEY_COLLISION",
-      `[dumplings:file] key ${JSON.stringify(key)} names the file of key ${JSON.stringify(storedKey)} (${file}): this file system does not tell the two names apart (case or Unicode normalisation); nothing was read, written or deleted. Use ${JSON.stringify(storedKey)}, or keys that differ in more than case`,
+      `[dumplings:file] key ${show(key)} names the file of key ${show(storedKey)} (${file}): this file system does not tell the two names apart (case or Unicode normalisation); nothing was read, written or deleted. Use ${JSON.stringify(storedKey)}, or keys that differ in more than case and normalisation`,
     );
     this.key = key;
     this.storedKey = storedKey;

@@ -149,6 +149,8 @@ export function describeCall(a: ApprovalView, max = 80): string {
  * @param verb - `approve` or `reject` (for the message's hint)
  * @returns the run, waiting on `approval:<toolCallId>`
  * @throws {RunNotFoundError} when there is no such run
+ * @throws {ApprovalConflictError} when the call was decided already (the run may have moved on since): says
+ *   which decision was taken, and when; nothing was recorded
  * @throws {ApprovalNotPendingError} when the run is finished, busy, or waits on something else (the message
  *   names the call it waits on, with its tool and arguments); nothing was recorded
  */
@@ -162,6 +164,9 @@ export async function assertAwaitsApproval(
   const run = await journal.getRun(runId);
   if (!run) throw new RunNotFoundError(runId);
   if (run.status === "waiting" && run.waitingFor === name) return run;
+  // Decided already (and the run moved on): the late reviewer learns which decision was taken, and when.
+  const decided = await journal.getSignal(runId, name).catch(() => undefined);
+  if (decided !== undefined) await rethrowDecision(journal, runId, name, new SignalConflictError(runId, name));
   if (run.status === "completed" || run.status === "failed" || run.status === "cancelled") {
     throw new ApprovalNotPendingError(
       runId,

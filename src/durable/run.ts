@@ -13,7 +13,7 @@ import { hostname, userInfo } from "node:os";
 import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { defaultOwner } from "../core/owner.js";
+import { defaultOwner, leaseMs } from "../core/owner.js";
 import { cancellationOf, type RunContext, withRunContext } from "./context.js";
 import {
   JournalIntegrityError,
@@ -132,6 +132,11 @@ export type RunResult =
   | { runId: string; status: "cancelled" };
 
 const sleepMs = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Whether `fn` is a class (which cannot be called without `new`: a run of it would fail for good). */
+function isClass(fn: unknown): boolean {
+  return /^class[\s{]/.test(Function.prototype.toString.call(fn));
+}
 
 /** A default lease-owner id for this process (see `core/owner.ts`). */
 export { defaultOwner };
@@ -268,8 +273,9 @@ const isStop = (error: unknown) => error instanceof StaleFencingTokenError || er
  * @throws {StaleFencingTokenError} when another executor took the run over while this one ran
  * @throws {LeaseHeldError} when another owner holds the run longer than `leaseWaitMs`
  * @throws {NonJsonValueError} when a new run's input is not JSON
- * @throws {InvalidOptionError} for an unknown option, when `options` or its `journal` is missing, or when
- *   `workflowFn` is not a function (nothing is created)
+ * @throws {InvalidOptionError} for an unknown option, when `options` or its `journal` is missing, when
+ *   `workflowFn` is not a function or is a class (nothing is created), or for a `leaseTtlMs` outside
+ *   100…2^31−1 ms (`leaseWaitMs` 0…2^31−1)
  * @example
  * const result = await runDurable("order-42", async (input) => {
  *   const quote = await step("quote", () => pricing.quote(input), { input });
@@ -300,18 +306,18 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   if (typeof runId !== "string" || runId.length === 0 || runId.length > 512) {
     throw new DumplingsError("INVALID_RUN_ID", `invalid run id ${JSON.stringify(runId)}`);
   }
-  if (typeof workflowFn !== "function") {
+  if (typeof workflowFn !== "function" || isClass(workflowFn)) {
     // before the run is created: a run created with no program would be recorded as failed for good
     throw new InvalidOptionError(
       "runDurable",
       "workflowFn",
-      `must be the workflow function (runDurable(runId, async (input) => …, { journal })), got ${workflowFn === null ? "null" : typeof workflowFn}`,
+      `must be the workflow function (runDurable(runId, async (input) => …, { journal })), got ${workflowFn === null ? "null" : typeof workflowFn === "function" ? "a class" : typeof workflowFn}`,
     );
   }
   const { journal } = options;
-  const ttl = options.leaseTtlMs ?? 30_000;
+  const ttl = leaseMs("runDurable", "leaseTtlMs", options.leaseTtlMs, 30_000);
   const owner = options.owner ?? defaultOwner();
-  const waitBudget = options.leaseWaitMs ?? 2 * ttl;
+  const waitBudget = leaseMs("runDurable", "leaseWaitMs", options.leaseWaitMs, 2 * ttl, 0);
   const { run } = await ensureRun(journal, {
     runId,
     workflow: options.workflow ?? (workflowFn.name || "workflow"),

@@ -26,7 +26,7 @@
 import type { Job, Queue, Worker } from "bullmq";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { defaultOwner } from "../core/owner.js";
+import { defaultOwner, leaseMs } from "../core/owner.js";
 import { loadBullmq, RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
 import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
@@ -285,6 +285,7 @@ export class DurableWorker extends DurableQueue {
   constructor(options: DurableWorkerOptions) {
     super(options);
     checkOptions("DurableWorker", options, WORKER_OPTIONS);
+    leaseMs("DurableWorker", "leaseTtlMs", options.leaseTtlMs, 30_000); // refused here, not at the first job
     this.options = options;
     this.owner = options.owner ?? defaultOwner();
     this.workflows =

@@ -79,6 +79,10 @@ describe("file backend: two keys naming one file", () => {
         (e: unknown) => e instanceof KeyCollisionError && e.key === alias && e.storedKey === stored,
       );
     await refused(backend.read(alias));
+    // spellings that print alike are told apart by their code points
+    const message = await backend.read(alias).catch((e: Error) => e.message);
+    if (stored.toLowerCase() !== alias.toLowerCase()) expect(message).toContain("U+0301");
+    else expect(message).not.toContain("U+");
     await refused(backend.load(alias));
     await refused(backend.readHeader(alias));
     await refused(

@@ -137,11 +137,23 @@ describe("required options", () => {
         /must be an agent/,
       );
     }
-    const agent = new BaseAgent({ name: "h" });
-    (agent as unknown as { history: unknown }).history = "oops";
-    const error = await thrown(() => saveState(agent, "k", { backend: new MemoryBackend() }));
-    expect(error).toBeInstanceOf(InvalidStateError);
-    expect((error as Error).message).toMatch(/history: must be an array of messages, got string/);
+    for (const [history, got] of [
+      ["oops", "string"],
+      [null, "null"],
+      [undefined, "undefined"],
+      [{ 0: "m" }, "object"],
+    ] as const) {
+      const agent = new BaseAgent({ name: "h" });
+      (agent as unknown as { history: unknown }).history = history;
+      for (const call of [
+        () => saveState(agent, "k", { backend: new MemoryBackend() }),
+        () => exportStateString(agent),
+      ]) {
+        const error = await thrown(call);
+        expect(error, String(history)).toBeInstanceOf(InvalidStateError);
+        expect((error as Error).message).toMatch(new RegExp(`history: must be an array of messages, got ${got}`));
+      }
+    }
   });
 
   it("runDurable with a workflow that is not a function creates no run", async () => {
@@ -152,6 +164,30 @@ describe("required options", () => {
         "runDurable",
         "workflowFn",
         /must be the workflow function.*got string/,
+      );
+      expect(await journal.getRun("r-fn")).toBeUndefined();
+      // a class is a function to typeof, but cannot be called: refused too
+      expectOption(
+        await thrown(() => runDurable("r-fn", class Flow {} as never, { journal, input: {} })),
+        "runDurable",
+        "workflowFn",
+        /got a class/,
+      );
+      expect(await journal.getRun("r-fn")).toBeUndefined();
+      // lease durations a timer cannot hold (a renewal every millisecond) or too short to renew
+      for (const leaseTtlMs of [1e10, 50, 0, Number.NaN]) {
+        expectOption(
+          await thrown(() => runDurable("r-fn", fn, { journal, input: {}, leaseTtlMs })),
+          "runDurable",
+          "leaseTtlMs",
+          /from 100 to 2147483647/,
+        );
+      }
+      expectOption(
+        await thrown(() => runDurable("r-fn", fn, { journal, input: {}, leaseWaitMs: 1e12 })),
+        "runDurable",
+        "leaseWaitMs",
+        /from 0 to 2147483647/,
       );
       expect(await journal.getRun("r-fn")).toBeUndefined();
       // the same id then starts with a real workflow

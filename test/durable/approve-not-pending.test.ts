@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { step, waitForSignal } from "../../src/durable/context.js";
-import { ApprovalNotPendingError, RunNotFoundError } from "../../src/durable/errors.js";
+import { ApprovalConflictError, ApprovalNotPendingError, RunNotFoundError } from "../../src/durable/errors.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
 import { approvalSignalName, approve, reject, signal } from "../../src/durable/signals.js";
@@ -76,5 +76,13 @@ describe("approve/reject of a call the run does not wait on", () => {
     expect(ahead.wakes).toBe(false);
     expect(await journal.getSignal("signal", "approval:call_later")).toBeDefined();
     expect(await runDurable("waits", waitsOnRefund, { journal })).toMatchObject({ output: "refunded" });
+    // a reviewer who comes after the run moved on (here: finished) learns what was decided, and when, instead of
+    // being told to record a decision ahead of time (a new user's trial)
+    const late = reject("waits", "call_r1", { journal, reason: "no" });
+    await expect(late).rejects.toBeInstanceOf(ApprovalConflictError);
+    await expect(late).rejects.toMatchObject({ code: "SIGNAL_CONFLICT", decision: { approved: true } });
+    await expect(late).rejects.toThrow(
+      /tool call "call_r1" of run "waits" was already approved at .*nothing was recorded/,
+    );
   });
 });

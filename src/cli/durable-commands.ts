@@ -25,7 +25,7 @@
  */
 import { hostname, userInfo } from "node:os";
 import { Command } from "commander";
-import { DumplingsError } from "../core/errors.js";
+import { DumplingsError, FormatError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import {
   type ApprovalView,
@@ -220,6 +220,10 @@ export async function renderRuns(
   const unreadable: { runId: string; code: string; message: string }[] = [];
   for (const run of runs) {
     try {
+      if (run.readError !== undefined) {
+        // the run row itself cannot be read (listRuns names it): listed, marked, the others go on
+        throw new FormatError(run.readError.message);
+      }
       const steps = await journal.readSteps(run.runId);
       const approvals = run.waitingFor?.startsWith("approval:")
         ? pendingApprovals(run, steps, await journal.listSignals(run.runId))

@@ -353,7 +353,7 @@ export class RedisJournal implements Journal {
         if (err) throw new BackendError("redis", "cannot list runs", { cause: err });
         const row = h as Record<string, string>;
         if (row.run_id === undefined) continue;
-        const run = runFromRow(row);
+        const run = runFromRow(row, true); // a bad run is listed with its readError
         if (!filter.status || run.status === filter.status) out.push(run);
         if (out.length >= limit) break;
       }

@@ -418,7 +418,8 @@ export class SqlJournal implements Journal {
           `SELECT * FROM ${this.t.runs} ORDER BY created_at DESC, run_id LIMIT $1`,
           [limit],
         );
-    return rows.map(runFromRow);
+    // one bad row is listed with its readError, not a failure of the whole listing
+    return rows.map((row) => runFromRow(row, true));
   }
 
   /**

@@ -107,6 +107,12 @@ export interface RunRecord {
   createdAt: number;
   /** Epoch ms (store clock) of the last change of status, lease or input. */
   updatedAt: number;
+  /**
+   * Set only by `listRuns` on a run whose stored JSON (`input_json`, `output_json`, `error_json`) cannot be
+   * read (an edited or corrupted journal): the run is listed with what could be read (`input` is then `null`)
+   * and why, instead of one bad row failing the whole listing. `getRun` throws the `FormatError` instead.
+   */
+  readError?: { code: string; message: string };
 }
 
 /** A signal sent to a run (at most one per name). */
@@ -481,23 +487,42 @@ export type JournalRow = Record<string, unknown>;
 const num = (v: unknown): number | undefined => (v === null || v === undefined ? undefined : Number(v));
 const str = (v: unknown): string | undefined => (v === null || v === undefined ? undefined : String(v));
 
-/** Maps a run row of any SQL store to a {@link RunRecord}. */
-export function runFromRow(r: JournalRow): RunRecord {
+/**
+ * Maps a run row of any SQL store (or a Redis run hash) to a {@link RunRecord}.
+ *
+ * @param r - the row
+ * @param tolerant - a listing's read: a JSON column that cannot be read is left out and named in
+ *   {@link RunRecord.readError} instead of thrown
+ * @throws {FormatError} for a JSON column that cannot be read (unless `tolerant`)
+ */
+export function runFromRow(r: JournalRow, tolerant = false): RunRecord {
   const runId = String(r.run_id);
   const of = `of run ${JSON.stringify(runId)}`;
+  let readError: RunRecord["readError"];
+  const json = <T>(read: () => T | undefined): T | undefined => {
+    if (!tolerant) return read();
+    try {
+      return read();
+    } catch (e) {
+      if (!(e instanceof FormatError)) throw e;
+      readError ??= { code: e.code, message: e.message };
+      return undefined;
+    }
+  };
   const run: RunRecord = {
     runId,
     workflow: String(r.workflow),
     status: String(r.status) as RunStatus,
-    input: parseJournalJson<JsonValue>(String(r.input_json), `input_json ${of}`),
+    input: json(() => parseJournalJson<JsonValue>(String(r.input_json), `input_json ${of}`)) ?? null,
     fencingToken: Number(r.fencing_token),
     createdAt: Number(r.created_at),
     updatedAt: Number(r.updated_at),
   };
-  const output = parseStored<JsonValue>(str(r.output_json), `output_json ${of}`);
+  const output = json(() => parseStored<JsonValue>(str(r.output_json), `output_json ${of}`));
   if (output !== undefined) run.output = output;
-  const error = parseStored<RecordedError>(str(r.error_json), `error_json ${of}`);
+  const error = json(() => parseStored<RecordedError>(str(r.error_json), `error_json ${of}`));
   if (error !== undefined) run.error = error;
+  if (readError !== undefined) run.readError = readError;
   if (str(r.waiting_for) !== undefined) run.waitingFor = String(r.waiting_for);
   if (num(r.wake_at) !== undefined) run.wakeAt = Number(r.wake_at);
   if (str(r.lease_owner) !== undefined) run.leaseOwner = String(r.lease_owner);

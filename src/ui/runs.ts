@@ -17,6 +17,7 @@ import type { Context, Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { describeWait, operatorName, pendingApprovals, renderNotes, sendDecision } from "../cli/durable-commands.js";
 import { errorParts, isItemFault, UsageError } from "../cli/errors.js";
+import { FormatError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { assertAwaitsApproval } from "../durable/approvals.js";
 import { RunNotFoundError } from "../durable/errors.js";
@@ -99,6 +100,7 @@ export function runRoutes(app: Hono, sources: UiSources): void {
     for (const run of shown) {
       let waiting: string;
       try {
+        if (run.readError !== undefined) throw new FormatError(run.readError.message); // its own row is unreadable
         const approvals = run.waitingFor?.startsWith("approval:")
           ? pendingApprovals(run, await src.value.readSteps(run.runId), await src.value.listSignals(run.runId))
           : [];

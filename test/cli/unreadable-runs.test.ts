@@ -3,8 +3,9 @@
  * (edited by hand, a bad restore), on each journal store (SQLite, PostgreSQL,
  * Redis), as a real process: every run is still listed, the bad one with its
  * `readError` (`UNREADABLE (FORMAT_ERROR)` in the table), named on stderr, and
- * the command exits 6 (`RUNS_UNREADABLE`). A corrupted run row itself is a
- * typed `FORMAT_ERROR` naming the run (exit 4), not a bare `SyntaxError`.
+ * the command exits 6 (`RUNS_UNREADABLE`). So is a run whose own row was
+ * corrupted (`input_json`, `output_json`): listed with its `readError`, not
+ * one error hiding every run (a second trial found that still failed).
  */
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -36,6 +37,23 @@ async function seed(journal: Journal): Promise<void> {
   } finally {
     await journal.close();
   }
+}
+
+/** `runs` lists every run and marks r3, whose own row cannot be read; exit 6. */
+function expectR3RowUnreadable(spec: string, column: string): void {
+  const json = runCli(["runs", "--journal", spec, "--json"]);
+  expect(json.code, json.stderr).toBe(6);
+  const rows = JSON.parse(json.stdout) as { runId: string; readError?: { code: string; message: string } }[];
+  expect(rows.map((r) => r.runId).sort()).toEqual(["r1", "r2", "r3"]);
+  expect(rows.find((r) => r.runId === "r3")?.readError).toMatchObject({
+    code: "FORMAT_ERROR",
+    message: expect.stringContaining(`${column} of run "r3" is not valid JSON`),
+  });
+  expect(rows.find((r) => r.runId === "r1")?.readError).toBeUndefined();
+  const text = runCli(["runs", "--journal", spec]);
+  expect(text.code).toBe(6);
+  expect(text.stdout).toMatch(/^r3 +w +completed +- +\S+ +UNREADABLE \(FORMAT_ERROR\)$/m);
+  expect(text.stdout).toMatch(/^r1 +w +completed +1 /m);
 }
 
 /** `runs --json` and `runs` list all three runs, r2 marked with its error; exit 6. */
@@ -76,9 +94,11 @@ describe("runs on a journal with a corrupted record", () => {
     const raw2 = new Database(db);
     raw2.prepare("UPDATE durable_runs SET input_json = '{' WHERE run_id = 'r3'").run();
     raw2.close();
-    const r = runCli(["runs", "--journal", `sqlite:${db}`]);
-    expect(r.code).toBe(4);
-    expect(r.stderr).toMatch(/^dumplings: journal: input_json of run "r3" is not valid JSON .*\(FORMAT_ERROR\)$/m);
+    expectR3RowUnreadable(`sqlite:${db}`, "input_json");
+    // the run itself, asked for by id, is the typed error naming it
+    const one = runCli(["runs", "r3", "--journal", `sqlite:${db}`]);
+    expect(one.code).toBe(4);
+    expect(one.stderr).toMatch(/journal: input_json of run "r3" is not valid JSON .*\(FORMAT_ERROR\)$/m);
   });
 
   it.skipIf(postgresReason)(
@@ -94,6 +114,8 @@ describe("runs on a journal with a corrupted record", () => {
         const url = new URL(DATABASE_URL);
         url.searchParams.set("schema", schema);
         expectR2Unreadable(`postgres:${url.href}`);
+        await client.query(`UPDATE ${schema}.durable_runs SET output_json = '{"x":1' WHERE run_id = 'r3'`);
+        expectR3RowUnreadable(`postgres:${url.href}`, "output_json");
       } finally {
         await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
         await client.end();
@@ -114,6 +136,8 @@ describe("runs on a journal with a corrupted record", () => {
       const url = new URL(REDIS_URL);
       url.searchParams.set("prefix", prefix);
       expectR2Unreadable(`redis:${url.href}`);
+      await redis.hset(`${prefix}{r3}:run`, "output_json", '{"x":');
+      expectR3RowUnreadable(`redis:${url.href}`, "output_json");
     } finally {
       const keys = await redis.keys(`${prefix}*`);
       if (keys.length > 0) await redis.del(...keys);

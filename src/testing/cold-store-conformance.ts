@@ -16,7 +16,8 @@
  * with its holder and expiry, taken over after its expiry with a higher
  * fencing token, renewed, released) and the fenced writes (a stale token's
  * checkpoint, error record and side-effect start refused with
- * `WorkflowLeaseLostError`, nothing written). Tests that must reach below
+ * `WorkflowLeaseLostError`, nothing written; a token from before a delete or a
+ * prune never passes a fence again). Tests that must reach below
  * the contract use optional hooks of the factory's {@link ColdStoreFixture} (aging rows for retention, counting
  * side-effect records, bulk-inserting 100,000 summaries and the expected query
  * plan); a test whose hook is missing is skipped, naming the hook.
@@ -597,7 +598,7 @@ export function runColdStoreConformance<C extends ColdStore>(
       expect(asked).toBe(1);
     });
 
-    it("leases: free leases of deleted workflows go with prune; the others stay", async (ctx) => {
+    it("leases: free leases of deleted workflows go with prune; the others stay; a token never goes back", async (ctx) => {
       const leases = leasing(ctx);
       const store = await open();
       const gone = wf("gone");
@@ -610,12 +611,27 @@ export function runColdStoreConformance<C extends ColdStore>(
       await store.delete(gone);
       const live = wf("live"); // held by a worker about to write its first checkpoint
       await leases.acquireLease(live, "w", 30_000);
-      // The lease row outlives the delete (tokens of an id never go back)…
-      expect(await leases.acquireLease(gone, "w", 30_000)).toMatchObject({ fencingToken: 2 });
-      await leases.releaseLease(gone, 2);
+      // The delete ended the lease (its token went up: token 1 passes no fence now); the token goes on counting…
+      await expect(
+        store.save(createWorkflowState({ workflowId: gone }), { expectedStep: null, fencingToken: 1 }),
+      ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+      const again = await leases.acquireLease(gone, "w", 30_000);
+      expect(again).toMatchObject({ acquired: true });
+      const before = (again as { fencingToken: number }).fencingToken;
+      expect(before).toBeGreaterThan(1);
+      await leases.releaseLease(gone, before);
       await store.prune({ olderThan: new Date(Date.now() + 60_000) });
-      // …until prune removes it once it is older than the cutoff; a live workflow's lease stays.
-      expect(await leases.acquireLease(gone, "w", 30_000)).toMatchObject({ fencingToken: 1 });
+      // …and after prune removed its free lease (older than the cutoff), the next one starts above it;
+      // a live workflow's lease stays.
+      const after = await leases.acquireLease(gone, "w", 30_000);
+      expect(after).toMatchObject({ acquired: true });
+      expect((after as { fencingToken: number }).fencingToken).toBeGreaterThan(before);
+      for (const stale of [1, before]) {
+        await expect(
+          store.save(createWorkflowState({ workflowId: gone }), { expectedStep: null, fencingToken: stale }),
+        ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+        await expect(leases.renewLease(gone, stale, 30_000)).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+      }
       expect(await leases.acquireLease(kept, "w", 30_000)).toMatchObject({ fencingToken: 2 });
       expect(await leases.acquireLease(live, "other", 30_000)).toMatchObject({ acquired: false, owner: "w" });
     });

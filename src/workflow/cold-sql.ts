@@ -469,6 +469,7 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       const summaries = await byId(this.workflows);
       await byId(this.stepErrors);
       await byId(this.idempotency);
+      await this.leases.endOnDelete(query, workflowId);
       return {
         existed: snapshots + (summaries.rowCount ?? 0) > 0,
         orphanRefs: await this.blobTable.dropOrphans(
@@ -538,8 +539,8 @@ export class SqlColdStore<D extends SqlDriver = SqlDriver> implements ColdStore 
       );
       if ((r.rowCount ?? 0) < this.batch) break;
     }
-    // Free leases of workflows deleted before the cutoff (a lease row outlives deleteWorkflow, so fencing
-    // tokens of an id never go back while a worker that held it could still be paused).
+    // Free leases of workflows deleted before the cutoff; the highest token pruned becomes the floor new
+    // lease rows start above (fencing tokens of an id never go back).
     await this.leases.prune(this.workflows, cutoff, this.batch);
     await this.afterPrune(vacuum);
     return { deletedSnapshots, orphanRefs: [...orphanRefs], droppedMonths };

@@ -21,7 +21,9 @@
  *   the transaction of the first checkpoint that references them and deleted in the
  *   transaction that removes the last reference ({@link ColdStore.readBlob});
  * - `workflow_leases` (component `workflow-lease`, its own migrations) — who runs each
- *   workflow now: owner, expiry and fencing token ({@link ColdStore.acquireLease}).
+ *   workflow now: owner, expiry and fencing token ({@link ColdStore.acquireLease}); and
+ *   `workflow_lease_floor`, one row: the highest token of a pruned lease row, which new
+ *   rows start above.
  *
  * **Leases and fencing.** A store that keeps leases (the built-in ones do) lets one
  * worker at a time run a workflow, as a durable run's journal does: `acquireLease`
@@ -218,7 +220,11 @@ export interface ColdStore {
   list(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): Promise<WorkflowSummary[]>;
   /** The database's plan for the `list` query, as text (for tests and diagnostics). */
   explainList(status?: WorkflowRowStatus): Promise<string>;
-  /** Deletes every row of a workflow; returns whether it existed and the blob refs no longer referenced. */
+  /**
+   * Deletes every row of a workflow; returns whether it existed and the blob refs no longer referenced.
+   * A store that keeps leases also ends the workflow's lease in the same transaction (frees it and
+   * raises its fencing token), so no token from before the delete passes a fence again.
+   */
   deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }>;
   /**
    * Deletes snapshots created before `cutoff` (ms) except each workflow's newest `keepLast` steps.
@@ -267,7 +273,9 @@ export interface ColdStore {
   idempotencyAbandon(key: string, fence?: WorkflowFence): Promise<void>;
   /**
    * Optional (leases): takes `workflowId`'s lease for `owner` for `ttlMs` when it is free,
-   * expired, or already `owner`'s; taking it increments the fencing token (the first is 1).
+   * expired, or already `owner`'s; taking it increments the fencing token (the first is 1). A
+   * workflow's token never goes back, whatever `deleteWorkflow` or `prune` removed: a lease taken
+   * after its row was pruned starts above every token the row had.
    * Expiry is judged by the store's clock and the new lease expires at store now + `ttlMs`.
    * @returns the new token and expiry, or the live holder
    */

@@ -14,9 +14,19 @@
  * refused.
  *
  * The table is separate from `workflows` so a lease can be taken before a
- * workflow's first checkpoint exists, and its row outlives `deleteWorkflow`
- * (fencing tokens of an id never go back); `prune` removes free rows of
- * workflows that no longer exist once they are older than its cutoff.
+ * workflow's first checkpoint exists. **A workflow's fencing token never goes
+ * back**, whatever is deleted or pruned: `deleteWorkflow` ends the lease in
+ * its own transaction (frees it and raises its token, so no token from before
+ * the delete passes a fence again, and a worker still running the workflow
+ * loses it), and its row outlives the delete; `prune` removes free rows of
+ * workflows that no longer exist once they are older than its cutoff, and in
+ * the same transaction raises the lease-token floor (`workflow_lease_floor`,
+ * one row: the highest token a pruned row had) that every new row starts
+ * above. (Without the floor, an id run again after a prune started at token 1
+ * and a worker paused while holding token 1 passed the fence of the new
+ * worker's lease: a new user's trial.) On PostgreSQL a new row reads the floor
+ * `FOR KEY SHARE` and prune locks it `FOR UPDATE` before it deletes, so a
+ * prune and an acquire are ordered.
  *
  * @module
  */
@@ -57,6 +67,19 @@ export function workflowLeaseMigrations(dialect: "sqlite" | "postgres"): Workflo
           `CREATE INDEX IF NOT EXISTS workflow_leases_updated ON ${t("workflow_leases")} (updated_at)`,
         ],
       },
+      {
+        version: 2,
+        name: "workflow lease-token floor",
+        up: [
+          `CREATE TABLE IF NOT EXISTS ${t("workflow_lease_floor")} (
+            one INTEGER PRIMARY KEY CHECK (one = 1),
+            fencing_token ${ms} NOT NULL)`,
+          // Rows pruned before this version left no trace: start new rows above every token still stored.
+          `INSERT INTO ${t("workflow_lease_floor")} (one, fencing_token)
+           SELECT 1, COALESCE(MAX(fencing_token), 0) FROM ${t("workflow_leases")}
+           WHERE NOT EXISTS (SELECT 1 FROM ${t("workflow_lease_floor")})`,
+        ],
+      },
     ],
   };
 }
@@ -68,10 +91,16 @@ const num = (v: unknown): number | null => (v === null || v === undefined ? null
 export class SqlWorkflowLeases {
   /** The quoted table name. */
   private readonly table: string;
+  /** The quoted table of the lease-token floor (one row). */
+  private readonly floor: string;
+  /** PostgreSQL: row locks on the floor (SQLite's `BEGIN IMMEDIATE` already serialises). */
+  private readonly pg: boolean;
 
   /** @param driver - the cold store's driver, set up with {@link workflowLeaseMigrations} */
   constructor(private readonly driver: SqlDriver) {
     this.table = driver.table("workflow_leases");
+    this.floor = driver.table("workflow_lease_floor");
+    this.pg = driver.name === "postgres";
   }
 
   /** The lease row of a workflow as stored, with whether it is live by the database's clock. */
@@ -94,15 +123,17 @@ export class SqlWorkflowLeases {
         `cannot take the lease of workflow "${workflowId}"`,
         workflowId,
         async (query): Promise<WorkflowLeaseResult | undefined> => {
+          // A new row starts above every token a pruned row had; the lock orders this with a prune.
+          const floor = await query(`SELECT fencing_token FROM ${this.floor}${this.pg ? " FOR KEY SHARE" : ""}`);
           const taken = await query(
             `INSERT INTO ${this.table} AS l (workflow_id, owner, expires_at, fencing_token, updated_at)
-             VALUES ($1, $2, ${now} + CAST($3 AS BIGINT), 1, ${now})
+             VALUES ($1, $2, ${now} + CAST($3 AS BIGINT), CAST($4 AS BIGINT), ${now})
              ON CONFLICT (workflow_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,
                fencing_token = l.fencing_token + 1, updated_at = excluded.updated_at
              WHERE l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= excluded.updated_at
                OR l.owner = excluded.owner
              RETURNING fencing_token, expires_at`,
-            [workflowId, owner, ttl],
+            [workflowId, owner, ttl, (num(floor.rows[0]?.fencing_token) ?? 0) + 1],
           );
           const row = taken.rows[0];
           if (row)
@@ -179,10 +210,23 @@ export class SqlWorkflowLeases {
   }
 
   /**
+   * Inside `deleteWorkflow`'s transaction: ends the workflow's lease (frees it and raises its
+   * token), so no token from before the delete passes a fence again; a worker still running the
+   * workflow loses its lease (its next renewal, checkpoint or side-effect start is refused).
+   */
+  async endOnDelete(query: SqlQuery, workflowId: string): Promise<void> {
+    await query(
+      `UPDATE ${this.table} SET owner = NULL, expires_at = NULL, fencing_token = fencing_token + 1,
+         updated_at = ${this.driver.nowMs} WHERE workflow_id = $1`,
+      [workflowId],
+    );
+  }
+
+  /**
    * Deletes, in batches, the free (released, or expired by the database's clock) lease rows of
-   * workflows that no longer exist, last changed before `cutoff` (ms). A live lease is never
-   * deleted. (A row deleted here starts again at token 1 when the id is run again: a worker that
-   * held it would have to have been paused since before the cutoff to be confused by that.)
+   * workflows that no longer exist, last changed before `cutoff` (ms), and raises the lease-token
+   * floor to the highest token deleted in the same transaction, so the id's next lease starts
+   * above it. A live lease is never deleted.
    *
    * @param workflows - the quoted table of workflow summaries
    * @returns rows deleted
@@ -190,17 +234,24 @@ export class SqlWorkflowLeases {
   async prune(workflows: string, cutoff: number, batch: number): Promise<number> {
     let deleted = 0;
     for (;;) {
-      const r = await this.driver.query(
-        "cannot prune workflow leases",
-        undefined,
-        `DELETE FROM ${this.table} WHERE workflow_id IN (
-           SELECT l.workflow_id FROM ${this.table} l
-           WHERE l.updated_at < $1 AND (l.owner IS NULL OR l.expires_at <= ${this.driver.nowMs})
-             AND NOT EXISTS (SELECT 1 FROM ${workflows} w WHERE w.workflow_id = l.workflow_id)
-           LIMIT $2)`,
-        [cutoff, batch],
-      );
-      const n = r.rowCount ?? 0;
+      const n = await this.driver.transaction("cannot prune workflow leases", undefined, async (query) => {
+        // First the floor (PostgreSQL: waits for the acquires in flight, holds off new ones till commit).
+        const floor = await query(`SELECT fencing_token FROM ${this.floor}${this.driver.forUpdate}`);
+        const r = await query(
+          `DELETE FROM ${this.table} WHERE workflow_id IN (
+             SELECT l.workflow_id FROM ${this.table} l
+             WHERE l.updated_at < $1 AND (l.owner IS NULL OR l.expires_at <= ${this.driver.nowMs})
+               AND NOT EXISTS (SELECT 1 FROM ${workflows} w WHERE w.workflow_id = l.workflow_id)
+             LIMIT $2)
+           RETURNING fencing_token`,
+          [cutoff, batch],
+        );
+        const highest = r.rows.reduce((max, row) => Math.max(max, num(row.fencing_token) ?? 0), 0);
+        if (highest > (num(floor.rows[0]?.fencing_token) ?? 0)) {
+          await query(`UPDATE ${this.floor} SET fencing_token = CAST($1 AS BIGINT)`, [highest]);
+        }
+        return r.rows.length;
+      });
       deleted += n;
       if (n < batch) return deleted;
     }

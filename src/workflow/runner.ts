@@ -272,8 +272,8 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   private readonly leaseTtlMs: number;
   private readonly leaseWaitMs: number;
   private readonly owner: string | undefined;
-  /** Workflows this runner runs now, with their leases (a second call on one of them fails fast). */
-  private readonly running = new Map<string, HeldLease>();
+  /** Workflows this runner runs now (a second call on one of them fails fast or waits). */
+  private readonly running = new Map<string, Claim>();
 
   /**
    * @param options - `store`, `nodes`, `entry`, `reconcile`, `maxSteps`, `onStep`, `leaseTtlMs` (30000),
@@ -343,28 +343,52 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   /**
    * Runs `fn` holding `workflowId`'s lease (taken first, renewed meanwhile, released after):
    * nothing of the workflow is read or run before the lease is this worker's.
+   *
+   * A call of this runner claims the workflow in {@link running} synchronously, before its first
+   * await, so a second call on the same workflow always sees the first (with an explicit `owner`
+   * the store would let it in, taking the lease back from the first call under it). The second
+   * call fails fast with {@link WorkflowLeaseHeldError} once the first holds the lease, or, with
+   * `leaseWaitMs`, waits for the first to finish (as another worker would).
    */
   private async held<R>(workflowId: string, fn: (lease: HeldLease | undefined) => Promise<R>): Promise<R> {
     if (!this.leases) return fn(undefined);
-    const mine = this.running.get(workflowId);
-    if (mine) throw new WorkflowLeaseHeldError(workflowId, mine.owner, mine.expiresAt, mine.fencingToken);
-    const lease = await HeldLease.acquire(this.leases, workflowId, {
+    const deadline = Date.now() + this.leaseWaitMs;
+    for (let other = this.running.get(workflowId); other; other = this.running.get(workflowId)) {
+      const theirs = await other.acquired;
+      const left = deadline - Date.now();
+      if (theirs && left <= 0) {
+        throw new WorkflowLeaseHeldError(workflowId, theirs.owner, theirs.expiresAt, theirs.fencingToken);
+      }
+      // Their acquisition failed (their finish follows at once), or wait for them to finish.
+      await untilDone(other.done, theirs ? left : undefined);
+    }
+    // The claim: no await between the check above and here.
+    const acquiring = HeldLease.acquire(this.leases, workflowId, {
       owner: this.owner ?? defaultOwner(),
       ttlMs: this.leaseTtlMs,
-      waitMs: this.leaseWaitMs,
+      waitMs: Math.max(0, deadline - Date.now()),
     });
-    // A call of this runner that took the same lease meanwhile (same owner: the store let it in again).
-    if (this.running.has(workflowId)) {
-      await lease.release();
-      const other = this.running.get(workflowId)!;
-      throw new WorkflowLeaseHeldError(workflowId, other.owner, other.expiresAt, other.fencingToken);
-    }
-    this.running.set(workflowId, lease);
+    let finish!: () => void;
+    const claim: Claim = {
+      acquired: acquiring.then(
+        (lease) => lease,
+        () => undefined,
+      ),
+      done: new Promise<void>((resolve) => {
+        finish = resolve;
+      }),
+    };
+    this.running.set(workflowId, claim);
     try {
-      return await fn(lease);
+      const lease = await acquiring;
+      try {
+        return await fn(lease);
+      } finally {
+        await lease.release();
+      }
     } finally {
       this.running.delete(workflowId);
-      await lease.release();
+      finish();
     }
   }
 
@@ -794,6 +818,25 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       at: Date.now(),
     });
     return saved;
+  }
+}
+
+/** A call of the runner on a workflow, registered before its first await (see `held`). */
+interface Claim {
+  /** Its lease once taken; `undefined` when taking it failed. Never rejects. */
+  acquired: Promise<HeldLease | undefined>;
+  /** Resolves once the call has released the lease and left `running`. */
+  done: Promise<void>;
+}
+
+/** Resolves when `done` does, or after `ms` (never, without `ms`). */
+async function untilDone(done: Promise<void>, ms: number | undefined): Promise<void> {
+  if (ms === undefined) return done;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([done, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

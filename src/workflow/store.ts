@@ -564,7 +564,9 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
 
   /**
    * Deletes a workflow from both tiers: every snapshot, its summary, errors, side-effect
-   * records, and blobs no other snapshot references.
+   * records, and blobs no other snapshot references. Its lease ends (a cold store that keeps
+   * leases raises its fencing token): a worker still running it has its next checkpoint and
+   * side-effect start refused, and a token from before the delete never passes a fence again.
    *
    * @returns whether the workflow existed
    * @throws {BackendError} when the cold store fails (the hot entry is then left too)

@@ -39,7 +39,7 @@ import { EventEmitter } from "node:events";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { defaultOwner } from "../core/owner.js";
+import { defaultOwner, leaseMs } from "../core/owner.js";
 import {
   NodeFailedError,
   NondeterminismError,
@@ -201,14 +201,14 @@ export interface RunnerOptions<T extends WorkflowState = WorkflowState> {
    * How long a workflow's lease lasts without renewal, in ms. The worker renews it every third
    * of this while it runs the workflow; a worker that dies holds the workflow this long at most
    * before another may take it over. Longer than any stretch a node blocks the event loop
-   * (a blocked worker cannot renew). @default 30000
+   * (a blocked worker cannot renew). From 100 ms to 2^31 − 1 ms (about 24.8 days). @default 30000
    */
   leaseTtlMs?: number;
   /**
    * When another live worker holds the workflow's lease: wait up to this many ms for it to be
    * released or to expire (`0`: throw {@link WorkflowLeaseHeldError} at once). A process
    * restarted after a crash waits for its dead predecessor's lease with `leaseWaitMs >= leaseTtlMs`.
-   * @default 0
+   * At most 2^31 − 1 ms. @default 0
    */
   leaseWaitMs?: number;
   /**
@@ -318,8 +318,8 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     this.reconcile = options.reconcile;
     this.guard = new IdempotencyGuard({ store: this.store, reconcile: options.reconcile });
     this.maxSteps = options.maxSteps ?? 10_000;
-    this.leaseTtlMs = positiveMs("leaseTtlMs", options.leaseTtlMs, DEFAULT_WORKFLOW_LEASE_TTL_MS, 1);
-    this.leaseWaitMs = positiveMs("leaseWaitMs", options.leaseWaitMs, 0, 0);
+    this.leaseTtlMs = leaseMs("ResumableGraphRunner", "leaseTtlMs", options.leaseTtlMs, DEFAULT_WORKFLOW_LEASE_TTL_MS);
+    this.leaseWaitMs = leaseMs("ResumableGraphRunner", "leaseWaitMs", options.leaseWaitMs, 0, 0);
     if (options.owner !== undefined && (typeof options.owner !== "string" || options.owner.length === 0)) {
       throw new InvalidOptionError("ResumableGraphRunner", "owner", "must be a non-empty string");
     }
@@ -846,20 +846,6 @@ const NEVER_ABORTED = new AbortController().signal;
 /** The save option that fences a write with the lease's token (none without a lease). */
 function fence(lease: HeldLease | undefined): { fencingToken?: number } {
   return lease ? { fencingToken: lease.fencingToken } : {};
-}
-
-/**
- * Checks a lease duration option, in ms.
- * @throws {InvalidOptionError} when it is not a finite number >= `min`
- */
-function positiveMs(option: string, value: unknown, fallback: number, min: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value === "number" && Number.isFinite(value) && value >= min) return Math.ceil(value);
-  throw new InvalidOptionError(
-    "ResumableGraphRunner",
-    option,
-    `must be a number of ms >= ${min}, got ${JSON.stringify(value) ?? String(value)}`,
-  );
 }
 
 const EXPECTED_SHAPE =

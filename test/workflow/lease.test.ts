@@ -495,6 +495,9 @@ describe("lease options", () => {
   it("checks leaseTtlMs, leaseWaitMs, owner and lease", () => {
     for (const bad of [
       { leaseTtlMs: 0 },
+      { leaseTtlMs: 50 },
+      { leaseTtlMs: 1e10 },
+      { leaseWaitMs: 1e12 },
       { leaseTtlMs: "30s" },
       { leaseWaitMs: -1 },
       { owner: "" },

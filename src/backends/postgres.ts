@@ -160,8 +160,13 @@ const MIGRATIONS: PostgresMigrations = {
   ],
 };
 
-/** The revision of a new session: one above every revision a deleted session of the schema had. */
-const NEW_REVISION = "(SELECT revision + 1 FROM {s}.revision_floor)";
+/**
+ * The revision of a new session: one above every revision a deleted session of the schema had. Read
+ * under a share lock: a delete raising the floor at that instant (uncommitted) is waited for and its
+ * floor seen (READ COMMITTED reads the newest version of a row it locks), instead of the floor as the
+ * statement began, which let a key deleted and created at once restart at a stale writer's revision.
+ */
+const NEW_REVISION = "(SELECT revision + 1 FROM {s}.revision_floor FOR SHARE)";
 
 /**
  * Deletes the sessions `WHERE` selects (their messages cascade) and raises the revision floor to

@@ -1,0 +1,611 @@
+/**
+ * The workflow cold store over a durable-run {@link Journal}: a workflow is a
+ * journal run, so graphs and durable runs share one set of tables, one lease
+ * and one fencing token (docs/one-engine.md, part 3).
+ *
+ * | workflow concept | journal form |
+ * | --- | --- |
+ * | workflow `W` | run `W` (`workflow` = `graph` unless told otherwise) |
+ * | checkpoint `k` after node `N` | step `checkpoint:<k>:<N>`, `completed`, output = the state |
+ * | side effect `key` = `W:<s>:<i>` named `name` | step `effect:<s>:<i>:<name>`: `started`, then `completed` with `{ v }` (or `failed` when abandoned) |
+ * | node failure at step `k` of node `N` | step `error:<k>:<N>` (output = the error) and the run `failed` |
+ * | the workflow lease | the run's lease, one fencing token |
+ * | `deleteWorkflow` | `resetRun(W, -1)`: every step dropped, the token raised, the lease ended |
+ *
+ * A checkpoint written twice at one step index (a plain `save` is an upsert)
+ * is a second step record: the newest record of a step index is the
+ * checkpoint. Every fenced write is checked by the journal's own token check;
+ * a released lease and (for a side-effect start) an expired one are refused
+ * here first, so a worker past its lease starts nothing.
+ *
+ * This module imports `durable/` only, never a driver.
+ *
+ * @module
+ */
+import type { JsonObject, JsonValue } from "../core/json.js";
+import { JournalIntegrityError, StaleFencingTokenError } from "../durable/errors.js";
+import { hashInput, type Journal, type RunRecord, type RunStatus, type StepRecord } from "../durable/journal.js";
+import type {
+  ColdPruneOptions,
+  ColdStore,
+  IdempotencyRecord,
+  ListCursor,
+  SnapshotWrite,
+  StepErrorRecord,
+  StoredSnapshot,
+  WorkflowFence,
+  WorkflowLeaseResult,
+  WorkflowRowStatus,
+  WorkflowSummary,
+} from "./cold.js";
+import { WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
+
+/** Prefix of a checkpoint step's name: `checkpoint:<stepIndex>:<node>`. */
+export const CHECKPOINT_STEP = "checkpoint:";
+/** Prefix of a side-effect step's name: `effect:<startStep>:<callIndex>:<name>`. */
+export const EFFECT_STEP = "effect:";
+/** Prefix of a node-failure step's name: `error:<stepIndex>:<node>`. */
+export const ERROR_STEP = "error:";
+/** The `workflow` of the runs a graph's checkpoints live in, unless told otherwise. */
+export const DEFAULT_GRAPH_WORKFLOW = "graph";
+/** Who an operator action of the store is recorded as (`resetRun` of a delete). */
+const BY = "dumplings:workflow";
+const NULL_HASH = hashInput(null);
+
+/** Options of {@link JournalColdStore}. */
+export interface JournalColdStoreOptions {
+  /** The journal the workflows live in (a `SqliteJournal`, `PostgresJournal` or `RedisJournal`). */
+  journal: Journal;
+  /** The `workflow` name of the runs created for graphs; listings show runs of this name. @default "graph" */
+  workflow?: string;
+  /** Where the journal keeps its data, for messages (an SQLite file's absolute path, `postgres:<schema>`). */
+  location?: string;
+  /** Whether {@link JournalColdStore.close} closes the journal. @default true */
+  closeJournal?: boolean;
+}
+
+/** A parsed checkpoint step. */
+interface Checkpoint {
+  stepIndex: number;
+  node: string;
+  step: StepRecord;
+}
+
+/** A side effect's record, as found in the journal. */
+interface EffectStep {
+  runId: string;
+  seq: number;
+  stepName: string;
+  name: string;
+  stepIndex: number;
+  step: StepRecord;
+}
+
+const STATUS_OF_RUN: Record<RunStatus, WorkflowRowStatus> = {
+  pending: "running",
+  running: "running",
+  waiting: "waiting",
+  blocked: "failed",
+  completed: "finished",
+  failed: "failed",
+  cancelled: "failed",
+};
+const RUN_STATUS: Record<WorkflowRowStatus, RunStatus> = {
+  running: "running",
+  waiting: "waiting",
+  finished: "completed",
+  failed: "failed",
+};
+
+/** `checkpoint:<k>:<node>` parsed, or undefined for another step. */
+function parseCheckpoint(step: StepRecord): Checkpoint | undefined {
+  if (!step.name.startsWith(CHECKPOINT_STEP) || step.status !== "completed") return undefined;
+  const rest = step.name.slice(CHECKPOINT_STEP.length);
+  const colon = rest.indexOf(":");
+  if (colon < 0) return undefined;
+  const stepIndex = Number(rest.slice(0, colon));
+  if (!Number.isSafeInteger(stepIndex)) return undefined;
+  return { stepIndex, node: rest.slice(colon + 1), step };
+}
+
+/** The newest record of each step index, by step index. */
+function checkpointsOf(steps: readonly StepRecord[]): Checkpoint[] {
+  const byIndex = new Map<number, Checkpoint>();
+  for (const step of steps) {
+    const c = parseCheckpoint(step);
+    if (c) byIndex.set(c.stepIndex, c); // seq order: a later record of one index replaces the earlier
+  }
+  return [...byIndex.values()].sort((a, b) => a.stepIndex - b.stepIndex);
+}
+
+const toSnapshot = (workflowId: string, c: Checkpoint): StoredSnapshot => ({
+  workflowId,
+  stepIndex: c.stepIndex,
+  nodeName: c.node,
+  stateJson: JSON.stringify(c.step.output),
+  createdAt: c.step.startedAt,
+});
+
+/** The seq the next record goes to: the highest + 1 (seqs may have holes after a prune). */
+const nextSeq = (steps: readonly StepRecord[]): number => (steps.length === 0 ? 0 : (steps.at(-1)?.seq ?? -1) + 1);
+
+/** The part of an idempotency key after `<workflowId>:` (the runner's keys are `W:<s>:<i>`). */
+function effectPart(key: string, workflowId: string): string {
+  return workflowId !== "" && key.startsWith(`${workflowId}:`) ? key.slice(workflowId.length + 1) : key;
+}
+
+/**
+ * A {@link ColdStore} whose tables are a durable-run {@link Journal}'s: a workflow is run `W`,
+ * a checkpoint a step, the workflow lease the run's lease.
+ *
+ * @example
+ * const journal = new SqliteJournal({ path: "app.db" });
+ * const store = await CheckpointStore.open({ cold: new JournalColdStore({ journal }) });
+ */
+export class JournalColdStore implements ColdStore {
+  /** The journal's name (`sqlite`, `postgres`, `redis`), for messages. */
+  readonly name: string;
+  /** {@inheritDoc ColdStore.location} */
+  readonly location: string | undefined;
+  /** The journal the workflows live in. */
+  readonly journal: Journal;
+  /** The `workflow` of the runs this store creates and lists. */
+  readonly workflow: string;
+  private readonly closeJournal: boolean;
+  /** Side effects started (or found) here, by key: where their record is (`idempotencyFinish` takes the key only). */
+  private readonly effects = new Map<string, { runId: string; seq: number; stepName: string }>();
+
+  /** @param options - `journal` (required), `workflow`, `location`, `closeJournal` */
+  constructor(options: JournalColdStoreOptions) {
+    this.journal = options.journal;
+    this.name = options.journal.name;
+    this.location = options.location;
+    this.workflow = options.workflow ?? DEFAULT_GRAPH_WORKFLOW;
+    this.closeJournal = options.closeJournal ?? true;
+  }
+
+  /** {@inheritDoc ColdStore.init} (the journal creates its tables on first use: reaches it once) */
+  async init(): Promise<void> {
+    await this.journal.now();
+  }
+
+  // ---- runs, tokens and fences ----
+
+  /** The run of a workflow, created (`pending`, token 0) when missing. */
+  private async run(workflowId: string): Promise<RunRecord> {
+    const run = await this.journal.getRun(workflowId);
+    if (run) return run;
+    return (await this.journal.createRun({ runId: workflowId, workflow: this.workflow, input: null })).run;
+  }
+
+  /** The error of a refused fenced write, from the run as it is now. */
+  private async lost(workflowId: string, what: string, token: number): Promise<WorkflowLeaseLostError> {
+    const run = await this.journal.getRun(workflowId);
+    return new WorkflowLeaseLostError(workflowId, what, token, {
+      token: run ? run.fencingToken : null,
+      owner: run?.leaseOwner ?? null,
+      expiresAt: run?.leaseExpiresAt ?? null,
+    });
+  }
+
+  /**
+   * The token to write with: the writer's, checked against the run (current and held, and with
+   * `live` not expired by the journal's clock), or the run's current token for an unfenced write.
+   * @throws {WorkflowLeaseLostError}
+   */
+  private async tokenFor(run: RunRecord, fencingToken: number | undefined, what: string, live = false) {
+    if (fencingToken === undefined) return run.fencingToken;
+    const held = run.fencingToken === fencingToken && run.leaseOwner !== undefined;
+    const alive = !live || (run.leaseExpiresAt ?? 0) > (await this.journal.now());
+    if (!held || !alive) throw await this.lost(run.runId, what, fencingToken);
+    return fencingToken;
+  }
+
+  /**
+   * Runs a journal write; a stale token becomes {@link WorkflowLeaseLostError} for a fenced write,
+   * a retry (with the new token) for an unfenced one.
+   */
+  private async fenced<T>(
+    workflowId: string,
+    fencingToken: number | undefined,
+    what: string,
+    write: () => Promise<T>,
+  ): Promise<T | typeof RETRY> {
+    try {
+      return await write();
+    } catch (e) {
+      if (!(e instanceof StaleFencingTokenError)) throw e;
+      if (fencingToken !== undefined) throw await this.lost(workflowId, what, fencingToken);
+      return RETRY;
+    }
+  }
+
+  /** Moves the run to the status of the workflow when it differs. */
+  private async setStatus(token: number, run: RunRecord, status: WorkflowRowStatus): Promise<void> {
+    const want = RUN_STATUS[status];
+    if (run.status === want) return;
+    await this.journal.updateRun(token, run.runId, { status: want });
+  }
+
+  // ---- checkpoints ----
+
+  /** {@inheritDoc ColdStore.write} */
+  async write(row: SnapshotWrite, expectedLatest: number | null | undefined, fencingToken?: number): Promise<void> {
+    const id = row.workflowId;
+    const what = `checkpoint ${row.stepIndex} refused`;
+    const output = JSON.parse(row.stateJson) as JsonValue;
+    for (let attempt = 0; ; attempt++) {
+      const run = await this.run(id);
+      const token = await this.tokenFor(run, fencingToken, what);
+      const steps = await this.journal.readSteps(id);
+      const latest = checkpointsOf(steps).at(-1)?.stepIndex ?? null;
+      if (expectedLatest !== undefined && latest !== expectedLatest) {
+        throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
+      }
+      const record: StepRecord = {
+        runId: id,
+        seq: nextSeq(steps),
+        name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
+        inputHash: NULL_HASH,
+        status: "completed",
+        output,
+        attempt: 1,
+        startedAt: row.createdAt,
+        finishedAt: row.createdAt,
+        fencingToken: token,
+      };
+      try {
+        const out = await this.fenced(id, fencingToken, what, () => this.journal.writeStep(token, record));
+        if (out === RETRY) continue;
+      } catch (e) {
+        // Another writer took the seq meanwhile: read again (the compare-and-set then decides).
+        if (e instanceof JournalIntegrityError && attempt < 5) continue;
+        throw e;
+      }
+      await this.fenced(id, fencingToken, what, () => this.setStatus(token, run, row.status));
+      return;
+    }
+  }
+
+  /** {@inheritDoc ColdStore.read} */
+  async read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined> {
+    const c = checkpointsOf(await this.journal.readSteps(workflowId)).find((x) => x.stepIndex === stepIndex);
+    return c ? toSnapshot(workflowId, c) : undefined;
+  }
+
+  /** {@inheritDoc ColdStore.latest} */
+  async latest(workflowId: string): Promise<StoredSnapshot | undefined> {
+    const c = checkpointsOf(await this.journal.readSteps(workflowId)).at(-1);
+    return c ? toSnapshot(workflowId, c) : undefined;
+  }
+
+  /** {@inheritDoc ColdStore.history} */
+  async history(workflowId: string): Promise<StoredSnapshot[]> {
+    return checkpointsOf(await this.journal.readSteps(workflowId)).map((c) => toSnapshot(workflowId, c));
+  }
+
+  /** {@inheritDoc ColdStore.summary} */
+  async summary(workflowId: string): Promise<WorkflowSummary | undefined> {
+    const run = await this.journal.getRun(workflowId);
+    if (!run) return undefined;
+    return this.summaryOf(run, await this.journal.readSteps(workflowId));
+  }
+
+  private summaryOf(run: RunRecord, steps: readonly StepRecord[]): WorkflowSummary | undefined {
+    const checkpoints = checkpointsOf(steps);
+    const first = checkpoints[0];
+    const last = checkpoints.at(-1);
+    if (!first || !last) return undefined;
+    const state = (last.step.output ?? {}) as JsonObject;
+    const parent = state.parent as JsonObject | null | undefined;
+    const lastError = steps.findLast((s) => s.name.startsWith(ERROR_STEP));
+    return {
+      workflowId: run.runId,
+      sessionId: typeof state.sessionId === "string" ? state.sessionId : "",
+      status: STATUS_OF_RUN[run.status],
+      latestStep: last.stepIndex,
+      currentNode:
+        state.isFinished === true ? "__end__" : typeof state.currentNode === "string" ? state.currentNode : "",
+      parentWorkflowId: parent && typeof parent.workflowId === "string" ? parent.workflowId : null,
+      createdAt: first.step.startedAt,
+      updatedAt: Math.max(last.step.startedAt, lastError?.startedAt ?? 0),
+    };
+  }
+
+  /** {@inheritDoc ColdStore.list} (newest update first, `(updatedAt, workflowId)` descending) */
+  async list(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): Promise<WorkflowSummary[]> {
+    const runs = await this.journal.listRuns({ limit: Number.MAX_SAFE_INTEGER });
+    const out: WorkflowSummary[] = [];
+    for (const run of runs) {
+      if (run.workflow !== this.workflow || run.status === "pending") continue;
+      const s = this.summaryOf(run, await this.journal.readSteps(run.runId));
+      if (!s || (query.status !== undefined && s.status !== query.status)) continue;
+      const after = query.after;
+      if (
+        after &&
+        !(s.updatedAt < after.updatedAt || (s.updatedAt === after.updatedAt && s.workflowId < after.workflowId))
+      )
+        continue;
+      out.push(s);
+    }
+    out.sort((a, b) =>
+      b.updatedAt !== a.updatedAt ? b.updatedAt - a.updatedAt : a.workflowId < b.workflowId ? 1 : -1,
+    );
+    return out.slice(0, query.limit);
+  }
+
+  /** {@inheritDoc ColdStore.explainList} */
+  async explainList(status?: WorkflowRowStatus): Promise<string> {
+    return `journal ${this.name}: listRuns({ workflow: ${JSON.stringify(this.workflow)}${status ? `, status: ${RUN_STATUS[status]}` : ""} })`;
+  }
+
+  /** {@inheritDoc ColdStore.deleteWorkflow} (the run is reset: steps dropped, token raised, lease ended) */
+  async deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }> {
+    const run = await this.journal.getRun(workflowId);
+    if (!run) return { existed: false, orphanRefs: [] };
+    const steps = await this.journal.readSteps(workflowId);
+    const mine = checkpointsOf(steps);
+    const existed = run.status !== "pending" && mine.length > 0;
+    await this.journal.resetRun(workflowId, -1, BY);
+    // Blobs kept outside the journal: those no other workflow's checkpoint holds any more.
+    const refs = new Set<string>();
+    for (const c of mine) for (const r of refsOf(c.step.output)) refs.add(r);
+    if (refs.size > 0) {
+      for (const other of await this.journal.listRuns({ limit: Number.MAX_SAFE_INTEGER })) {
+        if (other.workflow !== this.workflow || other.runId === workflowId) continue;
+        for (const c of checkpointsOf(await this.journal.readSteps(other.runId)))
+          for (const r of refsOf(c.step.output)) refs.delete(r);
+        if (refs.size === 0) break;
+      }
+    }
+    return { existed, orphanRefs: [...refs] };
+  }
+
+  /** {@inheritDoc ColdStore.prune} */
+  async prune(
+    _cutoff: number,
+    _keepLast: number,
+    _options?: ColdPruneOptions,
+  ): Promise<{ deletedSnapshots: number; orphanRefs: string[] }> {
+    // The journal's pruneRuns (docs/one-engine.md part 2) is not there yet: nothing is deleted.
+    return { deletedSnapshots: 0, orphanRefs: [] };
+  }
+
+  // ---- node failures ----
+
+  /** {@inheritDoc ColdStore.recordError} (a step `error:<k>:<node>`, and the run `failed` when `k` is its latest step) */
+  async recordError(record: StepErrorRecord, fencingToken?: number): Promise<void> {
+    const id = record.workflowId;
+    const what = `error record of step ${record.stepIndex} refused`;
+    for (let attempt = 0; ; attempt++) {
+      const run = await this.run(id);
+      const token = await this.tokenFor(run, fencingToken, what);
+      const steps = await this.journal.readSteps(id);
+      const step: StepRecord = {
+        runId: id,
+        seq: nextSeq(steps),
+        name: `${ERROR_STEP}${record.stepIndex}:${record.nodeName}`,
+        inputHash: NULL_HASH,
+        status: "completed",
+        output: record.error,
+        attempt: 1,
+        startedAt: record.createdAt,
+        finishedAt: record.createdAt,
+        fencingToken: token,
+      };
+      try {
+        if ((await this.fenced(id, fencingToken, what, () => this.journal.writeStep(token, step))) === RETRY) continue;
+      } catch (e) {
+        if (e instanceof JournalIntegrityError && attempt < 5) continue;
+        throw e;
+      }
+      if (checkpointsOf(steps).at(-1)?.stepIndex === record.stepIndex) {
+        const e = record.error;
+        const error = {
+          name: typeof e.name === "string" ? e.name : "Error",
+          message: typeof e.message === "string" ? e.message : JSON.stringify(e),
+          ...(typeof e.code === "string" ? { code: e.code } : {}),
+        };
+        await this.fenced(id, fencingToken, what, () => this.journal.updateRun(token, id, { status: "failed", error }));
+      }
+      return;
+    }
+  }
+
+  /** {@inheritDoc ColdStore.errors} */
+  async errors(workflowId: string): Promise<StepErrorRecord[]> {
+    const out: StepErrorRecord[] = [];
+    for (const step of await this.journal.readSteps(workflowId)) {
+      if (!step.name.startsWith(ERROR_STEP)) continue;
+      const rest = step.name.slice(ERROR_STEP.length);
+      const colon = rest.indexOf(":");
+      out.push({
+        workflowId,
+        stepIndex: Number(rest.slice(0, colon)),
+        nodeName: rest.slice(colon + 1),
+        error: (step.output ?? {}) as JsonObject,
+        createdAt: step.startedAt,
+      });
+    }
+    return out;
+  }
+
+  // ---- side effects ----
+
+  /** The newest effect record of `key` in the run's steps. */
+  private findEffect(runId: string, key: string, workflowId: string, steps: readonly StepRecord[]) {
+    const prefix = `${EFFECT_STEP}${effectPart(key, workflowId)}:`;
+    const hash = hashInput(key);
+    for (let i = steps.length - 1; i >= 0; i--) {
+      const step = steps[i] as StepRecord;
+      if (step.inputHash !== hash || !step.name.startsWith(prefix)) continue;
+      const stepIndex = Number(effectPart(key, workflowId).split(":")[0]);
+      return {
+        runId,
+        seq: step.seq,
+        stepName: step.name,
+        name: step.name.slice(prefix.length),
+        stepIndex: Number.isSafeInteger(stepIndex) ? stepIndex : 0,
+        step,
+      } satisfies EffectStep;
+    }
+    return undefined;
+  }
+
+  private toIdempotency(key: string, workflowId: string, e: EffectStep): IdempotencyRecord {
+    const done = e.step.status === "completed";
+    return {
+      key,
+      workflowId,
+      stepIndex: e.stepIndex,
+      name: e.name,
+      status: done ? "finished" : "started",
+      resultJson: done ? JSON.stringify(e.step.output ?? {}) : null,
+      startedAt: e.step.startedAt,
+      finishedAt: done ? (e.step.finishedAt ?? e.step.startedAt) : null,
+    };
+  }
+
+  /** {@inheritDoc ColdStore.idempotencyBegin} */
+  async idempotencyBegin(
+    key: string,
+    info: { workflowId: string; stepIndex: number; name: string; now: number; fencingToken?: number },
+  ): Promise<IdempotencyRecord | undefined> {
+    const runId = info.workflowId === "" ? key : info.workflowId;
+    const what = `start of side effect "${key}" refused`;
+    for (let attempt = 0; ; attempt++) {
+      const run = await this.run(runId);
+      const token = await this.tokenFor(run, info.fencingToken, what, true);
+      const steps = await this.journal.readSteps(runId);
+      const found = this.findEffect(runId, key, info.workflowId, steps);
+      if (found && found.step.status !== "failed") {
+        this.effects.set(key, { runId, seq: found.seq, stepName: found.stepName });
+        return this.toIdempotency(key, info.workflowId, found);
+      }
+      // Absent, or abandoned (`failed`: it may be retried): a new start, at its old seq when the name is the same.
+      const stepName = `${EFFECT_STEP}${effectPart(key, info.workflowId)}:${info.name}`;
+      const again = found?.stepName === stepName;
+      const record: StepRecord = {
+        runId,
+        seq: again && found ? found.seq : nextSeq(steps),
+        name: stepName,
+        inputHash: hashInput(key),
+        status: "started",
+        attempt: again && found ? found.step.attempt + 1 : 1,
+        startedAt: info.now,
+        fencingToken: token,
+      };
+      try {
+        const out = await this.fenced(runId, info.fencingToken, what, () => this.journal.writeStep(token, record));
+        if (out === RETRY) continue;
+      } catch (e) {
+        if (e instanceof JournalIntegrityError && attempt < 5) continue;
+        throw e;
+      }
+      this.effects.set(key, { runId, seq: record.seq, stepName });
+      return undefined;
+    }
+  }
+
+  /** Where the record of `key` is: noted by `idempotencyBegin`, else looked up (the runner's keys name the workflow). */
+  private async effectAt(key: string): Promise<EffectStep | undefined> {
+    const noted = this.effects.get(key);
+    const candidates = noted ? [noted.runId] : [key.split(":").slice(0, -2).join(":"), key];
+    for (const runId of candidates) {
+      if (runId === "") continue;
+      const steps = await this.journal.readSteps(runId);
+      const workflowId = runId === key ? "" : runId;
+      const found = this.findEffect(runId, key, workflowId, steps);
+      if (found) return found;
+    }
+    return undefined;
+  }
+
+  /** Rewrites an effect record (`completed` or `failed`) with the run's current token (or `fence`'s). */
+  private async settle(key: string, patch: Partial<StepRecord>, fence?: WorkflowFence): Promise<void> {
+    const e = await this.effectAt(key);
+    if (!e || e.step.status === "completed") return;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const run = await this.journal.getRun(e.runId);
+      if (!run) return;
+      if (fence && (run.fencingToken !== fence.fencingToken || run.leaseOwner === undefined)) return;
+      const token = run.fencingToken;
+      try {
+        await this.journal.writeStep(token, { ...e.step, ...patch, fencingToken: token });
+        return;
+      } catch (err) {
+        if (!(err instanceof StaleFencingTokenError)) throw err;
+        if (fence) return; // taken over meanwhile: the new holder reconciles it
+      }
+    }
+  }
+
+  /** {@inheritDoc ColdStore.idempotencyFinish} */
+  async idempotencyFinish(key: string, resultJson: string, now: number): Promise<void> {
+    const output = JSON.parse(resultJson) as JsonValue;
+    await this.settle(key, { status: "completed", output, finishedAt: now });
+    this.effects.delete(key);
+  }
+
+  /** {@inheritDoc ColdStore.idempotencyAbandon} (the record becomes `failed`: a later start runs it again) */
+  async idempotencyAbandon(key: string, fence?: WorkflowFence): Promise<void> {
+    await this.settle(
+      key,
+      { status: "failed", error: { name: "Error", message: "the side effect threw" }, finishedAt: Date.now() },
+      fence,
+    );
+    this.effects.delete(key);
+  }
+
+  // ---- leases ----
+
+  /** {@inheritDoc ColdStore.acquireLease} (the run's lease; the run is created when missing) */
+  async acquireLease(workflowId: string, owner: string, ttlMs: number): Promise<WorkflowLeaseResult> {
+    await this.run(workflowId);
+    const lease = await this.journal.acquireLease(workflowId, owner, ttlMs);
+    if (lease.acquired) return { acquired: true, fencingToken: lease.fencingToken, expiresAt: lease.expiresAt };
+    const run = await this.journal.getRun(workflowId);
+    return { acquired: false, owner: lease.owner, expiresAt: lease.expiresAt, fencingToken: run?.fencingToken ?? 0 };
+  }
+
+  /** {@inheritDoc ColdStore.renewLease} */
+  async renewLease(workflowId: string, fencingToken: number, ttlMs: number): Promise<number> {
+    const what = "lease renewal refused";
+    const run = await this.journal.getRun(workflowId);
+    if (!run || run.fencingToken !== fencingToken || run.leaseOwner === undefined) {
+      throw await this.lost(workflowId, what, fencingToken);
+    }
+    try {
+      return await this.journal.renewLease(workflowId, fencingToken, ttlMs);
+    } catch (e) {
+      if (e instanceof StaleFencingTokenError) throw await this.lost(workflowId, what, fencingToken);
+      throw e;
+    }
+  }
+
+  /** {@inheritDoc ColdStore.releaseLease} */
+  async releaseLease(workflowId: string, fencingToken: number): Promise<void> {
+    if (!(await this.journal.getRun(workflowId))) return;
+    await this.journal.releaseLease(workflowId, fencingToken);
+  }
+
+  /** {@inheritDoc ColdStore.close} (closes the journal unless `closeJournal: false`) */
+  async close(): Promise<void> {
+    if (this.closeJournal) await this.journal.close();
+  }
+}
+
+/** Marker of {@link JournalColdStore}'s internal retry. */
+const RETRY: unique symbol = Symbol("retry");
+
+/** The blob references (`{ "$dumplings_blob": ref }`) a stored state's `sharedMemory` holds. */
+function refsOf(state: JsonValue | undefined): string[] {
+  const mem = (state as JsonObject | null | undefined)?.sharedMemory;
+  if (mem === null || typeof mem !== "object" || Array.isArray(mem)) return [];
+  const out: string[] = [];
+  for (const v of Object.values(mem)) {
+    const ref = v !== null && typeof v === "object" && !Array.isArray(v) ? v.$dumplings_blob : undefined;
+    if (typeof ref === "string") out.push(ref);
+  }
+  return out;
+}

@@ -73,6 +73,7 @@ export {
   type RunRecord,
   type RunStatus,
   type SignalRecord,
+  type StepQuery,
   type StepRecord,
   type StepStatus,
   type UpdateRunResult,

@@ -36,7 +36,13 @@ import {
   type UpdateRunResult,
   type WriteStepOptions,
 } from "./journal.js";
-import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations, stepRecordValues } from "./journal-sql.js";
+import {
+  DEFAULT_JOURNAL_TABLE_PREFIX,
+  nextOrExisting,
+  SqlJournal,
+  sqlJournalMigrations,
+  stepRecordValues,
+} from "./journal-sql.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_POSTGRES_OPTIONS = optionKeys<PostgresJournalOptions>({
@@ -364,8 +370,8 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
  * written, else 0 and nothing was (the caller's transaction then says why).
  *
  * The run's event counter is incremented where the run's token is `$11` and
- * the record may be written: `seq` is the next position (0, or the record at
- * `seq - 1` exists) or holds a record of the same name that is not completed.
+ * the record may be written: `seq` is the next position (the highest seq + 1,
+ * see `nextOrExisting`) or holds a record of the same name that is not completed.
  * That `UPDATE` locks the run's row and, when it had to wait for the lock,
  * checks the token again on the row as committed (READ COMMITTED); the record
  * and the event are written from its result. The step records are read in the
@@ -377,7 +383,7 @@ function stepWriteSql(t: { runs: string; steps: string; events: string }, now: s
   return `WITH counted AS (
   UPDATE ${t.runs} SET event_count = event_count + 1
   WHERE run_id = $1 AND fencing_token = $11::bigint
-    AND ($2::integer = 0 OR EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer - 1))
+    AND ${nextOrExisting(t.steps, "$1", "$2::integer")}
     AND NOT EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer
       AND (name <> $3::text OR status = 'completed'))
   RETURNING event_count

@@ -46,12 +46,14 @@ import type {
   RunRecord,
   RunStatus,
   SignalRecord,
+  StepQuery,
   StepRecord,
   UpdateRunResult,
   WriteStepOptions,
 } from "./journal.js";
 import {
   checkResetSeq,
+  checkStepQuery,
   checkStepWrite,
   ENDED_RUN_STATUSES,
   jsonColumn,
@@ -119,6 +121,32 @@ local function runreply()
   return run
 end`;
 
+/**
+ * A run's step metadata (`stepmeta`: seq → `<status>:<name>`) inside a script, `KEYS[1]` the run's hash and
+ * `KEYS[3]` its `stepmeta`: `parsemeta` splits one entry; `stepmax` is the run's highest seq (-1 without
+ * steps), kept in the run's `step_max` field by every script that changes it; a run written by an earlier
+ * release has no such field and no holes, so its count of records - 1 is its highest seq.
+ */
+const STEP_META = `
+local function parsemeta(meta)
+  local sep = string.find(meta, ':', 1, true)
+  return string.sub(meta, 1, sep - 1), string.sub(meta, sep + 1)
+end
+local function stepmax()
+  local m = redis.call('HGET', KEYS[1], 'step_max')
+  if m then return tonumber(m) end
+  return redis.call('HLEN', KEYS[3]) - 1
+end
+local function rescan()
+  local mx = -1
+  for _, f in ipairs(redis.call('HKEYS', KEYS[3])) do
+    local n = tonumber(f)
+    if n and n > mx then mx = n end
+  end
+  redis.call('HSET', KEYS[1], 'step_max', fmt(mx))
+  return mx
+end`;
+
 const luaSet = (values: Iterable<string>) => `{${[...values].map((v) => `['${v}'] = true`).join(", ")}}`;
 
 const SCRIPTS = {
@@ -148,21 +176,48 @@ return {'ok', fmt(exp)}`),
   release: redisScript(`${TOKEN_CHECK}
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at')
 return {'ok'}`),
-  writeStep: redisScript(`${CLOCK}${TOKEN_CHECK}
-local n = redis.call('HLEN', KEYS[3])
+  writeStep: redisScript(`${CLOCK}${TOKEN_CHECK}${STEP_META}
+local mx = stepmax()
 local seq = tonumber(ARGV[2])
-if seq > n then return {'gap', tostring(n)} end
 local meta = redis.call('HGET', KEYS[3], ARGV[2])
+if not meta and seq ~= mx + 1 then return {'gap', fmt(mx + 1)} end
 if meta then
-  local sep = string.find(meta, ':', 1, true)
-  local st = string.sub(meta, 1, sep - 1)
-  local nm = string.sub(meta, sep + 1)
-  if nm ~= ARGV[3] or st == 'completed' then return {'conflict', tostring(n), st, nm} end
+  local st, nm = parsemeta(meta)
+  if nm ~= ARGV[3] or st == 'completed' then return {'conflict', fmt(mx + 1), st, nm} end
 end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4] .. ':' .. ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
+if seq > mx then redis.call('HSET', KEYS[1], 'step_max', ARGV[2]) end
 redis.call('RPUSH', KEYS[4], stamp(ARGV[6], nowms()))
 return {'ok'}`),
+  readSteps: redisScript(`${CLOCK}${STEP_META}
+local all = redis.call('HGETALL', KEYS[2])
+local from = tonumber(ARGV[1])
+local p = ARGV[2]
+local plen = string.len(p)
+local seqs = {}
+for i = 1, #all, 2 do
+  local seq = tonumber(all[i])
+  if seq and seq >= from then
+    local _, nm = parsemeta(all[i + 1])
+    if plen == 0 or string.sub(nm, 1, plen) == p then seqs[#seqs + 1] = seq end
+  end
+end
+table.sort(seqs)
+local last = tonumber(ARGV[3])
+local first = 1
+if last > 0 and #seqs > last then first = #seqs - last + 1 end
+local out = {}
+local fields = {}
+for i = first, #seqs do
+  fields[#fields + 1] = fmt(seqs[i])
+  if #fields == 500 or i == #seqs then
+    local got = redis.call('HMGET', KEYS[1], unpack(fields))
+    for j = 1, #got do out[#out + 1] = got[j] end
+    fields = {}
+  end
+end
+return out`),
   updateRun: redisScript(`${CLOCK}${TOKEN_CHECK}
 if ARGV[2] == 'waiting' and ARGV[5] ~= '' then
   local s = redis.call('HGET', KEYS[2], string.sub(ARGV[5], 2))
@@ -197,31 +252,33 @@ local now = nowms()
 local token = takeover('cancelled', now, {'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[2], stamp(ARGV[1], now, token))
 return runreply()`),
-  reset: redisScript(`${CLOCK}${TAKE_OVER}
+  reset: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
-local n = redis.call('HLEN', KEYS[3])
-for i = tonumber(ARGV[1]) + 1, n - 1 do
+local mx = stepmax()
+for i = tonumber(ARGV[1]) + 1, mx do
   redis.call('HDEL', KEYS[2], fmt(i))
   redis.call('HDEL', KEYS[3], fmt(i))
 end
+rescan()
 local now = nowms()
 local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[4], stamp(ARGV[2], now, token))
 return runreply()`),
-  retry: redisScript(`${CLOCK}${TAKE_OVER}
+  retry: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local st = redis.call('HGET', KEYS[1], 'status')
-local n = redis.call('HLEN', KEYS[3])
+local mx = stepmax()
 local retryable = ${luaSet(RETRYABLE_RUN_STATUSES)}
-if not retryable[st] then return {'refused', st, fmt(n - 1)} end
+if not retryable[st] then return {'refused', st, fmt(mx)} end
 local dropped = ''
-if n > 0 then
-  local meta = redis.call('HGET', KEYS[3], fmt(n - 1))
-  local sep = string.find(meta, ':', 1, true)
-  if string.sub(meta, 1, sep - 1) == 'failed' then
-    redis.call('HDEL', KEYS[2], fmt(n - 1))
-    redis.call('HDEL', KEYS[3], fmt(n - 1))
-    dropped = ',"seq":' .. fmt(n - 1) .. ',"name":' .. cjson.encode(string.sub(meta, sep + 1))
+if mx >= 0 then
+  local meta = redis.call('HGET', KEYS[3], fmt(mx))
+  local mst, mnm = parsemeta(meta)
+  if mst == 'failed' then
+    redis.call('HDEL', KEYS[2], fmt(mx))
+    redis.call('HDEL', KEYS[3], fmt(mx))
+    rescan()
+    dropped = ',"seq":' .. fmt(mx) .. ',"name":' .. cjson.encode(mnm)
   end
 end
 local now = nowms()
@@ -399,7 +456,9 @@ export class RedisJournal implements Journal {
   }
 
   /** {@inheritDoc Journal.readSteps} */
-  async readSteps(runId: string): Promise<StepRecord[]> {
+  async readSteps(runId: string, query?: StepQuery): Promise<StepRecord[]> {
+    const q = checkStepQuery(this.name, query);
+    if (q !== undefined) return this.querySteps(runId, q);
     // The records alone (HVALS): their seq is in each, so the fields are neither sent nor made into strings.
     const texts = await this.call("read the steps of", runId, (c) => c.hvals(this.k(runId, "steps")));
     const n = texts.length;
@@ -416,6 +475,29 @@ export class RedisJournal implements Journal {
         return parsed.sort((a, b) => a.seq - b.seq);
       }
       steps[seq] = step;
+    }
+    return steps;
+  }
+
+  /**
+   * {@link readSteps} with a query: one script filters the run's step metadata (`seq` → status and name,
+   * no outputs) and reads only the matching records, the `last` newest of them when asked.
+   */
+  private async querySteps(
+    runId: string,
+    q: { fromSeq: number; namePrefix: string; last: number | undefined },
+  ): Promise<StepRecord[]> {
+    const texts = (await this.exec(
+      "read the steps of",
+      runId,
+      SCRIPTS.readSteps,
+      [this.k(runId, "steps"), this.k(runId, "stepmeta")],
+      [q.fromSeq, q.namePrefix, q.last ?? 0],
+    )) as Reply;
+    const steps: StepRecord[] = [];
+    for (const text of texts) {
+      if (text !== null)
+        steps.push(parseJournalJson<StepRecord>(text, `a step record of run ${JSON.stringify(runId)}`));
     }
     return steps;
   }

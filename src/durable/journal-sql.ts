@@ -30,6 +30,7 @@ import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.
 import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
   checkResetSeq,
+  checkStepQuery,
   checkStepWrite,
   ENDED_RUN_STATUSES,
   eventFromRow,
@@ -49,6 +50,7 @@ import {
   retryRefused,
   runFromRow,
   type SignalRecord,
+  type StepQuery,
   type StepRecord,
   signalFromRow,
   stepFromRow,
@@ -195,15 +197,27 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}`,
     /**
-     * Writes a step record only where it is the next one (`seq` 0, or the record at `seq - 1` exists) or
-     * replaces a record of the same name that is not completed: one row changed, else none.
+     * Writes a step record only where it is the next one (no record at or after `seq`, and `seq` is 0 or
+     * the record at `seq - 1` exists: the highest seq + 1) or replaces a record of the same name that is
+     * not completed: one row changed, else none.
      */
     insertNextStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
-         WHERE $2 = 0 OR EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2 - 1)
+         WHERE ${nextOrExisting(t.steps, "$1", "$2")}
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}
          WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'`,
   };
+}
+
+/**
+ * The SQL condition under which a step record may be written at `seq` (besides its name and status):
+ * a record is there (a rewrite), or it is the run's next seq (its highest + 1; 0 with no records), so a
+ * pruned run's holes are never filled. Index probes on `(run_id, seq)` only.
+ */
+export function nextOrExisting(steps: string, runId: string, seq: string): string {
+  return `(EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId} AND seq = ${seq})
+           OR (NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId} AND seq >= ${seq})
+               AND (${seq} = 0 OR EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId} AND seq = ${seq} - 1))))`;
 }
 
 const what = (verb: string, runId: string) => `cannot ${verb} run ${JSON.stringify(runId)}`;
@@ -479,16 +493,46 @@ export class SqlJournal implements Journal {
     );
   }
 
-  /** {@inheritDoc Journal.readSteps} */
-  async readSteps(runId: string): Promise<StepRecord[]> {
+  /**
+   * {@inheritDoc Journal.readSteps}
+   *
+   * A query is one statement on the `(run_id, seq)` key: `seq >= fromSeq`, the name's prefix compared with
+   * `substr` (in characters), and `last` as `ORDER BY seq DESC LIMIT last` (then put back in seq order).
+   */
+  async readSteps(runId: string, query?: StepQuery): Promise<StepRecord[]> {
+    const q = checkStepQuery(this.name, query);
     // The columns a record needs (the run id is the caller's: not read back as 1,000 copies of one string).
-    const rows = await this.read(
-      "read the steps of",
-      runId,
-      `SELECT seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token
-       FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq`,
-      [runId],
-    );
+    const columns =
+      "seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token";
+    let rows: Row[];
+    if (q === undefined) {
+      rows = await this.read(
+        "read the steps of",
+        runId,
+        `SELECT ${columns} FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq`,
+        [runId],
+      );
+    } else {
+      const values: unknown[] = [runId, q.fromSeq];
+      let where = "run_id = $1 AND seq >= $2";
+      if (q.namePrefix !== "") {
+        // substr counts characters (code points) in both databases
+        values.push([...q.namePrefix].length, q.namePrefix);
+        where += " AND substr(name, 1, CAST($3 AS INTEGER)) = $4";
+      }
+      let tail = " ORDER BY seq";
+      if (q.last !== undefined) {
+        values.push(q.last);
+        tail = ` ORDER BY seq DESC LIMIT $${values.length}`;
+      }
+      rows = await this.read(
+        "read the steps of",
+        runId,
+        `SELECT ${columns} FROM ${this.t.steps} WHERE ${where}${tail}`,
+        values,
+      );
+      if (q.last !== undefined) rows.reverse();
+    }
     const steps = new Array<StepRecord>(rows.length);
     for (let i = 0; i < rows.length; i++) steps[i] = stepFromRow(rows[i] as Row, runId);
     return steps;
@@ -540,24 +584,12 @@ export class SqlJournal implements Journal {
       }
     }
     // One statement reads what the checks need: the run's token (its row locked where the database needs
-    // it) and the records at `seq - 1` and `seq` (one index range). Seqs have no gaps, so these say whether
-    // `seq` is the next position (`seq - 1` exists, or `seq` is 0) or an existing one; only a refusal
-    // (a gap) reads the count, for its message.
+    // it), the record at `seq` (if any) and the run's highest seq (one index probe each).
     const { rows }: SqlResult = yield [this.stepCheckSql, [runId, valid ? seq : -1]];
     const run = requireToken(runId, token, rows[0]);
-    let cur: Row | undefined;
-    let prev = seq === 0;
-    for (const row of rows) {
-      if (row.seq === null || row.seq === undefined) continue;
-      if (Number(row.seq) === seq) cur = row;
-      else prev = true;
-    }
-    let count = seq;
-    if (!valid || !(cur || prev)) {
-      const last: SqlResult = yield [`SELECT MAX(seq) AS last_seq FROM ${this.t.steps} WHERE run_id = $1`, [runId]];
-      const lastSeq = last.rows[0]?.last_seq;
-      count = lastSeq === null || lastSeq === undefined ? 0 : Number(lastSeq) + 1;
-    }
+    const cur = rows[0]?.seq === null || rows[0]?.seq === undefined ? undefined : rows[0];
+    const lastSeq = rows[0]?.last_seq;
+    const count = lastSeq === null || lastSeq === undefined ? 0 : Number(lastSeq) + 1;
     const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
     checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
     yield [this.sql.upsertStep, values];
@@ -572,13 +604,15 @@ export class SqlJournal implements Journal {
   }
 
   /**
-   * The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq): one row per step record
-   * at `$2 - 1` or `$2` with the run's token beside it, or one row with the token alone (none: no run).
+   * The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq): one row with the run's
+   * token, the record at `$2` (`seq`, `name`, `status`: null when there is none) and the run's highest seq
+   * (`last_seq`, null without records); no row: no run.
    */
   private get stepCheckSql(): string {
     const lock = this.driver.forUpdate ? `${this.driver.forUpdate} OF r` : "";
-    this.stepCheck ??= `SELECT r.fencing_token, s.seq, s.name, s.status FROM ${this.t.runs} r
-      LEFT JOIN ${this.t.steps} s ON s.run_id = r.run_id AND s.seq >= CAST($2 AS INTEGER) - 1 AND s.seq <= CAST($2 AS INTEGER)
+    this.stepCheck ??= `SELECT r.fencing_token, s.seq, s.name, s.status,
+        (SELECT MAX(m.seq) FROM ${this.t.steps} m WHERE m.run_id = r.run_id) AS last_seq FROM ${this.t.runs} r
+      LEFT JOIN ${this.t.steps} s ON s.run_id = r.run_id AND s.seq = CAST($2 AS INTEGER)
       WHERE r.run_id = $1${lock}`;
     return this.stepCheck;
   }

@@ -57,7 +57,11 @@ export interface RecordedError {
   code?: string;
 }
 
-/** One step record. `(runId, seq)` is unique; seqs of a run have no gaps. */
+/**
+ * One step record. `(runId, seq)` is unique. The seqs of a durable run have
+ * no gaps; a run whose steps were pruned ({@link Journal.pruneRuns}) has
+ * holes before its kept snapshot steps, and its next seq is its highest + 1.
+ */
 export interface StepRecord {
   runId: string;
   /** 0-based position of the step in the run. */
@@ -184,6 +188,49 @@ export type LeaseResult =
   /** The live holder and its lease's expiry (epoch ms, store clock). */
   | { acquired: false; owner: string; expiresAt: number };
 
+/** Filter of {@link Journal.readSteps}: every field narrows the records returned (seq order kept). */
+export interface StepQuery {
+  /** Only records whose seq is at least this (an integer ≥ 0). */
+  fromSeq?: number;
+  /** Only records whose name starts with this (case-sensitive; `""` matches every name). */
+  namePrefix?: string;
+  /** Of the matching records, only the `last` newest (highest seqs; an integer ≥ 1). */
+  last?: number;
+}
+
+/** The keys of {@link StepQuery}: any other is an `InvalidOptionError`. */
+const STEP_QUERY_KEYS = optionKeys<StepQuery>({ fromSeq: true, namePrefix: true, last: true });
+
+/**
+ * Checks a {@link StepQuery} (shared by the stores) and returns it normalised:
+ * `undefined` when it filters nothing (the plain read of every record).
+ * @throws {InvalidOptionError} on an unknown key, `fromSeq` not an integer ≥ 0, `namePrefix` not a string,
+ *   `last` not an integer ≥ 1
+ */
+export function checkStepQuery(
+  store: string,
+  query: StepQuery | undefined,
+): { fromSeq: number; namePrefix: string; last: number | undefined } | undefined {
+  if (query === undefined) return undefined;
+  const component = `${store} readSteps`;
+  if (query === null || typeof query !== "object") {
+    throw new InvalidOptionError(component, "query", "must be an object { fromSeq?, namePrefix?, last? }");
+  }
+  checkOptions(component, query, STEP_QUERY_KEYS);
+  const { fromSeq = 0, namePrefix = "", last } = query;
+  if (!Number.isSafeInteger(fromSeq) || fromSeq < 0) {
+    throw new InvalidOptionError(component, "fromSeq", `must be an integer ≥ 0, got ${String(fromSeq)}`);
+  }
+  if (typeof namePrefix !== "string") {
+    throw new InvalidOptionError(component, "namePrefix", `must be a string, got ${typeof namePrefix}`);
+  }
+  if (last !== undefined && (!Number.isSafeInteger(last) || last < 1)) {
+    throw new InvalidOptionError(component, "last", `must be an integer ≥ 1, got ${String(last)}`);
+  }
+  if (fromSeq === 0 && namePrefix === "" && last === undefined) return undefined;
+  return { fromSeq, namePrefix, last };
+}
+
 /** Fields {@link Journal.updateRun} may change. */
 export interface RunPatch {
   /** New status; with `blocked`, `error` carries the reason. */
@@ -276,8 +323,15 @@ export interface Journal {
    * expire.
    */
   releaseLease(runId: string, token: number): Promise<void>;
-  /** The run's step records ordered by seq. */
-  readSteps(runId: string): Promise<StepRecord[]>;
+  /**
+   * The run's step records ordered by seq; with `query`, only those at or
+   * after `fromSeq`, whose name starts with `namePrefix`, and of those the
+   * `last` newest (e.g. a graph's newest checkpoint:
+   * `{ namePrefix: "checkpoint:", last: 1 }`, read without the others' outputs).
+   * @param query - see {@link StepQuery}; none: every record
+   * @throws {InvalidOptionError} on an unknown key or a bad value in `query`
+   */
+  readSteps(runId: string, query?: StepQuery): Promise<StepRecord[]>;
   /**
    * Inserts the record at `record.seq` (which must be the next seq) or updates
    * a not-completed record at that seq with the same name.
@@ -617,23 +671,27 @@ export function jsonColumn(value: unknown, path: string): string | null {
 }
 
 /**
- * Checks a step write against the stored state of the run (shared by the SQL stores).
+ * Checks a step write against the stored state of the run (shared by the stores): `record.seq` must
+ * hold a record of the same name that is not completed, or be the next seq (the highest + 1, 0 when the
+ * run has none: a pruned run's holes are never filled).
+ *
+ * @param nextSeq - the run's highest seq + 1 (0 without steps)
  * @throws {StaleFencingTokenError} @throws {JournalIntegrityError}
  */
 export function checkStepWrite(
   runId: string,
   token: number,
   currentToken: number,
-  stepCount: number,
+  nextSeq: number,
   existing: { name: string; status: string } | undefined,
   record: StepRecord,
 ): void {
   if (token !== currentToken) throw new StaleFencingTokenError(runId, token, currentToken);
-  if (!Number.isInteger(record.seq) || record.seq < 0 || record.seq > stepCount) {
+  if (!Number.isInteger(record.seq) || record.seq < 0 || (!existing && record.seq !== nextSeq)) {
     throw new JournalIntegrityError(
       runId,
       record.seq,
-      `cannot write step #${record.seq}: the journal has ${stepCount} step(s), the next one must be #${stepCount}`,
+      `cannot write step #${record.seq}: the next one must be #${nextSeq} (the journal's highest seq + 1)`,
     );
   }
   if (existing) {

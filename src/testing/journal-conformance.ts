@@ -256,6 +256,53 @@ export function runJournalConformance<J extends Journal>(
       ]);
     });
 
+    it("readSteps with a query: fromSeq, namePrefix (characters, not bytes), last n newest, in seq order; bad queries refused", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const t = await lease(j, id, "A");
+      const names = ["checkpoint:0:a", "effect:0:0:x", "checkpoint:1:b", "ü:1", "checkpoint:2:c", "üb:2", "check"];
+      for (const [seq, name] of names.entries()) {
+        await j.writeStep(t, rec(id, seq, t, { name, status: "completed", output: { seq }, finishedAt: Date.now() }));
+      }
+      const seqs = async (q?: Parameters<Journal["readSteps"]>[1]) => (await j.readSteps(id, q)).map((s) => s.seq);
+      expect(await seqs()).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      expect(await seqs({})).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      const newest = await j.readSteps(id, { namePrefix: "checkpoint:", last: 1 });
+      expect(newest).toHaveLength(1);
+      expect(newest[0]).toMatchObject({
+        runId: id,
+        seq: 4,
+        name: "checkpoint:2:c",
+        status: "completed",
+        output: { seq: 4 },
+      });
+      expect(newest[0]).toEqual((await j.readSteps(id))[4]);
+      expect(await seqs({ namePrefix: "checkpoint:" })).toEqual([0, 2, 4]);
+      expect(await seqs({ namePrefix: "checkpoint:", last: 2 })).toEqual([2, 4]);
+      expect(await seqs({ namePrefix: "checkpoint:", fromSeq: 1 })).toEqual([2, 4]);
+      expect(await seqs({ namePrefix: "checkpoint:", fromSeq: 5 })).toEqual([]);
+      expect(await seqs({ fromSeq: 5 })).toEqual([5, 6]);
+      expect(await seqs({ last: 3 })).toEqual([4, 5, 6]);
+      expect(await seqs({ last: 100 })).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      expect(await seqs({ namePrefix: "ü" })).toEqual([3, 5]);
+      expect(await seqs({ namePrefix: "üb" })).toEqual([5]);
+      expect(await seqs({ namePrefix: "check" })).toEqual([0, 2, 4, 6]);
+      expect(await seqs({ namePrefix: "checkpoint:0:a-longer" })).toEqual([]);
+      expect(await seqs({ namePrefix: "" })).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      expect(await j.readSteps(`${id}-none`, { namePrefix: "checkpoint:", last: 1 })).toEqual([]);
+      for (const bad of [
+        { fromSeq: -1 },
+        { fromSeq: 1.5 },
+        { last: 0 },
+        { last: -1 },
+        { namePrefix: 3 },
+        { lastN: 1 },
+      ]) {
+        await expect(j.readSteps(id, bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+    });
+
     it("signals: one per name (the second is refused); a wait is not suspended when its signal already arrived", async () => {
       const j = journal;
       const id = newRunId();

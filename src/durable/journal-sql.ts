@@ -29,6 +29,7 @@ import type { JsonValue } from "../core/json.js";
 import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
 import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
+  checkListRuns,
   checkResetSeq,
   checkStepQuery,
   checkStepWrite,
@@ -41,6 +42,7 @@ import {
   type JournalRow,
   jsonColumn,
   type LeaseResult,
+  type ListRunsFilter,
   leaseMs,
   outputColumn,
   RETRYABLE_RUN_STATUSES,
@@ -87,7 +89,10 @@ export interface SqlJournalMigration {
  * - 2: `runs.event_count`, the per-run event counter, backfilled from the events;
  * - 3: `events.by_name` (who did an operator action: {@link JournalEvent.by}; `by`
  *   is an SQL keyword) and `events.detail` (a blocked reason, a drift), both
- *   nullable TEXT, so rows of earlier versions read back unchanged.
+ *   nullable TEXT, so rows of earlier versions read back unchanged;
+ * - 4: the indexes of {@link Journal.listRuns}' pages, `(updated_at, run_id)`
+ *   alone, after `status` and after `workflow` (the `(status, created_at)` index
+ *   of version 1 is dropped: nothing reads runs in that order any more).
  *
  * @param prefix - prefix of the table names, e.g. `durable_`
  * @param dialect - how the database spells names and types
@@ -139,6 +144,16 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
       version: 3,
       name: "event author and detail",
       up: [`ALTER TABLE ${events} ADD COLUMN by_name TEXT`, `ALTER TABLE ${events} ADD COLUMN detail TEXT`],
+    },
+    {
+      version: 4,
+      name: "runs listed by (updated_at, run_id), of a status or a workflow",
+      up: [
+        `DROP INDEX IF EXISTS ${dialect.table(`${prefix}runs_status`)}`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_updated ON ${runs} (updated_at, run_id)`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_status_updated ON ${runs} (status, updated_at, run_id)`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_workflow_updated ON ${runs} (workflow, updated_at, run_id)`,
+      ],
     },
   ];
 }
@@ -416,22 +431,36 @@ export class SqlJournal implements Journal {
     return rows[0] ? runFromRow(rows[0]) : undefined;
   }
 
-  /** {@inheritDoc Journal.listRuns} */
-  async listRuns(filter: { status?: RunStatus; limit?: number } = {}): Promise<RunRecord[]> {
-    const limit = filter.limit ?? 1000;
-    const { rows } = filter.status
-      ? await this.driver.query(
-          "cannot list runs",
-          undefined,
-          `SELECT * FROM ${this.t.runs} WHERE status = $1 ORDER BY created_at DESC, run_id LIMIT $2`,
-          [filter.status, limit],
-        )
-      : await this.driver.query(
-          "cannot list runs",
-          undefined,
-          `SELECT * FROM ${this.t.runs} ORDER BY created_at DESC, run_id LIMIT $1`,
-          [limit],
-        );
+  /**
+   * {@inheritDoc Journal.listRuns}
+   *
+   * One keyset query on an index of `(updated_at, run_id)` (after `status` or `workflow` when filtered):
+   * `(updated_at, run_id) < cursor`, `ORDER BY updated_at DESC, run_id DESC LIMIT limit`.
+   */
+  async listRuns(filter?: ListRunsFilter): Promise<RunRecord[]> {
+    const f = checkListRuns(this.name, filter);
+    const where: string[] = [];
+    const values: unknown[] = [];
+    if (f.status !== undefined) {
+      values.push(f.status);
+      where.push(`status = $${values.length}`);
+    }
+    if (f.workflow !== undefined) {
+      values.push(f.workflow);
+      where.push(`workflow = $${values.length}`);
+    }
+    if (f.after !== undefined) {
+      values.push(f.after.updatedAt, f.after.runId);
+      where.push(`(updated_at, run_id) < ($${values.length - 1}, $${values.length})`);
+    }
+    values.push(f.limit);
+    const { rows } = await this.driver.query(
+      "cannot list runs",
+      undefined,
+      `SELECT * FROM ${this.t.runs}${where.length ? ` WHERE ${where.join(" AND ")}` : ""}
+       ORDER BY updated_at DESC, run_id DESC LIMIT $${values.length}`,
+      values,
+    );
     // one bad row is listed with its readError, not a failure of the whole listing
     return rows.map((row) => runFromRow(row, true));
   }

@@ -39,7 +39,7 @@ import {
   SignalConflictError,
   StaleFencingTokenError,
 } from "../durable/errors.js";
-import type { Journal, StepRecord } from "../durable/journal.js";
+import { type Journal, type RunRecord, runCursor, type StepRecord } from "../durable/journal.js";
 import { type ConformanceSuiteOptions, suiteGroup } from "./test-api.js";
 
 /** The keys of {@link JournalConformanceOptions}: any other is an `InvalidOptionError`. */
@@ -300,6 +300,79 @@ export function runJournalConformance<J extends Journal>(
         { lastN: 1 },
       ]) {
         await expect(j.readSteps(id, bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+    });
+
+    it("listRuns: newest first by (updatedAt, runId), of a status and a workflow, in pages by runCursor; stable while runs move", async () => {
+      const j = journal;
+      const ids: string[] = [];
+      for (let i = 0; i < 7; i++) {
+        const id = `${newRunId()}-${i}`;
+        ids.push(id);
+        await j.createRun({ runId: id, workflow: i % 2 === 0 ? "graph" : "agent", input: i });
+        if (i === 2) await sleep(3); // some runs share a millisecond, others do not
+      }
+      const t3 = await lease(j, ids[3] as string, "A");
+      await j.updateRun(t3, ids[3] as string, { status: "completed", output: 3 });
+      const order = (runs: { updatedAt: number; runId: string }[]) =>
+        [...runs].sort((a, b) => b.updatedAt - a.updatedAt || (a.runId < b.runId ? 1 : a.runId > b.runId ? -1 : 0));
+      const stored = await Promise.all(ids.map(async (id) => (await j.getRun(id)) as NonNullable<unknown>));
+      const all = await j.listRuns();
+      expect(all.map((r) => r.runId)).toEqual(
+        order(stored as { updatedAt: number; runId: string }[]).map((r) => r.runId),
+      );
+      expect(all[0]?.runId).toBe(ids[3]);
+      for (let i = 1; i < all.length; i++) {
+        expect((all[i - 1] as RunRecord).updatedAt >= (all[i] as RunRecord).updatedAt).toBe(true);
+      }
+      // pages of 2 (and of 1) walk the same list
+      for (const limit of [1, 2, 3]) {
+        const pages: string[] = [];
+        let after: string | undefined;
+        for (let n = 0; n < 20; n++) {
+          const page = await j.listRuns({ limit, ...(after !== undefined ? { after } : {}) });
+          if (page.length === 0) break;
+          expect(page.length).toBeLessThanOrEqual(limit);
+          pages.push(...page.map((r) => r.runId));
+          after = runCursor(page.at(-1) as RunRecord);
+        }
+        expect(pages).toEqual(all.map((r) => r.runId));
+      }
+      const graphs = all.filter((r) => r.workflow === "graph").map((r) => r.runId);
+      expect((await j.listRuns({ workflow: "graph" })).map((r) => r.runId)).toEqual(graphs);
+      const first = await j.listRuns({ workflow: "graph", limit: 2 });
+      expect(first.map((r) => r.runId)).toEqual(graphs.slice(0, 2));
+      expect(
+        (await j.listRuns({ workflow: "graph", after: runCursor(first[1] as RunRecord) })).map((r) => r.runId),
+      ).toEqual(graphs.slice(2));
+      expect((await j.listRuns({ workflow: "agent", status: "completed" })).map((r) => r.runId)).toEqual([ids[3]]);
+      expect(await j.listRuns({ workflow: "graph", status: "completed" })).toEqual([]);
+      expect(await j.listRuns({ workflow: "none" })).toEqual([]);
+      // stable while runs change: a page, then a listed run and an unlisted one move to the front
+      const page1 = await j.listRuns({ limit: 3 });
+      await sleep(3);
+      const moved = [page1[0]?.runId as string, all.at(-1)?.runId as string];
+      for (const id of moved) await lease(j, id, "A");
+      const rest: string[] = [];
+      let after = runCursor(page1.at(-1) as RunRecord);
+      for (let n = 0; n < 20; n++) {
+        const page = await j.listRuns({ limit: 2, after });
+        if (page.length === 0) break;
+        rest.push(...page.map((r) => r.runId));
+        after = runCursor(page.at(-1) as RunRecord);
+      }
+      const stayed = all.map((r) => r.runId).filter((id) => !moved.includes(id));
+      const seen = [...page1.map((r) => r.runId), ...rest];
+      for (const id of stayed)
+        expect(
+          seen.filter((x) => x === id),
+          id,
+        ).toHaveLength(1);
+      expect(rest).not.toContain(moved[0]);
+      expect((await j.listRuns({ limit: 2 })).map((r) => r.runId).sort()).toEqual([...moved].sort());
+      // bad filters
+      for (const bad of [{ limit: 0 }, { limit: 1.5 }, { after: "not a cursor" }, { after: 7 }, { workflows: "x" }]) {
+        await expect(j.listRuns(bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
       }
     });
 

@@ -43,6 +43,8 @@ import type {
   JournalEventType,
   LeaseResult,
   ListRunsFilter,
+  PruneOptions,
+  PruneResult,
   RunPatch,
   RunRecord,
   RunStatus,
@@ -54,6 +56,7 @@ import type {
 } from "./journal.js";
 import {
   checkListRuns,
+  checkPruneOptions,
   checkResetSeq,
   checkStepQuery,
   checkStepWrite,
@@ -65,6 +68,7 @@ import {
   RETRYABLE_RUN_STATUSES,
   retryRefused,
   runFromRow,
+  snapshotWrite,
   syncedWrite,
 } from "./journal.js";
 
@@ -128,7 +132,8 @@ local function runreply()
 end`;
 
 /**
- * A run's step metadata (`stepmeta`: seq → `<status>:<name>`) inside a script, `KEYS[1]` the run's hash and
+ * A run's step metadata (`stepmeta`: seq → `<status>,<finishedAt>,<1 for a snapshot>:<name>`; an earlier
+ * release wrote `<status>:<name>`) inside a script, `KEYS[1]` the run's hash and
  * `KEYS[3]` its `stepmeta`: `parsemeta` splits one entry; `stepmax` is the run's highest seq (-1 without
  * steps), kept in the run's `step_max` field by every script that changes it; a run written by an earlier
  * release has no such field and no holes, so its count of records - 1 is its highest seq.
@@ -136,7 +141,12 @@ end`;
 const STEP_META = `
 local function parsemeta(meta)
   local sep = string.find(meta, ':', 1, true)
-  return string.sub(meta, 1, sep - 1), string.sub(meta, sep + 1)
+  local head = string.sub(meta, 1, sep - 1)
+  local c1 = string.find(head, ',', 1, true)
+  if not c1 then return head, string.sub(meta, sep + 1), nil, false end
+  local c2 = string.find(head, ',', c1 + 1, true)
+  local fin = tonumber(string.sub(head, c1 + 1, c2 - 1))
+  return string.sub(head, 1, c1 - 1), string.sub(meta, sep + 1), fin, string.sub(head, c2 + 1) == '1'
 end
 local function stepmax()
   local m = redis.call('HGET', KEYS[1], 'step_max')
@@ -198,6 +208,38 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
 if seq > mx then redis.call('HSET', KEYS[1], 'step_max', ARGV[2]) end
 redis.call('RPUSH', KEYS[4], stamp(ARGV[6], nowms()))
 return {'ok'}`),
+  /**
+   * Prunes one run (`KEYS`: run, steps, stepmeta): deletes at most `ARGV[3]` records that finished before
+   * `ARGV[1]` and lie before the `ARGV[2]`-th newest snapshot step; returns their count, then their seqs.
+   */
+  prune: redisScript(`${CLOCK}${STEP_META}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+local all = redis.call('HGETALL', KEYS[3])
+local cutoff = tonumber(ARGV[1])
+local keep = tonumber(ARGV[2])
+local batch = tonumber(ARGV[3])
+local snaps = {}
+for i = 1, #all, 2 do
+  local _, _, _, snap = parsemeta(all[i + 1])
+  if snap then snaps[#snaps + 1] = tonumber(all[i]) end
+end
+if #snaps < keep then return {0} end
+table.sort(snaps)
+local bound = snaps[#snaps - keep + 1]
+if not redis.call('HGET', KEYS[1], 'step_max') then redis.call('HSET', KEYS[1], 'step_max', fmt(stepmax())) end
+local out = {0}
+for i = 1, #all, 2 do
+  if #out > batch then break end
+  local seq = tonumber(all[i])
+  local _, _, fin = parsemeta(all[i + 1])
+  if seq and seq < bound and fin and fin < cutoff then
+    redis.call('HDEL', KEYS[2], all[i])
+    redis.call('HDEL', KEYS[3], all[i])
+    out[#out + 1] = all[i]
+  end
+end
+out[1] = #out - 1
+return out`),
   readSteps: redisScript(`${CLOCK}${STEP_META}
 local all = redis.call('HGETALL', KEYS[2])
 local from = tonumber(ARGV[1])
@@ -310,6 +352,9 @@ return #ids`),
 const memberBefore = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")) < 0;
 
 type Reply = (string | null)[];
+
+/** Step records a prune script deletes at most. */
+const PRUNE_BATCH = 1000;
 
 function pairs(flat: (string | null)[]): Record<string, string> {
   const out: Record<string, string> = {};
@@ -590,8 +635,9 @@ export class RedisJournal implements Journal {
     syncedWrite(this.name, options); // checked; Redis persists as the server is configured
     const output = outputColumn(record);
     // The record's JSON with the output's text spliced in (serialised once, by the step or just above).
-    const { output: _output, ...fields } = record;
-    const head = JSON.stringify({ ...fields, fencingToken: token });
+    const snapshot = snapshotWrite(options);
+    const { output: _output, snapshot: _snapshot, ...fields } = record;
+    const head = JSON.stringify({ ...fields, fencingToken: token, ...(snapshot ? { snapshot: true } : {}) });
     const stored = output === null ? head : `${head.slice(0, -1)},"output":${output}}`;
     const r = (await this.exec(
       "write a step of",
@@ -607,7 +653,7 @@ export class RedisJournal implements Journal {
         token,
         record.seq,
         record.name,
-        record.status,
+        `${record.status},${record.finishedAt ?? ""},${snapshot ? "1" : ""}`,
         stored,
         this.eventJson(`step_${record.status}`, {
           seq: record.seq,
@@ -708,6 +754,41 @@ export class RedisJournal implements Journal {
       await c.zrem(this.index, runId);
       await c.zrem(this.updated, runId);
     });
+  }
+
+  /**
+   * {@inheritDoc Journal.pruneRuns}
+   *
+   * Walks the run index (`ZSCAN`); per run, scripts that each read the run's step metadata (no outputs)
+   * and delete at most 1,000 records. Redis frees the memory as it deletes (`vacuum` has no effect).
+   */
+  async pruneRuns(options: PruneOptions): Promise<PruneResult> {
+    const o = checkPruneOptions(this.name, options);
+    const cutoff = (await this.now()) - o.olderThanMs;
+    const result: PruneResult = { deletedSteps: 0, deletedBlobs: 0 };
+    let cursor = "0";
+    do {
+      const [next, flat] = await this.conn.call("cannot prune runs", undefined, (c) =>
+        c.zscan(this.index, cursor, "COUNT", 200),
+      );
+      cursor = next;
+      for (let i = 0; i < flat.length; i += 2) {
+        const runId = String(flat[i]);
+        for (;;) {
+          const r = (await this.exec(
+            "prune",
+            runId,
+            SCRIPTS.prune,
+            [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta")],
+            [cutoff, o.keepLast, PRUNE_BATCH],
+          )) as Reply;
+          const n = Number(r[0]);
+          result.deletedSteps += n;
+          if (n < PRUNE_BATCH) break;
+        }
+      }
+    } while (cursor !== "0");
+    return result;
   }
 
   /** {@inheritDoc Journal.appendEvent} */

@@ -83,6 +83,11 @@ export interface StepRecord {
   finishedAt?: number;
   /** Fencing token of the executor that wrote the record. */
   fencingToken: number;
+  /**
+   * Set when the record was written with {@link WriteStepOptions.snapshot}: it holds a whole state, so
+   * the steps before it may be pruned ({@link Journal.pruneRuns}).
+   */
+  snapshot?: true;
 }
 
 /** A run's row. */
@@ -336,10 +341,17 @@ export interface WriteStepOptions {
    * persistence is the server's). @default true
    */
   sync?: boolean;
+  /**
+   * The record holds a whole state (a graph's checkpoint): the run's steps before it are not needed to
+   * go on from it, and {@link Journal.pruneRuns} may delete them. Stored with the record and read back as
+   * {@link StepRecord.snapshot} (the record's own `snapshot` field is not read: this option decides).
+   * @default false
+   */
+  snapshot?: boolean;
 }
 
 /** The keys of {@link WriteStepOptions}: any other is an `InvalidOptionError`. */
-const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true });
+const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true, snapshot: true });
 
 /**
  * Whether a {@link Journal.writeStep} must be synced (shared by the stores).
@@ -349,6 +361,65 @@ export function syncedWrite(store: string, options: WriteStepOptions | undefined
   if (options === undefined) return true;
   checkOptions(`${store} writeStep`, options, WRITE_STEP_OPTIONS);
   return options.sync !== false;
+}
+
+/** Whether a {@link Journal.writeStep} writes a snapshot step (options already checked by {@link syncedWrite}). */
+export function snapshotWrite(options: WriteStepOptions | undefined): boolean {
+  return options?.snapshot === true;
+}
+
+/** Options of {@link Journal.pruneRuns}. */
+export interface PruneOptions {
+  /** Only steps that finished (`finishedAt`) more than this many ms before the store's now (a number ≥ 0). */
+  olderThanMs: number;
+  /** How many of each run's newest snapshot steps stay with everything after them (an integer ≥ 1). @default 1 */
+  keepLast?: number;
+  /**
+   * Space given back after the deletes: SQLite runs `PRAGMA incremental_vacuum` (`"incremental"`, the
+   * default; it frees pages of a file created with incremental auto-vacuum) or `VACUUM` (`"full"`, which
+   * rewrites the file); PostgreSQL runs `VACUUM` on the journal's tables with `"full"` (autovacuum otherwise);
+   * Redis frees memory as it deletes. @default "incremental"
+   */
+  vacuum?: "incremental" | "full";
+}
+
+/** Result of {@link Journal.pruneRuns}. */
+export interface PruneResult {
+  /** Step records deleted. */
+  deletedSteps: number;
+  /** Blobs deleted (no record references them any more). */
+  deletedBlobs: number;
+}
+
+/** The keys of {@link PruneOptions}: any other is an `InvalidOptionError`. */
+const PRUNE_KEYS = optionKeys<PruneOptions>({ olderThanMs: true, keepLast: true, vacuum: true });
+
+/**
+ * Checks the options of {@link Journal.pruneRuns} (shared by the stores) and fills in the defaults.
+ * @throws {InvalidOptionError} on an unknown key, `olderThanMs` not a finite number ≥ 0, `keepLast` not
+ *   an integer ≥ 1, `vacuum` neither `"incremental"` nor `"full"`
+ */
+export function checkPruneOptions(store: string, options: PruneOptions): Required<PruneOptions> {
+  const component = `${store} pruneRuns`;
+  if (options === null || typeof options !== "object") {
+    throw new InvalidOptionError(component, "options", "must be an object { olderThanMs, keepLast?, vacuum? }");
+  }
+  checkOptions(component, options, PRUNE_KEYS);
+  const { olderThanMs, keepLast = 1, vacuum = "incremental" } = options;
+  if (typeof olderThanMs !== "number" || !Number.isFinite(olderThanMs) || olderThanMs < 0) {
+    throw new InvalidOptionError(component, "olderThanMs", `must be a number of ms ≥ 0, got ${String(olderThanMs)}`);
+  }
+  if (!Number.isSafeInteger(keepLast) || keepLast < 1) {
+    throw new InvalidOptionError(component, "keepLast", `must be an integer ≥ 1, got ${String(keepLast)}`);
+  }
+  if (vacuum !== "incremental" && vacuum !== "full") {
+    throw new InvalidOptionError(
+      component,
+      "vacuum",
+      `expected "incremental" or "full", got ${JSON.stringify(vacuum)}`,
+    );
+  }
+  return { olderThanMs, keepLast, vacuum };
 }
 
 /** Result of {@link Journal.updateRun}. */
@@ -457,6 +528,17 @@ export interface Journal {
   readEvents(runId: string): Promise<JournalEvent[]>;
   /** Removes the run and everything recorded for it. */
   deleteRun(runId: string): Promise<void>;
+  /**
+   * Retention: in every run, deletes the step records that finished (`finishedAt`) before the store's
+   * now − `olderThanMs` and lie before the run's `keepLast`-th newest snapshot step
+   * ({@link WriteStepOptions.snapshot}), with their blob references; blobs no record references any more
+   * are deleted. A run without snapshot steps loses no step (a replayed durable run needs them all); a
+   * pruned run's seqs have holes, and its next seq stays its highest + 1. Works a run (and at most 1,000
+   * records) per transaction, so no lock is held for long; then gives space back (see `vacuum`).
+   * @returns how many records and blobs were deleted
+   * @throws {InvalidOptionError} on a bad option (see {@link PruneOptions})
+   */
+  pruneRuns(options: PruneOptions): Promise<PruneResult>;
   /**
    * The store's clock, epoch ms: PostgreSQL `statement_timestamp()`, Redis
    * `TIME`, the host's clock for SQLite (one machine; read by SQLite, not
@@ -685,6 +767,7 @@ export function stepFromRow(r: JournalRow, runId?: string): StepRecord {
   const error = parseStored<RecordedError>(str(r.error_json), `error_json ${of}`);
   if (error !== undefined) step.error = error;
   if (num(r.finished_at) !== undefined) step.finishedAt = Number(r.finished_at);
+  if (r.snapshot !== null && r.snapshot !== undefined && Number(r.snapshot) !== 0) step.snapshot = true;
   return step;
 }
 

@@ -376,6 +376,79 @@ export function runJournalConformance<J extends Journal>(
       }
     });
 
+    it("snapshot steps and pruneRuns: only steps finished before the cutoff and before the keepLast-th newest snapshot go; the next seq stays highest + 1", async () => {
+      const j = journal;
+      const old = Date.now() - 10 * 60_000;
+      const plain = newRunId();
+      await j.createRun({ runId: plain, workflow: "wf", input: null });
+      const tp = await lease(j, plain, "A");
+      for (let seq = 0; seq < 3; seq++) {
+        await j.writeStep(tp, rec(plain, seq, tp, { status: "completed", output: seq, finishedAt: old }));
+      }
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "graph", input: null });
+      const t = await lease(j, id, "A");
+      const done = (seq: number, finishedAt: number) =>
+        rec(id, seq, t, { name: `checkpoint:${seq}`, status: "completed", output: { seq }, finishedAt });
+      await j.writeStep(t, done(0, old));
+      await j.writeStep(t, rec(id, 1, t, { name: "checkpoint:1" }), { snapshot: true });
+      await j.writeStep(t, done(1, old), { snapshot: true, sync: false });
+      await j.writeStep(t, done(2, old));
+      await j.writeStep(t, done(3, Date.now()));
+      await j.writeStep(t, done(4, old), { snapshot: true });
+      await j.writeStep(t, rec(id, 5, t, { name: "effect:5" }));
+      const steps = await j.readSteps(id);
+      expect(steps.map((s) => s.snapshot === true)).toEqual([false, true, false, false, true, false]);
+      expect(steps.filter((s) => "snapshot" in s).map((s) => s.seq)).toEqual([1, 4]);
+      // keepLast 2: the 2nd newest snapshot is #1, so only #0 goes
+      expect(await j.pruneRuns({ olderThanMs: 60_000, keepLast: 2 })).toEqual({ deletedSteps: 1, deletedBlobs: 0 });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([1, 2, 3, 4, 5]);
+      // keepLast 1: #1 and #2 go; #3 finished after the cutoff stays; the plain run loses nothing
+      expect(await j.pruneRuns({ olderThanMs: 60_000 })).toEqual({ deletedSteps: 2, deletedBlobs: 0 });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([3, 4, 5]);
+      expect((await j.readSteps(plain)).map((s) => s.seq)).toEqual([0, 1, 2]);
+      expect(await j.pruneRuns({ olderThanMs: 60_000, vacuum: "full" })).toEqual({ deletedSteps: 0, deletedBlobs: 0 });
+      expect((await j.readSteps(id, { namePrefix: "checkpoint:", last: 1 })).map((s) => [s.seq, s.snapshot])).toEqual([
+        [4, true],
+      ]);
+      expect((await j.readSteps(id, { fromSeq: 1, last: 2 })).map((s) => s.seq)).toEqual([4, 5]);
+      // holes are never filled: the next seq is the highest + 1
+      for (const seq of [0, 2, 7]) {
+        await expect(j.writeStep(t, rec(id, seq, t, { name: `checkpoint:${seq}` })), `#${seq}`).rejects.toBeInstanceOf(
+          JournalIntegrityError,
+        );
+      }
+      await j.writeStep(t, rec(id, 5, t, { name: "effect:5", status: "completed", output: 5, finishedAt: old }));
+      await j.writeStep(t, rec(id, 6, t));
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([3, 4, 5, 6]);
+      // a reset keeps the steps up to toSeq; the run goes on after its highest kept seq
+      await j.resetRun(id, 4, "ops");
+      const t2 = await lease(j, id, "B");
+      await expect(j.writeStep(t2, rec(id, 6, t2))).rejects.toBeInstanceOf(JournalIntegrityError);
+      await j.writeStep(t2, rec(id, 5, t2, { name: "again" }));
+      expect((await j.readSteps(id)).map((s) => [s.seq, s.name])).toEqual([
+        [3, "checkpoint:3"],
+        [4, "checkpoint:4"],
+        [5, "again"],
+      ]);
+      // everything finished before now, keepLast above the number of snapshots: nothing goes
+      expect(await j.pruneRuns({ olderThanMs: 0, keepLast: 5 })).toEqual({ deletedSteps: 0, deletedBlobs: 0 });
+      for (const bad of [
+        {},
+        { olderThanMs: -1 },
+        { olderThanMs: Number.NaN },
+        { olderThanMs: 1, keepLast: 0 },
+        { olderThanMs: 1, keepLast: 1.5 },
+        { olderThanMs: 1, vacuum: "all" },
+        { olderThanMs: 1, keep: 2 },
+      ]) {
+        await expect(j.pruneRuns(bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+      await expect(j.writeStep(t2, rec(id, 6, t2), { snapshots: true } as never)).rejects.toBeInstanceOf(
+        InvalidOptionError,
+      );
+    });
+
     it("signals: one per name (the second is refused); a wait is not suspended when its signal already arrived", async () => {
       const j = journal;
       const id = newRunId();

@@ -32,6 +32,7 @@ import {
   type RunStatus,
   type StepRecord,
   signalFromRow,
+  snapshotWrite,
   syncedWrite,
   type UpdateRunResult,
   type WriteStepOptions,
@@ -327,7 +328,7 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
       return super.writeStep(token, record, options);
     }
     const statement = this.named(sync ? "step" : "step-unsynced", () => stepWriteSql(this.t, this.pg.nowMs, sync));
-    const values = [...stepRecordValues(token, record), `step_${record.status}`];
+    const values = [...stepRecordValues(token, record, snapshotWrite(options)), `step_${record.status}`];
     let row: Record<string, unknown> | undefined;
     try {
       row = (
@@ -365,8 +366,8 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
 /**
  * The statement of {@link PostgresJournal.writeStep}: `$1` run id, `$2` seq,
  * `$3` name, `$4` input hash, `$5` status, `$6` output JSON, `$7` error JSON,
- * `$8` attempt, `$9` started at, `$10` finished at, `$11` token, `$12` event
- * type. Returns one row, `written`: 1 when the record and its event were
+ * `$8` attempt, `$9` started at, `$10` finished at, `$11` token, `$12`
+ * snapshot (1 or NULL), `$13` event type. Returns one row, `written`: 1 when the record and its event were
  * written, else 0 and nothing was (the caller's transaction then says why).
  *
  * The run's event counter is incremented where the run's token is `$11` and
@@ -388,15 +389,16 @@ function stepWriteSql(t: { runs: string; steps: string; events: string }, now: s
       AND (name <> $3::text OR status = 'completed'))
   RETURNING event_count
 ), step AS (
-  INSERT INTO ${t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
-  SELECT $1, $2::integer, $3::text, $4::text, $5::text, $6::text, $7::text, $8::integer, $9::bigint, $10::bigint, $11::bigint FROM counted
+  INSERT INTO ${t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot)
+  SELECT $1, $2::integer, $3::text, $4::text, $5::text, $6::text, $7::text, $8::integer, $9::bigint, $10::bigint, $11::bigint, $12::integer FROM counted
   ON CONFLICT (run_id, seq) DO UPDATE SET input_hash = excluded.input_hash, status = excluded.status,
     output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
-    started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token
+    started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token,
+    snapshot = excluded.snapshot
   RETURNING 1
 ), event AS (
   INSERT INTO ${t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token)
-  SELECT $1, event_count - 1, $12::text, ${now}, $2::integer, $3::text, $8::integer, $11::bigint FROM counted
+  SELECT $1, event_count - 1, $13::text, ${now}, $2::integer, $3::text, $8::integer, $11::bigint FROM counted
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM step)::integer + (SELECT count(*) FROM event)::integer AS written${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}`;

@@ -42,6 +42,9 @@ import type {
   JournalEventInput,
   JournalEventType,
   LeaseResult,
+  ListRunsFilter,
+  PruneOptions,
+  PruneResult,
   RunPatch,
   RunRecord,
   RunStatus,
@@ -52,6 +55,8 @@ import type {
   WriteStepOptions,
 } from "./journal.js";
 import {
+  checkListRuns,
+  checkPruneOptions,
   checkResetSeq,
   checkStepQuery,
   checkStepWrite,
@@ -63,6 +68,7 @@ import {
   RETRYABLE_RUN_STATUSES,
   retryRefused,
   runFromRow,
+  snapshotWrite,
   syncedWrite,
 } from "./journal.js";
 
@@ -101,6 +107,9 @@ local function nowms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function fmt(n) return string.format('%d', n) end
+local function touch(now)
+  redis.call('ZADD', KEYS[#KEYS], fmt(now), redis.call('HGET', KEYS[1], 'run_id'))
+end
 local function stamp(event, now, token, extra)
   local head = '{"at":' .. fmt(now)
   if token then head = head .. ',"fencingToken":' .. fmt(token) end
@@ -113,6 +122,7 @@ local function takeover(status, now, clear)
   local token = tonumber(redis.call('HGET', KEYS[1], 'fencing_token')) + 1
   redis.call('HSET', KEYS[1], 'status', status, 'fencing_token', tostring(token), 'updated_at', fmt(now))
   redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at', unpack(clear))
+  touch(now)
   return token
 end
 local function runreply()
@@ -122,7 +132,8 @@ local function runreply()
 end`;
 
 /**
- * A run's step metadata (`stepmeta`: seq → `<status>:<name>`) inside a script, `KEYS[1]` the run's hash and
+ * A run's step metadata (`stepmeta`: seq → `<status>,<finishedAt>,<1 for a snapshot>:<name>`; an earlier
+ * release wrote `<status>:<name>`) inside a script, `KEYS[1]` the run's hash and
  * `KEYS[3]` its `stepmeta`: `parsemeta` splits one entry; `stepmax` is the run's highest seq (-1 without
  * steps), kept in the run's `step_max` field by every script that changes it; a run written by an earlier
  * release has no such field and no holes, so its count of records - 1 is its highest seq.
@@ -130,7 +141,12 @@ end`;
 const STEP_META = `
 local function parsemeta(meta)
   local sep = string.find(meta, ':', 1, true)
-  return string.sub(meta, 1, sep - 1), string.sub(meta, sep + 1)
+  local head = string.sub(meta, 1, sep - 1)
+  local c1 = string.find(head, ',', 1, true)
+  if not c1 then return head, string.sub(meta, sep + 1), nil, false end
+  local c2 = string.find(head, ',', c1 + 1, true)
+  local fin = tonumber(string.sub(head, c1 + 1, c2 - 1))
+  return string.sub(head, 1, c1 - 1), string.sub(meta, sep + 1), fin, string.sub(head, c2 + 1) == '1'
 end
 local function stepmax()
   local m = redis.call('HGET', KEYS[1], 'step_max')
@@ -157,6 +173,7 @@ redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'workflow', ARGV[2], 'status', 'p
   'fencing_token', '0', 'created_at', fmt(now), 'updated_at', fmt(now))
 redis.call('RPUSH', KEYS[2], stamp(ARGV[4], now))
 redis.call('ZADD', KEYS[3], fmt(now), ARGV[1])
+touch(now)
 return 1`),
   lease: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
@@ -168,6 +185,7 @@ local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'fencing_token', tostring(token), 'lease_owner', ARGV[1], 'lease_expires_at', fmt(exp),
   'updated_at', fmt(now))
 redis.call('RPUSH', KEYS[2], stamp(ARGV[3], now, token))
+touch(now)
 return {'ok', tostring(token), fmt(exp), redis.call('HGET', KEYS[1], 'status')}`),
   renew: redisScript(`${CLOCK}${TOKEN_CHECK}
 local exp = nowms() + tonumber(ARGV[2])
@@ -190,6 +208,38 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
 if seq > mx then redis.call('HSET', KEYS[1], 'step_max', ARGV[2]) end
 redis.call('RPUSH', KEYS[4], stamp(ARGV[6], nowms()))
 return {'ok'}`),
+  /**
+   * Prunes one run (`KEYS`: run, steps, stepmeta): deletes at most `ARGV[3]` records that finished before
+   * `ARGV[1]` and lie before the `ARGV[2]`-th newest snapshot step; returns their count, then their seqs.
+   */
+  prune: redisScript(`${CLOCK}${STEP_META}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+local all = redis.call('HGETALL', KEYS[3])
+local cutoff = tonumber(ARGV[1])
+local keep = tonumber(ARGV[2])
+local batch = tonumber(ARGV[3])
+local snaps = {}
+for i = 1, #all, 2 do
+  local _, _, _, snap = parsemeta(all[i + 1])
+  if snap then snaps[#snaps + 1] = tonumber(all[i]) end
+end
+if #snaps < keep then return {0} end
+table.sort(snaps)
+local bound = snaps[#snaps - keep + 1]
+if not redis.call('HGET', KEYS[1], 'step_max') then redis.call('HSET', KEYS[1], 'step_max', fmt(stepmax())) end
+local out = {0}
+for i = 1, #all, 2 do
+  if #out > batch then break end
+  local seq = tonumber(all[i])
+  local _, _, fin = parsemeta(all[i + 1])
+  if seq and seq < bound and fin and fin < cutoff then
+    redis.call('HDEL', KEYS[2], all[i])
+    redis.call('HDEL', KEYS[3], all[i])
+    out[#out + 1] = all[i]
+  end
+end
+out[1] = #out - 1
+return out`),
   readSteps: redisScript(`${CLOCK}${STEP_META}
 local all = redis.call('HGETALL', KEYS[2])
 local from = tonumber(ARGV[1])
@@ -231,6 +281,7 @@ for i = 1, 4 do
   if v == '' then redis.call('HDEL', KEYS[1], fields[i]) else redis.call('HSET', KEYS[1], fields[i], string.sub(v, 2)) end
 end
 redis.call('RPUSH', KEYS[3], stamp(ARGV[7], now))
+touch(now)
 return {'ok'}`),
   signal: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
@@ -285,9 +336,25 @@ local now = nowms()
 local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[4], stamp(ARGV[1], now, token, dropped))
 return runreply()`),
+  /** Adds the runs `ARGV[2]..ARGV[3]` of the creation index (`KEYS[1]`) missing from `KEYS[2]` to it. */
+  indexUpdated: redisScript(`
+local ids = redis.call('ZRANGE', KEYS[1], ARGV[2], ARGV[3])
+for _, id in ipairs(ids) do
+  if not redis.call('ZSCORE', KEYS[2], id) then
+    local u = redis.call('HGET', ARGV[1] .. '{' .. id .. '}:run', 'updated_at')
+    if u then redis.call('ZADD', KEYS[2], u, id) end
+  end
+end
+return #ids`),
 } as const;
 
+/** Whether `a` sorts before `b` as Redis sorts members of equal score (bytes of UTF-8). */
+const memberBefore = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")) < 0;
+
 type Reply = (string | null)[];
+
+/** Step records a prune script deletes at most. */
+const PRUNE_BATCH = 1000;
 
 function pairs(flat: (string | null)[]): Record<string, string> {
   const out: Record<string, string> = {};
@@ -337,8 +404,17 @@ export class RedisJournal implements Journal {
     return `${this.prefix}{${runId}}:${part}`;
   }
 
+  /** The runs by creation time (score: `created_at`). */
   private get index() {
     return `${this.prefix}runs`;
+  }
+
+  /**
+   * The runs by `updated_at` (the score), which {@link listRuns} pages through; kept by every script that
+   * changes a run's `updated_at`. Runs of an earlier release are added to it by {@link indexUpdated}.
+   */
+  private get updated() {
+    return `${this.prefix}runs:updated`;
   }
 
   private exec(what: string, runId: string, script: RedisScript, keys: string[], args: (string | number)[]) {
@@ -379,7 +455,7 @@ export class RedisJournal implements Journal {
       "create",
       init.runId,
       SCRIPTS.create,
-      [this.k(init.runId, "run"), this.k(init.runId, "events"), this.index],
+      [this.k(init.runId, "run"), this.k(init.runId, "events"), this.index, this.updated],
       [init.runId, init.workflow, input, this.eventJson("run_created", { name: init.workflow })],
     );
     const run = await this.getRun(init.runId);
@@ -393,29 +469,81 @@ export class RedisJournal implements Journal {
     return h.run_id === undefined ? undefined : runFromRow(h);
   }
 
-  /** {@inheritDoc Journal.listRuns} */
-  async listRuns(filter: { status?: RunStatus; limit?: number } = {}): Promise<RunRecord[]> {
-    const ids = await this.conn.call("cannot list runs", undefined, (c) => c.zrevrange(this.index, 0, -1));
-    const limit = filter.limit ?? 1000;
+  /**
+   * {@inheritDoc Journal.listRuns}
+   *
+   * Pages through the `updated_at` index (`runs:updated`) from the cursor down, 200 runs a round trip,
+   * keeping those of the filter: a keyset walk (the runs of the cursor's millisecond that sort before its
+   * id, then the older ones), so a run moved to the front meanwhile shifts nothing.
+   */
+  async listRuns(filter?: ListRunsFilter): Promise<RunRecord[]> {
+    const f = checkListRuns(this.name, filter);
+    await this.indexUpdated();
     const out: RunRecord[] = [];
-    for (let i = 0; i < ids.length && out.length < limit; i += 200) {
-      const batch = ids.slice(i, i + 200);
+    const fail = (cause: unknown) => new BackendError("redis", "cannot list runs", { cause });
+    /** Reads the runs of `ids` in order, keeps those of the filter; true when the page is full. */
+    const take = async (ids: string[]): Promise<boolean> => {
+      if (ids.length === 0) return false;
       const res =
         (await this.conn.call("cannot list runs", undefined, (c) => {
           const pipe = c.pipeline();
-          for (const id of batch) pipe.hgetall(this.k(id, "run"));
+          for (const id of ids) pipe.hgetall(this.k(id, "run"));
           return pipe.exec();
         })) ?? [];
       for (const [err, h] of res) {
-        if (err) throw new BackendError("redis", "cannot list runs", { cause: err });
+        if (err) throw fail(err);
         const row = h as Record<string, string>;
-        if (row.run_id === undefined) continue;
+        if (row.run_id === undefined) continue; // deleted meanwhile
         const run = runFromRow(row, true); // a bad run is listed with its readError
-        if (!filter.status || run.status === filter.status) out.push(run);
-        if (out.length >= limit) break;
+        if (f.status !== undefined && run.status !== f.status) continue;
+        if (f.workflow !== undefined && run.workflow !== f.workflow) continue;
+        out.push(run);
+        if (out.length >= f.limit) return true;
       }
+      return false;
+    };
+    let cursor = f.after;
+    for (;;) {
+      let max = "+inf";
+      if (cursor !== undefined) {
+        const { updatedAt, runId } = cursor;
+        const ties = await this.conn.call("cannot list runs", undefined, (c) =>
+          c.zrangebyscore(this.updated, updatedAt, updatedAt),
+        );
+        if (await take(ties.filter((id) => memberBefore(id, runId)).reverse())) return out;
+        max = `(${updatedAt}`;
+      }
+      const batch = await this.conn.call("cannot list runs", undefined, (c) =>
+        c.zrevrangebyscore(this.updated, max, "-inf", "WITHSCORES", "LIMIT", 0, 200),
+      );
+      if (batch.length === 0) return out;
+      const ids: string[] = [];
+      for (let i = 0; i < batch.length; i += 2) ids.push(String(batch[i]));
+      if (await take(ids)) return out;
+      cursor = { updatedAt: Number(batch[batch.length - 1]), runId: String(batch[batch.length - 2]) };
     }
-    return out;
+  }
+
+  /**
+   * Adds to the `updated_at` index the runs it lacks (runs written by a release before it existed),
+   * when it holds fewer runs than the creation index; 500 runs per script.
+   */
+  private async indexUpdated(): Promise<void> {
+    const [all, indexed] = await this.conn.call("cannot list runs", undefined, (c) =>
+      Promise.all([c.zcard(this.index), c.zcard(this.updated)]),
+    );
+    if (indexed >= all) return;
+    for (let start = 0; start < all; start += 500) {
+      const n = await this.conn.call("cannot list runs", undefined, (c) =>
+        runScript(
+          c,
+          SCRIPTS.indexUpdated,
+          [this.index, this.updated],
+          [this.prefix, String(start), String(start + 499)],
+        ),
+      );
+      if (Number(n) < 500) break;
+    }
   }
 
   /** {@inheritDoc Journal.acquireLease} */
@@ -424,7 +552,7 @@ export class RedisJournal implements Journal {
       "lease",
       runId,
       SCRIPTS.lease,
-      [this.k(runId, "run"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "events"), this.updated],
       [owner, leaseMs(ttlMs), this.eventJson("lease_acquired", { name: owner })],
     )) as Reply;
     if (r[0] === "notfound") throw new RunNotFoundError(runId);
@@ -507,8 +635,9 @@ export class RedisJournal implements Journal {
     syncedWrite(this.name, options); // checked; Redis persists as the server is configured
     const output = outputColumn(record);
     // The record's JSON with the output's text spliced in (serialised once, by the step or just above).
-    const { output: _output, ...fields } = record;
-    const head = JSON.stringify({ ...fields, fencingToken: token });
+    const snapshot = snapshotWrite(options);
+    const { output: _output, snapshot: _snapshot, ...fields } = record;
+    const head = JSON.stringify({ ...fields, fencingToken: token, ...(snapshot ? { snapshot: true } : {}) });
     const stored = output === null ? head : `${head.slice(0, -1)},"output":${output}}`;
     const r = (await this.exec(
       "write a step of",
@@ -524,7 +653,7 @@ export class RedisJournal implements Journal {
         token,
         record.seq,
         record.name,
-        record.status,
+        `${record.status},${record.finishedAt ?? ""},${snapshot ? "1" : ""}`,
         stored,
         this.eventJson(`step_${record.status}`, {
           seq: record.seq,
@@ -548,7 +677,7 @@ export class RedisJournal implements Journal {
       "update",
       runId,
       SCRIPTS.updateRun,
-      [this.k(runId, "run"), this.k(runId, "signals"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "signals"), this.k(runId, "events"), this.updated],
       [
         token,
         patch.status,
@@ -623,7 +752,43 @@ export class RedisJournal implements Journal {
         this.k(runId, "events"),
       );
       await c.zrem(this.index, runId);
+      await c.zrem(this.updated, runId);
     });
+  }
+
+  /**
+   * {@inheritDoc Journal.pruneRuns}
+   *
+   * Walks the run index (`ZSCAN`); per run, scripts that each read the run's step metadata (no outputs)
+   * and delete at most 1,000 records. Redis frees the memory as it deletes (`vacuum` has no effect).
+   */
+  async pruneRuns(options: PruneOptions): Promise<PruneResult> {
+    const o = checkPruneOptions(this.name, options);
+    const cutoff = (await this.now()) - o.olderThanMs;
+    const result: PruneResult = { deletedSteps: 0, deletedBlobs: 0 };
+    let cursor = "0";
+    do {
+      const [next, flat] = await this.conn.call("cannot prune runs", undefined, (c) =>
+        c.zscan(this.index, cursor, "COUNT", 200),
+      );
+      cursor = next;
+      for (let i = 0; i < flat.length; i += 2) {
+        const runId = String(flat[i]);
+        for (;;) {
+          const r = (await this.exec(
+            "prune",
+            runId,
+            SCRIPTS.prune,
+            [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta")],
+            [cutoff, o.keepLast, PRUNE_BATCH],
+          )) as Reply;
+          const n = Number(r[0]);
+          result.deletedSteps += n;
+          if (n < PRUNE_BATCH) break;
+        }
+      }
+    } while (cursor !== "0");
+    return result;
   }
 
   /** {@inheritDoc Journal.appendEvent} */
@@ -645,7 +810,7 @@ export class RedisJournal implements Journal {
       "cancel",
       runId,
       SCRIPTS.cancel,
-      [this.k(runId, "run"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "events"), this.updated],
       [this.eventJson("run_cancelled", { by, ...(reason !== undefined ? { detail: reason } : {}) })],
     )) as Reply;
     return this.runReply(runId, r);
@@ -658,7 +823,7 @@ export class RedisJournal implements Journal {
       "reset",
       runId,
       SCRIPTS.reset,
-      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events"), this.updated],
       [toSeq, this.eventJson("run_reset", { seq: toSeq, by })],
     )) as Reply;
     return this.runReply(runId, r);
@@ -670,7 +835,7 @@ export class RedisJournal implements Journal {
       "retry",
       runId,
       SCRIPTS.retry,
-      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events"), this.updated],
       [this.eventJson("run_retried", { by })],
     )) as Reply;
     if (r[0] === "refused") throw retryRefused(runId, String(r[1]), Number(r[2]));
@@ -694,13 +859,14 @@ export class RedisJournal implements Journal {
         const pipe = c.pipeline();
         for (const id of ids) pipe.del(...parts.map((part) => this.k(id, part)));
         pipe.zrem(this.index, ...ids);
+        pipe.zrem(this.updated, ...ids);
         return pipe.exec();
       });
       for (const [err] of res ?? []) {
         if (err) throw new BackendError("redis", "cannot clear the journal", { cause: err });
       }
     }
-    await this.conn.call("cannot clear the journal", undefined, (c) => c.del(this.index));
+    await this.conn.call("cannot clear the journal", undefined, (c) => c.del(this.index, this.updated));
   }
 
   /** Quits the client when this journal created it (an injected client is left open). Idempotent. */

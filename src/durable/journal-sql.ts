@@ -29,6 +29,8 @@ import type { JsonValue } from "../core/json.js";
 import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
 import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
+  checkListRuns,
+  checkPruneOptions,
   checkResetSeq,
   checkStepQuery,
   checkStepWrite,
@@ -41,8 +43,11 @@ import {
   type JournalRow,
   jsonColumn,
   type LeaseResult,
+  type ListRunsFilter,
   leaseMs,
   outputColumn,
+  type PruneOptions,
+  type PruneResult,
   RETRYABLE_RUN_STATUSES,
   type RunPatch,
   type RunRecord,
@@ -53,6 +58,7 @@ import {
   type StepQuery,
   type StepRecord,
   signalFromRow,
+  snapshotWrite,
   stepFromRow,
   syncedWrite,
   type UpdateRunResult,
@@ -87,7 +93,12 @@ export interface SqlJournalMigration {
  * - 2: `runs.event_count`, the per-run event counter, backfilled from the events;
  * - 3: `events.by_name` (who did an operator action: {@link JournalEvent.by}; `by`
  *   is an SQL keyword) and `events.detail` (a blocked reason, a drift), both
- *   nullable TEXT, so rows of earlier versions read back unchanged.
+ *   nullable TEXT, so rows of earlier versions read back unchanged;
+ * - 4: the indexes of {@link Journal.listRuns}' pages, `(updated_at, run_id)`
+ *   alone, after `status` and after `workflow` (the `(status, created_at)` index
+ *   of version 1 is dropped: nothing reads runs in that order any more);
+ * - 5: `steps.snapshot` (1 for a snapshot step, else NULL) and a partial index
+ *   of the snapshot steps, for {@link Journal.pruneRuns}.
  *
  * @param prefix - prefix of the table names, e.g. `durable_`
  * @param dialect - how the database spells names and types
@@ -140,6 +151,24 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
       name: "event author and detail",
       up: [`ALTER TABLE ${events} ADD COLUMN by_name TEXT`, `ALTER TABLE ${events} ADD COLUMN detail TEXT`],
     },
+    {
+      version: 4,
+      name: "runs listed by (updated_at, run_id), of a status or a workflow",
+      up: [
+        `DROP INDEX IF EXISTS ${dialect.table(`${prefix}runs_status`)}`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_updated ON ${runs} (updated_at, run_id)`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_status_updated ON ${runs} (status, updated_at, run_id)`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_workflow_updated ON ${runs} (workflow, updated_at, run_id)`,
+      ],
+    },
+    {
+      version: 5,
+      name: "snapshot steps",
+      up: [
+        `ALTER TABLE ${steps} ADD COLUMN snapshot INTEGER`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}steps_snapshot ON ${steps} (run_id, seq) WHERE snapshot = 1`,
+      ],
+    },
   ];
 }
 
@@ -168,19 +197,20 @@ async function runAsync<T>(body: SqlSteps<T>, query: SqlQuery): Promise<T> {
   return next.value;
 }
 
-/** The step record's columns, in the order of the values of {@link sqlTexts}' step statements (`$1`…`$11`). */
+/** The step record's columns, in the order of the values of {@link sqlTexts}' step statements (`$1`…`$12`). */
 const STEP_COLUMNS =
-  "run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token";
+  "run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot";
 
 /** The columns a step record's rewrite replaces. */
 const STEP_UPDATE = `input_hash = excluded.input_hash, status = excluded.status,
            output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
-           started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token`;
+           started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token,
+           snapshot = excluded.snapshot`;
 
 /**
  * The texts of the statements of every write (`t`: the quoted table names, `now`: the clock expression).
- * Step statements take `$1`…`$11`: run id, seq, name, input hash, status, output, error, attempt,
- * started at, finished at, token.
+ * Step statements take `$1`…`$12`: run id, seq, name, input hash, status, output, error, attempt,
+ * started at, finished at, token, snapshot.
  */
 function sqlTexts(t: { runs: string; steps: string; events: string }, now: string) {
   return {
@@ -194,7 +224,7 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
          VALUES ($1, $2, $3, ${now}, $4, $5, $6, $7, $8, $9) ON CONFLICT (run_id, idx) DO NOTHING`,
     /** Writes a step record (checked by the caller). */
     upsertStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}`,
     /**
      * Writes a step record only where it is the next one (no record at or after `seq`, and `seq` is 0 or
@@ -202,7 +232,7 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
      * not completed: one row changed, else none.
      */
     insertNextStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
          WHERE ${nextOrExisting(t.steps, "$1", "$2")}
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}
          WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'`,
@@ -221,6 +251,9 @@ export function nextOrExisting(steps: string, runId: string, seq: string): strin
 }
 
 const what = (verb: string, runId: string) => `cannot ${verb} run ${JSON.stringify(runId)}`;
+
+/** Step records a prune deletes per transaction. */
+const PRUNE_BATCH = 1000;
 
 /** Columns a reset or a retry clears (besides the lease). */
 const RESET_COLUMNS = ["output_json", "error_json", "waiting_for", "wake_at"] as const;
@@ -251,13 +284,13 @@ function requireToken(runId: string, token: number, row: Row | undefined): Row {
  * await journal.createRun({ runId: "r1", workflow: "agent", input: { q: "hi" } });
  */
 /**
- * @internal The parameters `$1`…`$11` of a step record's row, in the column order every SQL step
+ * @internal The parameters `$1`…`$12` of a step record's row, in the column order every SQL step
  * statement uses: run id, seq, name, input hash, status, output text, error text, attempt, started
- * at, finished at (ms), fencing token.
+ * at, finished at (ms), fencing token, snapshot (1 or NULL).
  *
  * @throws {NonJsonValueError} when the output is not JSON
  */
-export function stepRecordValues(token: number, record: StepRecord): unknown[] {
+export function stepRecordValues(token: number, record: StepRecord, snapshot = false): unknown[] {
   return [
     record.runId,
     record.seq,
@@ -270,6 +303,7 @@ export function stepRecordValues(token: number, record: StepRecord): unknown[] {
     record.startedAt,
     record.finishedAt ?? null,
     token,
+    snapshot ? 1 : null,
   ];
 }
 
@@ -416,22 +450,36 @@ export class SqlJournal implements Journal {
     return rows[0] ? runFromRow(rows[0]) : undefined;
   }
 
-  /** {@inheritDoc Journal.listRuns} */
-  async listRuns(filter: { status?: RunStatus; limit?: number } = {}): Promise<RunRecord[]> {
-    const limit = filter.limit ?? 1000;
-    const { rows } = filter.status
-      ? await this.driver.query(
-          "cannot list runs",
-          undefined,
-          `SELECT * FROM ${this.t.runs} WHERE status = $1 ORDER BY created_at DESC, run_id LIMIT $2`,
-          [filter.status, limit],
-        )
-      : await this.driver.query(
-          "cannot list runs",
-          undefined,
-          `SELECT * FROM ${this.t.runs} ORDER BY created_at DESC, run_id LIMIT $1`,
-          [limit],
-        );
+  /**
+   * {@inheritDoc Journal.listRuns}
+   *
+   * One keyset query on an index of `(updated_at, run_id)` (after `status` or `workflow` when filtered):
+   * `(updated_at, run_id) < cursor`, `ORDER BY updated_at DESC, run_id DESC LIMIT limit`.
+   */
+  async listRuns(filter?: ListRunsFilter): Promise<RunRecord[]> {
+    const f = checkListRuns(this.name, filter);
+    const where: string[] = [];
+    const values: unknown[] = [];
+    if (f.status !== undefined) {
+      values.push(f.status);
+      where.push(`status = $${values.length}`);
+    }
+    if (f.workflow !== undefined) {
+      values.push(f.workflow);
+      where.push(`workflow = $${values.length}`);
+    }
+    if (f.after !== undefined) {
+      values.push(f.after.updatedAt, f.after.runId);
+      where.push(`(updated_at, run_id) < ($${values.length - 1}, $${values.length})`);
+    }
+    values.push(f.limit);
+    const { rows } = await this.driver.query(
+      "cannot list runs",
+      undefined,
+      `SELECT * FROM ${this.t.runs}${where.length ? ` WHERE ${where.join(" AND ")}` : ""}
+       ORDER BY updated_at DESC, run_id DESC LIMIT $${values.length}`,
+      values,
+    );
     // one bad row is listed with its readError, not a failure of the whole listing
     return rows.map((row) => runFromRow(row, true));
   }
@@ -503,7 +551,7 @@ export class SqlJournal implements Journal {
     const q = checkStepQuery(this.name, query);
     // The columns a record needs (the run id is the caller's: not read back as 1,000 copies of one string).
     const columns =
-      "seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token";
+      "seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot";
     let rows: Row[];
     if (q === undefined) {
       rows = await this.read(
@@ -546,7 +594,7 @@ export class SqlJournal implements Journal {
    */
   async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
-    const values = stepRecordValues(token, record);
+    const values = stepRecordValues(token, record, snapshotWrite(options));
     const { runId } = record;
     const label = what("write a step of", runId);
     if (this.driver.syncTransaction) {
@@ -693,6 +741,87 @@ export class SqlJournal implements Journal {
     await this.change("delete", runId, async (query) => {
       for (const table of Object.values(this.t)) await query(`DELETE FROM ${table} WHERE run_id = $1`, [runId]);
     });
+  }
+
+  /**
+   * {@inheritDoc Journal.pruneRuns}
+   *
+   * Walks the runs that have snapshot steps (a partial index), 200 a query; per run, transactions that
+   * lock its row, find its `keepLast`-th newest snapshot step and delete at most 1,000 older records
+   * finished before the cutoff each. SQLite then runs `PRAGMA incremental_vacuum` (the journal's files
+   * are created with incremental auto-vacuum) or `VACUUM` with `"full"`; PostgreSQL `VACUUM` on the
+   * journal's tables with `"full"`.
+   */
+  async pruneRuns(options: PruneOptions): Promise<PruneResult> {
+    const o = checkPruneOptions(this.name, options);
+    const cutoff = (await this.now()) - o.olderThanMs;
+    const result: PruneResult = { deletedSteps: 0, deletedBlobs: 0 };
+    let after = "";
+    for (;;) {
+      const { rows } = await this.driver.query(
+        "cannot prune runs",
+        undefined,
+        `SELECT DISTINCT run_id FROM ${this.t.steps} WHERE snapshot = 1 AND run_id > $1 ORDER BY run_id LIMIT 200`,
+        [after],
+      );
+      if (rows.length === 0) break;
+      for (const row of rows) {
+        const runId = String(row.run_id);
+        for (;;) {
+          const deleted = await this.change("prune", runId, async (query, run) => {
+            if (!run) return 0;
+            const bound = (
+              await query(
+                `SELECT seq FROM ${this.t.steps} WHERE run_id = $1 AND snapshot = 1 ORDER BY seq DESC LIMIT 1 OFFSET $2`,
+                [runId, o.keepLast - 1],
+              )
+            ).rows[0]?.seq;
+            if (bound === undefined || bound === null) return 0;
+            const gone = await query(
+              `DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq IN (SELECT seq FROM ${this.t.steps}
+                 WHERE run_id = $1 AND seq < $2 AND finished_at < $3 ORDER BY seq LIMIT ${PRUNE_BATCH}) RETURNING seq`,
+              [runId, Number(bound), cutoff],
+            );
+            result.deletedBlobs += await this.dropStepRefs(
+              query,
+              runId,
+              gone.rows.map((r) => Number(r.seq)),
+            );
+            return gone.rows.length;
+          });
+          result.deletedSteps += deleted;
+          if (deleted < PRUNE_BATCH) break;
+        }
+        after = runId;
+      }
+    }
+    await this.vacuum(o.vacuum);
+    return result;
+  }
+
+  /**
+   * Deletes the blob references of the step records `seqs` of a run (just deleted by the caller's
+   * transaction), and the blobs nothing references any more.
+   * @returns the number of blobs deleted
+   */
+  protected async dropStepRefs(_query: SqlQuery, _runId: string, _seqs: readonly number[]): Promise<number> {
+    return 0;
+  }
+
+  /** Gives space back after a prune (see {@link PruneOptions.vacuum}). */
+  private async vacuum(mode: "incremental" | "full"): Promise<void> {
+    if (this.driver.name === "sqlite") {
+      if (mode === "full") {
+        await this.driver.query("cannot vacuum the journal", undefined, "VACUUM");
+        // In WAL mode the rewritten pages sit in the WAL: copy them back so the file itself shrinks.
+        await this.driver.query("cannot vacuum the journal", undefined, "PRAGMA wal_checkpoint(TRUNCATE)");
+      } else await this.driver.query("cannot vacuum the journal", undefined, "PRAGMA incremental_vacuum");
+      return;
+    }
+    if (mode !== "full") return;
+    for (const table of Object.values(this.t)) {
+      await this.driver.query(`cannot vacuum ${table}`, undefined, `VACUUM ${table}`);
+    }
   }
 
   /** {@inheritDoc Journal.appendEvent} */

@@ -16,7 +16,7 @@
 import type BetterSqlite3 from "better-sqlite3";
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
+import { type SqliteConnectionOptions, SqliteDriver, type SqliteMigrations } from "../drivers/sqlite.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
 
 /** The keys of {@link SqliteJournalOptions}: any other is an `InvalidOptionError`. */
@@ -69,11 +69,13 @@ export class SqliteJournal extends SqlJournal {
    * a file written by dumplings-ai 0.1 is adopted as is.
    *
    * @param options - `path` or `database`, `tablePrefix` (default `durable_`), `busyTimeoutMs` (default 10000), `synchronous` (default `FULL`)
+   * @param components - @internal migrations of components run after the journal's own in the same file
+   *   (the workflow store's move of its old tables into the journal)
    * @throws {InvalidOptionError} on a bad option
    * @throws {BackendError} when the file cannot be opened or migrated
    * @throws {FormatError} when the file holds journal tables of a newer version than this build knows
    */
-  constructor(options: SqliteJournalOptions = {}) {
+  constructor(options: SqliteJournalOptions = {}, components: readonly SqliteMigrations[] = []) {
     checkOptions("sqlite", options, JOURNAL_SQLITE_OPTIONS);
     const prefix = options.tablePrefix ?? DEFAULT_JOURNAL_TABLE_PREFIX;
     if (typeof prefix !== "string" || !PREFIX_RE.test(prefix)) {
@@ -86,14 +88,19 @@ export class SqliteJournal extends SqlJournal {
     const driver = new SqliteDriver(
       "sqlite",
       { ...options, busyTimeoutMs: options.busyTimeoutMs ?? 10_000 },
-      {
-        component: prefix === DEFAULT_JOURNAL_TABLE_PREFIX ? "journal" : `journal:${prefix}`,
-        migrations: sqlJournalMigrations(prefix, {
-          table: (n) => `"${n}"`,
-          bigint: "INTEGER",
-          keyed: " WITHOUT ROWID",
-        }),
-      },
+      [
+        {
+          component: prefix === DEFAULT_JOURNAL_TABLE_PREFIX ? "journal" : `journal:${prefix}`,
+          migrations: sqlJournalMigrations(prefix, {
+            table: (n) => `"${n}"`,
+            bigint: "INTEGER",
+            keyed: " WITHOUT ROWID",
+          }),
+          // A file holding only a component that moves its tables into the journal opens as a journal.
+          present: (db) => components.some((c) => c.present?.(db) === true),
+        },
+        ...components,
+      ],
       // Incremental auto-vacuum on a new file, whichever component creates it, so a checkpoint store sharing
       // the file can give pruned pages back to the file system.
       { defaultPath: DEFAULT_PATH, incrementalVacuum: true },

@@ -22,9 +22,17 @@
  *
  * @module
  */
+import { InvalidOptionError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
 import { JournalIntegrityError, StaleFencingTokenError } from "../durable/errors.js";
-import { hashInput, type Journal, type RunRecord, type RunStatus, type StepRecord } from "../durable/journal.js";
+import {
+  hashInput,
+  type Journal,
+  type RunRecord,
+  type RunStatus,
+  runCursor,
+  type StepRecord,
+} from "../durable/journal.js";
 import type {
   ColdPruneOptions,
   ColdStore,
@@ -74,6 +82,8 @@ interface Checkpoint {
 /** A side effect's record, as found in the journal. */
 interface EffectStep {
   runId: string;
+  /** The workflow it was started for. */
+  workflowId: string;
   seq: number;
   stepName: string;
   name: string;
@@ -129,9 +139,24 @@ const toSnapshot = (workflowId: string, c: Checkpoint): StoredSnapshot => ({
 /** The seq the next record goes to: the highest + 1 (seqs may have holes after a prune). */
 const nextSeq = (steps: readonly StepRecord[]): number => (steps.length === 0 ? 0 : (steps.at(-1)?.seq ?? -1) + 1);
 
-/** The part of an idempotency key after `<workflowId>:` (the runner's keys are `W:<s>:<i>`). */
-function effectPart(key: string, workflowId: string): string {
-  return workflowId !== "" && key.startsWith(`${workflowId}:`) ? key.slice(workflowId.length + 1) : key;
+const RUNNER_KEY = /^(.*):(\d+):(\d+)$/;
+
+/**
+ * Where the record of a side effect lives: the run its key names and the part of the key after
+ * it. The runner's keys are `<workflowId>:<startStep>:<callIndex>` (run `workflowId`, part
+ * `<startStep>:<callIndex>`); another key (an `IdempotencyGuard` used on its own) is a run of its
+ * own, part the whole key, so a guard finds it again from the key alone.
+ *
+ * @param key - the idempotency key
+ * @param workflowId - the workflow given with it (`""`: none)
+ */
+export function effectRunId(key: string, workflowId: string): { runId: string; part: string } {
+  if (workflowId !== "" && key.startsWith(`${workflowId}:`) && RUNNER_KEY.test(key)) {
+    return { runId: workflowId, part: key.slice(workflowId.length + 1) };
+  }
+  const m = RUNNER_KEY.exec(key);
+  if (m?.[1]) return { runId: m[1], part: `${m[2]}:${m[3]}` };
+  return { runId: key, part: key };
 }
 
 /**
@@ -152,8 +177,6 @@ export class JournalColdStore implements ColdStore {
   /** The `workflow` of the runs this store creates and lists. */
   readonly workflow: string;
   private readonly closeJournal: boolean;
-  /** Side effects started (or found) here, by key: where their record is (`idempotencyFinish` takes the key only). */
-  private readonly effects = new Map<string, { runId: string; seq: number; stepName: string }>();
 
   /** @param options - `journal` (required), `workflow`, `location`, `closeJournal` */
   constructor(options: JournalColdStoreOptions) {
@@ -171,11 +194,11 @@ export class JournalColdStore implements ColdStore {
 
   // ---- runs, tokens and fences ----
 
-  /** The run of a workflow, created (`pending`, token 0) when missing. */
-  private async run(workflowId: string): Promise<RunRecord> {
+  /** The run of a workflow, created (`pending`, token 0, with `input`) when missing. */
+  private async run(workflowId: string, input: JsonValue = null): Promise<RunRecord> {
     const run = await this.journal.getRun(workflowId);
     if (run) return run;
-    return (await this.journal.createRun({ runId: workflowId, workflow: this.workflow, input: null })).run;
+    return (await this.journal.createRun({ runId: workflowId, workflow: this.workflow, input })).run;
   }
 
   /** The error of a refused fenced write, from the run as it is now. */
@@ -237,14 +260,13 @@ export class JournalColdStore implements ColdStore {
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
-      const steps = await this.journal.readSteps(id);
-      const latest = checkpointsOf(steps).at(-1)?.stepIndex ?? null;
+      const latest = (await this.newest(id))?.stepIndex ?? null;
       if (expectedLatest !== undefined && latest !== expectedLatest) {
         throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
       }
       const record: StepRecord = {
         runId: id,
-        seq: nextSeq(steps),
+        seq: await this.nextSeq(id),
         name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
         inputHash: NULL_HASH,
         status: "completed",
@@ -255,7 +277,9 @@ export class JournalColdStore implements ColdStore {
         fencingToken: token,
       };
       try {
-        const out = await this.fenced(id, fencingToken, what, () => this.journal.writeStep(token, record));
+        const out = await this.fenced(id, fencingToken, what, () =>
+          this.journal.writeStep(token, record, { snapshot: true }),
+        );
         if (out === RETRY) continue;
       } catch (e) {
         // Another writer took the seq meanwhile: read again (the compare-and-set then decides).
@@ -267,38 +291,45 @@ export class JournalColdStore implements ColdStore {
     }
   }
 
+  /** The newest checkpoint of a workflow (the last one written), read alone. */
+  private async newest(workflowId: string): Promise<Checkpoint | undefined> {
+    const [step] = await this.journal.readSteps(workflowId, { namePrefix: CHECKPOINT_STEP, last: 1 });
+    return step ? parseCheckpoint(step) : undefined;
+  }
+
+  /** Every checkpoint of a workflow (the newest record of each step index), by step index. */
+  private async checkpoints(workflowId: string): Promise<Checkpoint[]> {
+    return checkpointsOf(await this.journal.readSteps(workflowId, { namePrefix: CHECKPOINT_STEP }));
+  }
+
   /** {@inheritDoc ColdStore.read} */
   async read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined> {
-    const c = checkpointsOf(await this.journal.readSteps(workflowId)).find((x) => x.stepIndex === stepIndex);
+    const c = (await this.checkpoints(workflowId)).find((x) => x.stepIndex === stepIndex);
     return c ? toSnapshot(workflowId, c) : undefined;
   }
 
-  /** {@inheritDoc ColdStore.latest} */
+  /** {@inheritDoc ColdStore.latest} (the checkpoint written last) */
   async latest(workflowId: string): Promise<StoredSnapshot | undefined> {
-    const c = checkpointsOf(await this.journal.readSteps(workflowId)).at(-1);
+    const c = await this.newest(workflowId);
     return c ? toSnapshot(workflowId, c) : undefined;
   }
 
   /** {@inheritDoc ColdStore.history} */
   async history(workflowId: string): Promise<StoredSnapshot[]> {
-    return checkpointsOf(await this.journal.readSteps(workflowId)).map((c) => toSnapshot(workflowId, c));
+    return (await this.checkpoints(workflowId)).map((c) => toSnapshot(workflowId, c));
   }
 
   /** {@inheritDoc ColdStore.summary} */
   async summary(workflowId: string): Promise<WorkflowSummary | undefined> {
     const run = await this.journal.getRun(workflowId);
-    if (!run) return undefined;
-    return this.summaryOf(run, await this.journal.readSteps(workflowId));
+    return run ? this.summaryOf(run) : undefined;
   }
 
-  private summaryOf(run: RunRecord, steps: readonly StepRecord[]): WorkflowSummary | undefined {
-    const checkpoints = checkpointsOf(steps);
-    const first = checkpoints[0];
-    const last = checkpoints.at(-1);
-    if (!first || !last) return undefined;
+  private async summaryOf(run: RunRecord): Promise<WorkflowSummary | undefined> {
+    const last = await this.newest(run.runId);
+    if (!last) return undefined;
     const state = (last.step.output ?? {}) as JsonObject;
     const parent = state.parent as JsonObject | null | undefined;
-    const lastError = steps.findLast((s) => s.name.startsWith(ERROR_STEP));
     return {
       workflowId: run.runId,
       sessionId: typeof state.sessionId === "string" ? state.sessionId : "",
@@ -307,26 +338,44 @@ export class JournalColdStore implements ColdStore {
       currentNode:
         state.isFinished === true ? "__end__" : typeof state.currentNode === "string" ? state.currentNode : "",
       parentWorkflowId: parent && typeof parent.workflowId === "string" ? parent.workflowId : null,
-      createdAt: first.step.startedAt,
-      updatedAt: Math.max(last.step.startedAt, lastError?.startedAt ?? 0),
+      createdAt: run.createdAt,
+      updatedAt: run.updatedAt,
     };
   }
 
-  /** {@inheritDoc ColdStore.list} (newest update first, `(updatedAt, workflowId)` descending) */
+  /**
+   * {@inheritDoc ColdStore.list}
+   *
+   * The journal's `listRuns({ workflow, status, limit, after })`, newest first by the run's
+   * `(updatedAt, runId)`: a summary's `updatedAt` is its run's (the last change of its status or lease).
+   * Runs without a checkpoint (a lease taken before the first one, a deleted workflow) are not listed.
+   */
   async list(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): Promise<WorkflowSummary[]> {
-    const runs = await this.journal.listRuns({ limit: Number.MAX_SAFE_INTEGER });
+    const statuses: (RunStatus | undefined)[] =
+      query.status === undefined
+        ? [undefined]
+        : query.status === "failed"
+          ? ["failed", "blocked", "cancelled"]
+          : [RUN_STATUS[query.status]];
     const out: WorkflowSummary[] = [];
-    for (const run of runs) {
-      if (run.workflow !== this.workflow || run.status === "pending") continue;
-      const s = this.summaryOf(run, await this.journal.readSteps(run.runId));
-      if (!s || (query.status !== undefined && s.status !== query.status)) continue;
-      const after = query.after;
-      if (
-        after &&
-        !(s.updatedAt < after.updatedAt || (s.updatedAt === after.updatedAt && s.workflowId < after.workflowId))
-      )
-        continue;
-      out.push(s);
+    for (const status of statuses) {
+      let after = query.after && runCursor({ updatedAt: query.after.updatedAt, runId: query.after.workflowId });
+      for (;;) {
+        const page = await this.journal.listRuns({
+          workflow: this.workflow,
+          limit: query.limit,
+          ...(status === undefined ? {} : { status }),
+          ...(after === undefined ? {} : { after }),
+        });
+        for (const run of page) {
+          if (run.status === "pending") continue;
+          const s = await this.summaryOf(run);
+          if (s) out.push(s);
+        }
+        const last = page.at(-1);
+        if (page.length < query.limit || !last || out.length >= query.limit) break;
+        after = runCursor(last);
+      }
     }
     out.sort((a, b) =>
       b.updatedAt !== a.updatedAt ? b.updatedAt - a.updatedAt : a.workflowId < b.workflowId ? 1 : -1,
@@ -343,32 +392,56 @@ export class JournalColdStore implements ColdStore {
   async deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }> {
     const run = await this.journal.getRun(workflowId);
     if (!run) return { existed: false, orphanRefs: [] };
-    const steps = await this.journal.readSteps(workflowId);
-    const mine = checkpointsOf(steps);
+    const mine = await this.checkpoints(workflowId);
     const existed = run.status !== "pending" && mine.length > 0;
     await this.journal.resetRun(workflowId, -1, BY);
     // Blobs kept outside the journal: those no other workflow's checkpoint holds any more.
     const refs = new Set<string>();
     for (const c of mine) for (const r of refsOf(c.step.output)) refs.add(r);
     if (refs.size > 0) {
-      for (const other of await this.journal.listRuns({ limit: Number.MAX_SAFE_INTEGER })) {
-        if (other.workflow !== this.workflow || other.runId === workflowId) continue;
-        for (const c of checkpointsOf(await this.journal.readSteps(other.runId)))
-          for (const r of refsOf(c.step.output)) refs.delete(r);
-        if (refs.size === 0) break;
+      let after: string | undefined;
+      for (;;) {
+        const page = await this.journal.listRuns({ workflow: this.workflow, limit: 500, ...(after ? { after } : {}) });
+        for (const other of page) {
+          if (other.runId === workflowId) continue;
+          for (const c of await this.checkpoints(other.runId)) for (const r of refsOf(c.step.output)) refs.delete(r);
+        }
+        const last = page.at(-1);
+        if (refs.size === 0 || page.length < 500 || !last) break;
+        after = runCursor(last);
       }
     }
     return { existed, orphanRefs: [...refs] };
   }
 
-  /** {@inheritDoc ColdStore.prune} */
+  /**
+   * {@inheritDoc ColdStore.prune}
+   *
+   * The journal's `pruneRuns`: in every run, the records finished before the cutoff that lie before
+   * its `keepLast`-th newest checkpoint go (checkpoints, and the side-effect and error records of
+   * the node runs before them). `deletedSnapshots` counts every record deleted. The journal keeps
+   * no month tables: `archiveDir` is refused.
+   * @throws {InvalidOptionError} with `archiveDir`
+   */
   async prune(
-    _cutoff: number,
-    _keepLast: number,
-    _options?: ColdPruneOptions,
+    cutoff: number,
+    keepLast: number,
+    options: ColdPruneOptions = {},
   ): Promise<{ deletedSnapshots: number; orphanRefs: string[] }> {
-    // The journal's pruneRuns (docs/one-engine.md part 2) is not there yet: nothing is deleted.
-    return { deletedSnapshots: 0, orphanRefs: [] };
+    if (options.archiveDir !== undefined) {
+      throw new InvalidOptionError(
+        this.name,
+        "archiveDir",
+        "the journal keeps no month tables to archive: prune deletes old checkpoints in place (copy the database first to keep them)",
+      );
+    }
+    const now = await this.journal.now();
+    const out = await this.journal.pruneRuns({
+      olderThanMs: Math.max(0, now - cutoff),
+      keepLast,
+      ...(options.vacuum === undefined ? {} : { vacuum: options.vacuum }),
+    });
+    return { deletedSnapshots: out.deletedSteps, orphanRefs: [] };
   }
 
   // ---- node failures ----
@@ -380,10 +453,10 @@ export class JournalColdStore implements ColdStore {
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
-      const steps = await this.journal.readSteps(id);
+      const latest = (await this.newest(id))?.stepIndex;
       const step: StepRecord = {
         runId: id,
-        seq: nextSeq(steps),
+        seq: await this.nextSeq(id),
         name: `${ERROR_STEP}${record.stepIndex}:${record.nodeName}`,
         inputHash: NULL_HASH,
         status: "completed",
@@ -399,7 +472,7 @@ export class JournalColdStore implements ColdStore {
         if (e instanceof JournalIntegrityError && attempt < 5) continue;
         throw e;
       }
-      if (checkpointsOf(steps).at(-1)?.stepIndex === record.stepIndex) {
+      if (latest === record.stepIndex) {
         const e = record.error;
         const error = {
           name: typeof e.name === "string" ? e.name : "Error",
@@ -415,8 +488,7 @@ export class JournalColdStore implements ColdStore {
   /** {@inheritDoc ColdStore.errors} */
   async errors(workflowId: string): Promise<StepErrorRecord[]> {
     const out: StepErrorRecord[] = [];
-    for (const step of await this.journal.readSteps(workflowId)) {
-      if (!step.name.startsWith(ERROR_STEP)) continue;
+    for (const step of await this.journal.readSteps(workflowId, { namePrefix: ERROR_STEP })) {
       const rest = step.name.slice(ERROR_STEP.length);
       const colon = rest.indexOf(":");
       out.push({
@@ -432,31 +504,41 @@ export class JournalColdStore implements ColdStore {
 
   // ---- side effects ----
 
-  /** The newest effect record of `key` in the run's steps. */
-  private findEffect(runId: string, key: string, workflowId: string, steps: readonly StepRecord[]) {
-    const prefix = `${EFFECT_STEP}${effectPart(key, workflowId)}:`;
+  /** The newest effect record of `key` (in the run its key names). */
+  private async findEffect(key: string, workflowId: string): Promise<EffectStep | undefined> {
+    const { runId, part } = effectRunId(key, workflowId);
+    const prefix = `${EFFECT_STEP}${part}:`;
     const hash = hashInput(key);
+    const steps = await this.journal.readSteps(runId, { namePrefix: prefix });
     for (let i = steps.length - 1; i >= 0; i--) {
       const step = steps[i] as StepRecord;
-      if (step.inputHash !== hash || !step.name.startsWith(prefix)) continue;
-      const stepIndex = Number(effectPart(key, workflowId).split(":")[0]);
+      if (step.inputHash !== hash) continue;
+      let stepIndex = Number(part.split(":")[0]);
+      let owner = runId;
+      if (part === key) {
+        // A key of its own run: the workflow and step it was started for are the run's input.
+        const input = ((await this.journal.getRun(runId))?.input ?? {}) as JsonObject;
+        owner = typeof input.workflowId === "string" ? input.workflowId : "";
+        stepIndex = typeof input.stepIndex === "number" ? input.stepIndex : 0;
+      }
       return {
         runId,
+        workflowId: owner,
         seq: step.seq,
         stepName: step.name,
         name: step.name.slice(prefix.length),
         stepIndex: Number.isSafeInteger(stepIndex) ? stepIndex : 0,
         step,
-      } satisfies EffectStep;
+      };
     }
     return undefined;
   }
 
-  private toIdempotency(key: string, workflowId: string, e: EffectStep): IdempotencyRecord {
+  private toIdempotency(key: string, e: EffectStep): IdempotencyRecord {
     const done = e.step.status === "completed";
     return {
       key,
-      workflowId,
+      workflowId: e.workflowId,
       stepIndex: e.stepIndex,
       name: e.name,
       status: done ? "finished" : "started",
@@ -471,59 +553,53 @@ export class JournalColdStore implements ColdStore {
     key: string,
     info: { workflowId: string; stepIndex: number; name: string; now: number; fencingToken?: number },
   ): Promise<IdempotencyRecord | undefined> {
-    const runId = info.workflowId === "" ? key : info.workflowId;
+    const { runId, part } = effectRunId(key, info.workflowId);
     const what = `start of side effect "${key}" refused`;
+    const fenceId = info.fencingToken !== undefined && info.workflowId !== "" ? info.workflowId : runId;
     for (let attempt = 0; ; attempt++) {
-      const run = await this.run(runId);
-      const token = await this.tokenFor(run, info.fencingToken, what, true);
-      const steps = await this.journal.readSteps(runId);
-      const found = this.findEffect(runId, key, info.workflowId, steps);
-      if (found && found.step.status !== "failed") {
-        this.effects.set(key, { runId, seq: found.seq, stepName: found.stepName });
-        return this.toIdempotency(key, info.workflowId, found);
-      }
+      const run = await this.run(
+        runId,
+        part === key ? { workflowId: info.workflowId, stepIndex: info.stepIndex } : null,
+      );
+      // The lease checked is the workflow's (a fenced start of a key of another run writes there with its token).
+      const fenceRun = fenceId === runId ? run : await this.run(fenceId);
+      await this.tokenFor(fenceRun, info.fencingToken, what, true);
+      const fenced = fenceId === runId ? info.fencingToken : undefined;
+      const token = fenced ?? run.fencingToken;
+      const found = await this.findEffect(key, info.workflowId);
+      if (found && found.step.status !== "failed") return this.toIdempotency(key, found);
       // Absent, or abandoned (`failed`: it may be retried): a new start, at its old seq when the name is the same.
-      const stepName = `${EFFECT_STEP}${effectPart(key, info.workflowId)}:${info.name}`;
-      const again = found?.stepName === stepName;
+      const stepName = `${EFFECT_STEP}${part}:${info.name}`;
+      const again = found?.stepName === stepName ? found : undefined;
       const record: StepRecord = {
         runId,
-        seq: again && found ? found.seq : nextSeq(steps),
+        seq: again ? again.seq : await this.nextSeq(runId),
         name: stepName,
         inputHash: hashInput(key),
         status: "started",
-        attempt: again && found ? found.step.attempt + 1 : 1,
+        attempt: again ? again.step.attempt + 1 : 1,
         startedAt: info.now,
         fencingToken: token,
       };
       try {
-        const out = await this.fenced(runId, info.fencingToken, what, () => this.journal.writeStep(token, record));
+        const out = await this.fenced(runId, fenced, what, () => this.journal.writeStep(token, record));
         if (out === RETRY) continue;
       } catch (e) {
         if (e instanceof JournalIntegrityError && attempt < 5) continue;
         throw e;
       }
-      this.effects.set(key, { runId, seq: record.seq, stepName });
       return undefined;
     }
   }
 
-  /** Where the record of `key` is: noted by `idempotencyBegin`, else looked up (the runner's keys name the workflow). */
-  private async effectAt(key: string): Promise<EffectStep | undefined> {
-    const noted = this.effects.get(key);
-    const candidates = noted ? [noted.runId] : [key.split(":").slice(0, -2).join(":"), key];
-    for (const runId of candidates) {
-      if (runId === "") continue;
-      const steps = await this.journal.readSteps(runId);
-      const workflowId = runId === key ? "" : runId;
-      const found = this.findEffect(runId, key, workflowId, steps);
-      if (found) return found;
-    }
-    return undefined;
+  /** The seq the run's next record goes to (the highest + 1). */
+  private async nextSeq(runId: string): Promise<number> {
+    return nextSeq(await this.journal.readSteps(runId, { last: 1 }));
   }
 
   /** Rewrites an effect record (`completed` or `failed`) with the run's current token (or `fence`'s). */
   private async settle(key: string, patch: Partial<StepRecord>, fence?: WorkflowFence): Promise<void> {
-    const e = await this.effectAt(key);
+    const e = await this.findEffect(key, "");
     if (!e || e.step.status === "completed") return;
     for (let attempt = 0; attempt < 3; attempt++) {
       const run = await this.journal.getRun(e.runId);
@@ -544,7 +620,6 @@ export class JournalColdStore implements ColdStore {
   async idempotencyFinish(key: string, resultJson: string, now: number): Promise<void> {
     const output = JSON.parse(resultJson) as JsonValue;
     await this.settle(key, { status: "completed", output, finishedAt: now });
-    this.effects.delete(key);
   }
 
   /** {@inheritDoc ColdStore.idempotencyAbandon} (the record becomes `failed`: a later start runs it again) */
@@ -554,7 +629,6 @@ export class JournalColdStore implements ColdStore {
       { status: "failed", error: { name: "Error", message: "the side effect threw" }, finishedAt: Date.now() },
       fence,
     );
-    this.effects.delete(key);
   }
 
   // ---- leases ----

@@ -25,6 +25,7 @@ import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { assertJournalOption, type Journal } from "../durable/journal.js";
 import {
   type BlobStore,
   blobRef,
@@ -49,6 +50,7 @@ import {
 } from "./cold.js";
 import { WorkflowNotFoundError, WorkflowStateError } from "./errors.js";
 import type { HotEntry, RedisHotTier } from "./hot-redis.js";
+import { JournalColdStore } from "./journal-store.js";
 import { fromOriginalNode, fromOriginalSnapshot, isOriginalSnapshot } from "./original.js";
 import {
   type AnyWorkflowStateSchema,
@@ -78,6 +80,7 @@ const SAVE_OPTIONS = optionKeys<CheckpointSaveOptions>({
 /** The keys of {@link CheckpointStoreOptions}: any other is an `InvalidOptionError`. */
 const STORE_OPTIONS = optionKeys<CheckpointStoreOptions>({
   cold: true,
+  journal: true,
   hot: true,
   schema: true,
   schemaVersion: true,
@@ -92,8 +95,17 @@ const STORE_OPTIONS = optionKeys<CheckpointStoreOptions>({
 export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema> {
   // Optional options take `undefined` too (`hot: url ? new RedisHotTier({ url }) : undefined` compiles under
   // `exactOptionalPropertyTypes`); undefined is the default.
-  /** The source of truth: a `SqliteColdStore` or `PostgresColdStore` (or your own {@link ColdStore}). */
-  cold: ColdStore;
+  /**
+   * The source of truth: a `SqliteColdStore` or `PostgresColdStore` (or your own {@link ColdStore}).
+   * Not with `journal`.
+   */
+  cold?: ColdStore | undefined;
+  /**
+   * A durable-run journal (`SqliteJournal`, `PostgresJournal`, `RedisJournal`) to keep the workflows in,
+   * instead of `cold`: a workflow is then a run of it, its checkpoints steps, its lease the run's
+   * ({@link JournalColdStore}). The journal stays open when the store closes.
+   */
+  journal?: Journal | undefined;
   /** Optional Redis cache of the latest snapshot per workflow. */
   hot?: RedisHotTier | undefined;
   /** State schema (from `defineWorkflowState`). @default WorkflowStateSchema (free-form sharedMemory) */
@@ -204,7 +216,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   private readonly onHotError: NonNullable<CheckpointStoreOptions<S>["onHotError"]>;
   private hotHealthy = true;
 
-  private constructor(options: CheckpointStoreOptions<S>) {
+  private constructor(options: CheckpointStoreOptions<S> & { cold: ColdStore }) {
     this.cold = options.cold;
     this.hot = options.hot;
     this.schema = (options.schema ?? WorkflowStateSchema) as S;
@@ -240,6 +252,14 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     options: CheckpointStoreOptions<S>,
   ): Promise<CheckpointStore<S>> {
     checkOptions("CheckpointStore.open", options, STORE_OPTIONS);
+    if (options.journal !== undefined) {
+      if (options.cold !== undefined) {
+        throw new InvalidOptionError("CheckpointStore.open", "journal", "give cold or journal, not both");
+      }
+      assertJournalOption("CheckpointStore.open", options.journal, "CheckpointStore.open({ journal })");
+      const cold = new JournalColdStore({ journal: options.journal, closeJournal: false });
+      return CheckpointStore.open({ ...options, journal: undefined, cold });
+    }
     const cold = (options as Partial<CheckpointStoreOptions<S>> | undefined)?.cold as unknown;
     if (cold === null || typeof cold !== "object" || typeof (cold as Partial<ColdStore>).init !== "function") {
       const sqlite = typeof cold === "string" && cold.startsWith("sqlite:") ? JSON.stringify(cold.slice(7)) : "PATH";
@@ -258,10 +278,11 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
       );
     }
     checkBlobOptions(options);
-    await options.cold.init();
+    const withCold = options as CheckpointStoreOptions<S> & { cold: ColdStore };
+    await withCold.cold.init();
     // Bounded: a dead Redis costs the connect timeout once, then the store runs on the cold tier.
     await options.hot?.waitReady();
-    return new CheckpointStore<S>(options);
+    return new CheckpointStore<S>(withCold);
   }
 
   /** The schema version new snapshots are written with. */

@@ -35,6 +35,13 @@ runColdStoreConformance(
         await cold.close();
         tmp.cleanup();
       },
+      async ageSnapshots(workflowId, createdAt) {
+        db()
+          .prepare(
+            "UPDATE durable_steps SET started_at = ?, finished_at = ? WHERE run_id = ? AND (name GLOB 'checkpoint:*' OR name GLOB 'effect:*')",
+          )
+          .run(createdAt, createdAt, workflowId);
+      },
       async countIdempotencyRecords(workflowId) {
         const row = db()
           .prepare("SELECT COUNT(*) AS n FROM durable_steps WHERE run_id = ? AND name LIKE 'effect:%'")
@@ -61,6 +68,13 @@ runColdStoreConformance(
         } finally {
           await pool.end();
         }
+      },
+      async ageSnapshots(workflowId, createdAt) {
+        await pool.query(
+          `UPDATE "${schema}".durable_steps SET started_at = $1, finished_at = $1
+           WHERE run_id = $2 AND (name LIKE 'checkpoint:%' OR name LIKE 'effect:%')`,
+          [createdAt, workflowId],
+        );
       },
       async countIdempotencyRecords(workflowId) {
         const r = await pool.query(

@@ -1,0 +1,230 @@
+/**
+ * The one-time move of an earlier release's workflow tables into the durable journal of the same
+ * SQLite file (`workflowJournalMigrations`): a file written by the SQL cold store of this release
+ * (checkpoints, a waiting interrupt, a started side effect, a node failure, lease tokens) and a file
+ * in the original design's layout open as a journal, resume and finish; no fencing token goes back;
+ * the old tables are gone and the original design's query reads the newest checkpoint from the
+ * `workflow_snapshots` view.
+ */
+import path from "node:path";
+import Database from "better-sqlite3";
+import { afterAll, describe, expect, it } from "vitest";
+import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql.js";
+import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
+import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import {
+  CheckpointStore,
+  END,
+  type GraphNode,
+  IdempotencyGuard,
+  ResumableGraphRunner,
+  UnknownSideEffectError,
+} from "../../src/workflow/index.js";
+import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
+import { JournalColdStore } from "../../src/workflow/journal-store.js";
+import { tempDir } from "./helpers.js";
+
+const tmp = tempDir("journal-migrate");
+afterAll(() => tmp.cleanup());
+let n = 0;
+
+const SEED_QUERY = "SELECT state_json FROM workflow_snapshots WHERE workflow_id = ? ORDER BY step_index DESC LIMIT 1";
+
+/** The journal of a file, with the workflow tables of an earlier release moved into it. */
+function journalOf(file: string): SqliteJournal {
+  return new SqliteJournal({ path: file }, [workflowJournalMigrations(DEFAULT_JOURNAL_TABLE_PREFIX)]);
+}
+
+const tableNames = (file: string) => {
+  const db = new Database(file, { readonly: true });
+  try {
+    return (
+      db.prepare("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").all() as {
+        name: string;
+        type: string;
+      }[]
+    ).map((r) => `${r.type}:${r.name}`);
+  } finally {
+    db.close();
+  }
+};
+
+describe("workflow tables of an earlier release move into the journal", () => {
+  it("checkpoints, a waiting interrupt, a started side effect, a node failure and lease tokens", async () => {
+    const file = path.join(tmp.dir, `old-${n++}.db`);
+    let charged = 0;
+    const nodes: Record<string, GraphNode> = {
+      draft: () => ({ next: "approve", updates: { draft: "hello" } }),
+      approve: async (_s, ctx) => {
+        const answer = await ctx.interrupt<{ ok: boolean }>({ reason: "approve?" });
+        await ctx.sideEffect("charge", () => {
+          charged++;
+          return "ch_1";
+        });
+        return { next: END, updates: { approved: answer.ok } };
+      },
+    };
+    // Written by the SQL cold store (the tables of this release before the move).
+    const old = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
+    const oldRunner = new ResumableGraphRunner({ store: old, nodes });
+    expect((await oldRunner.runOrResume("waits")).status).toBe("waiting");
+    const failing = new ResumableGraphRunner({
+      store: old,
+      nodes: {
+        a: () => ({ next: "b", updates: { n: 1 } }),
+        b: () => {
+          throw new Error("boom");
+        },
+      },
+    });
+    await expect(failing.runOrResume("fails")).rejects.toThrow(/boom/);
+    // A side effect started and never finished (its process died), and a lease taken a few times.
+    await old.cold.idempotencyBegin("effects:0:0", { workflowId: "effects", stepIndex: 0, name: "mail", now: 1234 });
+    const leases = old.cold as Required<Pick<SqliteColdStore, "acquireLease" | "releaseLease">>;
+    for (let i = 1; i <= 3; i++) {
+      await leases.acquireLease("fails", "w", 30_000);
+      await leases.releaseLease("fails", i + 1);
+    }
+    const oldHistory = (await old.history("waits")).map((h) => [h.stepIndex, h.nodeName]);
+    await old.close();
+
+    // Opened as a journal: moved once.
+    const journal = journalOf(file);
+    const store = await CheckpointStore.open({ journal });
+    try {
+      const names = tableNames(file);
+      expect(
+        names.filter((t) =>
+          /workflow_(snapshots_|step_errors|idempotency|leases|lease_floor)|table:workflows$/.test(t),
+        ),
+      ).toEqual([]);
+      expect(names).toContain("view:workflow_snapshots");
+      expect((await store.history("waits")).map((h) => [h.stepIndex, h.nodeName])).toEqual(oldHistory);
+      expect((await store.summary("waits"))?.status).toBe("waiting");
+      expect((await store.summary("fails"))?.status).toBe("failed");
+      expect(await store.errors("fails")).toMatchObject([
+        { nodeName: "b", error: { message: expect.stringMatching(/boom/) } },
+      ]);
+      // The run is the workflow: its token starts above every lease token the old table held.
+      const run = await journal.getRun("fails");
+      expect(run).toMatchObject({ workflow: "graph", status: "failed" });
+      expect(run?.fencingToken).toBeGreaterThanOrEqual(4);
+      const lease = await journal.acquireLease("fails", "x", 30_000);
+      expect(lease).toMatchObject({ acquired: true });
+      expect((lease as { fencingToken: number }).fencingToken).toBeGreaterThan(4);
+      await journal.releaseLease("fails", (lease as { fencingToken: number }).fencingToken);
+      // The started side effect goes to reconcile, never a blind re-run.
+      const guard = new IdempotencyGuard({ store });
+      const unknown = await guard.run("effects:0:0", () => "again", { name: "mail" }).catch((e: unknown) => e);
+      expect(unknown).toBeInstanceOf(UnknownSideEffectError);
+      expect(unknown).toMatchObject({ startedAt: 1234 });
+      // The waiting workflow is answered and finishes; its side effect ran once.
+      const runner = new ResumableGraphRunner({ store, nodes });
+      const done = await runner.resume("waits", { ok: true });
+      expect(done.status).toBe("finished");
+      expect(done.state.sharedMemory).toMatchObject({ draft: "hello", approved: true });
+      expect(charged).toBe(1);
+      // The original design's query reads the newest checkpoint from the view.
+      const db = new Database(file, { readonly: true });
+      try {
+        const row = db.prepare(SEED_QUERY).get("waits") as { state_json: string };
+        expect(JSON.parse(row.state_json)).toMatchObject({ workflowId: "waits", isFinished: true });
+        expect(JSON.parse(row.state_json).stepIndex).toBe((await store.loadLatest("waits"))?.stepIndex);
+      } finally {
+        db.close();
+      }
+    } finally {
+      await store.close();
+      await journal.close();
+    }
+    // Opened again: nothing moves twice.
+    const again = journalOf(file);
+    try {
+      expect((await again.listRuns({ workflow: "graph" })).map((r) => r.runId).sort()).toEqual([
+        "effects",
+        "fails",
+        "waits",
+      ]);
+    } finally {
+      await again.close();
+    }
+  });
+
+  it("a file in the original design's layout: moved, resumed, and read by the original query", async () => {
+    const file = path.join(tmp.dir, `seed-${n++}.db`);
+    const db = new Database(file);
+    db.exec(`CREATE TABLE IF NOT EXISTS workflow_snapshots (
+      id INTEGER PRIMARY KEY AUTOINCREMENT, workflow_id TEXT NOT NULL, step_index INTEGER NOT NULL,
+      node_name TEXT NOT NULL, state_json TEXT NOT NULL, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
+      UNIQUE (workflow_id, step_index))`);
+    const state = (step: number, node: string) => ({
+      workflow_id: "tea",
+      session_id: "s",
+      current_node: node,
+      step_index: step,
+      shared_memory: { topic: "tea", step },
+      history_records: [],
+      is_finished: false,
+      updated_at: 1741944413.25 + step,
+    });
+    const insert = db.prepare(
+      "INSERT INTO workflow_snapshots (workflow_id, step_index, node_name, state_json, created_at) VALUES (?, ?, ?, ?, ?)",
+    );
+    insert.run("tea", 0, "START", JSON.stringify(state(0, "plan")), "2025-03-14 09:26:53");
+    insert.run("tea", 1, "plan", JSON.stringify(state(1, "write")), 1741944414.25);
+    db.close();
+
+    const journal = journalOf(file);
+    const store = await CheckpointStore.open({ journal });
+    try {
+      const history = await store.history("tea");
+      expect(history.map((h) => [h.stepIndex, h.nodeName, h.createdAt])).toEqual([
+        [0, "__start__", Date.UTC(2025, 2, 14, 9, 26, 53)],
+        [1, "plan", 1741944414250],
+      ]);
+      const runner = new ResumableGraphRunner({
+        store,
+        nodes: { write: () => ({ next: END, updates: { written: true } }) },
+      });
+      const out = await runner.runOrResume("tea");
+      expect(out.status).toBe("finished");
+      expect(out.state.sharedMemory).toMatchObject({ topic: "tea", step: 1, written: true });
+      const read = new Database(file, { readonly: true });
+      try {
+        const row = read.prepare(SEED_QUERY).get("tea") as { state_json: string };
+        expect(JSON.parse(row.state_json)).toMatchObject({ stepIndex: 2, isFinished: true });
+      } finally {
+        read.close();
+      }
+    } finally {
+      await store.close();
+      await journal.close();
+    }
+  });
+
+  it("a fresh file: no workflow tables, the view over the journal's checkpoints", async () => {
+    const file = path.join(tmp.dir, `fresh-${n++}.db`);
+    const journal = journalOf(file);
+    const cold = new JournalColdStore({ journal });
+    const store = await CheckpointStore.open({ cold });
+    try {
+      const runner = new ResumableGraphRunner({
+        store,
+        nodes: { a: () => ({ next: "b", updates: { x: 1 } }), b: () => ({ next: END, updates: { x: 2 } }) },
+      });
+      await runner.runOrResume("fresh");
+      const names = tableNames(file);
+      expect(names.filter((t) => t.startsWith("table:workflow"))).toEqual([]);
+      expect(names.filter((t) => t.startsWith("table:")).length).toBeLessThanOrEqual(14);
+      const read = new Database(file, { readonly: true });
+      try {
+        const row = read.prepare(SEED_QUERY).get("fresh") as { state_json: string };
+        expect(JSON.parse(row.state_json)).toMatchObject({ stepIndex: 2, sharedMemory: { x: 2 } });
+      } finally {
+        read.close();
+      }
+    } finally {
+      await store.close();
+    }
+  });
+});

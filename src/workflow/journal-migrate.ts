@@ -25,8 +25,17 @@
  *
  * @module
  */
+
+import type { JsonValue } from "../core/json.js";
 import { hashInput } from "../durable/journal.js";
-import { CHECKPOINT_STEP, DEFAULT_GRAPH_WORKFLOW, EFFECT_STEP, ERROR_STEP, effectRunId } from "./journal-store.js";
+import {
+  CHECKPOINT_STEP,
+  DEFAULT_GRAPH_WORKFLOW,
+  EFFECT_STEP,
+  ERROR_STEP,
+  effectRunId,
+  interruptSignalOf,
+} from "./journal-store.js";
 import { rowCreatedAtMs } from "./original.js";
 
 /** The part of a better-sqlite3 database the migration uses (no driver import). */
@@ -193,9 +202,7 @@ function migrate(db: MigrationDatabase, prefix: string): void {
         : state?.is_finished === true || state?.isFinished === true
           ? "completed"
           : "running";
-      const interrupt = state?.interrupt as Row | null | undefined;
-      if (status === "waiting" && interrupt && typeof interrupt.id === "string")
-        waitingFor = `interrupt:${interrupt.id}`;
+      if (status === "waiting") waitingFor = interruptSignalOf(state as JsonValue | undefined) ?? null;
     }
     const lastError = errors.at(-1);
     const errorJson =

@@ -244,10 +244,19 @@ export class JournalColdStore implements ColdStore {
   }
 
   /** Moves the run to the status of the workflow when it differs. */
-  private async setStatus(token: number, run: RunRecord, status: WorkflowRowStatus): Promise<void> {
+  /**
+   * Moves the run to the status of the workflow when it differs. A workflow waiting on `interrupt()`
+   * makes the run wait for signal `interrupt:<id>` (unless that signal has already arrived: the run
+   * then stays as it is, and the next `runOrResume` delivers it).
+   */
+  private async setStatus(token: number, run: RunRecord, status: WorkflowRowStatus, state: JsonValue): Promise<void> {
     const want = RUN_STATUS[status];
-    if (run.status === want) return;
-    await this.journal.updateRun(token, run.runId, { status: want });
+    const waitingFor = status === "waiting" ? interruptSignalOf(state) : undefined;
+    if (run.status === want && run.waitingFor === waitingFor) return;
+    await this.journal.updateRun(token, run.runId, {
+      status: want,
+      ...(waitingFor === undefined ? {} : { waitingFor }),
+    });
   }
 
   // ---- checkpoints ----
@@ -286,7 +295,7 @@ export class JournalColdStore implements ColdStore {
         if (e instanceof JournalIntegrityError && attempt < 5) continue;
         throw e;
       }
-      await this.fenced(id, fencingToken, what, () => this.setStatus(token, run, row.status));
+      await this.fenced(id, fencingToken, what, () => this.setStatus(token, run, row.status, output));
       return;
     }
   }
@@ -667,6 +676,15 @@ export class JournalColdStore implements ColdStore {
   async close(): Promise<void> {
     if (this.closeJournal) await this.journal.close();
   }
+}
+
+/** Prefix of the signal a workflow waiting on `interrupt()` waits for: `interrupt:<interrupt id>`. */
+export const INTERRUPT_SIGNAL = "interrupt:";
+
+/** The signal a stored state waiting on `interrupt()` waits for, if it does. */
+export function interruptSignalOf(state: JsonValue | undefined): string | undefined {
+  const pending = (state as JsonObject | null | undefined)?.pendingInterrupt as JsonObject | null | undefined;
+  return pending && typeof pending.id === "string" ? `${INTERRUPT_SIGNAL}${pending.id}` : undefined;
 }
 
 /** Marker of {@link JournalColdStore}'s internal retry. */

@@ -40,6 +40,8 @@ import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { defaultOwner, leaseMs } from "../core/owner.js";
+import { SignalConflictError } from "../durable/errors.js";
+import type { Journal } from "../durable/journal.js";
 import {
   NodeFailedError,
   NondeterminismError,
@@ -51,6 +53,7 @@ import {
   WorkflowStateError,
 } from "./errors.js";
 import { IdempotencyGuard, type Reconcile } from "./idempotency.js";
+import { INTERRUPT_SIGNAL, JournalColdStore } from "./journal-store.js";
 import { DEFAULT_WORKFLOW_LEASE_TTL_MS, HeldLease, keepsLeases, type LeasingColdStore } from "./lease.js";
 import {
   type AnyWorkflowStateSchema,
@@ -63,6 +66,11 @@ import {
   type WorkflowState,
 } from "./state.js";
 import type { CheckpointStore } from "./store.js";
+
+/** The journal under a store whose workflows are journal runs, else undefined. */
+function journalOf(store: CheckpointStore<AnyWorkflowStateSchema>): Journal | undefined {
+  return store.cold instanceof JournalColdStore ? store.cold.journal : undefined;
+}
 
 const RESUME_OPTIONS = optionKeys<{ interruptId?: string }>({ interruptId: true });
 const FORK_OPTIONS = optionKeys<{ newWorkflowId?: string; updates?: unknown; run?: boolean }>({
@@ -426,6 +434,13 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
         });
         state = (await this.store.save(fresh, { expectedStep: null, nodeName: START, ...fence(lease) })) as T;
       }
+      // On a journal, an answer sent as a signal (`signal()`, `dumplings signal`) while it waited is delivered now.
+      const journal = journalOf(this.store);
+      const pending = state.status === "waiting" ? state.pendingInterrupt : undefined;
+      if (journal && pending) {
+        const answer = await journal.getSignal(workflowId, `${INTERRUPT_SIGNAL}${pending.id}`);
+        if (answer) return this.deliver(workflowId, answer.value, { interruptId: pending.id }, lease, true);
+      }
       return this.drive(state, lease);
     });
   }
@@ -458,6 +473,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     value: JsonValue,
     options: { interruptId?: string },
     lease: HeldLease | undefined,
+    signalled = false,
   ): Promise<GraphRunResult<T>> {
     const state = (await this.store.loadLatest(workflowId)) as T | undefined;
     if (!state) throw new WorkflowNotFoundError(workflowId);
@@ -471,6 +487,21 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
         state.stepIndex,
         `waiting on ${pending.id}, not ${options.interruptId}`,
       );
+    }
+    const journal = signalled ? undefined : journalOf(this.store);
+    if (journal) {
+      // The answer is the signal the run waits for: recorded first (once), so any process sees it was answered.
+      const name = `${INTERRUPT_SIGNAL}${pending.id}`;
+      try {
+        await journal.sendSignal(workflowId, name, value);
+      } catch (e) {
+        if (!(e instanceof SignalConflictError)) throw e;
+        throw new WorkflowNotWaitingError(
+          workflowId,
+          state.stepIndex,
+          `already answered by signal ${JSON.stringify(name)}; runOrResume continues it with that answer`,
+        );
+      }
     }
     const next = {
       ...state,

@@ -101,6 +101,8 @@ describe("workflow tables of an earlier release move into the journal", () => {
       expect(names).toContain("view:workflow_snapshots");
       expect((await store.history("waits")).map((h) => [h.stepIndex, h.nodeName])).toEqual(oldHistory);
       expect((await store.summary("waits"))?.status).toBe("waiting");
+      // The waiting interrupt is a run waiting for its signal.
+      expect((await journal.getRun("waits"))?.waitingFor).toMatch(/^interrupt:waits:/);
       expect((await store.summary("fails"))?.status).toBe("failed");
       expect(await store.errors("fails")).toMatchObject([
         { nodeName: "b", error: { message: expect.stringMatching(/boom/) } },

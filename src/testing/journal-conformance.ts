@@ -22,7 +22,11 @@
  *   the fencing token bumped so the former executor's writes are refused,
  *   events with `by`), a `blocked` run through `updateRun` (reason in `error`,
  *   `run_blocked` with `detail`), `appendEvent`, and a cancel atomic with the
- *   executor's writes.
+ *   executor's writes;
+ * - **what workflow graphs use**: `readSteps` with a query (`fromSeq`,
+ *   `namePrefix`, `last`), snapshot steps and `pruneRuns` (holes never filled:
+ *   the next seq is the highest + 1), blobs written with their step and deleted
+ *   with their last reference, `listRuns` paged by `runCursor` while runs move.
  *
  * The suite imports no test runner: the caller passes its test functions as
  * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).

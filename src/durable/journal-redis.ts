@@ -35,7 +35,7 @@ import {
   renamedOption,
   runScript,
 } from "../drivers/redis.js";
-import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
+import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import type {
   Journal,
   JournalEvent,
@@ -55,6 +55,7 @@ import type {
   WriteStepOptions,
 } from "./journal.js";
 import {
+  blobWrite,
   checkListRuns,
   checkPruneOptions,
   checkResetSeq,
@@ -163,6 +164,25 @@ local function rescan()
   return mx
 end`;
 
+/**
+ * Blobs inside a script (`ARGV` holds the journal's key prefix): bytes under `<prefix>blob:<ref>`, the
+ * number of step records referencing each in the hash `<prefix>blobrefs`, and a run's references per
+ * record in its `steprefs` hash (seq → space-separated refs). `unref` drops one reference of each ref of
+ * a list and deletes the blobs left without any; it returns how many.
+ */
+const BLOB_REFS = `
+local function unref(prefix, list)
+  local n = 0
+  for ref in string.gmatch(list, '%S+') do
+    local c = redis.call('HINCRBY', prefix .. 'blobrefs', ref, -1)
+    if c <= 0 then
+      redis.call('HDEL', prefix .. 'blobrefs', ref)
+      n = n + redis.call('DEL', prefix .. 'blob:' .. ref)
+    end
+  end
+  return n
+end`;
+
 const luaSet = (values: Iterable<string>) => `{${[...values].map((v) => `['${v}'] = true`).join(", ")}}`;
 
 const SCRIPTS = {
@@ -194,7 +214,7 @@ return {'ok', fmt(exp)}`),
   release: redisScript(`${TOKEN_CHECK}
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at')
 return {'ok'}`),
-  writeStep: redisScript(`${CLOCK}${TOKEN_CHECK}${STEP_META}
+  writeStep: redisScript(`${CLOCK}${TOKEN_CHECK}${STEP_META}${BLOB_REFS}
 local mx = stepmax()
 local seq = tonumber(ARGV[2])
 local meta = redis.call('HGET', KEYS[3], ARGV[2])
@@ -203,17 +223,32 @@ if meta then
   local st, nm = parsemeta(meta)
   if nm ~= ARGV[3] or st == 'completed' then return {'conflict', fmt(mx + 1), st, nm} end
 end
+local prefix = ARGV[7]
+local given = {}
+for i = 9, #ARGV, 2 do given[ARGV[i]] = i + 1 end
+for ref in string.gmatch(ARGV[8], '%S+') do
+  if not given[ref] and redis.call('EXISTS', prefix .. 'blob:' .. ref) == 0 then return {'missing', ref} end
+end
+for ref in string.gmatch(ARGV[8], '%S+') do
+  local key = prefix .. 'blob:' .. ref
+  if given[ref] and redis.call('EXISTS', key) == 0 then redis.call('SET', key, ARGV[given[ref]]) end
+  redis.call('HINCRBY', prefix .. 'blobrefs', ref, 1)
+end
+local oldrefs = redis.call('HGET', KEYS[5], ARGV[2])
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[5], ARGV[2], ARGV[8]) elseif oldrefs then redis.call('HDEL', KEYS[5], ARGV[2]) end
+if oldrefs then unref(prefix, oldrefs) end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4] .. ':' .. ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
 if seq > mx then redis.call('HSET', KEYS[1], 'step_max', ARGV[2]) end
 redis.call('RPUSH', KEYS[4], stamp(ARGV[6], nowms()))
 return {'ok'}`),
   /**
-   * Prunes one run (`KEYS`: run, steps, stepmeta): deletes at most `ARGV[3]` records that finished before
-   * `ARGV[1]` and lie before the `ARGV[2]`-th newest snapshot step; returns their count, then their seqs.
+   * Prunes one run (`KEYS`: run, steps, stepmeta, steprefs): deletes at most `ARGV[3]` records that finished
+   * before `ARGV[1]` and lie before the `ARGV[2]`-th newest snapshot step, with their blob references
+   * (`ARGV[4]`: the key prefix); returns their count, the blobs deleted, then their seqs.
    */
-  prune: redisScript(`${CLOCK}${STEP_META}
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+  prune: redisScript(`${CLOCK}${STEP_META}${BLOB_REFS}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
 local all = redis.call('HGETALL', KEYS[3])
 local cutoff = tonumber(ARGV[1])
 local keep = tonumber(ARGV[2])
@@ -223,23 +258,33 @@ for i = 1, #all, 2 do
   local _, _, _, snap = parsemeta(all[i + 1])
   if snap then snaps[#snaps + 1] = tonumber(all[i]) end
 end
-if #snaps < keep then return {0} end
+if #snaps < keep then return {0, 0} end
 table.sort(snaps)
 local bound = snaps[#snaps - keep + 1]
 if not redis.call('HGET', KEYS[1], 'step_max') then redis.call('HSET', KEYS[1], 'step_max', fmt(stepmax())) end
-local out = {0}
+local out = {0, 0}
 for i = 1, #all, 2 do
-  if #out > batch then break end
+  if #out - 2 >= batch then break end
   local seq = tonumber(all[i])
   local _, _, fin = parsemeta(all[i + 1])
   if seq and seq < bound and fin and fin < cutoff then
     redis.call('HDEL', KEYS[2], all[i])
     redis.call('HDEL', KEYS[3], all[i])
+    local refs = redis.call('HGET', KEYS[4], all[i])
+    if refs then
+      redis.call('HDEL', KEYS[4], all[i])
+      out[2] = out[2] + unref(ARGV[4], refs)
+    end
     out[#out + 1] = all[i]
   end
 end
-out[1] = #out - 1
+out[1] = #out - 2
 return out`),
+  /** Deletes a run's keys (`KEYS`: run, steps, stepmeta, signals, events, steprefs) and its blob references. */
+  deleteRun: redisScript(`${BLOB_REFS}
+for _, refs in ipairs(redis.call('HVALS', KEYS[6])) do unref(ARGV[1], refs) end
+redis.call('DEL', unpack(KEYS))
+return 1`),
   readSteps: redisScript(`${CLOCK}${STEP_META}
 local all = redis.call('HGETALL', KEYS[2])
 local from = tonumber(ARGV[1])
@@ -303,19 +348,24 @@ local now = nowms()
 local token = takeover('cancelled', now, {'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[2], stamp(ARGV[1], now, token))
 return runreply()`),
-  reset: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}
+  reset: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}${BLOB_REFS}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local mx = stepmax()
 for i = tonumber(ARGV[1]) + 1, mx do
   redis.call('HDEL', KEYS[2], fmt(i))
   redis.call('HDEL', KEYS[3], fmt(i))
+  local refs = redis.call('HGET', KEYS[5], fmt(i))
+  if refs then
+    redis.call('HDEL', KEYS[5], fmt(i))
+    unref(ARGV[3], refs)
+  end
 end
 rescan()
 local now = nowms()
 local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[4], stamp(ARGV[2], now, token))
 return runreply()`),
-  retry: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}
+  retry: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}${BLOB_REFS}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local st = redis.call('HGET', KEYS[1], 'status')
 local mx = stepmax()
@@ -328,6 +378,11 @@ if mx >= 0 then
   if mst == 'failed' then
     redis.call('HDEL', KEYS[2], fmt(mx))
     redis.call('HDEL', KEYS[3], fmt(mx))
+    local refs = redis.call('HGET', KEYS[5], fmt(mx))
+    if refs then
+      redis.call('HDEL', KEYS[5], fmt(mx))
+      unref(ARGV[2], refs)
+    end
     rescan()
     dropped = ',"seq":' .. fmt(mx) .. ',"name":' .. cjson.encode(mnm)
   end
@@ -348,10 +403,17 @@ end
 return #ids`),
 } as const;
 
+/** The same bytes as a Buffer (ioredis sends a Buffer as is), not copied. */
+const asBuffer = (b: Uint8Array): Buffer =>
+  Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+
 /** Whether `a` sorts before `b` as Redis sorts members of equal score (bytes of UTF-8). */
 const memberBefore = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")) < 0;
 
 type Reply = (string | null)[];
+
+/** The keys of one run (`<prefix>{runId}:<part>`). */
+const RUN_KEY_PARTS = ["run", "steps", "stepmeta", "signals", "events", "steprefs"] as const;
 
 /** Step records a prune script deletes at most. */
 const PRUNE_BATCH = 1000;
@@ -400,7 +462,7 @@ export class RedisJournal implements Journal {
     this.prefix = this.conn.keyPrefix;
   }
 
-  private k(runId: string, part: "run" | "steps" | "stepmeta" | "signals" | "events") {
+  private k(runId: string, part: (typeof RUN_KEY_PARTS)[number]) {
     return `${this.prefix}{${runId}}:${part}`;
   }
 
@@ -417,8 +479,15 @@ export class RedisJournal implements Journal {
     return `${this.prefix}runs:updated`;
   }
 
-  private exec(what: string, runId: string, script: RedisScript, keys: string[], args: (string | number)[]) {
-    return this.call(what, runId, (c) => runScript(c, script, keys, args.map(String)));
+  private exec(what: string, runId: string, script: RedisScript, keys: string[], args: (string | number | Buffer)[]) {
+    return this.call(what, runId, (c) =>
+      runScript(
+        c,
+        script,
+        keys,
+        args.map((a) => (Buffer.isBuffer(a) ? a : String(a))),
+      ),
+    );
   }
 
   private call<T>(what: string, runId: string, fn: (client: Redis) => Promise<T>): Promise<T> {
@@ -636,6 +705,7 @@ export class RedisJournal implements Journal {
     const output = outputColumn(record);
     // The record's JSON with the output's text spliced in (serialised once, by the step or just above).
     const snapshot = snapshotWrite(options);
+    const blobs = blobWrite(this.name, options);
     const { output: _output, snapshot: _snapshot, ...fields } = record;
     const head = JSON.stringify({ ...fields, fencingToken: token, ...(snapshot ? { snapshot: true } : {}) });
     const stored = output === null ? head : `${head.slice(0, -1)},"output":${output}}`;
@@ -648,6 +718,7 @@ export class RedisJournal implements Journal {
         this.k(record.runId, "steps"),
         this.k(record.runId, "stepmeta"),
         this.k(record.runId, "events"),
+        this.k(record.runId, "steprefs"),
       ],
       [
         token,
@@ -661,9 +732,19 @@ export class RedisJournal implements Journal {
           attempt: record.attempt,
           fencingToken: token,
         }),
+        this.prefix,
+        blobs?.refs.join(" ") ?? "",
+        ...[...(blobs?.bytes ?? [])].flatMap(([ref, bytes]) => [ref, asBuffer(bytes)]),
       ],
     )) as Reply;
     this.tokenReply(record.runId, token, r);
+    if (r[0] === "missing") {
+      throw new JournalIntegrityError(
+        record.runId,
+        record.seq,
+        `blob ${String(r[1])} is referenced but not stored: pass its bytes in WriteStepOptions.blobs`,
+      );
+    }
     if (r[0] === "gap") checkStepWrite(record.runId, token, token, Number(r[1]), undefined, record);
     if (r[0] === "conflict") {
       checkStepWrite(record.runId, token, token, Number(r[1]), { status: String(r[2]), name: String(r[3]) }, record);
@@ -744,12 +825,11 @@ export class RedisJournal implements Journal {
   /** {@inheritDoc Journal.deleteRun} */
   async deleteRun(runId: string): Promise<void> {
     await this.call("delete", runId, async (c) => {
-      await c.del(
-        this.k(runId, "run"),
-        this.k(runId, "steps"),
-        this.k(runId, "stepmeta"),
-        this.k(runId, "signals"),
-        this.k(runId, "events"),
+      await runScript(
+        c,
+        SCRIPTS.deleteRun,
+        RUN_KEY_PARTS.map((part) => this.k(runId, part)),
+        [this.prefix],
       );
       await c.zrem(this.index, runId);
       await c.zrem(this.updated, runId);
@@ -779,16 +859,25 @@ export class RedisJournal implements Journal {
             "prune",
             runId,
             SCRIPTS.prune,
-            [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta")],
-            [cutoff, o.keepLast, PRUNE_BATCH],
+            [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "steprefs")],
+            [cutoff, o.keepLast, PRUNE_BATCH, this.prefix],
           )) as Reply;
           const n = Number(r[0]);
           result.deletedSteps += n;
+          result.deletedBlobs += Number(r[1]);
           if (n < PRUNE_BATCH) break;
         }
       }
     } while (cursor !== "0");
     return result;
+  }
+
+  /** {@inheritDoc Journal.readBlob} */
+  async readBlob(ref: string): Promise<Uint8Array | undefined> {
+    const v = await this.conn.call(`cannot read blob ${ref}`, undefined, (c) =>
+      c.getBuffer(`${this.prefix}blob:${ref}`),
+    );
+    return v === null ? undefined : new Uint8Array(v);
   }
 
   /** {@inheritDoc Journal.appendEvent} */
@@ -823,8 +912,15 @@ export class RedisJournal implements Journal {
       "reset",
       runId,
       SCRIPTS.reset,
-      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events"), this.updated],
-      [toSeq, this.eventJson("run_reset", { seq: toSeq, by })],
+      [
+        this.k(runId, "run"),
+        this.k(runId, "steps"),
+        this.k(runId, "stepmeta"),
+        this.k(runId, "events"),
+        this.k(runId, "steprefs"),
+        this.updated,
+      ],
+      [toSeq, this.eventJson("run_reset", { seq: toSeq, by }), this.prefix],
     )) as Reply;
     return this.runReply(runId, r);
   }
@@ -835,8 +931,15 @@ export class RedisJournal implements Journal {
       "retry",
       runId,
       SCRIPTS.retry,
-      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events"), this.updated],
-      [this.eventJson("run_retried", { by })],
+      [
+        this.k(runId, "run"),
+        this.k(runId, "steps"),
+        this.k(runId, "stepmeta"),
+        this.k(runId, "events"),
+        this.k(runId, "steprefs"),
+        this.updated,
+      ],
+      [this.eventJson("run_retried", { by }), this.prefix],
     )) as Reply;
     if (r[0] === "refused") throw retryRefused(runId, String(r[1]), Number(r[2]));
     return this.runReply(runId, r);
@@ -851,7 +954,7 @@ export class RedisJournal implements Journal {
    * @throws {BackendError} when Redis fails or does not answer in time
    */
   async clear(): Promise<void> {
-    const parts = ["run", "steps", "stepmeta", "signals", "events"] as const;
+    const parts = RUN_KEY_PARTS;
     for (;;) {
       const ids = await this.conn.call("cannot clear the journal", undefined, (c) => c.zrange(this.index, 0, 499));
       if (ids.length === 0) break;
@@ -865,6 +968,20 @@ export class RedisJournal implements Journal {
       for (const [err] of res ?? []) {
         if (err) throw new BackendError("redis", "cannot clear the journal", { cause: err });
       }
+    }
+    // the blobs: every one the runs referenced (the reference counts list them), then the counts
+    for (;;) {
+      const refs = await this.conn.call("cannot clear the journal", undefined, (c) =>
+        c.hkeys(`${this.prefix}blobrefs`),
+      );
+      if (refs.length === 0) break;
+      await this.conn.call("cannot clear the journal", undefined, async (c) => {
+        for (let i = 0; i < refs.length; i += 500) {
+          const part = refs.slice(i, i + 500);
+          await c.del(...part.map((ref) => `${this.prefix}blob:${ref}`));
+          await c.hdel(`${this.prefix}blobrefs`, ...part);
+        }
+      });
     }
     await this.conn.call("cannot clear the journal", undefined, (c) => c.del(this.index, this.updated));
   }

@@ -27,8 +27,10 @@
  */
 import type { JsonValue } from "../core/json.js";
 import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
-import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
+import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
+  type BlobWrite,
+  blobWrite,
   checkListRuns,
   checkPruneOptions,
   checkResetSeq,
@@ -76,6 +78,8 @@ export interface SqlJournalDialect {
   bigint: string;
   /** Clause closing a table keyed by `(run_id, …)`: `" WITHOUT ROWID"` on SQLite, `""` on PostgreSQL. */
   keyed: string;
+  /** Type of a bytes column: `BLOB` (SQLite) or `BYTEA` (PostgreSQL). @default `BYTEA` when `bigint` is `BIGINT`, else `BLOB` */
+  bytes?: string;
 }
 
 /** One versioned migration of the journal's tables, in the shape both drivers' migration lists take. */
@@ -98,7 +102,9 @@ export interface SqlJournalMigration {
  *   alone, after `status` and after `workflow` (the `(status, created_at)` index
  *   of version 1 is dropped: nothing reads runs in that order any more);
  * - 5: `steps.snapshot` (1 for a snapshot step, else NULL) and a partial index
- *   of the snapshot steps, for {@link Journal.pruneRuns}.
+ *   of the snapshot steps, for {@link Journal.pruneRuns};
+ * - 6: `blobs` (content-addressed bytes: `ref` = sha256 hex) and `blob_refs`
+ *   (which step record holds which reference), for {@link WriteStepOptions.blobs}.
  *
  * @param prefix - prefix of the table names, e.g. `durable_`
  * @param dialect - how the database spells names and types
@@ -167,6 +173,19 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
       up: [
         `ALTER TABLE ${steps} ADD COLUMN snapshot INTEGER`,
         `CREATE INDEX IF NOT EXISTS ${prefix}steps_snapshot ON ${steps} (run_id, seq) WHERE snapshot = 1`,
+      ],
+    },
+    {
+      version: 6,
+      name: "blobs and their references",
+      up: [
+        `CREATE TABLE IF NOT EXISTS ${dialect.table(`${prefix}blobs`)} (
+          ref TEXT PRIMARY KEY, bytes ${dialect.bytes ?? (big === "BIGINT" ? "BYTEA" : "BLOB")} NOT NULL,
+          size ${big} NOT NULL, created_at ${big} NOT NULL)`,
+        `CREATE TABLE IF NOT EXISTS ${dialect.table(`${prefix}blob_refs`)} (
+          run_id TEXT NOT NULL, seq INTEGER NOT NULL, ref TEXT NOT NULL,
+          PRIMARY KEY (run_id, seq, ref))${dialect.keyed}`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}blob_refs_ref ON ${dialect.table(`${prefix}blob_refs`)} (ref)`,
       ],
     },
   ];
@@ -252,6 +271,23 @@ export function nextOrExisting(steps: string, runId: string, seq: string): strin
 
 const what = (verb: string, runId: string) => `cannot ${verb} run ${JSON.stringify(runId)}`;
 
+/** Values bound per statement built from a list (far below both databases' limits). */
+const BLOB_CHUNK = 500;
+
+/** `$from, $from+1, …` for `count` values. */
+const placeholders = (count: number, from = 1): string =>
+  Array.from({ length: count }, (_, i) => `$${from + i}`).join(", ");
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+/** The same bytes as a Buffer (both drivers bind a Buffer as a blob/bytea), not copied. */
+const asBuffer = (b: Uint8Array): Buffer =>
+  Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+
 /** Step records a prune deletes per transaction. */
 const PRUNE_BATCH = 1000;
 
@@ -315,7 +351,9 @@ export class SqlJournal implements Journal {
   private stepCheck: string | undefined;
   private statementTexts: ReturnType<typeof sqlTexts> | undefined;
   /** The quoted table names. */
-  protected readonly t: { runs: string; steps: string; signals: string; events: string };
+  protected readonly t: { runs: string; steps: string; signals: string; events: string; blobRefs: string };
+  /** The quoted blob table (content-addressed bytes, no run id). */
+  protected readonly blobs: string;
 
   /**
    * @param driver - a ready-to-use driver whose migrations include {@link sqlJournalMigrations}
@@ -329,7 +367,9 @@ export class SqlJournal implements Journal {
       steps: driver.table(`${tablePrefix}steps`),
       signals: driver.table(`${tablePrefix}signals`),
       events: driver.table(`${tablePrefix}events`),
+      blobRefs: driver.table(`${tablePrefix}blob_refs`),
     };
+    this.blobs = driver.table(`${tablePrefix}blobs`);
   }
 
   /**
@@ -594,6 +634,7 @@ export class SqlJournal implements Journal {
    */
   async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
+    const blobs = blobWrite(this.name, options);
     const values = stepRecordValues(token, record, snapshotWrite(options));
     const { runId } = record;
     const label = what("write a step of", runId);
@@ -602,16 +643,21 @@ export class SqlJournal implements Journal {
       await this.driver.syncTransaction(
         label,
         runId,
-        (run) => runSync(this.stepStatements(token, record, values), run),
+        (run) => runSync(this.stepStatements(token, record, values, blobs), run),
         sync,
       );
       return;
     }
-    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, values), query));
+    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, values, blobs), query));
   }
 
   /** The statements of {@link writeStep}'s transaction, as a {@link SqlSteps} body. */
-  private *stepStatements(token: number, record: StepRecord, values: unknown[]): SqlSteps<void> {
+  private *stepStatements(
+    token: number,
+    record: StepRecord,
+    values: unknown[],
+    blobs: BlobWrite | undefined,
+  ): SqlSteps<void> {
     const { runId, seq } = record;
     const valid = Number.isInteger(seq) && seq >= 0;
     const event: Partial<JournalEvent> = { seq, name: record.name, attempt: record.attempt, fencingToken: token };
@@ -626,6 +672,7 @@ export class SqlJournal implements Journal {
       if (run.rows.length === 1) {
         counted = Number(run.rows[0]?.event_count) - 1;
         if ((yield [this.sql.insertNextStep, values]).rowCount === 1) {
+          yield* this.stepRefs(runId, seq, blobs);
           yield* this.eventInsert(runId, type, event, counted);
           return;
         }
@@ -641,8 +688,129 @@ export class SqlJournal implements Journal {
     const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
     checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
     yield [this.sql.upsertStep, values];
+    yield* this.stepRefs(runId, seq, blobs);
     if (counted === undefined) yield* this.eventStatements(runId, type, event);
     else yield* this.eventInsert(runId, type, event, counted);
+  }
+
+  /**
+   * The blob references of the record at `seq`, in its write's transaction: the record's former references
+   * go, its new ones (`blobs`) are stored and recorded, and the former blobs nothing references any more
+   * are deleted (see {@link storeBlobs} and {@link dropOrphans} for the locking).
+   */
+  private *stepRefs(runId: string, seq: number, blobs: BlobWrite | undefined): SqlSteps<void> {
+    const old: SqlResult = yield [
+      `DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 AND seq = $2 RETURNING ref`,
+      [runId, seq],
+    ];
+    if (blobs !== undefined && blobs.refs.length > 0) {
+      yield* this.storeBlobs(runId, seq, blobs);
+      for (const ref of blobs.refs) {
+        yield [`INSERT INTO ${this.t.blobRefs} (run_id, seq, ref) VALUES ($1, $2, $3)`, [runId, seq, ref]];
+      }
+    }
+    const kept = new Set(blobs?.refs);
+    const gone = old.rows.map((r) => String(r.ref)).filter((ref) => !kept.has(ref));
+    if (gone.length > 0) yield* this.dropOrphans(gone);
+  }
+
+  /**
+   * Makes every blob of `blobs.refs` present when the transaction commits: those stored are locked
+   * against a concurrent delete (PostgreSQL `FOR KEY SHARE`; SQLite's `BEGIN IMMEDIATE` holds the file),
+   * the others inserted from `blobs.bytes`. A delete that locked a blob first and deleted it is waited
+   * for, and the blob is then written again.
+   * @throws {JournalIntegrityError} when a reference is neither stored nor given
+   */
+  private *storeBlobs(runId: string, seq: number, blobs: BlobWrite): SqlSteps<void> {
+    const lock = this.driver.name === "postgres" ? " FOR KEY SHARE" : "";
+    const held = new Set<string>();
+    for (const part of chunks(blobs.refs, BLOB_CHUNK)) {
+      const r: SqlResult = yield [
+        `SELECT ref FROM ${this.blobs} WHERE ref IN (${placeholders(part.length)}) ORDER BY ref${lock}`,
+        part,
+      ];
+      for (const x of r.rows) held.add(String(x.ref));
+    }
+    for (const ref of blobs.refs) {
+      if (held.has(ref)) continue;
+      const bytes = blobs.bytes.get(ref);
+      if (bytes === undefined) {
+        throw new JournalIntegrityError(
+          runId,
+          seq,
+          `blob ${ref} is referenced but not stored: pass its bytes in WriteStepOptions.blobs`,
+        );
+      }
+      const inserted: SqlResult = yield [
+        `INSERT INTO ${this.blobs} (ref, bytes, size, created_at) VALUES ($1, $2, $3, ${this.nowSql})
+         ON CONFLICT (ref) DO NOTHING RETURNING ref`,
+        [ref, asBuffer(bytes), bytes.byteLength],
+      ];
+      if (inserted.rows.length === 1) continue;
+      // another writer inserted it meanwhile (committed: this statement waited for it): lock it
+      const again: SqlResult = yield [`SELECT ref FROM ${this.blobs} WHERE ref = $1${lock}`, [ref]];
+      if (again.rows.length === 0) throw new JournalIntegrityError(runId, seq, `blob ${ref} vanished while stored`);
+    }
+  }
+
+  /**
+   * Of `refs` (whose references this transaction has just deleted), deletes the blobs nothing references
+   * any more. PostgreSQL: the blobs are locked first (`FOR UPDATE`, in ref order), then their references
+   * counted by a new statement, which sees every write committed while it waited (READ COMMITTED): a
+   * write holding a blob's `FOR KEY SHARE` lock keeps it.
+   * @returns the number of blobs deleted
+   */
+  private *dropOrphans(refs: readonly string[]): SqlSteps<number> {
+    const unique = [...new Set(refs)].sort();
+    if (unique.length === 0) return 0;
+    if (this.driver.name === "postgres") {
+      for (const part of chunks(unique, BLOB_CHUNK)) {
+        yield [
+          `SELECT ref FROM ${this.blobs} WHERE ref IN (${placeholders(part.length)}) ORDER BY ref FOR UPDATE`,
+          part,
+        ];
+      }
+    }
+    const still = new Set<string>();
+    for (const part of chunks(unique, BLOB_CHUNK)) {
+      const r: SqlResult = yield [
+        `SELECT DISTINCT ref FROM ${this.t.blobRefs} WHERE ref IN (${placeholders(part.length)})`,
+        part,
+      ];
+      for (const x of r.rows) still.add(String(x.ref));
+    }
+    let deleted = 0;
+    for (const part of chunks(
+      unique.filter((ref) => !still.has(ref)),
+      BLOB_CHUNK,
+    )) {
+      const r: SqlResult = yield [
+        `DELETE FROM ${this.blobs} WHERE ref IN (${placeholders(part.length)}) RETURNING ref`,
+        part,
+      ];
+      deleted += r.rows.length;
+    }
+    return deleted;
+  }
+
+  /** {@link dropOrphans} in a transaction of its own. */
+  protected async dropOrphanBlobs(refs: readonly string[]): Promise<number> {
+    if (refs.length === 0) return 0;
+    return this.driver.transaction("cannot delete blobs", undefined, (query) =>
+      runAsync(this.dropOrphans(refs), query),
+    );
+  }
+
+  /** {@inheritDoc Journal.readBlob} */
+  async readBlob(ref: string): Promise<Uint8Array | undefined> {
+    const { rows } = await this.driver.query(
+      `cannot read blob ${ref}`,
+      undefined,
+      `SELECT bytes FROM ${this.blobs} WHERE ref = $1`,
+      [ref],
+    );
+    const v = rows[0]?.bytes as Uint8Array | undefined | null;
+    return v === undefined || v === null ? undefined : new Uint8Array(v);
   }
 
   /** Statement texts used on every write, built once (one string each, so the driver's statement cache finds them at once). */
@@ -739,7 +907,9 @@ export class SqlJournal implements Journal {
   /** {@inheritDoc Journal.deleteRun} */
   async deleteRun(runId: string): Promise<void> {
     await this.change("delete", runId, async (query) => {
+      const refs = await query(`DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 RETURNING ref`, [runId]);
       for (const table of Object.values(this.t)) await query(`DELETE FROM ${table} WHERE run_id = $1`, [runId]);
+      await runAsync(this.dropOrphans(refs.rows.map((r) => String(r.ref))), query);
     });
   }
 
@@ -804,8 +974,16 @@ export class SqlJournal implements Journal {
    * transaction), and the blobs nothing references any more.
    * @returns the number of blobs deleted
    */
-  protected async dropStepRefs(_query: SqlQuery, _runId: string, _seqs: readonly number[]): Promise<number> {
-    return 0;
+  protected async dropStepRefs(query: SqlQuery, runId: string, seqs: readonly number[]): Promise<number> {
+    const refs: string[] = [];
+    for (const part of chunks(seqs, BLOB_CHUNK)) {
+      const r = await query(
+        `DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 AND seq IN (${placeholders(part.length, 2)}) RETURNING ref`,
+        [runId, ...part],
+      );
+      for (const x of r.rows) refs.push(String(x.ref));
+    }
+    return runAsync(this.dropOrphans(refs), query);
   }
 
   /** Gives space back after a prune (see {@link PruneOptions.vacuum}). */
@@ -819,7 +997,7 @@ export class SqlJournal implements Journal {
       return;
     }
     if (mode !== "full") return;
-    for (const table of Object.values(this.t)) {
+    for (const table of [...Object.values(this.t), this.blobs]) {
       await this.driver.query(`cannot vacuum ${table}`, undefined, `VACUUM ${table}`);
     }
   }
@@ -868,6 +1046,11 @@ export class SqlJournal implements Journal {
     return this.change("reset", runId, async (query, row) => {
       requireRun(runId, row);
       await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq > $2`, [runId, toSeq]);
+      const refs = await query(`DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 AND seq > $2 RETURNING ref`, [
+        runId,
+        toSeq,
+      ]);
+      await runAsync(this.dropOrphans(refs.rows.map((r) => String(r.ref))), query);
       const after = await this.takeOver(query, runId, "pending", RESET_COLUMNS);
       await this.event(query, runId, "run_reset", { seq: toSeq, by, fencingToken: Number(after.fencing_token) });
       return runFromRow(after);
@@ -886,7 +1069,10 @@ export class SqlJournal implements Journal {
       const status = String(run.status) as RunStatus;
       if (!RETRYABLE_RUN_STATUSES.has(status)) throw retryRefused(runId, status, last ? Number(last.seq) : -1);
       const dropped = last?.status === "failed" ? { seq: Number(last.seq), name: String(last.name) } : undefined;
-      if (dropped) await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2`, [runId, dropped.seq]);
+      if (dropped) {
+        await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2`, [runId, dropped.seq]);
+        await this.dropStepRefs(query, runId, [dropped.seq]);
+      }
       const after = await this.takeOver(query, runId, "pending", RESET_COLUMNS);
       await this.event(query, runId, "run_retried", { ...dropped, by, fencingToken: Number(after.fencing_token) });
       return runFromRow(after);

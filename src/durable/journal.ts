@@ -348,10 +348,73 @@ export interface WriteStepOptions {
    * @default false
    */
   snapshot?: boolean;
+  /**
+   * Payloads the record's output refers to, stored once and shared: reference → bytes, the reference
+   * being the sha256 (64 lowercase hex digits) of the bytes, which the store verifies. Written in the
+   * record's own transaction (script); a blob already stored is not written again. Every key is also
+   * one of the record's {@link blobRefs}.
+   */
+  blobs?: ReadonlyMap<string, Uint8Array>;
+  /**
+   * Every blob reference the record's output holds, new ({@link blobs}) or already stored. A blob is
+   * deleted with its last reference: when the records holding it are deleted ({@link Journal.deleteRun},
+   * {@link Journal.pruneRuns}, {@link Journal.resetRun}, {@link Journal.retryRun}) or rewritten at the same
+   * seq without it. A reference neither stored nor given in `blobs` is a `JournalIntegrityError`.
+   */
+  blobRefs?: readonly string[];
 }
 
 /** The keys of {@link WriteStepOptions}: any other is an `InvalidOptionError`. */
-const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true, snapshot: true });
+const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true, snapshot: true, blobs: true, blobRefs: true });
+
+/** The blobs of one {@link Journal.writeStep}, checked ({@link blobWrite}). */
+export interface BlobWrite {
+  /** New bytes by reference. */
+  bytes: ReadonlyMap<string, Uint8Array>;
+  /** Every reference of the record, unique, sorted. */
+  refs: string[];
+}
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/**
+ * The blobs of a {@link Journal.writeStep} (shared by the stores), checked: `undefined` when it has none.
+ * @throws {InvalidOptionError} when `blobs` is not a Map of sha256 references to the bytes they hash,
+ *   or `blobRefs` not an array of sha256 references
+ */
+export function blobWrite(store: string, options: WriteStepOptions | undefined): BlobWrite | undefined {
+  if (options?.blobs === undefined && options?.blobRefs === undefined) return undefined;
+  const component = `${store} writeStep`;
+  const refs = new Set<string>();
+  const { blobs = new Map<string, Uint8Array>(), blobRefs = [] } = options;
+  if (!(blobs instanceof Map)) throw new InvalidOptionError(component, "blobs", "must be a Map of reference → bytes");
+  if (!Array.isArray(blobRefs)) throw new InvalidOptionError(component, "blobRefs", "must be an array of references");
+  for (const ref of blobRefs) {
+    if (typeof ref !== "string" || !SHA256_HEX.test(ref)) {
+      throw new InvalidOptionError(
+        component,
+        "blobRefs",
+        `${JSON.stringify(ref)} is not a sha256 (64 lowercase hex digits)`,
+      );
+    }
+    refs.add(ref);
+  }
+  for (const [ref, bytes] of blobs) {
+    if (!(bytes instanceof Uint8Array)) {
+      throw new InvalidOptionError(component, "blobs", `the value of ${JSON.stringify(ref)} is not a Uint8Array`);
+    }
+    const hash = createHash("sha256").update(bytes).digest("hex");
+    if (ref !== hash) {
+      throw new InvalidOptionError(
+        component,
+        "blobs",
+        `reference ${JSON.stringify(ref)} is not the sha256 of its ${bytes.byteLength} bytes (${hash})`,
+      );
+    }
+    refs.add(ref);
+  }
+  return { bytes: blobs, refs: [...refs].sort() };
+}
 
 /**
  * Whether a {@link Journal.writeStep} must be synced (shared by the stores).
@@ -526,8 +589,15 @@ export interface Journal {
   listSignals(runId: string): Promise<SignalRecord[]>;
   /** The run's audit log, oldest first. */
   readEvents(runId: string): Promise<JournalEvent[]>;
-  /** Removes the run and everything recorded for it. */
+  /** Removes the run and everything recorded for it (blobs no other run references included). */
   deleteRun(runId: string): Promise<void>;
+  /**
+   * The bytes of a blob written with {@link WriteStepOptions.blobs}, or undefined when the store does
+   * not hold it (never written, or deleted with its last reference).
+   * @param ref - the blob's sha256 (hex)
+   * @throws {BackendError} when the store cannot be reached
+   */
+  readBlob(ref: string): Promise<Uint8Array | undefined>;
   /**
    * Retention: in every run, deletes the step records that finished (`finishedAt`) before the store's
    * now − `olderThanMs` and lie before the run's `keepLast`-th newest snapshot step

@@ -22,14 +22,18 @@
  *   the fencing token bumped so the former executor's writes are refused,
  *   events with `by`), a `blocked` run through `updateRun` (reason in `error`,
  *   `run_blocked` with `detail`), `appendEvent`, and a cancel atomic with the
- *   executor's writes.
+ *   executor's writes;
+ * - **what workflow graphs use**: `readSteps` with a query (`fromSeq`,
+ *   `namePrefix`, `last`), snapshot steps and `pruneRuns` (holes never filled:
+ *   the next seq is the highest + 1), blobs written with their step and deleted
+ *   with their last reference, `listRuns` paged by `runCursor` while runs move.
  *
  * The suite imports no test runner: the caller passes its test functions as
  * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).
  *
  * @module
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { InvalidOptionError, NonJsonValueError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
@@ -447,6 +451,70 @@ export function runJournalConformance<J extends Journal>(
       await expect(j.writeStep(t2, rec(id, 6, t2), { snapshots: true } as never)).rejects.toBeInstanceOf(
         InvalidOptionError,
       );
+    });
+
+    it("blobs: written once with their step, read back by reference, deleted with their last reference (rewrite, deleteRun, resetRun, pruneRuns)", async () => {
+      const j = journal;
+      const blob = (text: string) => {
+        const bytes = new Uint8Array(Buffer.from(text, "utf8"));
+        return [createHash("sha256").update(bytes).digest("hex"), bytes] as const;
+      };
+      const [a, aBytes] = blob(`alpha ${randomUUID()}`);
+      const [b, bBytes] = blob(`beta ${randomUUID()}`);
+      const [c, cBytes] = blob(`gamma ${randomUUID()}`);
+      const [d, dBytes] = blob(`delta ${randomUUID()}`);
+      const binary = new Uint8Array([0, 255, 1, 128, 0, 10, 13]);
+      const e = createHash("sha256").update(binary).digest("hex");
+      const one = newRunId();
+      const two = newRunId();
+      for (const id of [one, two]) await j.createRun({ runId: id, workflow: "graph", input: null });
+      const t1 = await lease(j, one, "A");
+      const t2 = await lease(j, two, "A");
+      const done = (id: string, seq: number, t: number, output: unknown = { seq }) =>
+        rec(id, seq, t, { status: "completed", output: output as never, finishedAt: Date.now() - 600_000 });
+      await j.writeStep(t1, rec(one, 0, t1));
+      await j.writeStep(t1, done(one, 0, t1, { a, b }), {
+        blobs: new Map([
+          [a, aBytes],
+          [b, bBytes],
+          [e, binary],
+        ]),
+        blobRefs: [a, b],
+      });
+      expect(await j.readBlob(a)).toEqual(aBytes);
+      expect(await j.readBlob(b)).toEqual(bBytes);
+      expect(await j.readBlob(e)).toEqual(binary);
+      expect(await j.readBlob(c)).toBeUndefined();
+      // a stored blob is referenced without its bytes; a missing one is refused and nothing is written
+      await j.writeStep(t2, done(two, 0, t2, { a }), { blobRefs: [a], snapshot: true });
+      await expect(j.writeStep(t2, done(two, 1, t2), { blobRefs: [c] })).rejects.toBeInstanceOf(JournalIntegrityError);
+      expect((await j.readSteps(two)).map((s) => s.seq)).toEqual([0]);
+      for (const bad of [
+        { blobs: new Map([[a, bBytes]]) },
+        { blobs: new Map([["sha256:x", aBytes]]) },
+        { blobRefs: ["not-a-hash"] },
+        { blobs: { [a]: aBytes } },
+      ]) {
+        await expect(j.writeStep(t2, done(two, 1, t2), bad as never)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+      // a record that is not completed rewritten with other references: the blob it held goes
+      await j.writeStep(t2, rec(two, 1, t2), { blobs: new Map([[c, cBytes]]), blobRefs: [c] });
+      expect(await j.readBlob(c)).toEqual(cBytes);
+      await j.writeStep(t2, done(two, 1, t2), { blobs: new Map([[d, dBytes]]), blobRefs: [d] });
+      expect(await j.readBlob(c)).toBeUndefined();
+      expect(await j.readBlob(d)).toEqual(dBytes);
+      // deleteRun: b was run one's alone, a is still run two's
+      await j.deleteRun(one);
+      expect(await j.readBlob(b)).toBeUndefined();
+      expect(await j.readBlob(a)).toEqual(aBytes);
+      // pruneRuns: run two's #0 (a) goes before its snapshot #2
+      await j.writeStep(t2, done(two, 2, t2, { d }), { blobRefs: [d], snapshot: true });
+      expect(await j.pruneRuns({ olderThanMs: 60_000 })).toEqual({ deletedSteps: 2, deletedBlobs: 1 });
+      expect(await j.readBlob(a)).toBeUndefined();
+      expect(await j.readBlob(d)).toEqual(dBytes);
+      // resetRun dropping the last record that references d
+      await j.resetRun(two, -1, "ops");
+      expect(await j.readBlob(d)).toBeUndefined();
     });
 
     it("signals: one per name (the second is refused); a wait is not suspended when its signal already arrived", async () => {

@@ -22,6 +22,7 @@ vitest.describe.skipIf(await redisSkipReason())("RedisJournal: data of an earlie
       try {
         const prefix = (journal as unknown as { prefix: string }).prefix;
         for (const id of ["a", "b", "c"]) await journal.createRun({ runId: id, workflow: "wf", input: null });
+        await new Promise((r) => setTimeout(r, 5)); // b's lease moves it ahead of the runs created before
         const l = await journal.acquireLease("b", "w", 10_000);
         if (!l.acquired) throw new Error("lease");
         for (let seq = 0; seq < 3; seq++) {

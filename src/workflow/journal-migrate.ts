@@ -35,6 +35,7 @@ import {
   ERROR_STEP,
   effectRunId,
   interruptSignalOf,
+  journalRef,
 } from "./journal-store.js";
 import { rowCreatedAtMs } from "./original.js";
 
@@ -58,6 +59,7 @@ interface Migration {
 type Row = Record<string, unknown>;
 const MONTH_TABLE = /^workflow_snapshots_\d{4}_\d{2}$/;
 const OLD_TABLES = [
+  "workflow_blobs",
   "workflows",
   "workflow_step_errors",
   "workflow_idempotency",
@@ -160,6 +162,19 @@ function migrate(db: MigrationDatabase, prefix: string): void {
      VALUES (?, ?, ?, ?, ?, ?, NULL, 1, ?, ?, ?)`,
   );
   const runExists = db.prepare(`SELECT 1 FROM ${runs} WHERE run_id = ?`);
+  // Blobs the old table held: copied once, referenced by the checkpoints that name them.
+  const oldBlobs = has("workflow_blobs");
+  const copyBlob = oldBlobs
+    ? db.prepare(
+        `INSERT INTO "${prefix}blobs" (ref, bytes, size, created_at)
+         SELECT substr(ref, 8), bytes, size, created_at FROM workflow_blobs WHERE ref = ?
+         ON CONFLICT (ref) DO NOTHING`,
+      )
+    : undefined;
+  const blobHeld = db.prepare(`SELECT 1 FROM "${prefix}blobs" WHERE ref = ?`);
+  const insertRef = db.prepare(
+    `INSERT INTO "${prefix}blob_refs" (run_id, seq, ref) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+  );
   const nextSeqOf = db.prepare(`SELECT COALESCE(MAX(seq) + 1, 0) AS n FROM ${steps} WHERE run_id = ?`);
   // Times of this package's own tables: integer ms (only snapshot rows may hold the original's seconds or text).
   const time = (v: unknown): number => {
@@ -223,6 +238,11 @@ function migrate(db: MigrationDatabase, prefix: string): void {
     for (const [k, r] of checkpoints) {
       const at = rowCreatedAtMs(r.created_at, String(r.state_json));
       const ms = Number.isFinite(at) ? at : 0;
+      for (const ref of blobRefsOf(String(r.state_json))) {
+        copyBlob?.run(ref);
+        // A ref the database never held (0.1 kept blobs in a directory) is read from there, unreferenced here.
+        if (blobHeld.get(journalRef(ref)) !== undefined) insertRef.run(id, seq, journalRef(ref));
+      }
       insertStep.run(
         id,
         seq++,
@@ -281,6 +301,19 @@ function migrate(db: MigrationDatabase, prefix: string): void {
 
   for (const t of [...snapshotTables, ...OLD_TABLES.filter(has)]) db.exec(`DROP TABLE "${t}"`);
   db.exec(snapshotViewSql(steps));
+}
+
+/** The blob references (`{ "$dumplings_blob": ref }`) of a stored state's top-level `sharedMemory`/`shared_memory` values. */
+function blobRefsOf(stateJson: string): string[] {
+  const state = parseObject(stateJson);
+  const memory = (state?.sharedMemory ?? state?.shared_memory) as Row | undefined;
+  if (!memory || typeof memory !== "object") return [];
+  const out: string[] = [];
+  for (const v of Object.values(memory)) {
+    const ref = v !== null && typeof v === "object" ? (v as Row).$dumplings_blob : undefined;
+    if (typeof ref === "string" && /^sha256:[0-9a-f]{64}$/.test(ref)) out.push(ref);
+  }
+  return out;
 }
 
 function parseObject(text: string): Row | undefined {

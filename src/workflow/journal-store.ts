@@ -46,7 +46,7 @@ import type {
   WorkflowRowStatus,
   WorkflowSummary,
 } from "./cold.js";
-import { WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
+import { BlobError, WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
 
 /** Prefix of a checkpoint step's name: `checkpoint:<stepIndex>:<node>`. */
 export const CHECKPOINT_STEP = "checkpoint:";
@@ -286,8 +286,15 @@ export class JournalColdStore implements ColdStore {
         fencingToken: token,
       };
       try {
+        // Blobs the store keeps (`row.blobs`) go in the checkpoint's own write, referenced by it.
+        const blobs = row.blobs
+          ? {
+              blobs: new Map([...row.blobs].map(([ref, bytes]) => [journalRef(ref), bytes])),
+              blobRefs: row.blobRefs.map(journalRef),
+            }
+          : {};
         const out = await this.fenced(id, fencingToken, what, () =>
-          this.journal.writeStep(token, record, { snapshot: true }),
+          this.journal.writeStep(token, record, { snapshot: true, ...blobs }),
         );
         if (out === RETRY) continue;
       } catch (e) {
@@ -640,6 +647,25 @@ export class JournalColdStore implements ColdStore {
     );
   }
 
+  // ---- blobs ----
+
+  /** {@inheritDoc ColdStore.readBlob} (the journal's blob of that sha256) */
+  async readBlob(ref: string): Promise<Uint8Array | undefined> {
+    const hex = journalRef(ref);
+    return /^[0-9a-f]{64}$/.test(hex) ? this.journal.readBlob(hex) : undefined;
+  }
+
+  /**
+   * {@inheritDoc ColdStore.writeBlob}
+   *
+   * A journal stores a blob only with a checkpoint that references it (`CheckpointStore.save` writes
+   * them so): one outside a checkpoint is refused.
+   * @throws {BlobError}
+   */
+  async writeBlob(ref: string, _bytes: Uint8Array): Promise<void> {
+    throw new BlobError(ref, "a journal keeps a blob only with a checkpoint that references it");
+  }
+
   // ---- leases ----
 
   /** {@inheritDoc ColdStore.acquireLease} (the run's lease; the run is created when missing) */
@@ -685,6 +711,11 @@ export const INTERRUPT_SIGNAL = "interrupt:";
 export function interruptSignalOf(state: JsonValue | undefined): string | undefined {
   const pending = (state as JsonObject | null | undefined)?.pendingInterrupt as JsonObject | null | undefined;
   return pending && typeof pending.id === "string" ? `${INTERRUPT_SIGNAL}${pending.id}` : undefined;
+}
+
+/** A workflow blob reference (`sha256:<hex>`) as the journal names it (`<hex>`). */
+export function journalRef(ref: string): string {
+  return ref.startsWith("sha256:") ? ref.slice(7) : ref;
 }
 
 /** Marker of {@link JournalColdStore}'s internal retry. */

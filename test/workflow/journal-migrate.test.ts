@@ -6,6 +6,7 @@
  * the old tables are gone and the original design's query reads the newest checkpoint from the
  * `workflow_snapshots` view.
  */
+import { createHash } from "node:crypto";
 import path from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
@@ -14,6 +15,7 @@ import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import {
   CheckpointStore,
+  createWorkflowState,
   END,
   type GraphNode,
   IdempotencyGuard,
@@ -85,6 +87,9 @@ describe("workflow tables of an earlier release move into the journal", () => {
       await leases.acquireLease("fails", "w", 30_000);
       await leases.releaseLease("fails", i + 1);
     }
+    // A value over the blob threshold (256 KB): kept in the old blob table.
+    const big = "b".repeat(300_000);
+    await old.save(createWorkflowState({ workflowId: "big", sharedMemory: { big, n: 1 } }), { expectedStep: null });
     const oldHistory = (await old.history("waits")).map((h) => [h.stepIndex, h.nodeName]);
     await old.close();
 
@@ -95,7 +100,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
       const names = tableNames(file);
       expect(
         names.filter((t) =>
-          /workflow_(snapshots_|step_errors|idempotency|leases|lease_floor)|table:workflows$/.test(t),
+          /workflow_(snapshots_|step_errors|idempotency|leases|lease_floor|blob)|table:workflows$/.test(t),
         ),
       ).toEqual([]);
       expect(names).toContain("view:workflow_snapshots");
@@ -115,6 +120,12 @@ describe("workflow tables of an earlier release move into the journal", () => {
       expect(lease).toMatchObject({ acquired: true });
       expect((lease as { fencingToken: number }).fencingToken).toBeGreaterThan(4);
       await journal.releaseLease("fails", (lease as { fencingToken: number }).fencingToken);
+      // The blob moved with its checkpoint: read back, and deleted with the workflow.
+      expect((await store.loadLatest("big"))?.sharedMemory).toEqual({ big, n: 1 });
+      const ref = `sha256:${createHash("sha256").update(JSON.stringify(big)).digest("hex")}`;
+      expect(await store.cold.readBlob?.(ref)).toBeDefined();
+      expect(await store.delete("big")).toBe(true);
+      expect(await store.cold.readBlob?.(ref)).toBeUndefined();
       // The started side effect goes to reconcile, never a blind re-run.
       const guard = new IdempotencyGuard({ store });
       const unknown = await guard.run("effects:0:0", () => "again", { name: "mail" }).catch((e: unknown) => e);
@@ -143,6 +154,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
     const again = journalOf(file);
     try {
       expect((await again.listRuns({ workflow: "graph" })).map((r) => r.runId).sort()).toEqual([
+        "big",
         "effects",
         "fails",
         "waits",

@@ -7,11 +7,15 @@
  * `workflow_snapshots` view.
  */
 import { createHash } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { gunzipSync } from "node:zlib";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
+import { signal } from "../../src/durable/signals.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import {
   CheckpointStore,
@@ -239,6 +243,53 @@ describe("workflow tables of an earlier release move into the journal", () => {
       }
     } finally {
       await store.close();
+    }
+  });
+});
+
+describe("a fixture file written before the journal (test/fixtures/workflow/pre-journal-0.1.db.gz)", () => {
+  it("opens as a journal, resumes its waiting workflow with a 300 KB value and finishes it; a started side effect goes to reconcile", async () => {
+    // Written by SqliteColdStore before the move (its own workflow_* tables, month tables, the blob table).
+    const file = path.join(tmp.dir, `fixture-${n++}.db`);
+    const gz = fileURLToPath(new URL("../fixtures/workflow/pre-journal-0.1.db.gz", import.meta.url));
+    writeFileSync(file, gunzipSync(readFileSync(gz)));
+    const journal = journalOf(file);
+    const store = await CheckpointStore.open({ journal });
+    try {
+      expect(tableNames(file).filter((t) => t.startsWith("table:workflow"))).toEqual([]);
+      const latest = await store.loadLatest("waiting-big");
+      expect(latest?.status).toBe("waiting");
+      expect((latest?.sharedMemory.big as string).length).toBe(300_000);
+      const run = await journal.getRun("waiting-big");
+      expect(run?.waitingFor).toBe(`interrupt:${latest?.pendingInterrupt?.id}`);
+      await signal("waiting-big", run?.waitingFor as string, { ok: true }, { journal });
+      let sent = 0;
+      const runner = new ResumableGraphRunner({
+        store,
+        nodes: {
+          fetch: () => ({ next: "approve", updates: {} }),
+          approve: async (_s, ctx) => {
+            const answer = await ctx.interrupt<{ ok: boolean }>({ reason: "send it?" });
+            await ctx.sideEffect("send", () => {
+              sent++;
+              return "sent";
+            });
+            return { next: END, updates: { approved: answer.ok } };
+          },
+        },
+      });
+      const done = await runner.runOrResume("waiting-big");
+      expect(done.status).toBe("finished");
+      expect(done.state.sharedMemory).toMatchObject({ fetched: true, approved: true });
+      expect((done.state.sharedMemory.big as string).length).toBe(300_000);
+      expect(sent).toBe(1);
+      const guard = new IdempotencyGuard({ store });
+      await expect(guard.run("crashed:0:0", () => "again", { name: "pay" })).rejects.toBeInstanceOf(
+        UnknownSideEffectError,
+      );
+    } finally {
+      await store.close();
+      await journal.close();
     }
   });
 });

@@ -77,6 +77,7 @@ const SETTINGS_OPTIONS = optionKeys<NonNullable<DurableAgentOptions["settings"]>
   seed: true,
 });
 const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
+  name: true,
   model: true,
   tools: true,
   system: true,
@@ -96,6 +97,12 @@ const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
 
 /** Options of {@link DurableAgent}. */
 export interface DurableAgentOptions {
+  /**
+   * The program's name: runs started with {@link DurableAgent.workflow} are stored under it, and
+   * `dumplings runs` and the web inspector list them by it (a worker registers the agent under the
+   * same name). A non-empty string. @default "durable-agent"
+   */
+  name?: string;
   /** An AI SDK language model, e.g. `createOpenAICompatible({ baseURL, name, apiKey })("model-id")`. */
   model: LanguageModel;
   /** Tools the model may call (AI SDK `tool(...)`s); `needsApproval` makes a call wait for a human. */
@@ -403,6 +410,9 @@ export class DurableAgent {
       );
     }
     checkOptions("DurableAgent settings", options.settings, SETTINGS_OPTIONS);
+    if (options.name !== undefined && (typeof options.name !== "string" || options.name.length === 0)) {
+      throw new InvalidOptionError("DurableAgent", "name", 'must be a non-empty string, e.g. "support-agent"');
+    }
     this.options = options;
   }
 
@@ -703,22 +713,30 @@ export class DurableAgent {
   }
 
   /**
-   * The agent as a workflow function for `runDurable` / `DurableWorker`: input `{ messages }`.
+   * The agent as a workflow function for `runDurable` / `DurableWorker`: input `{ messages }`. The
+   * function is named after the agent (`name`, default `durable-agent`), so a run it starts is
+   * listed under that name.
    *
    * @returns `(input: { messages }) => Promise<DurableAgentResult>` (JSON); typed so that
    *   `runDurable(id, agent.workflow(), { input: { messages } })` takes `ModelMessage[]` without a cast
    *   (the input is checked to be JSON when the run is created)
    */
   workflow(): WorkflowFn<DurableAgentInput, DurableAgentResult> {
-    return async (input: DurableAgentInput) => {
+    const program = async (input: DurableAgentInput) => {
       const messages = (input as { messages?: unknown } | null)?.messages;
       if (!Array.isArray(messages)) {
         throw new DumplingsError("INVALID_INPUT", "a DurableAgent run needs the input { messages: ModelMessage[] }");
       }
       return await this.run(messages as ModelMessage[]);
     };
+    // runDurable stores a new run under the function's name: the agent's, not "workflow"
+    Object.defineProperty(program, "name", { value: this.options.name ?? DEFAULT_AGENT_NAME });
+    return program;
   }
 }
+
+/** The program name of a {@link DurableAgent}'s runs when its options give none. */
+const DEFAULT_AGENT_NAME = "durable-agent";
 
 /** The final value of a tool's result: the last value an async iterable (generator) tool yields. */
 async function finalValue(out: unknown): Promise<unknown> {

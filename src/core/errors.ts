@@ -308,7 +308,7 @@ export class InvalidOptionError extends DumplingsError {
  */
 
 /** Where a lease error happened: a durable run (`runId`) or a workflow of the graph runner (`workflowId`). */
-export type LeaseSubject = { runId: string; workflowId?: never } | { workflowId: string; runId?: never };
+type LeaseSubject = { runId: string; workflowId?: never } | { workflowId: string; runId?: never };
 
 /**
  * Another live holder has the lease of the run (or workflow): it is running
@@ -374,7 +374,7 @@ export class LeaseHeldError extends DumplingsError {
 }
 
 /** The lease as stored when a fenced write was refused (the workflow runner's cold store reports it). */
-export interface StoredLease {
+interface StoredLease {
   /** The lease's current fencing token (`null`: no lease was ever taken). */
   token: number | null;
   /** The current holder (`null`: nobody holds the lease now). */
@@ -474,7 +474,7 @@ export class StaleFencingTokenError extends DumplingsError {
 }
 
 /** One side of a {@link ReplayMismatchError}: a step's (or guarded call's) name and, for a durable step, its input hash. */
-export interface ReplayedStep {
+interface ReplayedStep {
   /** The step's name (durable: `llm`, `tool:x`, `signal:x`, …; workflow runner: the guarded call's name or interrupt id). */
   name: string;
   /** sha256 (hex) of the step's input; the workflow runner records none (`""`). */

@@ -43,7 +43,6 @@
 import {
   type AssistantModelMessage,
   tool as aiTool,
-  asSchema,
   assistantModelMessageSchema,
   type LanguageModel,
   type ModelMessage,
@@ -62,6 +61,7 @@ import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { toToolSchema } from "../core/tool-schema.js";
 import { currentRun, currentStep, type RetryPolicy, step, waitForSignal } from "./context.js";
 import { StepFailedError } from "./errors.js";
 import type { WorkflowFn } from "./run.js";
@@ -420,7 +420,7 @@ export class DurableAgent {
     const defs: JsonValue[] = [];
     for (const [name, t] of Object.entries(this.options.tools ?? {})) {
       if (!names.includes(name)) continue;
-      const schema = await asSchema(t.inputSchema).jsonSchema;
+      const schema = await toToolSchema(t.inputSchema).jsonSchema;
       defs.push({ name, description: this.describe(name, t), inputSchema: JSON.parse(JSON.stringify(schema)) });
     }
     return defs;
@@ -450,7 +450,7 @@ export class DurableAgent {
       if (!names.includes(name)) continue;
       out[name] = aiTool({
         description: this.describe(name, t),
-        inputSchema: t.inputSchema,
+        inputSchema: toToolSchema(t.inputSchema),
         ...(t.providerOptions ? { providerOptions: t.providerOptions } : {}),
       } as Tool);
     }
@@ -811,9 +811,12 @@ function roundResult(
 export function durableTool<T extends Tool>(t: T, options: { name: string; retry?: RetryPolicy }): T {
   checkOptions("durableTool", options, TOOL_OPTIONS);
   const execute = t.execute;
-  if (!execute) return t;
+  // any schema the user has (zod 3 or 4, JSON Schema, an AI SDK schema) as the AI SDK's own
+  const schema = t.inputSchema === undefined ? {} : { inputSchema: toToolSchema(t.inputSchema) };
+  if (!execute) return { ...t, ...schema } as T;
   return {
     ...t,
+    ...schema,
     execute: (input: unknown, opts: { toolCallId: string; messages: ModelMessage[] }) =>
       step(
         `tool:${options.name}`,

@@ -25,6 +25,7 @@ import {
 } from "../drivers/postgres.js";
 import { RunNotFoundError, StaleFencingTokenError } from "./errors.js";
 import {
+  blobWrite,
   jsonColumn,
   type LeaseResult,
   leaseMs,
@@ -32,11 +33,18 @@ import {
   type RunStatus,
   type StepRecord,
   signalFromRow,
+  snapshotWrite,
   syncedWrite,
   type UpdateRunResult,
   type WriteStepOptions,
 } from "./journal.js";
-import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations, stepRecordValues } from "./journal-sql.js";
+import {
+  DEFAULT_JOURNAL_TABLE_PREFIX,
+  nextOrExisting,
+  SqlJournal,
+  sqlJournalMigrations,
+  stepRecordValues,
+} from "./journal-sql.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_POSTGRES_OPTIONS = optionKeys<PostgresJournalOptions>({
@@ -317,11 +325,12 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
   override async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
     const { runId, seq } = record;
-    if (!Number.isInteger(seq) || seq < 0 || !Number.isSafeInteger(token)) {
+    if (!Number.isInteger(seq) || seq < 0 || !Number.isSafeInteger(token) || blobWrite(this.name, options)) {
+      // with blobs: the transaction stores and locks them (see SqlJournal)
       return super.writeStep(token, record, options);
     }
     const statement = this.named(sync ? "step" : "step-unsynced", () => stepWriteSql(this.t, this.pg.nowMs, sync));
-    const values = [...stepRecordValues(token, record), `step_${record.status}`];
+    const values = [...stepRecordValues(token, record, snapshotWrite(options)), `step_${record.status}`];
     let row: Record<string, unknown> | undefined;
     try {
       row = (
@@ -333,7 +342,12 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
       if (takenIndex(e)) return super.writeStep(token, record, options);
       throw e;
     }
-    if (Number(row?.written) === 2) return;
+    if (Number(row?.written) === 2) {
+      // the record replaced one that held blob references: the blobs nothing references any more go
+      const dropped = row?.dropped_refs as string[] | null | undefined;
+      if (dropped && dropped.length > 0) await this.dropOrphanBlobs(dropped);
+      return;
+    }
     // Refused (a stale token, no run, a gap, a completed or renamed record), or written by no one:
     // the transaction checks again, and says why or writes it.
     return super.writeStep(token, record, options);
@@ -359,13 +373,14 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
 /**
  * The statement of {@link PostgresJournal.writeStep}: `$1` run id, `$2` seq,
  * `$3` name, `$4` input hash, `$5` status, `$6` output JSON, `$7` error JSON,
- * `$8` attempt, `$9` started at, `$10` finished at, `$11` token, `$12` event
- * type. Returns one row, `written`: 1 when the record and its event were
- * written, else 0 and nothing was (the caller's transaction then says why).
+ * `$8` attempt, `$9` started at, `$10` finished at, `$11` token, `$12`
+ * snapshot (1 or NULL), `$13` event type. Returns one row, `written`: 2 when the record and its event were
+ * written, else 0 and nothing was (the caller's transaction then says why), and `dropped_refs`: the blob
+ * references of the record it replaced (deleted with it; a record written with blobs takes the transaction).
  *
  * The run's event counter is incremented where the run's token is `$11` and
- * the record may be written: `seq` is the next position (0, or the record at
- * `seq - 1` exists) or holds a record of the same name that is not completed.
+ * the record may be written: `seq` is the next position (the highest seq + 1,
+ * see `nextOrExisting`) or holds a record of the same name that is not completed.
  * That `UPDATE` locks the run's row and, when it had to wait for the lock,
  * checks the token again on the row as committed (READ COMMITTED); the record
  * and the event are written from its result. The step records are read in the
@@ -373,27 +388,36 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
  * token, so the snapshot's steps are the run's (an operator's change bumps
  * the token, which the locked row shows).
  */
-function stepWriteSql(t: { runs: string; steps: string; events: string }, now: string, sync: boolean): string {
+function stepWriteSql(
+  t: { runs: string; steps: string; events: string; blobRefs: string },
+  now: string,
+  sync: boolean,
+): string {
   return `WITH counted AS (
   UPDATE ${t.runs} SET event_count = event_count + 1
   WHERE run_id = $1 AND fencing_token = $11::bigint
-    AND ($2::integer = 0 OR EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer - 1))
+    AND ${nextOrExisting(t.steps, "$1", "$2::integer")}
     AND NOT EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2::integer
       AND (name <> $3::text OR status = 'completed'))
   RETURNING event_count
 ), step AS (
-  INSERT INTO ${t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token)
-  SELECT $1, $2::integer, $3::text, $4::text, $5::text, $6::text, $7::text, $8::integer, $9::bigint, $10::bigint, $11::bigint FROM counted
+  INSERT INTO ${t.steps} (run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot)
+  SELECT $1, $2::integer, $3::text, $4::text, $5::text, $6::text, $7::text, $8::integer, $9::bigint, $10::bigint, $11::bigint, $12::integer FROM counted
   ON CONFLICT (run_id, seq) DO UPDATE SET input_hash = excluded.input_hash, status = excluded.status,
     output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
-    started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token
+    started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token,
+    snapshot = excluded.snapshot
   RETURNING 1
 ), event AS (
   INSERT INTO ${t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token)
-  SELECT $1, event_count - 1, $12::text, ${now}, $2::integer, $3::text, $8::integer, $11::bigint FROM counted
+  SELECT $1, event_count - 1, $13::text, ${now}, $2::integer, $3::text, $8::integer, $11::bigint FROM counted
   RETURNING 1
+), refs AS (
+  DELETE FROM ${t.blobRefs} WHERE run_id = $1 AND seq = $2::integer AND EXISTS (SELECT 1 FROM counted)
+  RETURNING ref
 )
-SELECT (SELECT count(*) FROM step)::integer + (SELECT count(*) FROM event)::integer AS written${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}`;
+SELECT (SELECT count(*) FROM step)::integer + (SELECT count(*) FROM event)::integer AS written,
+  (SELECT array_agg(ref) FROM refs) AS dropped_refs${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}`;
 }
 
 /**

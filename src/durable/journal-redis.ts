@@ -35,23 +35,31 @@ import {
   renamedOption,
   runScript,
 } from "../drivers/redis.js";
-import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
+import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import type {
   Journal,
   JournalEvent,
   JournalEventInput,
   JournalEventType,
   LeaseResult,
+  ListRunsFilter,
+  PruneOptions,
+  PruneResult,
   RunPatch,
   RunRecord,
   RunStatus,
   SignalRecord,
+  StepQuery,
   StepRecord,
   UpdateRunResult,
   WriteStepOptions,
 } from "./journal.js";
 import {
+  blobWrite,
+  checkListRuns,
+  checkPruneOptions,
   checkResetSeq,
+  checkStepQuery,
   checkStepWrite,
   ENDED_RUN_STATUSES,
   jsonColumn,
@@ -61,6 +69,7 @@ import {
   RETRYABLE_RUN_STATUSES,
   retryRefused,
   runFromRow,
+  snapshotWrite,
   syncedWrite,
 } from "./journal.js";
 
@@ -99,6 +108,9 @@ local function nowms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function fmt(n) return string.format('%d', n) end
+local function touch(now)
+  redis.call('ZADD', KEYS[#KEYS], fmt(now), redis.call('HGET', KEYS[1], 'run_id'))
+end
 local function stamp(event, now, token, extra)
   local head = '{"at":' .. fmt(now)
   if token then head = head .. ',"fencingToken":' .. fmt(token) end
@@ -111,12 +123,64 @@ local function takeover(status, now, clear)
   local token = tonumber(redis.call('HGET', KEYS[1], 'fencing_token')) + 1
   redis.call('HSET', KEYS[1], 'status', status, 'fencing_token', tostring(token), 'updated_at', fmt(now))
   redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at', unpack(clear))
+  touch(now)
   return token
 end
 local function runreply()
   local run = redis.call('HGETALL', KEYS[1])
   table.insert(run, 1, 'ok')
   return run
+end`;
+
+/**
+ * A run's step metadata (`stepmeta`: seq → `<status>,<finishedAt>,<1 for a snapshot>:<name>`; an earlier
+ * release wrote `<status>:<name>`) inside a script, `KEYS[1]` the run's hash and
+ * `KEYS[3]` its `stepmeta`: `parsemeta` splits one entry; `stepmax` is the run's highest seq (-1 without
+ * steps), kept in the run's `step_max` field by every script that changes it; a run written by an earlier
+ * release has no such field and no holes, so its count of records - 1 is its highest seq.
+ */
+const STEP_META = `
+local function parsemeta(meta)
+  local sep = string.find(meta, ':', 1, true)
+  local head = string.sub(meta, 1, sep - 1)
+  local c1 = string.find(head, ',', 1, true)
+  if not c1 then return head, string.sub(meta, sep + 1), nil, false end
+  local c2 = string.find(head, ',', c1 + 1, true)
+  local fin = tonumber(string.sub(head, c1 + 1, c2 - 1))
+  return string.sub(head, 1, c1 - 1), string.sub(meta, sep + 1), fin, string.sub(head, c2 + 1) == '1'
+end
+local function stepmax()
+  local m = redis.call('HGET', KEYS[1], 'step_max')
+  if m then return tonumber(m) end
+  return redis.call('HLEN', KEYS[3]) - 1
+end
+local function rescan()
+  local mx = -1
+  for _, f in ipairs(redis.call('HKEYS', KEYS[3])) do
+    local n = tonumber(f)
+    if n and n > mx then mx = n end
+  end
+  redis.call('HSET', KEYS[1], 'step_max', fmt(mx))
+  return mx
+end`;
+
+/**
+ * Blobs inside a script (`ARGV` holds the journal's key prefix): bytes under `<prefix>blob:<ref>`, the
+ * number of step records referencing each in the hash `<prefix>blobrefs`, and a run's references per
+ * record in its `steprefs` hash (seq → space-separated refs). `unref` drops one reference of each ref of
+ * a list and deletes the blobs left without any; it returns how many.
+ */
+const BLOB_REFS = `
+local function unref(prefix, list)
+  local n = 0
+  for ref in string.gmatch(list, '%S+') do
+    local c = redis.call('HINCRBY', prefix .. 'blobrefs', ref, -1)
+    if c <= 0 then
+      redis.call('HDEL', prefix .. 'blobrefs', ref)
+      n = n + redis.call('DEL', prefix .. 'blob:' .. ref)
+    end
+  end
+  return n
 end`;
 
 const luaSet = (values: Iterable<string>) => `{${[...values].map((v) => `['${v}'] = true`).join(", ")}}`;
@@ -129,6 +193,7 @@ redis.call('HSET', KEYS[1], 'run_id', ARGV[1], 'workflow', ARGV[2], 'status', 'p
   'fencing_token', '0', 'created_at', fmt(now), 'updated_at', fmt(now))
 redis.call('RPUSH', KEYS[2], stamp(ARGV[4], now))
 redis.call('ZADD', KEYS[3], fmt(now), ARGV[1])
+touch(now)
 return 1`),
   lease: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
@@ -140,6 +205,7 @@ local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'fencing_token', tostring(token), 'lease_owner', ARGV[1], 'lease_expires_at', fmt(exp),
   'updated_at', fmt(now))
 redis.call('RPUSH', KEYS[2], stamp(ARGV[3], now, token))
+touch(now)
 return {'ok', tostring(token), fmt(exp), redis.call('HGET', KEYS[1], 'status')}`),
   renew: redisScript(`${CLOCK}${TOKEN_CHECK}
 local exp = nowms() + tonumber(ARGV[2])
@@ -148,21 +214,105 @@ return {'ok', fmt(exp)}`),
   release: redisScript(`${TOKEN_CHECK}
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_expires_at')
 return {'ok'}`),
-  writeStep: redisScript(`${CLOCK}${TOKEN_CHECK}
-local n = redis.call('HLEN', KEYS[3])
+  writeStep: redisScript(`${CLOCK}${TOKEN_CHECK}${STEP_META}${BLOB_REFS}
+local mx = stepmax()
 local seq = tonumber(ARGV[2])
-if seq > n then return {'gap', tostring(n)} end
 local meta = redis.call('HGET', KEYS[3], ARGV[2])
+if not meta and seq ~= mx + 1 then return {'gap', fmt(mx + 1)} end
 if meta then
-  local sep = string.find(meta, ':', 1, true)
-  local st = string.sub(meta, 1, sep - 1)
-  local nm = string.sub(meta, sep + 1)
-  if nm ~= ARGV[3] or st == 'completed' then return {'conflict', tostring(n), st, nm} end
+  local st, nm = parsemeta(meta)
+  if nm ~= ARGV[3] or st == 'completed' then return {'conflict', fmt(mx + 1), st, nm} end
 end
+local prefix = ARGV[7]
+local given = {}
+for i = 9, #ARGV, 2 do given[ARGV[i]] = i + 1 end
+for ref in string.gmatch(ARGV[8], '%S+') do
+  if not given[ref] and redis.call('EXISTS', prefix .. 'blob:' .. ref) == 0 then return {'missing', ref} end
+end
+for ref in string.gmatch(ARGV[8], '%S+') do
+  local key = prefix .. 'blob:' .. ref
+  if given[ref] and redis.call('EXISTS', key) == 0 then redis.call('SET', key, ARGV[given[ref]]) end
+  redis.call('HINCRBY', prefix .. 'blobrefs', ref, 1)
+end
+local oldrefs = redis.call('HGET', KEYS[5], ARGV[2])
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[5], ARGV[2], ARGV[8]) elseif oldrefs then redis.call('HDEL', KEYS[5], ARGV[2]) end
+if oldrefs then unref(prefix, oldrefs) end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4] .. ':' .. ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
+if seq > mx then redis.call('HSET', KEYS[1], 'step_max', ARGV[2]) end
 redis.call('RPUSH', KEYS[4], stamp(ARGV[6], nowms()))
 return {'ok'}`),
+  /**
+   * Prunes one run (`KEYS`: run, steps, stepmeta, steprefs): deletes at most `ARGV[3]` records that finished
+   * before `ARGV[1]` and lie before the `ARGV[2]`-th newest snapshot step, with their blob references
+   * (`ARGV[4]`: the key prefix); returns their count, the blobs deleted, then their seqs.
+   */
+  prune: redisScript(`${CLOCK}${STEP_META}${BLOB_REFS}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local all = redis.call('HGETALL', KEYS[3])
+local cutoff = tonumber(ARGV[1])
+local keep = tonumber(ARGV[2])
+local batch = tonumber(ARGV[3])
+local snaps = {}
+for i = 1, #all, 2 do
+  local _, _, _, snap = parsemeta(all[i + 1])
+  if snap then snaps[#snaps + 1] = tonumber(all[i]) end
+end
+if #snaps < keep then return {0, 0} end
+table.sort(snaps)
+local bound = snaps[#snaps - keep + 1]
+if not redis.call('HGET', KEYS[1], 'step_max') then redis.call('HSET', KEYS[1], 'step_max', fmt(stepmax())) end
+local out = {0, 0}
+for i = 1, #all, 2 do
+  if #out - 2 >= batch then break end
+  local seq = tonumber(all[i])
+  local _, _, fin = parsemeta(all[i + 1])
+  if seq and seq < bound and fin and fin < cutoff then
+    redis.call('HDEL', KEYS[2], all[i])
+    redis.call('HDEL', KEYS[3], all[i])
+    local refs = redis.call('HGET', KEYS[4], all[i])
+    if refs then
+      redis.call('HDEL', KEYS[4], all[i])
+      out[2] = out[2] + unref(ARGV[4], refs)
+    end
+    out[#out + 1] = all[i]
+  end
+end
+out[1] = #out - 2
+return out`),
+  /** Deletes a run's keys (`KEYS`: run, steps, stepmeta, signals, events, steprefs) and its blob references. */
+  deleteRun: redisScript(`${BLOB_REFS}
+for _, refs in ipairs(redis.call('HVALS', KEYS[6])) do unref(ARGV[1], refs) end
+redis.call('DEL', unpack(KEYS))
+return 1`),
+  readSteps: redisScript(`${CLOCK}${STEP_META}
+local all = redis.call('HGETALL', KEYS[2])
+local from = tonumber(ARGV[1])
+local p = ARGV[2]
+local plen = string.len(p)
+local seqs = {}
+for i = 1, #all, 2 do
+  local seq = tonumber(all[i])
+  if seq and seq >= from then
+    local _, nm = parsemeta(all[i + 1])
+    if plen == 0 or string.sub(nm, 1, plen) == p then seqs[#seqs + 1] = seq end
+  end
+end
+table.sort(seqs)
+local last = tonumber(ARGV[3])
+local first = 1
+if last > 0 and #seqs > last then first = #seqs - last + 1 end
+local out = {}
+local fields = {}
+for i = first, #seqs do
+  fields[#fields + 1] = fmt(seqs[i])
+  if #fields == 500 or i == #seqs then
+    local got = redis.call('HMGET', KEYS[1], unpack(fields))
+    for j = 1, #got do out[#out + 1] = got[j] end
+    fields = {}
+  end
+end
+return out`),
   updateRun: redisScript(`${CLOCK}${TOKEN_CHECK}
 if ARGV[2] == 'waiting' and ARGV[5] ~= '' then
   local s = redis.call('HGET', KEYS[2], string.sub(ARGV[5], 2))
@@ -176,6 +326,7 @@ for i = 1, 4 do
   if v == '' then redis.call('HDEL', KEYS[1], fields[i]) else redis.call('HSET', KEYS[1], fields[i], string.sub(v, 2)) end
 end
 redis.call('RPUSH', KEYS[3], stamp(ARGV[7], now))
+touch(now)
 return {'ok'}`),
   signal: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
@@ -197,40 +348,75 @@ local now = nowms()
 local token = takeover('cancelled', now, {'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[2], stamp(ARGV[1], now, token))
 return runreply()`),
-  reset: redisScript(`${CLOCK}${TAKE_OVER}
+  reset: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}${BLOB_REFS}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
-local n = redis.call('HLEN', KEYS[3])
-for i = tonumber(ARGV[1]) + 1, n - 1 do
+local mx = stepmax()
+for i = tonumber(ARGV[1]) + 1, mx do
   redis.call('HDEL', KEYS[2], fmt(i))
   redis.call('HDEL', KEYS[3], fmt(i))
+  local refs = redis.call('HGET', KEYS[5], fmt(i))
+  if refs then
+    redis.call('HDEL', KEYS[5], fmt(i))
+    unref(ARGV[3], refs)
+  end
 end
+rescan()
 local now = nowms()
 local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[4], stamp(ARGV[2], now, token))
 return runreply()`),
-  retry: redisScript(`${CLOCK}${TAKE_OVER}
+  retry: redisScript(`${CLOCK}${TAKE_OVER}${STEP_META}${BLOB_REFS}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local st = redis.call('HGET', KEYS[1], 'status')
-local n = redis.call('HLEN', KEYS[3])
+local mx = stepmax()
 local retryable = ${luaSet(RETRYABLE_RUN_STATUSES)}
-if not retryable[st] then return {'refused', st, fmt(n - 1)} end
+if not retryable[st] then return {'refused', st, fmt(mx)} end
 local dropped = ''
-if n > 0 then
-  local meta = redis.call('HGET', KEYS[3], fmt(n - 1))
-  local sep = string.find(meta, ':', 1, true)
-  if string.sub(meta, 1, sep - 1) == 'failed' then
-    redis.call('HDEL', KEYS[2], fmt(n - 1))
-    redis.call('HDEL', KEYS[3], fmt(n - 1))
-    dropped = ',"seq":' .. fmt(n - 1) .. ',"name":' .. cjson.encode(string.sub(meta, sep + 1))
+if mx >= 0 then
+  local meta = redis.call('HGET', KEYS[3], fmt(mx))
+  local mst, mnm = parsemeta(meta)
+  if mst == 'failed' then
+    redis.call('HDEL', KEYS[2], fmt(mx))
+    redis.call('HDEL', KEYS[3], fmt(mx))
+    local refs = redis.call('HGET', KEYS[5], fmt(mx))
+    if refs then
+      redis.call('HDEL', KEYS[5], fmt(mx))
+      unref(ARGV[2], refs)
+    end
+    rescan()
+    dropped = ',"seq":' .. fmt(mx) .. ',"name":' .. cjson.encode(mnm)
   end
 end
 local now = nowms()
 local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[4], stamp(ARGV[1], now, token, dropped))
 return runreply()`),
+  /** Adds the runs `ARGV[2]..ARGV[3]` of the creation index (`KEYS[1]`) missing from `KEYS[2]` to it. */
+  indexUpdated: redisScript(`
+local ids = redis.call('ZRANGE', KEYS[1], ARGV[2], ARGV[3])
+for _, id in ipairs(ids) do
+  if not redis.call('ZSCORE', KEYS[2], id) then
+    local u = redis.call('HGET', ARGV[1] .. '{' .. id .. '}:run', 'updated_at')
+    if u then redis.call('ZADD', KEYS[2], u, id) end
+  end
+end
+return #ids`),
 } as const;
 
+/** The same bytes as a Buffer (ioredis sends a Buffer as is), not copied. */
+const asBuffer = (b: Uint8Array): Buffer =>
+  Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+
+/** Whether `a` sorts before `b` as Redis sorts members of equal score (bytes of UTF-8). */
+const memberBefore = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")) < 0;
+
 type Reply = (string | null)[];
+
+/** The keys of one run (`<prefix>{runId}:<part>`). */
+const RUN_KEY_PARTS = ["run", "steps", "stepmeta", "signals", "events", "steprefs"] as const;
+
+/** Step records a prune script deletes at most. */
+const PRUNE_BATCH = 1000;
 
 function pairs(flat: (string | null)[]): Record<string, string> {
   const out: Record<string, string> = {};
@@ -276,16 +462,32 @@ export class RedisJournal implements Journal {
     this.prefix = this.conn.keyPrefix;
   }
 
-  private k(runId: string, part: "run" | "steps" | "stepmeta" | "signals" | "events") {
+  private k(runId: string, part: (typeof RUN_KEY_PARTS)[number]) {
     return `${this.prefix}{${runId}}:${part}`;
   }
 
+  /** The runs by creation time (score: `created_at`). */
   private get index() {
     return `${this.prefix}runs`;
   }
 
-  private exec(what: string, runId: string, script: RedisScript, keys: string[], args: (string | number)[]) {
-    return this.call(what, runId, (c) => runScript(c, script, keys, args.map(String)));
+  /**
+   * The runs by `updated_at` (the score), which {@link listRuns} pages through; kept by every script that
+   * changes a run's `updated_at`. Runs of an earlier release are added to it by {@link indexUpdated}.
+   */
+  private get updated() {
+    return `${this.prefix}runs:updated`;
+  }
+
+  private exec(what: string, runId: string, script: RedisScript, keys: string[], args: (string | number | Buffer)[]) {
+    return this.call(what, runId, (c) =>
+      runScript(
+        c,
+        script,
+        keys,
+        args.map((a) => (Buffer.isBuffer(a) ? a : String(a))),
+      ),
+    );
   }
 
   private call<T>(what: string, runId: string, fn: (client: Redis) => Promise<T>): Promise<T> {
@@ -322,7 +524,7 @@ export class RedisJournal implements Journal {
       "create",
       init.runId,
       SCRIPTS.create,
-      [this.k(init.runId, "run"), this.k(init.runId, "events"), this.index],
+      [this.k(init.runId, "run"), this.k(init.runId, "events"), this.index, this.updated],
       [init.runId, init.workflow, input, this.eventJson("run_created", { name: init.workflow })],
     );
     const run = await this.getRun(init.runId);
@@ -336,29 +538,81 @@ export class RedisJournal implements Journal {
     return h.run_id === undefined ? undefined : runFromRow(h);
   }
 
-  /** {@inheritDoc Journal.listRuns} */
-  async listRuns(filter: { status?: RunStatus; limit?: number } = {}): Promise<RunRecord[]> {
-    const ids = await this.conn.call("cannot list runs", undefined, (c) => c.zrevrange(this.index, 0, -1));
-    const limit = filter.limit ?? 1000;
+  /**
+   * {@inheritDoc Journal.listRuns}
+   *
+   * Pages through the `updated_at` index (`runs:updated`) from the cursor down, 200 runs a round trip,
+   * keeping those of the filter: a keyset walk (the runs of the cursor's millisecond that sort before its
+   * id, then the older ones), so a run moved to the front meanwhile shifts nothing.
+   */
+  async listRuns(filter?: ListRunsFilter): Promise<RunRecord[]> {
+    const f = checkListRuns(this.name, filter);
+    await this.indexUpdated();
     const out: RunRecord[] = [];
-    for (let i = 0; i < ids.length && out.length < limit; i += 200) {
-      const batch = ids.slice(i, i + 200);
+    const fail = (cause: unknown) => new BackendError("redis", "cannot list runs", { cause });
+    /** Reads the runs of `ids` in order, keeps those of the filter; true when the page is full. */
+    const take = async (ids: string[]): Promise<boolean> => {
+      if (ids.length === 0) return false;
       const res =
         (await this.conn.call("cannot list runs", undefined, (c) => {
           const pipe = c.pipeline();
-          for (const id of batch) pipe.hgetall(this.k(id, "run"));
+          for (const id of ids) pipe.hgetall(this.k(id, "run"));
           return pipe.exec();
         })) ?? [];
       for (const [err, h] of res) {
-        if (err) throw new BackendError("redis", "cannot list runs", { cause: err });
+        if (err) throw fail(err);
         const row = h as Record<string, string>;
-        if (row.run_id === undefined) continue;
+        if (row.run_id === undefined) continue; // deleted meanwhile
         const run = runFromRow(row, true); // a bad run is listed with its readError
-        if (!filter.status || run.status === filter.status) out.push(run);
-        if (out.length >= limit) break;
+        if (f.status !== undefined && run.status !== f.status) continue;
+        if (f.workflow !== undefined && run.workflow !== f.workflow) continue;
+        out.push(run);
+        if (out.length >= f.limit) return true;
       }
+      return false;
+    };
+    let cursor = f.after;
+    for (;;) {
+      let max = "+inf";
+      if (cursor !== undefined) {
+        const { updatedAt, runId } = cursor;
+        const ties = await this.conn.call("cannot list runs", undefined, (c) =>
+          c.zrangebyscore(this.updated, updatedAt, updatedAt),
+        );
+        if (await take(ties.filter((id) => memberBefore(id, runId)).reverse())) return out;
+        max = `(${updatedAt}`;
+      }
+      const batch = await this.conn.call("cannot list runs", undefined, (c) =>
+        c.zrevrangebyscore(this.updated, max, "-inf", "WITHSCORES", "LIMIT", 0, 200),
+      );
+      if (batch.length === 0) return out;
+      const ids: string[] = [];
+      for (let i = 0; i < batch.length; i += 2) ids.push(String(batch[i]));
+      if (await take(ids)) return out;
+      cursor = { updatedAt: Number(batch[batch.length - 1]), runId: String(batch[batch.length - 2]) };
     }
-    return out;
+  }
+
+  /**
+   * Adds to the `updated_at` index the runs it lacks (runs written by a release before it existed),
+   * when it holds fewer runs than the creation index; 500 runs per script.
+   */
+  private async indexUpdated(): Promise<void> {
+    const [all, indexed] = await this.conn.call("cannot list runs", undefined, (c) =>
+      Promise.all([c.zcard(this.index), c.zcard(this.updated)]),
+    );
+    if (indexed >= all) return;
+    for (let start = 0; start < all; start += 500) {
+      const n = await this.conn.call("cannot list runs", undefined, (c) =>
+        runScript(
+          c,
+          SCRIPTS.indexUpdated,
+          [this.index, this.updated],
+          [this.prefix, String(start), String(start + 499)],
+        ),
+      );
+      if (Number(n) < 500) break;
+    }
   }
 
   /** {@inheritDoc Journal.acquireLease} */
@@ -367,7 +621,7 @@ export class RedisJournal implements Journal {
       "lease",
       runId,
       SCRIPTS.lease,
-      [this.k(runId, "run"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "events"), this.updated],
       [owner, leaseMs(ttlMs), this.eventJson("lease_acquired", { name: owner })],
     )) as Reply;
     if (r[0] === "notfound") throw new RunNotFoundError(runId);
@@ -399,7 +653,9 @@ export class RedisJournal implements Journal {
   }
 
   /** {@inheritDoc Journal.readSteps} */
-  async readSteps(runId: string): Promise<StepRecord[]> {
+  async readSteps(runId: string, query?: StepQuery): Promise<StepRecord[]> {
+    const q = checkStepQuery(this.name, query);
+    if (q !== undefined) return this.querySteps(runId, q);
     // The records alone (HVALS): their seq is in each, so the fields are neither sent nor made into strings.
     const texts = await this.call("read the steps of", runId, (c) => c.hvals(this.k(runId, "steps")));
     const n = texts.length;
@@ -420,13 +676,38 @@ export class RedisJournal implements Journal {
     return steps;
   }
 
+  /**
+   * {@link readSteps} with a query: one script filters the run's step metadata (`seq` → status and name,
+   * no outputs) and reads only the matching records, the `last` newest of them when asked.
+   */
+  private async querySteps(
+    runId: string,
+    q: { fromSeq: number; namePrefix: string; last: number | undefined },
+  ): Promise<StepRecord[]> {
+    const texts = (await this.exec(
+      "read the steps of",
+      runId,
+      SCRIPTS.readSteps,
+      [this.k(runId, "steps"), this.k(runId, "stepmeta")],
+      [q.fromSeq, q.namePrefix, q.last ?? 0],
+    )) as Reply;
+    const steps: StepRecord[] = [];
+    for (const text of texts) {
+      if (text !== null)
+        steps.push(parseJournalJson<StepRecord>(text, `a step record of run ${JSON.stringify(runId)}`));
+    }
+    return steps;
+  }
+
   /** {@inheritDoc Journal.writeStep} */
   async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     syncedWrite(this.name, options); // checked; Redis persists as the server is configured
     const output = outputColumn(record);
     // The record's JSON with the output's text spliced in (serialised once, by the step or just above).
-    const { output: _output, ...fields } = record;
-    const head = JSON.stringify({ ...fields, fencingToken: token });
+    const snapshot = snapshotWrite(options);
+    const blobs = blobWrite(this.name, options);
+    const { output: _output, snapshot: _snapshot, ...fields } = record;
+    const head = JSON.stringify({ ...fields, fencingToken: token, ...(snapshot ? { snapshot: true } : {}) });
     const stored = output === null ? head : `${head.slice(0, -1)},"output":${output}}`;
     const r = (await this.exec(
       "write a step of",
@@ -437,12 +718,13 @@ export class RedisJournal implements Journal {
         this.k(record.runId, "steps"),
         this.k(record.runId, "stepmeta"),
         this.k(record.runId, "events"),
+        this.k(record.runId, "steprefs"),
       ],
       [
         token,
         record.seq,
         record.name,
-        record.status,
+        `${record.status},${record.finishedAt ?? ""},${snapshot ? "1" : ""}`,
         stored,
         this.eventJson(`step_${record.status}`, {
           seq: record.seq,
@@ -450,9 +732,19 @@ export class RedisJournal implements Journal {
           attempt: record.attempt,
           fencingToken: token,
         }),
+        this.prefix,
+        blobs?.refs.join(" ") ?? "",
+        ...[...(blobs?.bytes ?? [])].flatMap(([ref, bytes]) => [ref, asBuffer(bytes)]),
       ],
     )) as Reply;
     this.tokenReply(record.runId, token, r);
+    if (r[0] === "missing") {
+      throw new JournalIntegrityError(
+        record.runId,
+        record.seq,
+        `blob ${String(r[1])} is referenced but not stored: pass its bytes in WriteStepOptions.blobs`,
+      );
+    }
     if (r[0] === "gap") checkStepWrite(record.runId, token, token, Number(r[1]), undefined, record);
     if (r[0] === "conflict") {
       checkStepWrite(record.runId, token, token, Number(r[1]), { status: String(r[2]), name: String(r[3]) }, record);
@@ -466,7 +758,7 @@ export class RedisJournal implements Journal {
       "update",
       runId,
       SCRIPTS.updateRun,
-      [this.k(runId, "run"), this.k(runId, "signals"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "signals"), this.k(runId, "events"), this.updated],
       [
         token,
         patch.status,
@@ -533,15 +825,59 @@ export class RedisJournal implements Journal {
   /** {@inheritDoc Journal.deleteRun} */
   async deleteRun(runId: string): Promise<void> {
     await this.call("delete", runId, async (c) => {
-      await c.del(
-        this.k(runId, "run"),
-        this.k(runId, "steps"),
-        this.k(runId, "stepmeta"),
-        this.k(runId, "signals"),
-        this.k(runId, "events"),
+      await runScript(
+        c,
+        SCRIPTS.deleteRun,
+        RUN_KEY_PARTS.map((part) => this.k(runId, part)),
+        [this.prefix],
       );
       await c.zrem(this.index, runId);
+      await c.zrem(this.updated, runId);
     });
+  }
+
+  /**
+   * {@inheritDoc Journal.pruneRuns}
+   *
+   * Walks the run index (`ZSCAN`); per run, scripts that each read the run's step metadata (no outputs)
+   * and delete at most 1,000 records. Redis frees the memory as it deletes (`vacuum` has no effect).
+   */
+  async pruneRuns(options: PruneOptions): Promise<PruneResult> {
+    const o = checkPruneOptions(this.name, options);
+    const cutoff = (await this.now()) - o.olderThanMs;
+    const result: PruneResult = { deletedSteps: 0, deletedBlobs: 0 };
+    let cursor = "0";
+    do {
+      const [next, flat] = await this.conn.call("cannot prune runs", undefined, (c) =>
+        c.zscan(this.index, cursor, "COUNT", 200),
+      );
+      cursor = next;
+      for (let i = 0; i < flat.length; i += 2) {
+        const runId = String(flat[i]);
+        for (;;) {
+          const r = (await this.exec(
+            "prune",
+            runId,
+            SCRIPTS.prune,
+            [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "steprefs")],
+            [cutoff, o.keepLast, PRUNE_BATCH, this.prefix],
+          )) as Reply;
+          const n = Number(r[0]);
+          result.deletedSteps += n;
+          result.deletedBlobs += Number(r[1]);
+          if (n < PRUNE_BATCH) break;
+        }
+      }
+    } while (cursor !== "0");
+    return result;
+  }
+
+  /** {@inheritDoc Journal.readBlob} */
+  async readBlob(ref: string): Promise<Uint8Array | undefined> {
+    const v = await this.conn.call(`cannot read blob ${ref}`, undefined, (c) =>
+      c.getBuffer(`${this.prefix}blob:${ref}`),
+    );
+    return v === null ? undefined : new Uint8Array(v);
   }
 
   /** {@inheritDoc Journal.appendEvent} */
@@ -563,7 +899,7 @@ export class RedisJournal implements Journal {
       "cancel",
       runId,
       SCRIPTS.cancel,
-      [this.k(runId, "run"), this.k(runId, "events")],
+      [this.k(runId, "run"), this.k(runId, "events"), this.updated],
       [this.eventJson("run_cancelled", { by, ...(reason !== undefined ? { detail: reason } : {}) })],
     )) as Reply;
     return this.runReply(runId, r);
@@ -576,8 +912,15 @@ export class RedisJournal implements Journal {
       "reset",
       runId,
       SCRIPTS.reset,
-      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events")],
-      [toSeq, this.eventJson("run_reset", { seq: toSeq, by })],
+      [
+        this.k(runId, "run"),
+        this.k(runId, "steps"),
+        this.k(runId, "stepmeta"),
+        this.k(runId, "events"),
+        this.k(runId, "steprefs"),
+        this.updated,
+      ],
+      [toSeq, this.eventJson("run_reset", { seq: toSeq, by }), this.prefix],
     )) as Reply;
     return this.runReply(runId, r);
   }
@@ -588,8 +931,15 @@ export class RedisJournal implements Journal {
       "retry",
       runId,
       SCRIPTS.retry,
-      [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "events")],
-      [this.eventJson("run_retried", { by })],
+      [
+        this.k(runId, "run"),
+        this.k(runId, "steps"),
+        this.k(runId, "stepmeta"),
+        this.k(runId, "events"),
+        this.k(runId, "steprefs"),
+        this.updated,
+      ],
+      [this.eventJson("run_retried", { by }), this.prefix],
     )) as Reply;
     if (r[0] === "refused") throw retryRefused(runId, String(r[1]), Number(r[2]));
     return this.runReply(runId, r);
@@ -604,7 +954,7 @@ export class RedisJournal implements Journal {
    * @throws {BackendError} when Redis fails or does not answer in time
    */
   async clear(): Promise<void> {
-    const parts = ["run", "steps", "stepmeta", "signals", "events"] as const;
+    const parts = RUN_KEY_PARTS;
     for (;;) {
       const ids = await this.conn.call("cannot clear the journal", undefined, (c) => c.zrange(this.index, 0, 499));
       if (ids.length === 0) break;
@@ -612,13 +962,28 @@ export class RedisJournal implements Journal {
         const pipe = c.pipeline();
         for (const id of ids) pipe.del(...parts.map((part) => this.k(id, part)));
         pipe.zrem(this.index, ...ids);
+        pipe.zrem(this.updated, ...ids);
         return pipe.exec();
       });
       for (const [err] of res ?? []) {
         if (err) throw new BackendError("redis", "cannot clear the journal", { cause: err });
       }
     }
-    await this.conn.call("cannot clear the journal", undefined, (c) => c.del(this.index));
+    // the blobs: every one the runs referenced (the reference counts list them), then the counts
+    for (;;) {
+      const refs = await this.conn.call("cannot clear the journal", undefined, (c) =>
+        c.hkeys(`${this.prefix}blobrefs`),
+      );
+      if (refs.length === 0) break;
+      await this.conn.call("cannot clear the journal", undefined, async (c) => {
+        for (let i = 0; i < refs.length; i += 500) {
+          const part = refs.slice(i, i + 500);
+          await c.del(...part.map((ref) => `${this.prefix}blob:${ref}`));
+          await c.hdel(`${this.prefix}blobrefs`, ...part);
+        }
+      });
+    }
+    await this.conn.call("cannot clear the journal", undefined, (c) => c.del(this.index, this.updated));
   }
 
   /** Quits the client when this journal created it (an injected client is left open). Idempotent. */

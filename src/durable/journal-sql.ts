@@ -27,9 +27,14 @@
  */
 import type { JsonValue } from "../core/json.js";
 import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
-import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
+import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
+  type BlobWrite,
+  blobWrite,
+  checkListRuns,
+  checkPruneOptions,
   checkResetSeq,
+  checkStepQuery,
   checkStepWrite,
   ENDED_RUN_STATUSES,
   eventFromRow,
@@ -40,8 +45,11 @@ import {
   type JournalRow,
   jsonColumn,
   type LeaseResult,
+  type ListRunsFilter,
   leaseMs,
   outputColumn,
+  type PruneOptions,
+  type PruneResult,
   RETRYABLE_RUN_STATUSES,
   type RunPatch,
   type RunRecord,
@@ -49,8 +57,10 @@ import {
   retryRefused,
   runFromRow,
   type SignalRecord,
+  type StepQuery,
   type StepRecord,
   signalFromRow,
+  snapshotWrite,
   stepFromRow,
   syncedWrite,
   type UpdateRunResult,
@@ -68,6 +78,8 @@ export interface SqlJournalDialect {
   bigint: string;
   /** Clause closing a table keyed by `(run_id, …)`: `" WITHOUT ROWID"` on SQLite, `""` on PostgreSQL. */
   keyed: string;
+  /** Type of a bytes column: `BLOB` (SQLite) or `BYTEA` (PostgreSQL). @default `BYTEA` when `bigint` is `BIGINT`, else `BLOB` */
+  bytes?: string;
 }
 
 /** One versioned migration of the journal's tables, in the shape both drivers' migration lists take. */
@@ -85,7 +97,14 @@ export interface SqlJournalMigration {
  * - 2: `runs.event_count`, the per-run event counter, backfilled from the events;
  * - 3: `events.by_name` (who did an operator action: {@link JournalEvent.by}; `by`
  *   is an SQL keyword) and `events.detail` (a blocked reason, a drift), both
- *   nullable TEXT, so rows of earlier versions read back unchanged.
+ *   nullable TEXT, so rows of earlier versions read back unchanged;
+ * - 4: the indexes of {@link Journal.listRuns}' pages, `(updated_at, run_id)`
+ *   alone, after `status` and after `workflow` (the `(status, created_at)` index
+ *   of version 1 is dropped: nothing reads runs in that order any more);
+ * - 5: `steps.snapshot` (1 for a snapshot step, else NULL) and a partial index
+ *   of the snapshot steps, for {@link Journal.pruneRuns};
+ * - 6: `blobs` (content-addressed bytes: `ref` = sha256 hex) and `blob_refs`
+ *   (which step record holds which reference), for {@link WriteStepOptions.blobs}.
  *
  * @param prefix - prefix of the table names, e.g. `durable_`
  * @param dialect - how the database spells names and types
@@ -138,6 +157,37 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
       name: "event author and detail",
       up: [`ALTER TABLE ${events} ADD COLUMN by_name TEXT`, `ALTER TABLE ${events} ADD COLUMN detail TEXT`],
     },
+    {
+      version: 4,
+      name: "runs listed by (updated_at, run_id), of a status or a workflow",
+      up: [
+        `DROP INDEX IF EXISTS ${dialect.table(`${prefix}runs_status`)}`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_updated ON ${runs} (updated_at, run_id)`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_status_updated ON ${runs} (status, updated_at, run_id)`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_workflow_updated ON ${runs} (workflow, updated_at, run_id)`,
+      ],
+    },
+    {
+      version: 5,
+      name: "snapshot steps",
+      up: [
+        `ALTER TABLE ${steps} ADD COLUMN snapshot INTEGER`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}steps_snapshot ON ${steps} (run_id, seq) WHERE snapshot = 1`,
+      ],
+    },
+    {
+      version: 6,
+      name: "blobs and their references",
+      up: [
+        `CREATE TABLE IF NOT EXISTS ${dialect.table(`${prefix}blobs`)} (
+          ref TEXT PRIMARY KEY, bytes ${dialect.bytes ?? (big === "BIGINT" ? "BYTEA" : "BLOB")} NOT NULL,
+          size ${big} NOT NULL, created_at ${big} NOT NULL)`,
+        `CREATE TABLE IF NOT EXISTS ${dialect.table(`${prefix}blob_refs`)} (
+          run_id TEXT NOT NULL, seq INTEGER NOT NULL, ref TEXT NOT NULL,
+          PRIMARY KEY (run_id, seq, ref))${dialect.keyed}`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}blob_refs_ref ON ${dialect.table(`${prefix}blob_refs`)} (ref)`,
+      ],
+    },
   ];
 }
 
@@ -166,19 +216,20 @@ async function runAsync<T>(body: SqlSteps<T>, query: SqlQuery): Promise<T> {
   return next.value;
 }
 
-/** The step record's columns, in the order of the values of {@link sqlTexts}' step statements (`$1`…`$11`). */
+/** The step record's columns, in the order of the values of {@link sqlTexts}' step statements (`$1`…`$12`). */
 const STEP_COLUMNS =
-  "run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token";
+  "run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot";
 
 /** The columns a step record's rewrite replaces. */
 const STEP_UPDATE = `input_hash = excluded.input_hash, status = excluded.status,
            output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
-           started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token`;
+           started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token,
+           snapshot = excluded.snapshot`;
 
 /**
  * The texts of the statements of every write (`t`: the quoted table names, `now`: the clock expression).
- * Step statements take `$1`…`$11`: run id, seq, name, input hash, status, output, error, attempt,
- * started at, finished at, token.
+ * Step statements take `$1`…`$12`: run id, seq, name, input hash, status, output, error, attempt,
+ * started at, finished at, token, snapshot.
  */
 function sqlTexts(t: { runs: string; steps: string; events: string }, now: string) {
   return {
@@ -192,21 +243,53 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
          VALUES ($1, $2, $3, ${now}, $4, $5, $6, $7, $8, $9) ON CONFLICT (run_id, idx) DO NOTHING`,
     /** Writes a step record (checked by the caller). */
     upsertStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}`,
     /**
-     * Writes a step record only where it is the next one (`seq` 0, or the record at `seq - 1` exists) or
-     * replaces a record of the same name that is not completed: one row changed, else none.
+     * Writes a step record only where it is the next one (no record at or after `seq`, and `seq` is 0 or
+     * the record at `seq - 1` exists: the highest seq + 1) or replaces a record of the same name that is
+     * not completed: one row changed, else none.
      */
     insertNextStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
-         WHERE $2 = 0 OR EXISTS (SELECT 1 FROM ${t.steps} WHERE run_id = $1 AND seq = $2 - 1)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
+         WHERE ${nextOrExisting(t.steps, "$1", "$2")}
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}
          WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'`,
   };
 }
 
+/**
+ * The SQL condition under which a step record may be written at `seq` (besides its name and status):
+ * a record is there (a rewrite), or it is the run's next seq (its highest + 1; 0 with no records), so a
+ * pruned run's holes are never filled. Index probes on `(run_id, seq)` only.
+ */
+export function nextOrExisting(steps: string, runId: string, seq: string): string {
+  return `(EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId} AND seq = ${seq})
+           OR (NOT EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId} AND seq >= ${seq})
+               AND (${seq} = 0 OR EXISTS (SELECT 1 FROM ${steps} WHERE run_id = ${runId} AND seq = ${seq} - 1))))`;
+}
+
 const what = (verb: string, runId: string) => `cannot ${verb} run ${JSON.stringify(runId)}`;
+
+/** Values bound per statement built from a list (far below both databases' limits). */
+const BLOB_CHUNK = 500;
+
+/** `$from, $from+1, …` for `count` values. */
+const placeholders = (count: number, from = 1): string =>
+  Array.from({ length: count }, (_, i) => `$${from + i}`).join(", ");
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+/** The same bytes as a Buffer (both drivers bind a Buffer as a blob/bytea), not copied. */
+const asBuffer = (b: Uint8Array): Buffer =>
+  Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+
+/** Step records a prune deletes per transaction. */
+const PRUNE_BATCH = 1000;
 
 /** Columns a reset or a retry clears (besides the lease). */
 const RESET_COLUMNS = ["output_json", "error_json", "waiting_for", "wake_at"] as const;
@@ -237,13 +320,13 @@ function requireToken(runId: string, token: number, row: Row | undefined): Row {
  * await journal.createRun({ runId: "r1", workflow: "agent", input: { q: "hi" } });
  */
 /**
- * @internal The parameters `$1`…`$11` of a step record's row, in the column order every SQL step
+ * @internal The parameters `$1`…`$12` of a step record's row, in the column order every SQL step
  * statement uses: run id, seq, name, input hash, status, output text, error text, attempt, started
- * at, finished at (ms), fencing token.
+ * at, finished at (ms), fencing token, snapshot (1 or NULL).
  *
  * @throws {NonJsonValueError} when the output is not JSON
  */
-export function stepRecordValues(token: number, record: StepRecord): unknown[] {
+export function stepRecordValues(token: number, record: StepRecord, snapshot = false): unknown[] {
   return [
     record.runId,
     record.seq,
@@ -256,6 +339,7 @@ export function stepRecordValues(token: number, record: StepRecord): unknown[] {
     record.startedAt,
     record.finishedAt ?? null,
     token,
+    snapshot ? 1 : null,
   ];
 }
 
@@ -267,7 +351,9 @@ export class SqlJournal implements Journal {
   private stepCheck: string | undefined;
   private statementTexts: ReturnType<typeof sqlTexts> | undefined;
   /** The quoted table names. */
-  protected readonly t: { runs: string; steps: string; signals: string; events: string };
+  protected readonly t: { runs: string; steps: string; signals: string; events: string; blobRefs: string };
+  /** The quoted blob table (content-addressed bytes, no run id). */
+  protected readonly blobs: string;
 
   /**
    * @param driver - a ready-to-use driver whose migrations include {@link sqlJournalMigrations}
@@ -281,7 +367,9 @@ export class SqlJournal implements Journal {
       steps: driver.table(`${tablePrefix}steps`),
       signals: driver.table(`${tablePrefix}signals`),
       events: driver.table(`${tablePrefix}events`),
+      blobRefs: driver.table(`${tablePrefix}blob_refs`),
     };
+    this.blobs = driver.table(`${tablePrefix}blobs`);
   }
 
   /**
@@ -402,22 +490,36 @@ export class SqlJournal implements Journal {
     return rows[0] ? runFromRow(rows[0]) : undefined;
   }
 
-  /** {@inheritDoc Journal.listRuns} */
-  async listRuns(filter: { status?: RunStatus; limit?: number } = {}): Promise<RunRecord[]> {
-    const limit = filter.limit ?? 1000;
-    const { rows } = filter.status
-      ? await this.driver.query(
-          "cannot list runs",
-          undefined,
-          `SELECT * FROM ${this.t.runs} WHERE status = $1 ORDER BY created_at DESC, run_id LIMIT $2`,
-          [filter.status, limit],
-        )
-      : await this.driver.query(
-          "cannot list runs",
-          undefined,
-          `SELECT * FROM ${this.t.runs} ORDER BY created_at DESC, run_id LIMIT $1`,
-          [limit],
-        );
+  /**
+   * {@inheritDoc Journal.listRuns}
+   *
+   * One keyset query on an index of `(updated_at, run_id)` (after `status` or `workflow` when filtered):
+   * `(updated_at, run_id) < cursor`, `ORDER BY updated_at DESC, run_id DESC LIMIT limit`.
+   */
+  async listRuns(filter?: ListRunsFilter): Promise<RunRecord[]> {
+    const f = checkListRuns(this.name, filter);
+    const where: string[] = [];
+    const values: unknown[] = [];
+    if (f.status !== undefined) {
+      values.push(f.status);
+      where.push(`status = $${values.length}`);
+    }
+    if (f.workflow !== undefined) {
+      values.push(f.workflow);
+      where.push(`workflow = $${values.length}`);
+    }
+    if (f.after !== undefined) {
+      values.push(f.after.updatedAt, f.after.runId);
+      where.push(`(updated_at, run_id) < ($${values.length - 1}, $${values.length})`);
+    }
+    values.push(f.limit);
+    const { rows } = await this.driver.query(
+      "cannot list runs",
+      undefined,
+      `SELECT * FROM ${this.t.runs}${where.length ? ` WHERE ${where.join(" AND ")}` : ""}
+       ORDER BY updated_at DESC, run_id DESC LIMIT $${values.length}`,
+      values,
+    );
     // one bad row is listed with its readError, not a failure of the whole listing
     return rows.map((row) => runFromRow(row, true));
   }
@@ -479,16 +581,46 @@ export class SqlJournal implements Journal {
     );
   }
 
-  /** {@inheritDoc Journal.readSteps} */
-  async readSteps(runId: string): Promise<StepRecord[]> {
+  /**
+   * {@inheritDoc Journal.readSteps}
+   *
+   * A query is one statement on the `(run_id, seq)` key: `seq >= fromSeq`, the name's prefix compared with
+   * `substr` (in characters), and `last` as `ORDER BY seq DESC LIMIT last` (then put back in seq order).
+   */
+  async readSteps(runId: string, query?: StepQuery): Promise<StepRecord[]> {
+    const q = checkStepQuery(this.name, query);
     // The columns a record needs (the run id is the caller's: not read back as 1,000 copies of one string).
-    const rows = await this.read(
-      "read the steps of",
-      runId,
-      `SELECT seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token
-       FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq`,
-      [runId],
-    );
+    const columns =
+      "seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot";
+    let rows: Row[];
+    if (q === undefined) {
+      rows = await this.read(
+        "read the steps of",
+        runId,
+        `SELECT ${columns} FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq`,
+        [runId],
+      );
+    } else {
+      const values: unknown[] = [runId, q.fromSeq];
+      let where = "run_id = $1 AND seq >= $2";
+      if (q.namePrefix !== "") {
+        // substr counts characters (code points) in both databases
+        values.push([...q.namePrefix].length, q.namePrefix);
+        where += " AND substr(name, 1, CAST($3 AS INTEGER)) = $4";
+      }
+      let tail = " ORDER BY seq";
+      if (q.last !== undefined) {
+        values.push(q.last);
+        tail = ` ORDER BY seq DESC LIMIT $${values.length}`;
+      }
+      rows = await this.read(
+        "read the steps of",
+        runId,
+        `SELECT ${columns} FROM ${this.t.steps} WHERE ${where}${tail}`,
+        values,
+      );
+      if (q.last !== undefined) rows.reverse();
+    }
     const steps = new Array<StepRecord>(rows.length);
     for (let i = 0; i < rows.length; i++) steps[i] = stepFromRow(rows[i] as Row, runId);
     return steps;
@@ -502,7 +634,8 @@ export class SqlJournal implements Journal {
    */
   async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
-    const values = stepRecordValues(token, record);
+    const blobs = blobWrite(this.name, options);
+    const values = stepRecordValues(token, record, snapshotWrite(options));
     const { runId } = record;
     const label = what("write a step of", runId);
     if (this.driver.syncTransaction) {
@@ -510,16 +643,21 @@ export class SqlJournal implements Journal {
       await this.driver.syncTransaction(
         label,
         runId,
-        (run) => runSync(this.stepStatements(token, record, values), run),
+        (run) => runSync(this.stepStatements(token, record, values, blobs), run),
         sync,
       );
       return;
     }
-    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, values), query));
+    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, values, blobs), query));
   }
 
   /** The statements of {@link writeStep}'s transaction, as a {@link SqlSteps} body. */
-  private *stepStatements(token: number, record: StepRecord, values: unknown[]): SqlSteps<void> {
+  private *stepStatements(
+    token: number,
+    record: StepRecord,
+    values: unknown[],
+    blobs: BlobWrite | undefined,
+  ): SqlSteps<void> {
     const { runId, seq } = record;
     const valid = Number.isInteger(seq) && seq >= 0;
     const event: Partial<JournalEvent> = { seq, name: record.name, attempt: record.attempt, fencingToken: token };
@@ -534,35 +672,145 @@ export class SqlJournal implements Journal {
       if (run.rows.length === 1) {
         counted = Number(run.rows[0]?.event_count) - 1;
         if ((yield [this.sql.insertNextStep, values]).rowCount === 1) {
+          yield* this.stepRefs(runId, seq, blobs);
           yield* this.eventInsert(runId, type, event, counted);
           return;
         }
       }
     }
     // One statement reads what the checks need: the run's token (its row locked where the database needs
-    // it) and the records at `seq - 1` and `seq` (one index range). Seqs have no gaps, so these say whether
-    // `seq` is the next position (`seq - 1` exists, or `seq` is 0) or an existing one; only a refusal
-    // (a gap) reads the count, for its message.
+    // it), the record at `seq` (if any) and the run's highest seq (one index probe each).
     const { rows }: SqlResult = yield [this.stepCheckSql, [runId, valid ? seq : -1]];
     const run = requireToken(runId, token, rows[0]);
-    let cur: Row | undefined;
-    let prev = seq === 0;
-    for (const row of rows) {
-      if (row.seq === null || row.seq === undefined) continue;
-      if (Number(row.seq) === seq) cur = row;
-      else prev = true;
-    }
-    let count = seq;
-    if (!valid || !(cur || prev)) {
-      const last: SqlResult = yield [`SELECT MAX(seq) AS last_seq FROM ${this.t.steps} WHERE run_id = $1`, [runId]];
-      const lastSeq = last.rows[0]?.last_seq;
-      count = lastSeq === null || lastSeq === undefined ? 0 : Number(lastSeq) + 1;
-    }
+    const cur = rows[0]?.seq === null || rows[0]?.seq === undefined ? undefined : rows[0];
+    const lastSeq = rows[0]?.last_seq;
+    const count = lastSeq === null || lastSeq === undefined ? 0 : Number(lastSeq) + 1;
     const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
     checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
     yield [this.sql.upsertStep, values];
+    yield* this.stepRefs(runId, seq, blobs);
     if (counted === undefined) yield* this.eventStatements(runId, type, event);
     else yield* this.eventInsert(runId, type, event, counted);
+  }
+
+  /**
+   * The blob references of the record at `seq`, in its write's transaction: the record's former references
+   * go, its new ones (`blobs`) are stored and recorded, and the former blobs nothing references any more
+   * are deleted (see {@link storeBlobs} and {@link dropOrphans} for the locking).
+   */
+  private *stepRefs(runId: string, seq: number, blobs: BlobWrite | undefined): SqlSteps<void> {
+    const old: SqlResult = yield [
+      `DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 AND seq = $2 RETURNING ref`,
+      [runId, seq],
+    ];
+    if (blobs !== undefined && blobs.refs.length > 0) {
+      yield* this.storeBlobs(runId, seq, blobs);
+      for (const ref of blobs.refs) {
+        yield [`INSERT INTO ${this.t.blobRefs} (run_id, seq, ref) VALUES ($1, $2, $3)`, [runId, seq, ref]];
+      }
+    }
+    const kept = new Set(blobs?.refs);
+    const gone = old.rows.map((r) => String(r.ref)).filter((ref) => !kept.has(ref));
+    if (gone.length > 0) yield* this.dropOrphans(gone);
+  }
+
+  /**
+   * Makes every blob of `blobs.refs` present when the transaction commits: those stored are locked
+   * against a concurrent delete (PostgreSQL `FOR KEY SHARE`; SQLite's `BEGIN IMMEDIATE` holds the file),
+   * the others inserted from `blobs.bytes`. A delete that locked a blob first and deleted it is waited
+   * for, and the blob is then written again.
+   * @throws {JournalIntegrityError} when a reference is neither stored nor given
+   */
+  private *storeBlobs(runId: string, seq: number, blobs: BlobWrite): SqlSteps<void> {
+    const lock = this.driver.name === "postgres" ? " FOR KEY SHARE" : "";
+    const held = new Set<string>();
+    for (const part of chunks(blobs.refs, BLOB_CHUNK)) {
+      const r: SqlResult = yield [
+        `SELECT ref FROM ${this.blobs} WHERE ref IN (${placeholders(part.length)}) ORDER BY ref${lock}`,
+        part,
+      ];
+      for (const x of r.rows) held.add(String(x.ref));
+    }
+    for (const ref of blobs.refs) {
+      if (held.has(ref)) continue;
+      const bytes = blobs.bytes.get(ref);
+      if (bytes === undefined) {
+        throw new JournalIntegrityError(
+          runId,
+          seq,
+          `blob ${ref} is referenced but not stored: pass its bytes in WriteStepOptions.blobs`,
+        );
+      }
+      const inserted: SqlResult = yield [
+        `INSERT INTO ${this.blobs} (ref, bytes, size, created_at) VALUES ($1, $2, $3, ${this.nowSql})
+         ON CONFLICT (ref) DO NOTHING RETURNING ref`,
+        [ref, asBuffer(bytes), bytes.byteLength],
+      ];
+      if (inserted.rows.length === 1) continue;
+      // another writer inserted it meanwhile (committed: this statement waited for it): lock it
+      const again: SqlResult = yield [`SELECT ref FROM ${this.blobs} WHERE ref = $1${lock}`, [ref]];
+      if (again.rows.length === 0) throw new JournalIntegrityError(runId, seq, `blob ${ref} vanished while stored`);
+    }
+  }
+
+  /**
+   * Of `refs` (whose references this transaction has just deleted), deletes the blobs nothing references
+   * any more. PostgreSQL: the blobs are locked first (`FOR UPDATE`, in ref order), then their references
+   * counted by a new statement, which sees every write committed while it waited (READ COMMITTED): a
+   * write holding a blob's `FOR KEY SHARE` lock keeps it.
+   * @returns the number of blobs deleted
+   */
+  private *dropOrphans(refs: readonly string[]): SqlSteps<number> {
+    const unique = [...new Set(refs)].sort();
+    if (unique.length === 0) return 0;
+    if (this.driver.name === "postgres") {
+      for (const part of chunks(unique, BLOB_CHUNK)) {
+        yield [
+          `SELECT ref FROM ${this.blobs} WHERE ref IN (${placeholders(part.length)}) ORDER BY ref FOR UPDATE`,
+          part,
+        ];
+      }
+    }
+    const still = new Set<string>();
+    for (const part of chunks(unique, BLOB_CHUNK)) {
+      const r: SqlResult = yield [
+        `SELECT DISTINCT ref FROM ${this.t.blobRefs} WHERE ref IN (${placeholders(part.length)})`,
+        part,
+      ];
+      for (const x of r.rows) still.add(String(x.ref));
+    }
+    let deleted = 0;
+    for (const part of chunks(
+      unique.filter((ref) => !still.has(ref)),
+      BLOB_CHUNK,
+    )) {
+      const r: SqlResult = yield [
+        `DELETE FROM ${this.blobs} WHERE ref IN (${placeholders(part.length)}) RETURNING ref`,
+        part,
+      ];
+      deleted += r.rows.length;
+    }
+    return deleted;
+  }
+
+  /** {@link dropOrphans} in a transaction of its own. */
+  protected async dropOrphanBlobs(refs: readonly string[]): Promise<number> {
+    if (refs.length === 0) return 0;
+    return this.driver.transaction("cannot delete blobs", undefined, (query) =>
+      runAsync(this.dropOrphans(refs), query),
+    );
+  }
+
+  /** {@inheritDoc Journal.readBlob} */
+  async readBlob(ref: string): Promise<Uint8Array | undefined> {
+    const { rows } = await this.driver.query(
+      `cannot read blob ${ref}`,
+      undefined,
+      `SELECT bytes FROM ${this.blobs} WHERE ref = $1`,
+      [ref],
+    );
+    const v = rows[0]?.bytes as Uint8Array | undefined | null;
+    return v === undefined || v === null ? undefined : new Uint8Array(v);
   }
 
   /** Statement texts used on every write, built once (one string each, so the driver's statement cache finds them at once). */
@@ -572,13 +820,15 @@ export class SqlJournal implements Journal {
   }
 
   /**
-   * The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq): one row per step record
-   * at `$2 - 1` or `$2` with the run's token beside it, or one row with the token alone (none: no run).
+   * The reads of {@link writeStep}'s checks, in one statement (`$1` run id, `$2` seq): one row with the run's
+   * token, the record at `$2` (`seq`, `name`, `status`: null when there is none) and the run's highest seq
+   * (`last_seq`, null without records); no row: no run.
    */
   private get stepCheckSql(): string {
     const lock = this.driver.forUpdate ? `${this.driver.forUpdate} OF r` : "";
-    this.stepCheck ??= `SELECT r.fencing_token, s.seq, s.name, s.status FROM ${this.t.runs} r
-      LEFT JOIN ${this.t.steps} s ON s.run_id = r.run_id AND s.seq >= CAST($2 AS INTEGER) - 1 AND s.seq <= CAST($2 AS INTEGER)
+    this.stepCheck ??= `SELECT r.fencing_token, s.seq, s.name, s.status,
+        (SELECT MAX(m.seq) FROM ${this.t.steps} m WHERE m.run_id = r.run_id) AS last_seq FROM ${this.t.runs} r
+      LEFT JOIN ${this.t.steps} s ON s.run_id = r.run_id AND s.seq = CAST($2 AS INTEGER)
       WHERE r.run_id = $1${lock}`;
     return this.stepCheck;
   }
@@ -657,8 +907,99 @@ export class SqlJournal implements Journal {
   /** {@inheritDoc Journal.deleteRun} */
   async deleteRun(runId: string): Promise<void> {
     await this.change("delete", runId, async (query) => {
+      const refs = await query(`DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 RETURNING ref`, [runId]);
       for (const table of Object.values(this.t)) await query(`DELETE FROM ${table} WHERE run_id = $1`, [runId]);
+      await runAsync(this.dropOrphans(refs.rows.map((r) => String(r.ref))), query);
     });
+  }
+
+  /**
+   * {@inheritDoc Journal.pruneRuns}
+   *
+   * Walks the runs that have snapshot steps (a partial index), 200 a query; per run, transactions that
+   * lock its row, find its `keepLast`-th newest snapshot step and delete at most 1,000 older records
+   * finished before the cutoff each. SQLite then runs `PRAGMA incremental_vacuum` (the journal's files
+   * are created with incremental auto-vacuum) or `VACUUM` with `"full"`; PostgreSQL `VACUUM` on the
+   * journal's tables with `"full"`.
+   */
+  async pruneRuns(options: PruneOptions): Promise<PruneResult> {
+    const o = checkPruneOptions(this.name, options);
+    const cutoff = (await this.now()) - o.olderThanMs;
+    const result: PruneResult = { deletedSteps: 0, deletedBlobs: 0 };
+    let after = "";
+    for (;;) {
+      const { rows } = await this.driver.query(
+        "cannot prune runs",
+        undefined,
+        `SELECT DISTINCT run_id FROM ${this.t.steps} WHERE snapshot = 1 AND run_id > $1 ORDER BY run_id LIMIT 200`,
+        [after],
+      );
+      if (rows.length === 0) break;
+      for (const row of rows) {
+        const runId = String(row.run_id);
+        for (;;) {
+          const deleted = await this.change("prune", runId, async (query, run) => {
+            if (!run) return 0;
+            const bound = (
+              await query(
+                `SELECT seq FROM ${this.t.steps} WHERE run_id = $1 AND snapshot = 1 ORDER BY seq DESC LIMIT 1 OFFSET $2`,
+                [runId, o.keepLast - 1],
+              )
+            ).rows[0]?.seq;
+            if (bound === undefined || bound === null) return 0;
+            const gone = await query(
+              `DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq IN (SELECT seq FROM ${this.t.steps}
+                 WHERE run_id = $1 AND seq < $2 AND finished_at < $3 ORDER BY seq LIMIT ${PRUNE_BATCH}) RETURNING seq`,
+              [runId, Number(bound), cutoff],
+            );
+            result.deletedBlobs += await this.dropStepRefs(
+              query,
+              runId,
+              gone.rows.map((r) => Number(r.seq)),
+            );
+            return gone.rows.length;
+          });
+          result.deletedSteps += deleted;
+          if (deleted < PRUNE_BATCH) break;
+        }
+        after = runId;
+      }
+    }
+    await this.vacuum(o.vacuum);
+    return result;
+  }
+
+  /**
+   * Deletes the blob references of the step records `seqs` of a run (just deleted by the caller's
+   * transaction), and the blobs nothing references any more.
+   * @returns the number of blobs deleted
+   */
+  protected async dropStepRefs(query: SqlQuery, runId: string, seqs: readonly number[]): Promise<number> {
+    const refs: string[] = [];
+    for (const part of chunks(seqs, BLOB_CHUNK)) {
+      const r = await query(
+        `DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 AND seq IN (${placeholders(part.length, 2)}) RETURNING ref`,
+        [runId, ...part],
+      );
+      for (const x of r.rows) refs.push(String(x.ref));
+    }
+    return runAsync(this.dropOrphans(refs), query);
+  }
+
+  /** Gives space back after a prune (see {@link PruneOptions.vacuum}). */
+  private async vacuum(mode: "incremental" | "full"): Promise<void> {
+    if (this.driver.name === "sqlite") {
+      if (mode === "full") {
+        await this.driver.query("cannot vacuum the journal", undefined, "VACUUM");
+        // In WAL mode the rewritten pages sit in the WAL: copy them back so the file itself shrinks.
+        await this.driver.query("cannot vacuum the journal", undefined, "PRAGMA wal_checkpoint(TRUNCATE)");
+      } else await this.driver.query("cannot vacuum the journal", undefined, "PRAGMA incremental_vacuum");
+      return;
+    }
+    if (mode !== "full") return;
+    for (const table of [...Object.values(this.t), this.blobs]) {
+      await this.driver.query(`cannot vacuum ${table}`, undefined, `VACUUM ${table}`);
+    }
   }
 
   /** {@inheritDoc Journal.appendEvent} */
@@ -705,6 +1046,11 @@ export class SqlJournal implements Journal {
     return this.change("reset", runId, async (query, row) => {
       requireRun(runId, row);
       await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq > $2`, [runId, toSeq]);
+      const refs = await query(`DELETE FROM ${this.t.blobRefs} WHERE run_id = $1 AND seq > $2 RETURNING ref`, [
+        runId,
+        toSeq,
+      ]);
+      await runAsync(this.dropOrphans(refs.rows.map((r) => String(r.ref))), query);
       const after = await this.takeOver(query, runId, "pending", RESET_COLUMNS);
       await this.event(query, runId, "run_reset", { seq: toSeq, by, fencingToken: Number(after.fencing_token) });
       return runFromRow(after);
@@ -723,7 +1069,10 @@ export class SqlJournal implements Journal {
       const status = String(run.status) as RunStatus;
       if (!RETRYABLE_RUN_STATUSES.has(status)) throw retryRefused(runId, status, last ? Number(last.seq) : -1);
       const dropped = last?.status === "failed" ? { seq: Number(last.seq), name: String(last.name) } : undefined;
-      if (dropped) await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2`, [runId, dropped.seq]);
+      if (dropped) {
+        await query(`DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq = $2`, [runId, dropped.seq]);
+        await this.dropStepRefs(query, runId, [dropped.seq]);
+      }
       const after = await this.takeOver(query, runId, "pending", RESET_COLUMNS);
       await this.event(query, runId, "run_retried", { ...dropped, by, fencingToken: Number(after.fencing_token) });
       return runFromRow(after);

@@ -57,7 +57,11 @@ export interface RecordedError {
   code?: string;
 }
 
-/** One step record. `(runId, seq)` is unique; seqs of a run have no gaps. */
+/**
+ * One step record. `(runId, seq)` is unique. The seqs of a durable run have
+ * no gaps; a run whose steps were pruned ({@link Journal.pruneRuns}) has
+ * holes before its kept snapshot steps, and its next seq is its highest + 1.
+ */
 export interface StepRecord {
   runId: string;
   /** 0-based position of the step in the run. */
@@ -79,6 +83,11 @@ export interface StepRecord {
   finishedAt?: number;
   /** Fencing token of the executor that wrote the record. */
   fencingToken: number;
+  /**
+   * Set when the record was written with {@link WriteStepOptions.snapshot}: it holds a whole state, so
+   * the steps before it may be pruned ({@link Journal.pruneRuns}).
+   */
+  snapshot?: true;
 }
 
 /** A run's row. */
@@ -184,6 +193,124 @@ export type LeaseResult =
   /** The live holder and its lease's expiry (epoch ms, store clock). */
   | { acquired: false; owner: string; expiresAt: number };
 
+/** Filter of {@link Journal.readSteps}: every field narrows the records returned (seq order kept). */
+export interface StepQuery {
+  /** Only records whose seq is at least this (an integer ≥ 0). */
+  fromSeq?: number;
+  /** Only records whose name starts with this (case-sensitive; `""` matches every name). */
+  namePrefix?: string;
+  /** Of the matching records, only the `last` newest (highest seqs; an integer ≥ 1). */
+  last?: number;
+}
+
+/** The keys of {@link StepQuery}: any other is an `InvalidOptionError`. */
+const STEP_QUERY_KEYS = optionKeys<StepQuery>({ fromSeq: true, namePrefix: true, last: true });
+
+/**
+ * Checks a {@link StepQuery} (shared by the stores) and returns it normalised:
+ * `undefined` when it filters nothing (the plain read of every record).
+ * @throws {InvalidOptionError} on an unknown key, `fromSeq` not an integer ≥ 0, `namePrefix` not a string,
+ *   `last` not an integer ≥ 1
+ */
+export function checkStepQuery(
+  store: string,
+  query: StepQuery | undefined,
+): { fromSeq: number; namePrefix: string; last: number | undefined } | undefined {
+  if (query === undefined) return undefined;
+  const component = `${store} readSteps`;
+  if (query === null || typeof query !== "object") {
+    throw new InvalidOptionError(component, "query", "must be an object { fromSeq?, namePrefix?, last? }");
+  }
+  checkOptions(component, query, STEP_QUERY_KEYS);
+  const { fromSeq = 0, namePrefix = "", last } = query;
+  if (!Number.isSafeInteger(fromSeq) || fromSeq < 0) {
+    throw new InvalidOptionError(component, "fromSeq", `must be an integer ≥ 0, got ${String(fromSeq)}`);
+  }
+  if (typeof namePrefix !== "string") {
+    throw new InvalidOptionError(component, "namePrefix", `must be a string, got ${typeof namePrefix}`);
+  }
+  if (last !== undefined && (!Number.isSafeInteger(last) || last < 1)) {
+    throw new InvalidOptionError(component, "last", `must be an integer ≥ 1, got ${String(last)}`);
+  }
+  if (fromSeq === 0 && namePrefix === "" && last === undefined) return undefined;
+  return { fromSeq, namePrefix, last };
+}
+
+/** Filter and page of {@link Journal.listRuns}. */
+export interface ListRunsFilter {
+  /** Only runs of this status. */
+  status?: RunStatus;
+  /** Only runs of this workflow ({@link RunRecord.workflow}). */
+  workflow?: string;
+  /** At most this many runs (an integer ≥ 1). @default 1000 */
+  limit?: number;
+  /** The {@link runCursor} of the last run of the previous page: only runs listed after it. */
+  after?: string;
+}
+
+/** The keys of {@link ListRunsFilter}: any other is an `InvalidOptionError`. */
+const LIST_RUNS_KEYS = optionKeys<ListRunsFilter>({ status: true, workflow: true, limit: true, after: true });
+
+/**
+ * The opaque cursor of a run in {@link Journal.listRuns}' order: pass it as `after` to list the runs
+ * that follow it (its `updatedAt` and `runId`, encoded; the same in every journal).
+ *
+ * @param run - a run as listed (only `updatedAt` and `runId` are read)
+ * @returns a URL-safe string
+ * @example
+ * const page = await journal.listRuns({ workflow: "graph", limit: 50 });
+ * const next = await journal.listRuns({ workflow: "graph", limit: 50, after: runCursor(page.at(-1)!) });
+ */
+export function runCursor(run: Pick<RunRecord, "updatedAt" | "runId">): string {
+  return Buffer.from(JSON.stringify([run.updatedAt, run.runId]), "utf8").toString("base64url");
+}
+
+/**
+ * Checks a {@link ListRunsFilter} (shared by the stores) and decodes its cursor.
+ * @throws {InvalidOptionError} on an unknown key or a bad value
+ */
+export function checkListRuns(
+  store: string,
+  filter: ListRunsFilter | undefined,
+): { status?: RunStatus; workflow?: string; limit: number; after?: { updatedAt: number; runId: string } } {
+  const component = `${store} listRuns`;
+  if (filter === undefined || filter === null) return { limit: 1000 };
+  if (typeof filter !== "object") {
+    throw new InvalidOptionError(component, "filter", "must be an object { status?, workflow?, limit?, after? }");
+  }
+  checkOptions(component, filter, LIST_RUNS_KEYS);
+  const { status, workflow, limit = 1000, after } = filter;
+  if (!Number.isSafeInteger(limit) || limit < 1) {
+    throw new InvalidOptionError(component, "limit", `must be an integer ≥ 1, got ${String(limit)}`);
+  }
+  if (status !== undefined && typeof status !== "string") {
+    throw new InvalidOptionError(component, "status", `must be a run status, got ${typeof status}`);
+  }
+  if (workflow !== undefined && typeof workflow !== "string") {
+    throw new InvalidOptionError(component, "workflow", `must be a string, got ${typeof workflow}`);
+  }
+  const out: ReturnType<typeof checkListRuns> = { limit };
+  if (status) out.status = status;
+  if (workflow !== undefined) out.workflow = workflow;
+  if (after !== undefined) {
+    let v: unknown;
+    try {
+      v = typeof after === "string" ? JSON.parse(Buffer.from(after, "base64url").toString("utf8")) : undefined;
+    } catch {
+      v = undefined;
+    }
+    if (!Array.isArray(v) || v.length !== 2 || !Number.isSafeInteger(v[0]) || typeof v[1] !== "string") {
+      throw new InvalidOptionError(
+        component,
+        "after",
+        `${JSON.stringify(after)} is not a run cursor: pass runCursor(run) of the last run of the previous page`,
+      );
+    }
+    out.after = { updatedAt: v[0] as number, runId: v[1] };
+  }
+  return out;
+}
+
 /** Fields {@link Journal.updateRun} may change. */
 export interface RunPatch {
   /** New status; with `blocked`, `error` carries the reason. */
@@ -214,10 +341,80 @@ export interface WriteStepOptions {
    * persistence is the server's). @default true
    */
   sync?: boolean;
+  /**
+   * The record holds a whole state (a graph's checkpoint): the run's steps before it are not needed to
+   * go on from it, and {@link Journal.pruneRuns} may delete them. Stored with the record and read back as
+   * {@link StepRecord.snapshot} (the record's own `snapshot` field is not read: this option decides).
+   * @default false
+   */
+  snapshot?: boolean;
+  /**
+   * Payloads the record's output refers to, stored once and shared: reference → bytes, the reference
+   * being the sha256 (64 lowercase hex digits) of the bytes, which the store verifies. Written in the
+   * record's own transaction (script); a blob already stored is not written again. Every key is also
+   * one of the record's {@link blobRefs}.
+   */
+  blobs?: ReadonlyMap<string, Uint8Array>;
+  /**
+   * Every blob reference the record's output holds, new ({@link blobs}) or already stored. A blob is
+   * deleted with its last reference: when the records holding it are deleted ({@link Journal.deleteRun},
+   * {@link Journal.pruneRuns}, {@link Journal.resetRun}, {@link Journal.retryRun}) or rewritten at the same
+   * seq without it. A reference neither stored nor given in `blobs` is a `JournalIntegrityError`.
+   */
+  blobRefs?: readonly string[];
 }
 
 /** The keys of {@link WriteStepOptions}: any other is an `InvalidOptionError`. */
-const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true });
+const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true, snapshot: true, blobs: true, blobRefs: true });
+
+/** The blobs of one {@link Journal.writeStep}, checked ({@link blobWrite}). */
+export interface BlobWrite {
+  /** New bytes by reference. */
+  bytes: ReadonlyMap<string, Uint8Array>;
+  /** Every reference of the record, unique, sorted. */
+  refs: string[];
+}
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/**
+ * The blobs of a {@link Journal.writeStep} (shared by the stores), checked: `undefined` when it has none.
+ * @throws {InvalidOptionError} when `blobs` is not a Map of sha256 references to the bytes they hash,
+ *   or `blobRefs` not an array of sha256 references
+ */
+export function blobWrite(store: string, options: WriteStepOptions | undefined): BlobWrite | undefined {
+  if (options?.blobs === undefined && options?.blobRefs === undefined) return undefined;
+  const component = `${store} writeStep`;
+  const refs = new Set<string>();
+  const { blobs = new Map<string, Uint8Array>(), blobRefs = [] } = options;
+  if (!(blobs instanceof Map)) throw new InvalidOptionError(component, "blobs", "must be a Map of reference → bytes");
+  if (!Array.isArray(blobRefs)) throw new InvalidOptionError(component, "blobRefs", "must be an array of references");
+  for (const ref of blobRefs) {
+    if (typeof ref !== "string" || !SHA256_HEX.test(ref)) {
+      throw new InvalidOptionError(
+        component,
+        "blobRefs",
+        `${JSON.stringify(ref)} is not a sha256 (64 lowercase hex digits)`,
+      );
+    }
+    refs.add(ref);
+  }
+  for (const [ref, bytes] of blobs) {
+    if (!(bytes instanceof Uint8Array)) {
+      throw new InvalidOptionError(component, "blobs", `the value of ${JSON.stringify(ref)} is not a Uint8Array`);
+    }
+    const hash = createHash("sha256").update(bytes).digest("hex");
+    if (ref !== hash) {
+      throw new InvalidOptionError(
+        component,
+        "blobs",
+        `reference ${JSON.stringify(ref)} is not the sha256 of its ${bytes.byteLength} bytes (${hash})`,
+      );
+    }
+    refs.add(ref);
+  }
+  return { bytes: blobs, refs: [...refs].sort() };
+}
 
 /**
  * Whether a {@link Journal.writeStep} must be synced (shared by the stores).
@@ -227,6 +424,65 @@ export function syncedWrite(store: string, options: WriteStepOptions | undefined
   if (options === undefined) return true;
   checkOptions(`${store} writeStep`, options, WRITE_STEP_OPTIONS);
   return options.sync !== false;
+}
+
+/** Whether a {@link Journal.writeStep} writes a snapshot step (options already checked by {@link syncedWrite}). */
+export function snapshotWrite(options: WriteStepOptions | undefined): boolean {
+  return options?.snapshot === true;
+}
+
+/** Options of {@link Journal.pruneRuns}. */
+export interface PruneOptions {
+  /** Only steps that finished (`finishedAt`) more than this many ms before the store's now (a number ≥ 0). */
+  olderThanMs: number;
+  /** How many of each run's newest snapshot steps stay with everything after them (an integer ≥ 1). @default 1 */
+  keepLast?: number;
+  /**
+   * Space given back after the deletes: SQLite runs `PRAGMA incremental_vacuum` (`"incremental"`, the
+   * default; it frees pages of a file created with incremental auto-vacuum) or `VACUUM` (`"full"`, which
+   * rewrites the file); PostgreSQL runs `VACUUM` on the journal's tables with `"full"` (autovacuum otherwise);
+   * Redis frees memory as it deletes. @default "incremental"
+   */
+  vacuum?: "incremental" | "full";
+}
+
+/** Result of {@link Journal.pruneRuns}. */
+export interface PruneResult {
+  /** Step records deleted. */
+  deletedSteps: number;
+  /** Blobs deleted (no record references them any more). */
+  deletedBlobs: number;
+}
+
+/** The keys of {@link PruneOptions}: any other is an `InvalidOptionError`. */
+const PRUNE_KEYS = optionKeys<PruneOptions>({ olderThanMs: true, keepLast: true, vacuum: true });
+
+/**
+ * Checks the options of {@link Journal.pruneRuns} (shared by the stores) and fills in the defaults.
+ * @throws {InvalidOptionError} on an unknown key, `olderThanMs` not a finite number ≥ 0, `keepLast` not
+ *   an integer ≥ 1, `vacuum` neither `"incremental"` nor `"full"`
+ */
+export function checkPruneOptions(store: string, options: PruneOptions): Required<PruneOptions> {
+  const component = `${store} pruneRuns`;
+  if (options === null || typeof options !== "object") {
+    throw new InvalidOptionError(component, "options", "must be an object { olderThanMs, keepLast?, vacuum? }");
+  }
+  checkOptions(component, options, PRUNE_KEYS);
+  const { olderThanMs, keepLast = 1, vacuum = "incremental" } = options;
+  if (typeof olderThanMs !== "number" || !Number.isFinite(olderThanMs) || olderThanMs < 0) {
+    throw new InvalidOptionError(component, "olderThanMs", `must be a number of ms ≥ 0, got ${String(olderThanMs)}`);
+  }
+  if (!Number.isSafeInteger(keepLast) || keepLast < 1) {
+    throw new InvalidOptionError(component, "keepLast", `must be an integer ≥ 1, got ${String(keepLast)}`);
+  }
+  if (vacuum !== "incremental" && vacuum !== "full") {
+    throw new InvalidOptionError(
+      component,
+      "vacuum",
+      `expected "incremental" or "full", got ${JSON.stringify(vacuum)}`,
+    );
+  }
+  return { olderThanMs, keepLast, vacuum };
 }
 
 /** Result of {@link Journal.updateRun}. */
@@ -253,8 +509,16 @@ export interface Journal {
   createRun(init: { runId: string; workflow: string; input: JsonValue }): Promise<{ created: boolean; run: RunRecord }>;
   /** The run, or undefined. */
   getRun(runId: string): Promise<RunRecord | undefined>;
-  /** Runs, newest first, optionally of one status. */
-  listRuns(filter?: { status?: RunStatus; limit?: number }): Promise<RunRecord[]>;
+  /**
+   * Runs, newest first by `(updatedAt, runId)` (both descending), optionally of one status and one
+   * workflow, a page at a time: `after` is the {@link runCursor} of the last run of the previous page.
+   * Paging is stable while runs change: a run updated meanwhile may move to the front (and is then
+   * not listed again on the later pages), but no run that stayed put is skipped or listed twice.
+   * @param filter - see {@link ListRunsFilter}
+   * @throws {InvalidOptionError} on an unknown key, a `limit` that is not an integer ≥ 1, or an `after`
+   *   that is not a cursor made by {@link runCursor}
+   */
+  listRuns(filter?: ListRunsFilter): Promise<RunRecord[]>;
   /**
    * Takes the run's lease for `owner` for `ttlMs` when it is free, expired, or
    * already `owner`'s; taking it increments the fencing token. Expiry is
@@ -276,8 +540,15 @@ export interface Journal {
    * expire.
    */
   releaseLease(runId: string, token: number): Promise<void>;
-  /** The run's step records ordered by seq. */
-  readSteps(runId: string): Promise<StepRecord[]>;
+  /**
+   * The run's step records ordered by seq; with `query`, only those at or
+   * after `fromSeq`, whose name starts with `namePrefix`, and of those the
+   * `last` newest (e.g. a graph's newest checkpoint:
+   * `{ namePrefix: "checkpoint:", last: 1 }`, read without the others' outputs).
+   * @param query - see {@link StepQuery}; none: every record
+   * @throws {InvalidOptionError} on an unknown key or a bad value in `query`
+   */
+  readSteps(runId: string, query?: StepQuery): Promise<StepRecord[]>;
   /**
    * Inserts the record at `record.seq` (which must be the next seq) or updates
    * a not-completed record at that seq with the same name.
@@ -318,8 +589,26 @@ export interface Journal {
   listSignals(runId: string): Promise<SignalRecord[]>;
   /** The run's audit log, oldest first. */
   readEvents(runId: string): Promise<JournalEvent[]>;
-  /** Removes the run and everything recorded for it. */
+  /** Removes the run and everything recorded for it (blobs no other run references included). */
   deleteRun(runId: string): Promise<void>;
+  /**
+   * The bytes of a blob written with {@link WriteStepOptions.blobs}, or undefined when the store does
+   * not hold it (never written, or deleted with its last reference).
+   * @param ref - the blob's sha256 (hex)
+   * @throws {BackendError} when the store cannot be reached
+   */
+  readBlob(ref: string): Promise<Uint8Array | undefined>;
+  /**
+   * Retention: in every run, deletes the step records that finished (`finishedAt`) before the store's
+   * now − `olderThanMs` and lie before the run's `keepLast`-th newest snapshot step
+   * ({@link WriteStepOptions.snapshot}), with their blob references; blobs no record references any more
+   * are deleted. A run without snapshot steps loses no step (a replayed durable run needs them all); a
+   * pruned run's seqs have holes, and its next seq stays its highest + 1. Works a run (and at most 1,000
+   * records) per transaction, so no lock is held for long; then gives space back (see `vacuum`).
+   * @returns how many records and blobs were deleted
+   * @throws {InvalidOptionError} on a bad option (see {@link PruneOptions})
+   */
+  pruneRuns(options: PruneOptions): Promise<PruneResult>;
   /**
    * The store's clock, epoch ms: PostgreSQL `statement_timestamp()`, Redis
    * `TIME`, the host's clock for SQLite (one machine; read by SQLite, not
@@ -548,6 +837,7 @@ export function stepFromRow(r: JournalRow, runId?: string): StepRecord {
   const error = parseStored<RecordedError>(str(r.error_json), `error_json ${of}`);
   if (error !== undefined) step.error = error;
   if (num(r.finished_at) !== undefined) step.finishedAt = Number(r.finished_at);
+  if (r.snapshot !== null && r.snapshot !== undefined && Number(r.snapshot) !== 0) step.snapshot = true;
   return step;
 }
 
@@ -617,23 +907,27 @@ export function jsonColumn(value: unknown, path: string): string | null {
 }
 
 /**
- * Checks a step write against the stored state of the run (shared by the SQL stores).
+ * Checks a step write against the stored state of the run (shared by the stores): `record.seq` must
+ * hold a record of the same name that is not completed, or be the next seq (the highest + 1, 0 when the
+ * run has none: a pruned run's holes are never filled).
+ *
+ * @param nextSeq - the run's highest seq + 1 (0 without steps)
  * @throws {StaleFencingTokenError} @throws {JournalIntegrityError}
  */
 export function checkStepWrite(
   runId: string,
   token: number,
   currentToken: number,
-  stepCount: number,
+  nextSeq: number,
   existing: { name: string; status: string } | undefined,
   record: StepRecord,
 ): void {
   if (token !== currentToken) throw new StaleFencingTokenError(runId, token, currentToken);
-  if (!Number.isInteger(record.seq) || record.seq < 0 || record.seq > stepCount) {
+  if (!Number.isInteger(record.seq) || record.seq < 0 || (!existing && record.seq !== nextSeq)) {
     throw new JournalIntegrityError(
       runId,
       record.seq,
-      `cannot write step #${record.seq}: the journal has ${stepCount} step(s), the next one must be #${stepCount}`,
+      `cannot write step #${record.seq}: the next one must be #${nextSeq} (the journal's highest seq + 1)`,
     );
   }
   if (existing) {

@@ -22,14 +22,18 @@
  *   the fencing token bumped so the former executor's writes are refused,
  *   events with `by`), a `blocked` run through `updateRun` (reason in `error`,
  *   `run_blocked` with `detail`), `appendEvent`, and a cancel atomic with the
- *   executor's writes.
+ *   executor's writes;
+ * - **what workflow graphs use**: `readSteps` with a query (`fromSeq`,
+ *   `namePrefix`, `last`), snapshot steps and `pruneRuns` (holes never filled:
+ *   the next seq is the highest + 1), blobs written with their step and deleted
+ *   with their last reference, `listRuns` paged by `runCursor` while runs move.
  *
  * The suite imports no test runner: the caller passes its test functions as
  * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).
  *
  * @module
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { InvalidOptionError, NonJsonValueError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
@@ -39,7 +43,7 @@ import {
   SignalConflictError,
   StaleFencingTokenError,
 } from "../durable/errors.js";
-import type { Journal, StepRecord } from "../durable/journal.js";
+import { type Journal, type RunRecord, runCursor, type StepRecord } from "../durable/journal.js";
 import { type ConformanceSuiteOptions, suiteGroup } from "./test-api.js";
 
 /** The keys of {@link JournalConformanceOptions}: any other is an `InvalidOptionError`. */
@@ -254,6 +258,275 @@ export function runJournalConformance<J extends Journal>(
         "lease_acquired",
         "step_failed",
       ]);
+    });
+
+    it("readSteps with a query: fromSeq, namePrefix (characters, not bytes), last n newest, in seq order; bad queries refused", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const t = await lease(j, id, "A");
+      const names = ["checkpoint:0:a", "effect:0:0:x", "checkpoint:1:b", "ü:1", "checkpoint:2:c", "üb:2", "check"];
+      for (const [seq, name] of names.entries()) {
+        await j.writeStep(t, rec(id, seq, t, { name, status: "completed", output: { seq }, finishedAt: Date.now() }));
+      }
+      const seqs = async (q?: Parameters<Journal["readSteps"]>[1]) => (await j.readSteps(id, q)).map((s) => s.seq);
+      expect(await seqs()).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      expect(await seqs({})).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      const newest = await j.readSteps(id, { namePrefix: "checkpoint:", last: 1 });
+      expect(newest).toHaveLength(1);
+      expect(newest[0]).toMatchObject({
+        runId: id,
+        seq: 4,
+        name: "checkpoint:2:c",
+        status: "completed",
+        output: { seq: 4 },
+      });
+      expect(newest[0]).toEqual((await j.readSteps(id))[4]);
+      expect(await seqs({ namePrefix: "checkpoint:" })).toEqual([0, 2, 4]);
+      expect(await seqs({ namePrefix: "checkpoint:", last: 2 })).toEqual([2, 4]);
+      expect(await seqs({ namePrefix: "checkpoint:", fromSeq: 1 })).toEqual([2, 4]);
+      expect(await seqs({ namePrefix: "checkpoint:", fromSeq: 5 })).toEqual([]);
+      expect(await seqs({ fromSeq: 5 })).toEqual([5, 6]);
+      expect(await seqs({ last: 3 })).toEqual([4, 5, 6]);
+      expect(await seqs({ last: 100 })).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      expect(await seqs({ namePrefix: "ü" })).toEqual([3, 5]);
+      expect(await seqs({ namePrefix: "üb" })).toEqual([5]);
+      expect(await seqs({ namePrefix: "check" })).toEqual([0, 2, 4, 6]);
+      expect(await seqs({ namePrefix: "checkpoint:0:a-longer" })).toEqual([]);
+      expect(await seqs({ namePrefix: "" })).toEqual([0, 1, 2, 3, 4, 5, 6]);
+      expect(await j.readSteps(`${id}-none`, { namePrefix: "checkpoint:", last: 1 })).toEqual([]);
+      for (const bad of [
+        { fromSeq: -1 },
+        { fromSeq: 1.5 },
+        { last: 0 },
+        { last: -1 },
+        { namePrefix: 3 },
+        { lastN: 1 },
+      ]) {
+        await expect(j.readSteps(id, bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+    });
+
+    it("listRuns: newest first by (updatedAt, runId), of a status and a workflow, in pages by runCursor; stable while runs move", async () => {
+      const j = journal;
+      const ids: string[] = [];
+      for (let i = 0; i < 7; i++) {
+        const id = `${newRunId()}-${i}`;
+        ids.push(id);
+        await j.createRun({ runId: id, workflow: i % 2 === 0 ? "graph" : "agent", input: i });
+        if (i === 2) await sleep(3); // some runs share a millisecond, others do not
+      }
+      const t3 = await lease(j, ids[3] as string, "A");
+      await j.updateRun(t3, ids[3] as string, { status: "completed", output: 3 });
+      const order = (runs: { updatedAt: number; runId: string }[]) =>
+        [...runs].sort((a, b) => b.updatedAt - a.updatedAt || (a.runId < b.runId ? 1 : a.runId > b.runId ? -1 : 0));
+      const stored = await Promise.all(ids.map(async (id) => (await j.getRun(id)) as NonNullable<unknown>));
+      const all = await j.listRuns();
+      expect(all.map((r) => r.runId)).toEqual(
+        order(stored as { updatedAt: number; runId: string }[]).map((r) => r.runId),
+      );
+      expect(all[0]?.runId).toBe(ids[3]);
+      for (let i = 1; i < all.length; i++) {
+        expect((all[i - 1] as RunRecord).updatedAt >= (all[i] as RunRecord).updatedAt).toBe(true);
+      }
+      // pages of 2 (and of 1) walk the same list
+      for (const limit of [1, 2, 3]) {
+        const pages: string[] = [];
+        let after: string | undefined;
+        for (let n = 0; n < 20; n++) {
+          const page = await j.listRuns({ limit, ...(after !== undefined ? { after } : {}) });
+          if (page.length === 0) break;
+          expect(page.length).toBeLessThanOrEqual(limit);
+          pages.push(...page.map((r) => r.runId));
+          after = runCursor(page.at(-1) as RunRecord);
+        }
+        expect(pages).toEqual(all.map((r) => r.runId));
+      }
+      const graphs = all.filter((r) => r.workflow === "graph").map((r) => r.runId);
+      expect((await j.listRuns({ workflow: "graph" })).map((r) => r.runId)).toEqual(graphs);
+      const first = await j.listRuns({ workflow: "graph", limit: 2 });
+      expect(first.map((r) => r.runId)).toEqual(graphs.slice(0, 2));
+      expect(
+        (await j.listRuns({ workflow: "graph", after: runCursor(first[1] as RunRecord) })).map((r) => r.runId),
+      ).toEqual(graphs.slice(2));
+      expect((await j.listRuns({ workflow: "agent", status: "completed" })).map((r) => r.runId)).toEqual([ids[3]]);
+      expect(await j.listRuns({ workflow: "graph", status: "completed" })).toEqual([]);
+      expect(await j.listRuns({ workflow: "none" })).toEqual([]);
+      // stable while runs change: a page, then a listed run and an unlisted one move to the front
+      const page1 = await j.listRuns({ limit: 3 });
+      await sleep(3);
+      const moved = [page1[0]?.runId as string, all.at(-1)?.runId as string];
+      for (const id of moved) await lease(j, id, "A");
+      const rest: string[] = [];
+      let after = runCursor(page1.at(-1) as RunRecord);
+      for (let n = 0; n < 20; n++) {
+        const page = await j.listRuns({ limit: 2, after });
+        if (page.length === 0) break;
+        rest.push(...page.map((r) => r.runId));
+        after = runCursor(page.at(-1) as RunRecord);
+      }
+      const stayed = all.map((r) => r.runId).filter((id) => !moved.includes(id));
+      const seen = [...page1.map((r) => r.runId), ...rest];
+      for (const id of stayed)
+        expect(
+          seen.filter((x) => x === id),
+          id,
+        ).toHaveLength(1);
+      expect(rest).not.toContain(moved[0]);
+      expect((await j.listRuns({ limit: 2 })).map((r) => r.runId).sort()).toEqual([...moved].sort());
+      // bad filters
+      for (const bad of [{ limit: 0 }, { limit: 1.5 }, { after: "not a cursor" }, { after: 7 }, { workflows: "x" }]) {
+        await expect(j.listRuns(bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+    });
+
+    it("snapshot steps and pruneRuns: only steps finished before the cutoff and before the keepLast-th newest snapshot go; the next seq stays highest + 1", async () => {
+      const j = journal;
+      const old = Date.now() - 10 * 60_000;
+      const plain = newRunId();
+      await j.createRun({ runId: plain, workflow: "wf", input: null });
+      const tp = await lease(j, plain, "A");
+      for (let seq = 0; seq < 3; seq++) {
+        await j.writeStep(tp, rec(plain, seq, tp, { status: "completed", output: seq, finishedAt: old }));
+      }
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "graph", input: null });
+      const t = await lease(j, id, "A");
+      const done = (seq: number, finishedAt: number) =>
+        rec(id, seq, t, { name: `checkpoint:${seq}`, status: "completed", output: { seq }, finishedAt });
+      await j.writeStep(t, done(0, old));
+      await j.writeStep(t, rec(id, 1, t, { name: "checkpoint:1" }), { snapshot: true });
+      await j.writeStep(t, done(1, old), { snapshot: true, sync: false });
+      await j.writeStep(t, done(2, old));
+      await j.writeStep(t, done(3, Date.now()));
+      await j.writeStep(t, done(4, old), { snapshot: true });
+      await j.writeStep(t, rec(id, 5, t, { name: "effect:5" }));
+      const steps = await j.readSteps(id);
+      expect(steps.map((s) => s.snapshot === true)).toEqual([false, true, false, false, true, false]);
+      expect(steps.filter((s) => "snapshot" in s).map((s) => s.seq)).toEqual([1, 4]);
+      // keepLast 2: the 2nd newest snapshot is #1, so only #0 goes
+      expect(await j.pruneRuns({ olderThanMs: 60_000, keepLast: 2 })).toEqual({ deletedSteps: 1, deletedBlobs: 0 });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([1, 2, 3, 4, 5]);
+      // keepLast 1: #1 and #2 go; #3 finished after the cutoff stays; the plain run loses nothing
+      expect(await j.pruneRuns({ olderThanMs: 60_000 })).toEqual({ deletedSteps: 2, deletedBlobs: 0 });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([3, 4, 5]);
+      expect((await j.readSteps(plain)).map((s) => s.seq)).toEqual([0, 1, 2]);
+      expect(await j.pruneRuns({ olderThanMs: 60_000, vacuum: "full" })).toEqual({ deletedSteps: 0, deletedBlobs: 0 });
+      expect((await j.readSteps(id, { namePrefix: "checkpoint:", last: 1 })).map((s) => [s.seq, s.snapshot])).toEqual([
+        [4, true],
+      ]);
+      expect((await j.readSteps(id, { fromSeq: 1, last: 2 })).map((s) => s.seq)).toEqual([4, 5]);
+      // holes are never filled: the next seq is the highest + 1
+      for (const seq of [0, 2, 7]) {
+        await expect(j.writeStep(t, rec(id, seq, t, { name: `checkpoint:${seq}` })), `#${seq}`).rejects.toBeInstanceOf(
+          JournalIntegrityError,
+        );
+      }
+      await j.writeStep(t, rec(id, 5, t, { name: "effect:5", status: "completed", output: 5, finishedAt: old }));
+      await j.writeStep(t, rec(id, 6, t));
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([3, 4, 5, 6]);
+      // a reset keeps the steps up to toSeq; the run goes on after its highest kept seq
+      await j.resetRun(id, 4, "ops");
+      const t2 = await lease(j, id, "B");
+      await expect(j.writeStep(t2, rec(id, 6, t2))).rejects.toBeInstanceOf(JournalIntegrityError);
+      await j.writeStep(t2, rec(id, 5, t2, { name: "again" }));
+      expect((await j.readSteps(id)).map((s) => [s.seq, s.name])).toEqual([
+        [3, "checkpoint:3"],
+        [4, "checkpoint:4"],
+        [5, "again"],
+      ]);
+      // everything finished before now, keepLast above the number of snapshots: nothing goes
+      expect(await j.pruneRuns({ olderThanMs: 0, keepLast: 5 })).toEqual({ deletedSteps: 0, deletedBlobs: 0 });
+      for (const bad of [
+        {},
+        { olderThanMs: -1 },
+        { olderThanMs: Number.NaN },
+        { olderThanMs: 1, keepLast: 0 },
+        { olderThanMs: 1, keepLast: 1.5 },
+        { olderThanMs: 1, vacuum: "all" },
+        { olderThanMs: 1, keep: 2 },
+      ]) {
+        await expect(j.pruneRuns(bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+      await expect(j.writeStep(t2, rec(id, 6, t2), { snapshots: true } as never)).rejects.toBeInstanceOf(
+        InvalidOptionError,
+      );
+    });
+
+    it("blobs: written once with their step, read back by reference, deleted with their last reference (rewrite, deleteRun, resetRun, pruneRuns)", async () => {
+      const j = journal;
+      const blob = (text: string) => {
+        const bytes = new Uint8Array(Buffer.from(text, "utf8"));
+        return [createHash("sha256").update(bytes).digest("hex"), bytes] as const;
+      };
+      const [a, aBytes] = blob(`alpha ${randomUUID()}`);
+      const [b, bBytes] = blob(`beta ${randomUUID()}`);
+      const [c, cBytes] = blob(`gamma ${randomUUID()}`);
+      const [d, dBytes] = blob(`delta ${randomUUID()}`);
+      const binary = new Uint8Array([0, 255, 1, 128, 0, 10, 13]);
+      const e = createHash("sha256").update(binary).digest("hex");
+      const one = newRunId();
+      const two = newRunId();
+      for (const id of [one, two]) await j.createRun({ runId: id, workflow: "graph", input: null });
+      const t1 = await lease(j, one, "A");
+      const t2 = await lease(j, two, "A");
+      const done = (id: string, seq: number, t: number, output: unknown = { seq }) =>
+        rec(id, seq, t, { status: "completed", output: output as never, finishedAt: Date.now() - 600_000 });
+      await j.writeStep(t1, rec(one, 0, t1));
+      await j.writeStep(t1, done(one, 0, t1, { a, b }), {
+        blobs: new Map([
+          [a, aBytes],
+          [b, bBytes],
+          [e, binary],
+        ]),
+        blobRefs: [a, b],
+      });
+      expect(await j.readBlob(a)).toEqual(aBytes);
+      expect(await j.readBlob(b)).toEqual(bBytes);
+      expect(await j.readBlob(e)).toEqual(binary);
+      expect(await j.readBlob(c)).toBeUndefined();
+      // a stored blob is referenced without its bytes; a missing one is refused and nothing is written
+      await j.writeStep(t2, done(two, 0, t2, { a }), { blobRefs: [a], snapshot: true });
+      await expect(j.writeStep(t2, done(two, 1, t2), { blobRefs: [c] })).rejects.toBeInstanceOf(JournalIntegrityError);
+      expect((await j.readSteps(two)).map((s) => s.seq)).toEqual([0]);
+      for (const bad of [
+        { blobs: new Map([[a, bBytes]]) },
+        { blobs: new Map([["sha256:x", aBytes]]) },
+        { blobRefs: ["not-a-hash"] },
+        { blobs: { [a]: aBytes } },
+      ]) {
+        await expect(j.writeStep(t2, done(two, 1, t2), bad as never)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+      // a record that is not completed rewritten with other references: the blob it held goes
+      await j.writeStep(t2, rec(two, 1, t2), { blobs: new Map([[c, cBytes]]), blobRefs: [c] });
+      expect(await j.readBlob(c)).toEqual(cBytes);
+      await j.writeStep(t2, done(two, 1, t2), { blobs: new Map([[d, dBytes]]), blobRefs: [d] });
+      expect(await j.readBlob(c)).toBeUndefined();
+      expect(await j.readBlob(d)).toEqual(dBytes);
+      // deleteRun: b was run one's alone, a is still run two's
+      await j.deleteRun(one);
+      expect(await j.readBlob(b)).toBeUndefined();
+      expect(await j.readBlob(a)).toEqual(aBytes);
+      // pruneRuns: run two's #0 (a) goes before its snapshot #2
+      await j.writeStep(t2, done(two, 2, t2, { d }), { blobRefs: [d], snapshot: true });
+      expect(await j.pruneRuns({ olderThanMs: 60_000 })).toEqual({ deletedSteps: 2, deletedBlobs: 1 });
+      expect(await j.readBlob(a)).toBeUndefined();
+      expect(await j.readBlob(d)).toEqual(dBytes);
+      // retryRun dropping a failed last record drops its blob
+      const [f, fBytes] = blob(`phi ${randomUUID()}`);
+      const error = { name: "Error", message: "x" };
+      await j.writeStep(t2, rec(two, 3, t2, { status: "failed", error }), {
+        blobs: new Map([[f, fBytes]]),
+        blobRefs: [f],
+      });
+      expect(await j.readBlob(f)).toEqual(fBytes);
+      await j.updateRun(t2, two, { status: "failed", error });
+      await j.retryRun(two, "ops");
+      expect(await j.readBlob(f)).toBeUndefined();
+      expect(await j.readBlob(d)).toEqual(dBytes);
+      // resetRun dropping the last record that references d
+      await j.resetRun(two, -1, "ops");
+      expect(await j.readBlob(d)).toBeUndefined();
     });
 
     it("signals: one per name (the second is refused); a wait is not suspended when its signal already arrived", async () => {

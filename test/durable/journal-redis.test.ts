@@ -13,3 +13,55 @@ runJournalConformance("redis", () => new RedisJournal({ url: REDIS_URL, prefix: 
     await journal.close();
   },
 });
+
+vitest.describe.skipIf(await redisSkipReason())("RedisJournal: data of an earlier release", () => {
+  vitest.it(
+    "lists runs missing from the updated_at index (written before it existed) and reads steps without step_max",
+    async () => {
+      const journal = new RedisJournal({ url: REDIS_URL, keyPrefix: `test:dj:${randomUUID()}:` });
+      try {
+        const prefix = (journal as unknown as { prefix: string }).prefix;
+        for (const id of ["a", "b", "c"]) await journal.createRun({ runId: id, workflow: "wf", input: null });
+        await new Promise((r) => setTimeout(r, 5)); // b's lease moves it ahead of the runs created before
+        const l = await journal.acquireLease("b", "w", 10_000);
+        if (!l.acquired) throw new Error("lease");
+        for (let seq = 0; seq < 3; seq++) {
+          await journal.writeStep(l.fencingToken, {
+            runId: "b",
+            seq,
+            name: `s${seq}`,
+            inputHash: "h",
+            status: "completed",
+            attempt: 1,
+            startedAt: 1,
+            fencingToken: l.fencingToken,
+          });
+        }
+        // as an earlier release left them: no updated_at index, no step_max field
+        await journal.client.del(`${prefix}runs:updated`);
+        await journal.client.hdel(`${prefix}{b}:run`, "step_max");
+        const listed = await journal.listRuns();
+        vitest.expect(listed.map((r) => r.runId).sort()).toEqual(["a", "b", "c"]);
+        vitest.expect(listed[0]?.runId).toBe("b");
+        vitest.expect(await journal.client.zcard(`${prefix}runs:updated`)).toBe(3);
+        const write = (seq: number) =>
+          journal.writeStep(l.fencingToken, {
+            runId: "b",
+            seq,
+            name: `s${seq}`,
+            inputHash: "h",
+            status: "started",
+            attempt: 1,
+            startedAt: 1,
+            fencingToken: l.fencingToken,
+          });
+        await vitest.expect(write(4)).rejects.toThrow("the next one must be #3");
+        await write(3);
+        vitest.expect((await journal.readSteps("b", { last: 2 })).map((s) => s.seq)).toEqual([2, 3]);
+      } finally {
+        await journal.clear();
+        await journal.close();
+      }
+    },
+  );
+});

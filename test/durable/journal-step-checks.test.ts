@@ -51,9 +51,9 @@ async function checks(j: Journal, own = false): Promise<void> {
   await write(t, rec(id, 2, t));
   const gap = write(t, rec(id, 4, t));
   await expect(gap).rejects.toBeInstanceOf(JournalIntegrityError);
-  await expect(gap).rejects.toThrow("the journal has 3 step(s), the next one must be #3");
+  await expect(gap).rejects.toThrow("the next one must be #3");
   for (const seq of [-1, 1.5]) {
-    await expect(write(t, rec(id, seq, t))).rejects.toThrow("the journal has 3 step(s)");
+    await expect(write(t, rec(id, seq, t))).rejects.toThrow("the next one must be #3");
   }
   await expect(write(t, rec(id, 0, t, { name: "renamed" }))).rejects.toThrow('with a step named "renamed"');
   await expect(write(t, rec(id, 0, t, { attempt: 2 }))).rejects.toThrow('step "s0" is already completed');
@@ -84,7 +84,7 @@ async function checks(j: Journal, own = false): Promise<void> {
   await j.createRun({ runId: fresh, workflow: "wf", input: null });
   const l2 = await j.acquireLease(fresh, "a", 10_000);
   if (!l2.acquired) throw new Error("lease refused");
-  await expect(write(l2.fencingToken, rec(fresh, 1, l2.fencingToken))).rejects.toThrow("the journal has 0 step(s)");
+  await expect(write(l2.fencingToken, rec(fresh, 1, l2.fencingToken))).rejects.toThrow("the next one must be #0");
   await write(l2.fencingToken, rec(fresh, 0, l2.fencingToken));
   expect((await j.readSteps(fresh)).map((s) => s.seq)).toEqual([0]);
 }

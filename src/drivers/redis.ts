@@ -40,12 +40,12 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { createRequire } from "node:module";
 import type * as BullMQ from "bullmq";
 import type * as IORedis from "ioredis";
 import type { Redis, RedisOptions } from "ioredis";
 import { BackendError, DumplingsError, InvalidOptionError } from "../core/errors.js";
 import type { OptionKeyList } from "../core/options.js";
+import { requirePeer } from "../core/peers.js";
 import { parseUrlOption, positiveOption, redactUrl, renamedOption as sharedRenamedOption } from "./options.js";
 
 /** Connection URL when neither `url` nor `REDIS_URL` is set. */
@@ -131,19 +131,26 @@ interface Watchable {
   once?(event: string, listener: () => void): unknown;
 }
 
-const requireCjs = createRequire(import.meta.url);
 let ioredis: typeof IORedis | undefined;
 let bullmq: typeof BullMQ | undefined;
 
-/** Loads `ioredis` on first use (importing the library never loads it). */
+/**
+ * Loads `ioredis` on first use (importing the library never loads it).
+ *
+ * @throws {MissingPeerError} when ioredis is not installed (an optional peer dependency)
+ */
 export function loadIoredis(): typeof IORedis {
-  ioredis ??= requireCjs("ioredis") as typeof IORedis;
+  ioredis ??= requirePeer<typeof IORedis>("redis", "ioredis");
   return ioredis;
 }
 
-/** Loads `bullmq` on first use (importing `dumplings-ai/durable` never loads it; it loads ioredis too). */
+/**
+ * Loads `bullmq` on first use (importing `dumplings-ai/durable` never loads it; it loads ioredis too).
+ *
+ * @throws {MissingPeerError} when bullmq is not installed (an optional peer dependency)
+ */
 export function loadBullmq(): typeof BullMQ {
-  bullmq ??= requireCjs("bullmq") as typeof BullMQ;
+  bullmq ??= requirePeer<typeof BullMQ>("durable", "bullmq");
   return bullmq;
 }
 

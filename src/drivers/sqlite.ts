@@ -29,10 +29,10 @@
  * @module
  */
 import { existsSync, mkdirSync, realpathSync } from "node:fs";
-import { createRequire } from "node:module";
 import path from "node:path";
 import type BetterSqlite3 from "better-sqlite3";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
+import { requirePeer } from "../core/peers.js";
 import { type SqlDriver, type SqlQuery, type SqlResult, type SqlRunSync, StoreNotFoundError } from "./sql.js";
 
 /** Name of the migration ledger table in each file. */
@@ -130,11 +130,14 @@ function fileKey(db: BetterSqlite3.Database): string | undefined {
   }
 }
 
-const requireCjs = createRequire(import.meta.url);
 let driverModule: typeof BetterSqlite3 | undefined;
-/** Loads better-sqlite3 on first use, so importing the library never loads the native addon. */
+/**
+ * Loads better-sqlite3 on first use, so importing the library never loads the native addon.
+ *
+ * @throws {MissingPeerError} when better-sqlite3 is not installed (an optional peer dependency)
+ */
 export function loadBetterSqlite3(): typeof BetterSqlite3 {
-  driverModule ??= requireCjs("better-sqlite3") as typeof BetterSqlite3;
+  driverModule ??= requirePeer<typeof BetterSqlite3>("sqlite", "better-sqlite3");
   return driverModule;
 }
 
@@ -247,8 +250,8 @@ export class SqliteDriver implements SqlDriver {
     if (!create && !inMemory && !existsSync(file)) throw new StoreNotFoundError(this.name, file, "no such file");
     let db: BetterSqlite3.Database | undefined;
     try {
+      const Database = loadBetterSqlite3(); // first: a missing driver creates no directory
       if (!inMemory && create) mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
-      const Database = loadBetterSqlite3();
       // Reading never writes: look at an existing file read-only before anything below changes it
       // (WAL mode is persistent, and an empty file would get a database header).
       if (!create && !inMemory) this.probe(Database, file, primary);

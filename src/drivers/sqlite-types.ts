@@ -62,6 +62,7 @@ export interface Database {
   name: string;
   open: boolean;
   inTransaction: boolean;
+  // biome-ignore lint/complexity/noBannedTypes: better-sqlite3's own signature (named parameters), so its Database fits
   prepare<BindParameters extends unknown[] | {} = unknown[], Result = unknown>(
     source: string,
   ): BindParameters extends unknown[] ? Statement<BindParameters, Result> : Statement<[BindParameters], Result>;

@@ -210,6 +210,27 @@ describe("a fresh app installing the packed tarball", () => {
     expect(existsSync(path.join(app, "sub"))).toBe(false);
   });
 
+  it("the CLI works on .duas files; a command needing a missing driver names the install command", () => {
+    const cli = (args: string[]) => {
+      const r = spawnSync(path.join(app, "node_modules", ".bin", "dumplings"), args, {
+        cwd: app,
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      return { status: r.status, out: `${r.stdout ?? ""}${r.stderr ?? ""}` };
+    };
+    const ls = cli(["ls"]);
+    expect(ls.status, ls.out).toBe(0);
+    expect(ls.out).toContain("support-42");
+    writeFileSync(path.join(app, "cli.db"), ""); // a store that exists: the command gets as far as the driver
+    const sqlite = cli(["ls", "--backend", "sqlite:./cli.db"]);
+    expect(sqlite.status).not.toBe(0);
+    expect(sqlite.out).toContain(`npm i better-sqlite3@${pkg.peerDependencies["better-sqlite3"]}`);
+    const ui = cli(["ui", "--no-open", "--port", "0"]);
+    expect(ui.status).not.toBe(0);
+    expect(ui.out).toContain(`npm i hono@${pkg.peerDependencies.hono}`);
+  });
+
   it("require() loads every entry from a .cjs file", () => {
     const subpaths = Object.keys(pkg.exports).filter((s) => s !== "./package.json");
     const names = subpaths.map((s) => (s === "." ? "dumplings-ai" : `dumplings-ai/${s.slice(2)}`));

@@ -18,7 +18,7 @@
  */
 import { createRequire } from "node:module";
 import type { LanguageModel } from "ai";
-import { DumplingsError } from "../core/errors.js";
+import { DumplingsError, MissingPeerError } from "../core/errors.js";
 import type { Protocol } from "../core/messages.js";
 import { MissingSecretError } from "../persistence/errors.js";
 
@@ -36,27 +36,6 @@ const PROVIDER_OF: Record<Protocol, ProviderPackage> = {
   anthropic: "@ai-sdk/anthropic",
   openai: "@ai-sdk/openai-compatible",
 };
-
-/**
- * The provider package an agent needs is not installed (it is an optional peer dependency).
- * Code `PROVIDER_MISSING`. The message names the install command for the installed `ai`.
- */
-export class ProviderMissingError extends DumplingsError {
-  /** The package to install. */
-  readonly packageName: ProviderPackage;
-  /** The command that installs the major matching the installed `ai`. */
-  readonly fix: string;
-  constructor(packageName: ProviderPackage, aiVersion: string | undefined, cause?: unknown) {
-    const fix = providerInstallHint(packageName, aiVersion);
-    super(
-      "PROVIDER_MISSING",
-      `[dumplings:model] ${packageName} is not installed: the agent's protocol needs it. Install it: ${fix}`,
-      { cause },
-    );
-    this.packageName = packageName;
-    this.fix = fix;
-  }
-}
 
 /**
  * The installed provider package implements a model specification version the
@@ -129,6 +108,13 @@ export function providerInstallHint(packageName: ProviderPackage, aiVersion: str
   return `npm i ${packageName}@${major}`;
 }
 
+/** The version range to install of a provider for the installed `ai` (`"2"` for openai-compatible beside ai@6), `"latest"` when unknown. */
+function providerRange(packageName: ProviderPackage, aiVersion: string | undefined): string {
+  const hint = providerInstallHint(packageName, aiVersion);
+  const at = hint.lastIndexOf("@");
+  return at > hint.indexOf(" ") + 2 ? hint.slice(at + 1) : "latest";
+}
+
 /**
  * Checks that a model's specification version is one the installed `ai` calls.
  *
@@ -175,7 +161,7 @@ const loaded = new Map<ProviderPackage, Promise<Record<string, unknown>>>();
  * @param packageName - the provider package
  * @param importer - how to import it @default a dynamic `import()`
  * @returns the package's module namespace
- * @throws {ProviderMissingError} when the package is not installed
+ * @throws {MissingPeerError} when the package is not installed
  */
 export async function loadProvider(
   packageName: ProviderPackage,
@@ -188,7 +174,7 @@ export async function loadProvider(
     const code = (cause as { code?: unknown } | null)?.code;
     const message = String((cause as { message?: unknown } | null)?.message ?? "");
     if ((code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") && message.includes(`'${packageName}'`)) {
-      throw new ProviderMissingError(packageName, installedVersion("ai"), cause);
+      throw new MissingPeerError("model", packageName, providerRange(packageName, installedVersion("ai")), { cause });
     }
     throw cause;
   });
@@ -233,7 +219,7 @@ export function baseUrlOf(url: string): string {
  * @returns a `LanguageModel` for `generateText` / `streamText`
  * @throws {ModelConfigError} when `apiProvider` or `modelName` is empty or the URL is invalid
  * @throws {MissingSecretError} when `apiKeyEnv` names a variable that is not set (nothing is sent)
- * @throws {ProviderMissingError} when the protocol's provider package is not installed
+ * @throws {MissingPeerError} when the protocol's provider package is not installed
  * @throws {ProviderVersionError} when the installed provider's model specification does not fit the installed `ai`
  * @example
  * const model = await createLanguageModel({ apiProvider: "http://127.0.0.1:11434/v1", modelName: "llama3.2", apiKeyEnv: "" }, "openai");

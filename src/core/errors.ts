@@ -24,6 +24,7 @@ export type DumplingsErrorCode =
   | "BACKEND_EXISTS"
   | "INVALID_STATE"
   | "INVALID_OPTION"
+  | "MISSING_PEER"
   | (string & {});
 
 /**
@@ -571,5 +572,44 @@ export class ReplayMismatchError extends DumplingsError {
     this.key = d.key;
     this.recorded = was;
     this.requested = now;
+  }
+}
+
+/**
+ * A feature needs a package that dumplings-ai declares as an optional peer
+ * dependency (a database driver, the inspector's web server), and it is not
+ * installed. Nothing was opened or written. The message names the package and
+ * the command that installs the range this release is tested with.
+ *
+ * Code: `MISSING_PEER`.
+ *
+ * @example
+ * try { new SQLiteBackend({ path: "agents.db" }) } catch (e) {
+ *   if (e instanceof MissingPeerError) console.error(e.install) // npm i better-sqlite3@^12.11.1
+ * }
+ */
+export class MissingPeerError extends DumplingsError {
+  /** The package to install, e.g. `better-sqlite3`. */
+  readonly package: string;
+  /** The version range this release is tested with (its `peerDependencies` entry), e.g. `^12.11.1`. */
+  readonly range: string;
+  /** The command that installs it, e.g. `npm i better-sqlite3@^12.11.1`. */
+  readonly install: string;
+  /**
+   * @param component - what needs it, e.g. `sqlite`, `redis`, `ui`
+   * @param pkg - the package name
+   * @param range - the tested version range
+   * @param options - `cause`: the resolution error
+   */
+  constructor(component: string, pkg: string, range: string, options?: { cause?: unknown }) {
+    const install = `npm i ${pkg}@${range}`;
+    super(
+      "MISSING_PEER",
+      `[dumplings:${component}] needs the package ${pkg}, which is not installed (an optional peer dependency of dumplings-ai): run \`${install}\``,
+      options,
+    );
+    this.package = pkg;
+    this.range = range;
+    this.install = install;
   }
 }

@@ -1,6 +1,6 @@
 /**
  * The provider packages are optional peers, imported when an agent first
- * builds a model: a missing one is a `ProviderMissingError`, one whose model
+ * builds a model: a missing one is a `MissingPeerError`, one whose model
  * specification the installed `ai` cannot call is a `ProviderVersionError`,
  * both naming the install command for the installed `ai` major, before any
  * request is sent. (test/compat/fresh-app-providers.test.ts runs the same
@@ -13,12 +13,11 @@ import {
   assertProviderFits,
   createLanguageModel,
   loadProvider,
-  ProviderMissingError,
   type ProviderPackage,
   ProviderVersionError,
   providerInstallHint,
 } from "../../src/agent/model.js";
-import { DumplingsError } from "../../src/core/errors.js";
+import { DumplingsError, MissingPeerError } from "../../src/core/errors.js";
 
 const aiVersion = (createRequire(import.meta.url)("ai/package.json") as { version: string }).version;
 const settings = { apiProvider: "http://127.0.0.1:9/v1", modelName: "m", apiKeyEnv: "" };
@@ -128,15 +127,15 @@ describe("createLanguageModel loads the provider when it builds a model", () => 
     });
   });
 
-  it("a provider that is not installed is a ProviderMissingError naming the install command", async () => {
+  it("a provider that is not installed is a MissingPeerError naming the install command", async () => {
     const error = await createLanguageModel(settings, "anthropic", {}, notInstalled("@ai-sdk/anthropic")).catch(
       (e: unknown) => e,
     );
-    expect(error).toBeInstanceOf(ProviderMissingError);
+    expect(error).toBeInstanceOf(MissingPeerError);
     expect(error).toMatchObject({
-      code: "PROVIDER_MISSING",
-      packageName: "@ai-sdk/anthropic",
-      fix: providerInstallHint("@ai-sdk/anthropic", aiVersion),
+      code: "MISSING_PEER",
+      package: "@ai-sdk/anthropic",
+      install: providerInstallHint("@ai-sdk/anthropic", aiVersion),
     });
     expect((error as Error).message).toContain(`${providerInstallHint("@ai-sdk/anthropic", aiVersion)}`);
     expect((error as Error).cause).toMatchObject({ code: "ERR_MODULE_NOT_FOUND" });
@@ -148,7 +147,7 @@ describe("createLanguageModel loads the provider when it builds a model", () => 
         code: "ERR_MODULE_NOT_FOUND",
       });
     };
-    await expect(loadProvider("@ai-sdk/openai-compatible", inner)).rejects.not.toBeInstanceOf(ProviderMissingError);
+    await expect(loadProvider("@ai-sdk/openai-compatible", inner)).rejects.not.toBeInstanceOf(MissingPeerError);
     await expect(
       loadProvider("@ai-sdk/openai-compatible", async () => {
         throw new SyntaxError("broken");

@@ -130,8 +130,8 @@ describe("a fresh app with the packed library", () => {
     const out = await runApp("node20-ai6");
     expectToolsCalled(out, "6", "v20");
     expect(out.anthropic).toEqual({
-      name: "ProviderMissingError",
-      code: "PROVIDER_MISSING",
+      name: "MissingPeerError",
+      code: "MISSING_PEER",
       message: expect.stringContaining("npm i @ai-sdk/anthropic@3"),
       requests: 0,
     });
@@ -161,7 +161,7 @@ describe("a fresh app with the packed library", () => {
     async () => {
       const out = await runApp("node22-ai7");
       expectToolsCalled(out, "7", "v22");
-      expect(out.anthropic).toMatchObject({ name: "ProviderMissingError", code: "PROVIDER_MISSING", requests: 0 });
+      expect(out.anthropic).toMatchObject({ name: "MissingPeerError", code: "MISSING_PEER", requests: 0 });
       expect(out.anthropic.message).toContain("npm i @ai-sdk/anthropic@4");
     },
     600_000,

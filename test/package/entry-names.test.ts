@@ -14,12 +14,12 @@ import { describe, expect, it } from "vitest";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const pkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as {
-  exports: Record<string, string | { types: string; import: string }>;
+  exports: Record<string, string | { types: string; default: string }>;
 };
 const entries = Object.entries(pkg.exports).flatMap(([subpath, target]) =>
   typeof target === "string"
     ? []
-    : [{ subpath, js: path.join(root, target.import), dts: path.join(root, target.types) }],
+    : [{ subpath, js: path.join(root, target.default), dts: path.join(root, target.types) }],
 );
 
 /** Every name each declaration file exports (values and types), from one TypeScript program over all of them. */

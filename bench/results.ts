@@ -5,7 +5,7 @@
  * @module
  */
 import type { BenchStore } from "./registry.js";
-import type { CheckpointResult, CpuResult, DurableResult, PromptResult } from "./scenarios.js";
+import type { CheckpointResult, CpuResult, DurableResult, PromptResult, StartupResult } from "./scenarios.js";
 
 /** One measured (store, scenario) pair. */
 export interface Result {
@@ -38,4 +38,6 @@ export interface ScenarioResults {
   cpu: CpuResult[];
   durable: DurableResult[];
   checkpoint: CheckpointResult | undefined;
+  /** Start-up of the built `dumplings` CLI (absent when dist/ is not built). */
+  startup: StartupResult[];
 }

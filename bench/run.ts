@@ -41,7 +41,7 @@
  * @module
  */
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -55,6 +55,7 @@ import {
   type CheckpointResult,
   type CpuResult,
   checkpointScenario,
+  cliStartupScenario,
   cpuPerSave,
   type DurableResult,
   durableScenario,
@@ -65,6 +66,7 @@ import {
   promptScenario,
   promptText,
   quantile,
+  type StartupResult,
   tmpfsRoot,
 } from "./scenarios.js";
 import { agentStore } from "./stores.js";
@@ -341,6 +343,19 @@ function cpuTable(rows: CpuResult[]): string {
   return lines.join("\n");
 }
 
+function startupTable(rows: StartupResult[]): string {
+  const lines = [
+    "| command | runs | p50 ms | min ms | node -e 0 p50 ms | p50 − node ms |",
+    "| --- | ---: | ---: | ---: | ---: | ---: |",
+  ];
+  for (const r of rows) {
+    lines.push(
+      `| ${r.command} | ${r.runs} | ${fmt(r.p50Ms)} | ${fmt(r.minMs)} | ${fmt(r.nodeP50Ms)} | ${fmt(r.p50Ms - r.nodeP50Ms)} |`,
+    );
+  }
+  return lines.join("\n");
+}
+
 function durableTable(rows: DurableResult[]): string {
   const lines = [
     "| journal | steps | step p50 µs | floor write p50 µs | ratio | replay ms | raw read ms | ratio |",
@@ -382,7 +397,7 @@ async function extraScenarios(
   up: { redis: boolean; postgres: boolean },
   specs: BackendSpec[],
 ): Promise<ScenarioResults> {
-  const out: ScenarioResults = { prompt: [], cpu: [], durable: [], checkpoint: undefined };
+  const out: ScenarioResults = { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [] };
   const live = specs.filter((s) => !s.needs || up[s.needs]);
   const ctxOf = () => newContext(REDIS_URL, DATABASE_URL);
   // 50 MB prompt: a few dozen one-message saves (fewer with --quick) on a 100-message history.
@@ -457,6 +472,13 @@ async function extraScenarios(
       rmSync(ctx.dir, { recursive: true, force: true });
     }
   }
+  // CLI start-up: `dumplings --help` and `ls` on an empty store, beside `node -e 0` (needs dist/: `npm run build`).
+  const cli = path.resolve("dist/cli/index.js");
+  if (existsSync(cli)) {
+    out.startup = await progress("CLI start-up: --help, ls on an empty store", async () =>
+      cliStartupScenario(cli, { runs: quick ? 5 : 15 }),
+    );
+  }
   return out;
 }
 
@@ -513,7 +535,7 @@ async function main(): Promise<void> {
   }
   const scenarioResults: ScenarioResults = runScenarios
     ? await extraScenarios(pool, up, await backendSpecs())
-    : { prompt: [], cpu: [], durable: [], checkpoint: undefined };
+    : { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [] };
 
   const atN = `synthetic N=${SIZES[SIZES.length - 1]}`;
   const mainRows = results.filter(
@@ -540,6 +562,11 @@ async function main(): Promise<void> {
   if (scenarioResults.checkpoint) {
     console.log("\n## Workflow checkpoints\n");
     console.log(checkpointTable(scenarioResults.checkpoint));
+  }
+
+  if (scenarioResults.startup.length > 0) {
+    console.log("\n## CLI start-up (built dist, spawn to exit)\n");
+    console.log(startupTable(scenarioResults.startup));
   }
 
   const targets = checkTargets(results, scenarioResults, { at: atN });

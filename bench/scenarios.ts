@@ -19,6 +19,7 @@
  *
  * @module
  */
+import { spawnSync } from "node:child_process";
 import {
   closeSync,
   fdatasyncSync,
@@ -541,4 +542,57 @@ export async function checkpointScenario(
     floorSqliteP50: median(sq),
     floorRedisP50: median(rd),
   };
+}
+
+/** Start-up time of one `dumplings` command line, beside a bare `node -e 0` run in lockstep. */
+export interface StartupResult {
+  /** The command line measured, e.g. `dumplings --help`. */
+  command: string;
+  /** Runs of each (the command and the floor alternate). */
+  runs: number;
+  /** Wall time from spawn to exit, ms. */
+  p50Ms: number;
+  minMs: number;
+  /** `node -e 0` on the same machine in the same minutes (the floor no CLI can beat), ms. */
+  nodeP50Ms: number;
+}
+
+/**
+ * Measures how long the built CLI takes to answer (spawn to exit) for a few
+ * command lines that need no store contents: `--help`, and `ls` on an empty
+ * directory. Each run alternates with a `node -e 0` start, so a loaded machine
+ * moves both.
+ *
+ * @param cli - the built CLI (`dist/cli/index.js`)
+ * @param options - `runs` of each command line @default 10
+ * @returns one result per command line
+ */
+export function cliStartupScenario(cli: string, options: { runs?: number } = {}): StartupResult[] {
+  const runs = options.runs ?? 10;
+  const empty = mkdtempSync(path.join(os.tmpdir(), "dumplings-bench-startup-"));
+  const time = (args: string[]) => {
+    const t0 = performance.now();
+    const r = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "pipe"], encoding: "utf8" });
+    const ms = performance.now() - t0;
+    if (r.status !== 0) throw new Error(`${args.join(" ")} exited ${r.status}: ${r.stderr}`);
+    return ms;
+  };
+  try {
+    const cases: [string, string[]][] = [
+      ["dumplings --help", [cli, "--help"]],
+      ["dumplings ls (empty store)", [cli, "ls", "--dir", empty]],
+    ];
+    return cases.map(([command, args]) => {
+      const own: number[] = [];
+      const floor: number[] = [];
+      time(args); // warm the file cache
+      for (let i = 0; i < runs; i++) {
+        own.push(time(args));
+        floor.push(time(["-e", "0"]));
+      }
+      return { command, runs, p50Ms: median(own), minMs: Math.min(...own), nodeP50Ms: median(floor) };
+    });
+  } finally {
+    rmSync(empty, { recursive: true, force: true });
+  }
 }

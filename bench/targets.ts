@@ -23,7 +23,7 @@ export interface TargetCheck {
   /** The bound: `≤ threshold` or `≥ threshold` (`direction`). */
   threshold: number;
   direction: "<=" | ">=";
-  unit: "×" | "µs";
+  unit: "×" | "µs" | "ms";
   status: "MET" | "MISS" | "NOT RUN";
   /** Context printed after the bound (e.g. the floor's own ratio), when any. */
   note?: string;
@@ -38,7 +38,7 @@ function check(
   measured: number | undefined,
   direction: "<=" | ">=",
   threshold: number,
-  unit: "×" | "µs",
+  unit: "×" | "µs" | "ms",
   note?: string,
 ): TargetCheck {
   const ok = measured !== undefined && Number.isFinite(measured);
@@ -51,8 +51,8 @@ function check(
     ? "not measured"
     : unit === "×"
       ? `${measured.toFixed(measured < 10 ? 2 : 0)}×`
-      : `${measured.toFixed(1)} µs`;
-  const bound = `${direction === "<=" ? "≤" : "≥"} ${threshold}${unit === "×" ? "×" : " µs"}`;
+      : `${measured.toFixed(1)} ${unit}`;
+  const bound = `${direction === "<=" ? "≤" : "≥"} ${threshold}${unit === "×" ? "×" : ` ${unit}`}`;
   return {
     id,
     subject,
@@ -207,6 +207,21 @@ export function checkTargets(results: Result[], scenarios: ScenarioResults, opts
       "×",
     ),
   );
+  for (const command of ["dumplings --help", "dumplings ls (empty store)"]) {
+    const r = scenarios.startup.find((x) => x.command === command);
+    out.push(
+      check(
+        "cli-startup",
+        command,
+        "spawn to exit p50 =",
+        r?.p50Ms,
+        "<=",
+        300,
+        "ms",
+        r ? `node -e 0 p50 ${r.nodeP50Ms.toFixed(0)} ms in the same run` : undefined,
+      ),
+    );
+  }
   return out;
 }
 

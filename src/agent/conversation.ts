@@ -413,7 +413,7 @@ async function runTurn(
   const tools = config.fcModel && runtime.tools.size > 0 ? toAiSdkTools(runtime.tools) : undefined;
   const stream = options.stream ?? config.stream;
   for (let round = 1; round <= maxRounds; round++) {
-    const model = runtime.model ? runtime.model() : createLanguageModel(config, protocol);
+    const model = runtime.model ? runtime.model() : await createLanguageModel(config, protocol);
     // Storage keeps lone surrogates exactly; the provider request never carries one (pb-06).
     const messages = toWellFormedDeep(toModelMessages(protocol, host.history));
     // A leading system message of the history goes in the AI SDK's `system` option (the same first

@@ -34,7 +34,7 @@ export {
   type TurnOptions,
   type TurnResult,
 } from "./conversation.js";
-export { ModelConfigError } from "./model.js";
+export { ModelConfigError, type ProviderPackage, ProviderVersionError } from "./model.js";
 export {
   type AddAgentOptions,
   AgentList,

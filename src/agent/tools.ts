@@ -1,6 +1,6 @@
 /**
- * Tools an agent can call: their definition (zod or JSON Schema
- * parameters), a process-wide registry, the conversion to AI SDK tool
+ * Tools an agent can call: their definition (zod 3 or 4, JSON Schema or AI
+ * SDK schema parameters), a process-wide registry, the conversion to AI SDK tool
  * declarations, and the execution of one round of tool calls — in parallel,
  * at most `maxWorkers` at a time, each bounded by a timeout, with tool-call
  * hooks around every call.
@@ -12,10 +12,10 @@
  *
  * @module
  */
-import { tool as aiTool, asSchema, type FlexibleSchema, jsonSchema, type Tool, zodSchema } from "ai";
-import { z } from "zod";
+import { tool as aiTool, type FlexibleSchema, type Tool } from "ai";
 import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { schemaProblem, toToolSchema } from "../core/tool-schema.js";
 
 /** JSON Schema of a tool's parameters (an object schema). */
 export type JsonSchemaObject = { type?: "object"; properties?: Record<string, unknown>; required?: string[] } & Record<
@@ -67,13 +67,16 @@ export interface ToolDefinition<Args = any> {
   name: string;
   /** What the tool does, for the model. @default "" */
   description?: string;
-  /** Parameters: a zod object schema or a JSON Schema object. @default an empty object schema */
-  parameters?: z.ZodType<Args> | JsonSchemaObject;
   /**
-   * Parameters as an AI SDK schema (the `inputSchema` of `tool()`: zod, `jsonSchema(…)`, `zodSchema(…)`).
+   * Parameters: a zod 3 or zod 4 object schema (any copy of zod), another Standard Schema, a JSON Schema
+   * object, or an AI SDK schema (`jsonSchema(…)`, `zodSchema(…)`). @default an empty object schema
+   */
+  parameters?: FlexibleSchema<Args> | JsonSchemaObject;
+  /**
+   * Parameters under the AI SDK's name (the `inputSchema` of `tool()`): the same schemas as `parameters`.
    * Give `parameters` or `inputSchema`, not both.
    */
-  inputSchema?: FlexibleSchema<Args>;
+  inputSchema?: FlexibleSchema<Args> | JsonSchemaObject;
   /**
    * Runs the tool. The return value is sent to the model (strings as-is, anything else as JSON);
    * an async iterable (an AI SDK streaming tool) is read to its end and its last value is the result.
@@ -186,19 +189,21 @@ export function assertTool(tool: ToolDefinition): void {
   if (tool.parameters !== undefined && tool.inputSchema !== undefined) {
     throw new ToolRegistrationError(tool.name, "give parameters or inputSchema, not both");
   }
-  if (tool.inputSchema !== undefined) {
-    try {
-      asSchema(tool.inputSchema);
-    } catch {
+  for (const key of ["parameters", "inputSchema"] as const) {
+    const schema = tool[key];
+    if (schema === undefined) continue;
+    if (schema === null || (typeof schema !== "object" && typeof schema !== "function")) {
       throw new ToolRegistrationError(
         tool.name,
-        "inputSchema is not an AI SDK schema (zod, jsonSchema(…), zodSchema(…))",
+        `${key} is not a schema (zod 3 or 4, JSON Schema, jsonSchema(…), zodSchema(…)), got ${schema === null ? "null" : typeof schema}`,
       );
     }
-    if (tool.inputSchema === null || typeof tool.inputSchema !== "object") {
+    try {
+      toToolSchema(schema);
+    } catch (cause) {
       throw new ToolRegistrationError(
         tool.name,
-        "inputSchema is not an AI SDK schema (zod, jsonSchema(…), zodSchema(…))",
+        `${key} is not a schema (zod 3 or 4, JSON Schema, jsonSchema(…), zodSchema(…)): ${(cause as Error).message}`,
       );
     }
   }
@@ -279,10 +284,6 @@ export function effectiveTools(own: ReadonlyMap<string, ToolDefinition>): Map<st
   return new Map([...globalTools, ...own]);
 }
 
-function isZod(schema: unknown): schema is z.ZodType {
-  return schema instanceof z.ZodType;
-}
-
 /**
  * Declares tools to the AI SDK, WITHOUT `execute`: the conversation loop runs
  * them itself so that each message is appended to the history as it happens.
@@ -293,12 +294,7 @@ function isZod(schema: unknown): schema is z.ZodType {
 export function toAiSdkTools(tools: ReadonlyMap<string, ToolDefinition>): Record<string, Tool> {
   const out: Record<string, Tool> = {};
   for (const [name, t] of tools) {
-    const params = t.parameters;
-    const inputSchema =
-      t.inputSchema ??
-      (isZod(params)
-        ? zodSchema(params)
-        : jsonSchema((params ?? { type: "object", properties: {} }) as Parameters<typeof jsonSchema>[0]));
+    const inputSchema = toToolSchema(t.inputSchema ?? t.parameters);
     const declaration: Tool = { description: t.description ?? "", inputSchema };
     if (t.title !== undefined) declaration.title = t.title;
     if (t.strict !== undefined) declaration.strict = t.strict;
@@ -360,26 +356,14 @@ export interface RunToolCallsOptions {
 }
 
 async function validationProblem(tool: ToolDefinition, args: unknown): Promise<{ problem?: string; value: unknown }> {
-  if (tool.inputSchema !== undefined) {
-    // the AI SDK's own validation of its schema (zod, standard schema, jsonSchema with validate)
-    const resolved = asSchema(tool.inputSchema);
-    if (resolved.validate !== undefined) {
-      const r = await resolved.validate(args);
-      return r.success ? { value: r.value } : { value: args, problem: r.error.message };
-    }
-    // jsonSchema(…) without a validate function: the JSON Schema checks below, on its schema
-    return jsonSchemaProblem((await resolved.jsonSchema) as JsonSchemaObject, args);
+  // the schema's own validation (zod 3 or 4, any Standard Schema, jsonSchema(…) with validate)
+  const resolved = toToolSchema(tool.inputSchema ?? tool.parameters);
+  if (resolved.validate !== undefined) {
+    const r = await resolved.validate(args);
+    return r.success ? { value: r.value } : { value: args, problem: schemaProblem(r.error) };
   }
-  const schema = tool.parameters;
-  if (isZod(schema)) {
-    const r = schema.safeParse(args);
-    if (r.success) return { value: r.data };
-    return {
-      value: args,
-      problem: r.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; "),
-    };
-  }
-  return jsonSchemaProblem(schema as JsonSchemaObject | undefined, args);
+  // a JSON Schema without a validate function: the checks below, on the schema
+  return jsonSchemaProblem((await resolved.jsonSchema) as JsonSchemaObject, args);
 }
 
 /** JSON Schema: the checks every provider's own validation makes (object, required keys, primitive types). */

@@ -105,7 +105,6 @@
  * @module
  */
 import { gunzipSync, gzipSync } from "node:zlib";
-import type BetterSqlite3 from "better-sqlite3";
 import {
   BackendError,
   ConflictError,
@@ -128,6 +127,7 @@ import {
   SqliteDriver,
   type SqliteMigrations,
 } from "../drivers/sqlite.js";
+import type * as BetterSqlite3 from "../drivers/sqlite-types.js";
 import { validateKey } from "./keys.js";
 import { ConfigMemo, decodeStoredMessage, messageText, metaJson, runtimeStateJson } from "./stored.js";
 import type {

@@ -9,25 +9,17 @@
  * (workflow checkpoints), `dumplings runs | approve | reject | signal`
  * (durable runs) and `dumplings ui` (the local web inspector over all three).
  *
- * Each command lives in its own factory; adding one is a single
- * `program.addCommand(factory())` line below.
+ * Each command lives in its own factory; adding one is an entry of
+ * `COMMANDS` in ./command-table.ts (name, help term, description, loader):
+ * a command's module is imported only when it runs, so `dumplings --help`
+ * starts without loading backends, zod or the AI SDK.
  *
  * @module
  */
 import { Command } from "commander";
 import { packageVersion } from "../core/version.js";
-import { chatCommand } from "./chat.js";
-import { convertCommand } from "./commands/convert.js";
-import { exportCommand } from "./commands/export.js";
-import { gcCommand } from "./commands/gc.js";
-import { importCommand } from "./commands/import.js";
-import { lsCommand } from "./commands/ls.js";
-import { rmCommand } from "./commands/rm.js";
-import { showCommand } from "./commands/show.js";
-import { durableCommands } from "./durable-commands.js";
+import { addCommands } from "./command-table.js";
 import { runProgram } from "./run.js";
-import { uiCommand } from "./ui.js";
-import { workflowCommands } from "./workflow-commands.js";
 
 const program = new Command("dumplings")
   .description(
@@ -36,16 +28,7 @@ const program = new Command("dumplings")
   .version(packageVersion(), "-V, --version")
   .showHelpAfterError(false);
 
-program.addCommand(lsCommand());
-program.addCommand(showCommand());
-program.addCommand(exportCommand());
-program.addCommand(importCommand());
-program.addCommand(rmCommand());
-program.addCommand(convertCommand());
-program.addCommand(gcCommand());
-program.addCommand(chatCommand());
-for (const c of workflowCommands()) program.addCommand(c);
-for (const c of durableCommands()) program.addCommand(c);
-program.addCommand(uiCommand());
+// only the module of the command on the command line is loaded (the others are listed from a table)
+await addCommands(program);
 
 await runProgram(program);

@@ -7,6 +7,7 @@
  * @module
  */
 import type { Writable } from "node:stream";
+import stringWidth from "string-width";
 
 /** Column alignment of a {@link renderTable} column. */
 export type Align = "left" | "right";
@@ -20,7 +21,9 @@ export interface Column {
 }
 
 /**
- * Renders rows as an aligned plain-text table with a header rule.
+ * Renders rows as an aligned plain-text table with a header rule. Columns are
+ * as wide as their widest cell's display width (CJK and emoji count two
+ * columns), so they line up in a terminal.
  *
  * @param columns - header and alignment of each column
  * @param rows - cell texts, one array per row (same length as `columns`)
@@ -50,10 +53,17 @@ export function renderTable(
   return out.join("\n");
 }
 
-function displayWidth(text: string): number {
-  let n = 0;
-  for (const _ of text) n++;
-  return n;
+/**
+ * The columns a text takes in a terminal: East Asian wide characters (CJK) and emoji take two,
+ * combining marks and zero-width characters none, ANSI escapes none (`string-width`).
+ *
+ * @param text - a cell's text
+ * @returns its display width, in terminal columns
+ * @example
+ * displayWidth("東京") // 4
+ */
+export function displayWidth(text: string): number {
+  return stringWidth(text);
 }
 
 /**

@@ -16,6 +16,7 @@
 import { spawn } from "node:child_process";
 import { Command } from "commander";
 import type { StateBackend } from "../backends/types.js";
+import { assertPeers } from "../core/peers.js";
 import type { Journal } from "../durable/journal.js";
 import type { RunEventStream } from "../durable/stream-contract.js";
 import type { UiSources } from "../ui/sources.js";
@@ -102,6 +103,8 @@ export function uiCommand(): Command {
       if (!Number.isInteger(port) || port < 0 || port > 65535) {
         throw new UsageError(`--port ${JSON.stringify(options.port)} is not a port (0..65535; 0 picks a free one)`);
       }
+      // the web server is an optional peer: say what to install before opening any store
+      assertPeers("ui", ["hono", "@hono/node-server"]);
       const env = process.env;
       const opened: (() => Promise<void>)[] = [];
       try {

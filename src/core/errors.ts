@@ -24,6 +24,7 @@ export type DumplingsErrorCode =
   | "BACKEND_EXISTS"
   | "INVALID_STATE"
   | "INVALID_OPTION"
+  | "MISSING_PEER"
   | (string & {});
 
 /**
@@ -294,5 +295,321 @@ export class InvalidOptionError extends DumplingsError {
     super("INVALID_OPTION", `[dumplings:${component}] option ${option}: ${message}`, options);
     this.component = component;
     this.option = option;
+  }
+}
+
+/*
+ * One error per concept for the two engines (issue 22): the workflow graph
+ * runner (`dumplings-ai/workflow`) and durable runs (`dumplings-ai/durable`)
+ * throw the same classes. A workflow `W` is the run `W`, so `runId` and
+ * `workflowId` hold the same id. The options object says which engine threw:
+ * `{ workflowId }` words the message as the workflow runner always has and
+ * keeps its old `name` (`"WorkflowLeaseHeldError"`, …) until 0.3, so logs and
+ * stored error records read as before; `{ runId }` is the durable engine's.
+ */
+
+/** Where a lease error happened: a durable run (`runId`) or a workflow of the graph runner (`workflowId`). */
+type LeaseSubject = { runId: string; workflowId?: never } | { workflowId: string; runId?: never };
+
+/**
+ * Another live holder has the lease of the run (or workflow): it is running
+ * or resuming it now and its lease has not expired. Nothing was run or written
+ * here. Retry after `expiresAt`, or pass `leaseWaitMs` (to `runDurable` or the
+ * workflow runner) to wait for the lease. Code `LEASE_HELD`.
+ *
+ * The one class of both engines: `WorkflowLeaseHeldError` (deprecated) is this
+ * class, so `instanceof` either name holds for an error of either engine.
+ *
+ * @example
+ * try { await runner.runOrResume("order-7") } catch (e) {
+ *   if (e instanceof LeaseHeldError) retryLater(e.expiresAt, e.owner);
+ * }
+ */
+export class LeaseHeldError extends DumplingsError {
+  /** The run's id (a workflow's id is its run id: the same as {@link LeaseHeldError.workflowId}). */
+  readonly runId: string;
+  /** The workflow's id: the same as {@link LeaseHeldError.runId}. */
+  readonly workflowId: string;
+  /** The holder: its lease owner id (the workflow runner's default is `<hostname>:<pid>:<random>`). */
+  readonly owner: string;
+  /** When the holder's lease expires unless renewed, ms since the epoch (the store's clock). */
+  readonly expiresAt: number;
+  /** The holder's fencing token, when the store reports it (the workflow runner's does; a journal's does not). */
+  readonly fencingToken: number | undefined;
+
+  /**
+   * @param details - `runId` (durable run) or `workflowId` (workflow runner), the holder's `owner`, its lease's
+   *   `expiresAt` (epoch ms, store clock) and, when known, its `fencingToken`
+   */
+  constructor(details: LeaseSubject & { owner: string; expiresAt: number; fencingToken?: number | undefined });
+  /**
+   * The durable engine's positional form, kept for custom journals and callers of 0.1.
+   *
+   * @param runId - the run
+   * @param owner - the holder
+   * @param expiresAt - its lease's expiry, epoch ms (store clock)
+   */
+  constructor(runId: string, owner: string, expiresAt: number);
+  constructor(
+    first: string | (LeaseSubject & { owner: string; expiresAt: number; fencingToken?: number | undefined }),
+    owner?: string,
+    expiresAt?: number,
+  ) {
+    const d =
+      typeof first === "string" ? { runId: first, owner: owner as string, expiresAt: expiresAt as number } : first;
+    const until = new Date(d.expiresAt).toISOString();
+    const token = d.fencingToken === undefined ? "" : `, fencing token ${d.fencingToken}`;
+    super(
+      "LEASE_HELD",
+      d.workflowId !== undefined
+        ? `[dumplings:workflow] workflow ${JSON.stringify(d.workflowId)} is held by ${JSON.stringify(d.owner)} (lease until ${until}${token}): another worker is running it, so nothing was run here; retry after the lease ends (a holder that died leaves it to expire), or pass leaseWaitMs to wait for it`
+        : `[dumplings:durable] run "${d.runId}" is held by "${d.owner}" until ${until}${d.fencingToken === undefined ? "" : ` (fencing token ${d.fencingToken})`}`,
+    );
+    if (d.workflowId !== undefined) this.name = "WorkflowLeaseHeldError";
+    this.runId = (d.runId ?? d.workflowId) as string;
+    this.workflowId = this.runId;
+    this.owner = d.owner;
+    this.expiresAt = d.expiresAt;
+    this.fencingToken = d.fencingToken;
+  }
+}
+
+/** The lease as stored when a fenced write was refused (the workflow runner's cold store reports it). */
+interface StoredLease {
+  /** The lease's current fencing token (`null`: no lease was ever taken). */
+  token: number | null;
+  /** The current holder (`null`: nobody holds the lease now). */
+  owner: string | null;
+  /** The lease's expiry, epoch ms, store clock (`null`: none). */
+  expiresAt: number | null;
+}
+
+/**
+ * A write carried a fencing token that is no longer the lease of the run (or
+ * workflow): this worker's lease was taken over by another (it paused or lost
+ * its connection past the lease's expiry), released, or has expired. The write
+ * was refused and nothing was written (no step, no checkpoint, no side-effect
+ * start): a paused zombie worker cannot corrupt a run. Code `STALE_FENCING_TOKEN`.
+ *
+ * The one class of both engines: `WorkflowLeaseLostError` (deprecated) is this
+ * class, so `instanceof` either name holds for an error of either engine.
+ */
+export class StaleFencingTokenError extends DumplingsError {
+  /** The run's id (a workflow's id is its run id: the same as {@link StaleFencingTokenError.workflowId}). */
+  readonly runId: string;
+  /** The workflow's id: the same as {@link StaleFencingTokenError.runId}. */
+  readonly workflowId: string;
+  /** The token this worker wrote with. */
+  readonly fencingToken: number;
+  /** The token this worker wrote with: the same as {@link StaleFencingTokenError.fencingToken}. */
+  readonly token: number;
+  /**
+   * The lease's current token (`null`: no lease was ever taken on the workflow; `-1`: the durable run's lease
+   * was lost and its current token not read).
+   */
+  readonly currentToken: number | null;
+  /** The current holder, when the store reports it (`null`: nobody holds the lease now; `undefined`: not reported). */
+  readonly owner: string | null | undefined;
+  /** The current lease's expiry, epoch ms (store clock), when the store reports it. */
+  readonly expiresAt: number | null | undefined;
+
+  /**
+   * @param details - `runId` (durable run) or `workflowId` (workflow runner); the `fencingToken` written with;
+   *   the stored `lease` (workflow runner) or the run's `currentToken` (journal); `what`: the refused write,
+   *   e.g. `checkpoint 4 refused`
+   */
+  constructor(
+    details: LeaseSubject & { fencingToken: number; what?: string } & (
+        | { lease: StoredLease; currentToken?: never }
+        | { currentToken: number; lease?: never }
+      ),
+  );
+  /**
+   * The durable engine's positional form, kept for custom journals and callers of 0.1.
+   *
+   * @param runId - the run
+   * @param token - the token the write carried
+   * @param currentToken - the run's current token
+   */
+  constructor(runId: string, token: number, currentToken: number);
+  constructor(
+    first:
+      | string
+      | (LeaseSubject & { fencingToken: number; what?: string } & (
+            | { lease: StoredLease; currentToken?: never }
+            | { currentToken: number; lease?: never }
+          )),
+    token?: number,
+    currentToken?: number,
+  ) {
+    const d =
+      typeof first === "string"
+        ? { runId: first, fencingToken: token as number, currentToken: currentToken as number }
+        : first;
+    const lease: StoredLease = d.lease ?? { token: d.currentToken as number, owner: null, expiresAt: null };
+    let message: string;
+    if (d.workflowId !== undefined) {
+      const why =
+        lease.token === null
+          ? "the workflow has no lease (none was taken)"
+          : lease.token !== d.fencingToken
+            ? `another worker took the workflow over (${lease.owner === null ? "lease since released" : `held by ${JSON.stringify(lease.owner)}`}, fencing token ${lease.token})`
+            : lease.owner === null
+              ? "the lease was released"
+              : `the lease expired at ${new Date(lease.expiresAt ?? 0).toISOString()} (renew it before writing)`;
+      message = `[dumplings:workflow] workflow ${JSON.stringify(d.workflowId)}: ${d.what ?? "write refused"}: this worker's lease (fencing token ${d.fencingToken}) is no longer current: ${why}; nothing was written`;
+    } else {
+      const holder = d.lease?.owner ? `; held by ${JSON.stringify(d.lease.owner)}` : "";
+      message = `[dumplings:durable] ${d.what ? `run "${d.runId}": ${d.what}: ` : `write to run "${d.runId}" refused: `}fencing token ${d.fencingToken} is stale (current token is ${lease.token ?? "none"}${holder}); another worker holds the run`;
+    }
+    super("STALE_FENCING_TOKEN", message);
+    if (d.workflowId !== undefined) this.name = "WorkflowLeaseLostError";
+    this.runId = (d.runId ?? d.workflowId) as string;
+    this.workflowId = this.runId;
+    this.fencingToken = d.fencingToken;
+    this.token = d.fencingToken;
+    this.currentToken = lease.token;
+    this.owner = d.lease === undefined ? undefined : d.lease.owner;
+    this.expiresAt = d.lease === undefined ? undefined : d.lease.expiresAt;
+  }
+}
+
+/** One side of a {@link ReplayMismatchError}: a step's (or guarded call's) name and, for a durable step, its input hash. */
+interface ReplayedStep {
+  /** The step's name (durable: `llm`, `tool:x`, `signal:x`, …; workflow runner: the guarded call's name or interrupt id). */
+  name: string;
+  /** sha256 (hex) of the step's input; the workflow runner records none (`""`). */
+  inputHash: string;
+}
+
+/**
+ * Replay diverged from what was recorded. A durable run: at position `seq` the
+ * program asks for another step (another name or kind) than the one its journal
+ * holds; the journal is untouched and `runDurable` records the run `blocked`
+ * with this error as the reason (resume it with the old program, guard the
+ * change with `patched(id)`, or have an operator reset it); a changed step
+ * *input* at a recorded position is not a mismatch (a `step_drift` event). A
+ * workflow: a node's n-th guarded call (`ctx.sideEffect`) or interrupt has
+ * another name than when it was recorded under `key`, so replaying recorded
+ * results would hand the wrong result to the wrong call. Code `REPLAY_MISMATCH`.
+ *
+ * The one class of both engines: `NondeterminismError` (deprecated) is this class.
+ */
+export class ReplayMismatchError extends DumplingsError {
+  /** The run's id (a workflow's id is its run id); `""` when a workflow's guarded call was run without one. */
+  readonly runId: string;
+  /** The workflow's id: the same as {@link ReplayMismatchError.runId}. */
+  readonly workflowId: string;
+  /** Durable: the 0-based position of the step in the run's journal; workflow runner: `undefined`. */
+  readonly seq: number | undefined;
+  /** Workflow runner: the idempotency key (or interrupt id) the call was recorded under; durable: `undefined`. */
+  readonly key: string | undefined;
+  /** What was recorded at that position (or under that key). */
+  readonly recorded: ReplayedStep;
+  /** What the program asked for now. */
+  readonly requested: ReplayedStep;
+
+  /**
+   * @param details - `runId` and journal position `seq` (durable run), or `workflowId` (may be `""`) and the
+   *   idempotency `key` (workflow runner); the `recorded` step and the `requested` one
+   */
+  constructor(
+    details: (
+      | { runId: string; seq: number; workflowId?: never }
+      | { workflowId: string; key: string; runId?: never }
+    ) & {
+      recorded: ReplayedStep;
+      requested: ReplayedStep;
+    },
+  );
+  /**
+   * The durable engine's positional form, kept for callers of 0.1.
+   *
+   * @param runId - the run
+   * @param seq - the step's position
+   * @param recorded - what the journal holds there
+   * @param requested - what the program asked for
+   */
+  constructor(runId: string, seq: number, recorded: ReplayedStep, requested: ReplayedStep);
+  constructor(
+    first:
+      | string
+      | (({ runId: string; seq: number; workflowId?: never } | { workflowId: string; key: string; runId?: never }) & {
+          recorded: ReplayedStep;
+          requested: ReplayedStep;
+        }),
+    seq?: number,
+    recorded?: ReplayedStep,
+    requested?: ReplayedStep,
+  ) {
+    const d =
+      typeof first === "string"
+        ? {
+            runId: first,
+            seq: seq as number,
+            recorded: recorded as ReplayedStep,
+            requested: requested as ReplayedStep,
+            key: undefined,
+            workflowId: undefined,
+          }
+        : { seq: undefined, key: undefined, ...first };
+    const was = d.recorded;
+    const now = d.requested;
+    super(
+      "REPLAY_MISMATCH",
+      d.workflowId !== undefined
+        ? `[dumplings:workflow] ${d.workflowId ? `workflow ${JSON.stringify(d.workflowId)}: ` : ""}side effect ${JSON.stringify(d.key)} was recorded as ${JSON.stringify(was.name)} but is now called as ${JSON.stringify(now.name)}; guarded calls must happen in the same order on every run of a node`
+        : `[dumplings:durable] replay of run "${d.runId}" diverged at step #${d.seq}: ${
+            was.name !== now.name
+              ? `the journal holds step "${was.name}" but the program asked for step "${now.name}"`
+              : `step "${now.name}" was recorded with input hash ${was.inputHash.slice(0, 12)}… but is now called with input hash ${now.inputHash.slice(0, 12)}…`
+          }`,
+    );
+    if (d.workflowId !== undefined) this.name = "NondeterminismError";
+    this.runId = (d.runId ?? d.workflowId) as string;
+    this.workflowId = this.runId;
+    this.seq = d.seq;
+    this.key = d.key;
+    this.recorded = was;
+    this.requested = now;
+  }
+}
+
+/**
+ * A feature needs a package that dumplings-ai declares as an optional peer
+ * dependency (a database driver, the inspector's web server), and it is not
+ * installed. Nothing was opened or written. The message names the package and
+ * the command that installs the range this release is tested with.
+ *
+ * Code: `MISSING_PEER`.
+ *
+ * @example
+ * try { new SQLiteBackend({ path: "agents.db" }) } catch (e) {
+ *   if (e instanceof MissingPeerError) console.error(e.install) // npm i better-sqlite3@^12.11.1
+ * }
+ */
+export class MissingPeerError extends DumplingsError {
+  /** The package to install, e.g. `better-sqlite3`. */
+  readonly package: string;
+  /** The version range this release is tested with (its `peerDependencies` entry), e.g. `^12.11.1`. */
+  readonly range: string;
+  /** The command that installs it, e.g. `npm i better-sqlite3@^12.11.1`. */
+  readonly install: string;
+  /**
+   * @param component - what needs it, e.g. `sqlite`, `redis`, `ui`
+   * @param pkg - the package name
+   * @param range - the tested version range
+   * @param options - `cause`: the resolution error
+   */
+  constructor(component: string, pkg: string, range: string, options?: { cause?: unknown }) {
+    const install = `npm i ${pkg}@${range}`;
+    super(
+      "MISSING_PEER",
+      `[dumplings:${component}] needs the package ${pkg}, which is not installed (an optional peer dependency of dumplings-ai): run \`${install}\``,
+      options,
+    );
+    this.package = pkg;
+    this.range = range;
+    this.install = install;
   }
 }

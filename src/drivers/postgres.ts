@@ -31,10 +31,10 @@
  *
  * @module
  */
-import { createRequire } from "node:module";
 import type pg from "pg";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
 import type { OptionKeyList } from "../core/options.js";
+import { requirePeer } from "../core/peers.js";
 import { parseUrlOption, positiveOption, renamedOption, wholeOption } from "./options.js";
 import { type SqlDriver, StoreNotFoundError } from "./sql.js";
 
@@ -204,11 +204,14 @@ function guardClient(client: { on?(event: "error", listener: (err: Error) => voi
   });
 }
 
-const requireCjs = createRequire(import.meta.url);
 let pgModule: typeof pg | undefined;
-/** Loads `pg` on first use, so importing the library never loads it. */
+/**
+ * Loads `pg` on first use, so importing the library never loads it.
+ *
+ * @throws {MissingPeerError} when pg is not installed (an optional peer dependency)
+ */
 function loadPg(): typeof pg {
-  pgModule ??= requireCjs("pg") as typeof pg;
+  pgModule ??= requirePeer<typeof pg>("postgres", "pg");
   return pgModule;
 }
 

@@ -40,13 +40,11 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { createRequire } from "node:module";
-import type * as BullMQ from "bullmq";
-import type * as IORedis from "ioredis";
 import type { Redis, RedisOptions } from "ioredis";
 import { BackendError, DumplingsError, InvalidOptionError } from "../core/errors.js";
 import type { OptionKeyList } from "../core/options.js";
 import { parseUrlOption, positiveOption, redactUrl, renamedOption as sharedRenamedOption } from "./options.js";
+import { loadIoredis } from "./redis-load.js";
 
 /** Connection URL when neither `url` nor `REDIS_URL` is set. */
 export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379";
@@ -59,13 +57,29 @@ export const DEFAULT_COMMAND_TIMEOUT_MS = 2000;
 const NAME = "redis";
 
 /**
+ * An ioredis client as the library's public types name it (the `client`
+ * option, a component's `client`). Structural, so an ioredis `Redis` fits as
+ * is, and the published declarations never import `ioredis` (an optional peer
+ * dependency): an app without it type-checks with `skipLibCheck: false`. The
+ * components call its commands through ioredis's own types.
+ */
+export interface IoRedisClient {
+  /** Connection state: `wait`, `connecting`, `connect`, `ready`, `close`, `reconnecting` or `end`. */
+  readonly status: string;
+  /** Closes the connection gracefully. */
+  quit(): Promise<unknown>;
+  /** Closes the connection at once. */
+  disconnect(): void;
+}
+
+/**
  * Connection options shared by every Redis component. Components add their
  * own options beside these (TTL, stream length…) and their own default
  * `keyPrefix`.
  *
  * @typeParam C - the client shape the component accepts (an ioredis `Redis` fits every one)
  */
-export interface RedisConnectionOptions<C = Redis> {
+export interface RedisConnectionOptions<C = IoRedisClient> {
   /**
    * A client to use, e.g. an ioredis `Redis`; it is left open by `close()`.
    * When absent, an ioredis client is created from `url`.
@@ -129,22 +143,6 @@ interface Watchable {
   on?(event: string, listener: () => void): unknown;
   off?(event: string, listener: () => void): unknown;
   once?(event: string, listener: () => void): unknown;
-}
-
-const requireCjs = createRequire(import.meta.url);
-let ioredis: typeof IORedis | undefined;
-let bullmq: typeof BullMQ | undefined;
-
-/** Loads `ioredis` on first use (importing the library never loads it). */
-export function loadIoredis(): typeof IORedis {
-  ioredis ??= requireCjs("ioredis") as typeof IORedis;
-  return ioredis;
-}
-
-/** Loads `bullmq` on first use (importing `dumplings-ai/durable` never loads it; it loads ioredis too). */
-export function loadBullmq(): typeof BullMQ {
-  bullmq ??= requireCjs("bullmq") as typeof BullMQ;
-  return bullmq;
 }
 
 /**
@@ -276,7 +274,7 @@ export async function runScript(
  * const h = await conn.call(`cannot read run "r1"`, "r1", (c) => c.hgetall(`${conn.keyPrefix}{r1}:run`));
  * await conn.close();
  */
-export class RedisConnection<C = Redis> {
+export class RedisConnection<C = IoRedisClient> {
   /** Backend name in errors: `redis`. */
   readonly name = NAME;
   /** The client in use (created or injected). */
@@ -423,13 +421,13 @@ export class RedisConnection<C = Redis> {
    * hold up every other command of a shared connection. While this
    * connection knows Redis is down, the copy's calls fail at once too.
    *
-   * @param overrides - ioredis options of the copy, e.g. a longer `commandTimeout`
+   * @param overrides - ioredis options of the copy (`RedisOptions`), e.g. a longer `commandTimeout`
    */
-  duplicate(overrides: Partial<RedisOptions> = {}): RedisConnection<Redis> {
-    const copy = (this.client as unknown as Redis).duplicate(overrides);
-    const conn = new RedisConnection<Redis>(
+  duplicate(overrides: Record<string, unknown> = {}): RedisConnection<C> {
+    const copy = (this.client as unknown as Redis).duplicate(overrides as Partial<RedisOptions>);
+    const conn = new RedisConnection<C>(
       {
-        client: copy,
+        client: copy as unknown as C,
         keyPrefix: this.keyPrefix,
         connectTimeoutMs: this.connectTimeoutMs,
         commandTimeoutMs: this.commandTimeoutMs,

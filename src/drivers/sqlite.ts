@@ -29,11 +29,11 @@
  * @module
  */
 import { existsSync, mkdirSync, realpathSync } from "node:fs";
-import { createRequire } from "node:module";
 import path from "node:path";
-import type BetterSqlite3 from "better-sqlite3";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
+import { requirePeer } from "../core/peers.js";
 import { type SqlDriver, type SqlQuery, type SqlResult, type SqlRunSync, StoreNotFoundError } from "./sql.js";
+import type * as BetterSqlite3 from "./sqlite-types.js";
 
 /** Name of the migration ledger table in each file. */
 export const SQLITE_MIGRATIONS_TABLE = "dumplings_migrations";
@@ -130,11 +130,14 @@ function fileKey(db: BetterSqlite3.Database): string | undefined {
   }
 }
 
-const requireCjs = createRequire(import.meta.url);
-let driverModule: typeof BetterSqlite3 | undefined;
-/** Loads better-sqlite3 on first use, so importing the library never loads the native addon. */
-export function loadBetterSqlite3(): typeof BetterSqlite3 {
-  driverModule ??= requireCjs("better-sqlite3") as typeof BetterSqlite3;
+let driverModule: BetterSqlite3.DatabaseConstructor | undefined;
+/**
+ * Loads better-sqlite3 on first use, so importing the library never loads the native addon.
+ *
+ * @throws {MissingPeerError} when better-sqlite3 is not installed (an optional peer dependency)
+ */
+export function loadBetterSqlite3(): BetterSqlite3.DatabaseConstructor {
+  driverModule ??= requirePeer<BetterSqlite3.DatabaseConstructor>("sqlite", "better-sqlite3");
   return driverModule;
 }
 
@@ -247,8 +250,8 @@ export class SqliteDriver implements SqlDriver {
     if (!create && !inMemory && !existsSync(file)) throw new StoreNotFoundError(this.name, file, "no such file");
     let db: BetterSqlite3.Database | undefined;
     try {
+      const Database = loadBetterSqlite3(); // first: a missing driver creates no directory
       if (!inMemory && create) mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
-      const Database = loadBetterSqlite3();
       // Reading never writes: look at an existing file read-only before anything below changes it
       // (WAL mode is persistent, and an empty file would get a database header).
       if (!create && !inMemory) this.probe(Database, file, primary);
@@ -597,7 +600,7 @@ export class SqliteDriver implements SqlDriver {
    * @throws {StoreNotFoundError} when it holds none (an empty file included)
    * @throws {FormatError} when the file is not a SQLite database
    */
-  private probe(Database: typeof BetterSqlite3, file: string, set: SqliteMigrations): void {
+  private probe(Database: BetterSqlite3.DatabaseConstructor, file: string, set: SqliteMigrations): void {
     let probe: BetterSqlite3.Database | undefined;
     try {
       probe = new Database(file, { readonly: true, fileMustExist: true });

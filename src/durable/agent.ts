@@ -43,7 +43,6 @@
 import {
   type AssistantModelMessage,
   tool as aiTool,
-  asSchema,
   assistantModelMessageSchema,
   type LanguageModel,
   type ModelMessage,
@@ -62,6 +61,7 @@ import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { toToolSchema } from "../core/tool-schema.js";
 import { currentRun, currentStep, type RetryPolicy, step, waitForSignal } from "./context.js";
 import { StepFailedError } from "./errors.js";
 import type { WorkflowFn } from "./run.js";
@@ -77,6 +77,7 @@ const SETTINGS_OPTIONS = optionKeys<NonNullable<DurableAgentOptions["settings"]>
   seed: true,
 });
 const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
+  name: true,
   model: true,
   tools: true,
   system: true,
@@ -96,6 +97,12 @@ const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
 
 /** Options of {@link DurableAgent}. */
 export interface DurableAgentOptions {
+  /**
+   * The program's name: runs started with {@link DurableAgent.workflow} are stored under it, and
+   * `dumplings runs` and the web inspector list them by it (a worker registers the agent under the
+   * same name). A non-empty string. @default "durable-agent"
+   */
+  name?: string;
   /** An AI SDK language model, e.g. `createOpenAICompatible({ baseURL, name, apiKey })("model-id")`. */
   model: LanguageModel;
   /** Tools the model may call (AI SDK `tool(...)`s); `needsApproval` makes a call wait for a human. */
@@ -403,6 +410,9 @@ export class DurableAgent {
       );
     }
     checkOptions("DurableAgent settings", options.settings, SETTINGS_OPTIONS);
+    if (options.name !== undefined && (typeof options.name !== "string" || options.name.length === 0)) {
+      throw new InvalidOptionError("DurableAgent", "name", 'must be a non-empty string, e.g. "support-agent"');
+    }
     this.options = options;
   }
 
@@ -410,7 +420,7 @@ export class DurableAgent {
     const defs: JsonValue[] = [];
     for (const [name, t] of Object.entries(this.options.tools ?? {})) {
       if (!names.includes(name)) continue;
-      const schema = await asSchema(t.inputSchema).jsonSchema;
+      const schema = await toToolSchema(t.inputSchema).jsonSchema;
       defs.push({ name, description: this.describe(name, t), inputSchema: JSON.parse(JSON.stringify(schema)) });
     }
     return defs;
@@ -440,7 +450,7 @@ export class DurableAgent {
       if (!names.includes(name)) continue;
       out[name] = aiTool({
         description: this.describe(name, t),
-        inputSchema: t.inputSchema,
+        inputSchema: toToolSchema(t.inputSchema),
         ...(t.providerOptions ? { providerOptions: t.providerOptions } : {}),
       } as Tool);
     }
@@ -703,22 +713,30 @@ export class DurableAgent {
   }
 
   /**
-   * The agent as a workflow function for `runDurable` / `DurableWorker`: input `{ messages }`.
+   * The agent as a workflow function for `runDurable` / `DurableWorker`: input `{ messages }`. The
+   * function is named after the agent (`name`, default `durable-agent`), so a run it starts is
+   * listed under that name.
    *
    * @returns `(input: { messages }) => Promise<DurableAgentResult>` (JSON); typed so that
    *   `runDurable(id, agent.workflow(), { input: { messages } })` takes `ModelMessage[]` without a cast
    *   (the input is checked to be JSON when the run is created)
    */
   workflow(): WorkflowFn<DurableAgentInput, DurableAgentResult> {
-    return async (input: DurableAgentInput) => {
+    const program = async (input: DurableAgentInput) => {
       const messages = (input as { messages?: unknown } | null)?.messages;
       if (!Array.isArray(messages)) {
         throw new DumplingsError("INVALID_INPUT", "a DurableAgent run needs the input { messages: ModelMessage[] }");
       }
       return await this.run(messages as ModelMessage[]);
     };
+    // runDurable stores a new run under the function's name: the agent's, not "workflow"
+    Object.defineProperty(program, "name", { value: this.options.name ?? DEFAULT_AGENT_NAME });
+    return program;
   }
 }
+
+/** The program name of a {@link DurableAgent}'s runs when its options give none. */
+const DEFAULT_AGENT_NAME = "durable-agent";
 
 /** The final value of a tool's result: the last value an async iterable (generator) tool yields. */
 async function finalValue(out: unknown): Promise<unknown> {
@@ -793,9 +811,12 @@ function roundResult(
 export function durableTool<T extends Tool>(t: T, options: { name: string; retry?: RetryPolicy }): T {
   checkOptions("durableTool", options, TOOL_OPTIONS);
   const execute = t.execute;
-  if (!execute) return t;
+  // any schema the user has (zod 3 or 4, JSON Schema, an AI SDK schema) as the AI SDK's own
+  const schema = t.inputSchema === undefined ? {} : { inputSchema: toToolSchema(t.inputSchema) };
+  if (!execute) return { ...t, ...schema } as T;
   return {
     ...t,
+    ...schema,
     execute: (input: unknown, opts: { toolCallId: string; messages: ModelMessage[] }) =>
       step(
         `tool:${options.name}`,

@@ -6,57 +6,8 @@
  */
 import { DumplingsError } from "../core/errors.js";
 
-/**
- * Replay diverged from the journal structurally: at position `seq` the program
- * asks for another step (another name or kind: `llm`, `tool:x`, `signal:x`,
- * `sleep:x`, `patch:x`) than the one recorded. The program was changed
- * incompatibly while runs were in flight; the stored journal is untouched and
- * `runDurable` records the run `blocked` with this error as the reason (resume
- * it with the old program, guard the change with `patched(id)`, or have an
- * operator reset it). A changed step *input* at a recorded position is not a
- * mismatch: the recorded result is used and a `step_drift` event is recorded.
- */
-export class ReplayMismatchError extends DumplingsError {
-  readonly runId: string;
-  /** 0-based position of the step in the run. */
-  readonly seq: number;
-  /** What the journal holds at `seq`. */
-  readonly recorded: { name: string; inputHash: string };
-  /** What the program asked for at `seq`. */
-  readonly requested: { name: string; inputHash: string };
-  constructor(
-    runId: string,
-    seq: number,
-    recorded: { name: string; inputHash: string },
-    requested: { name: string; inputHash: string },
-  ) {
-    const what =
-      recorded.name !== requested.name
-        ? `the journal holds step "${recorded.name}" but the program asked for step "${requested.name}"`
-        : `step "${requested.name}" was recorded with input hash ${recorded.inputHash.slice(0, 12)}… but is now called with input hash ${requested.inputHash.slice(0, 12)}…`;
-    super("REPLAY_MISMATCH", `[dumplings:durable] replay of run "${runId}" diverged at step #${seq}: ${what}`);
-    this.runId = runId;
-    this.seq = seq;
-    this.recorded = recorded;
-    this.requested = requested;
-  }
-}
-
-/** A journal write carried a fencing token older than the run's current one: another worker took the run over. Nothing was written. */
-export class StaleFencingTokenError extends DumplingsError {
-  readonly runId: string;
-  readonly token: number;
-  readonly currentToken: number;
-  constructor(runId: string, token: number, currentToken: number) {
-    super(
-      "STALE_FENCING_TOKEN",
-      `[dumplings:durable] write to run "${runId}" refused: fencing token ${token} is stale (current token is ${currentToken}); another worker holds the run`,
-    );
-    this.runId = runId;
-    this.token = token;
-    this.currentToken = currentToken;
-  }
-}
+// The lease and replay errors are shared with the workflow runner: one class per concept, in core.
+export { LeaseHeldError, ReplayMismatchError, StaleFencingTokenError } from "../core/errors.js";
 
 /** A second signal was sent for a name that already has one: exactly one signal is taken per wait. */
 export class SignalConflictError extends DumplingsError {
@@ -161,23 +112,6 @@ export class NoRunContextError extends DumplingsError {
       "NO_RUN_CONTEXT",
       `[dumplings:durable] ${what} was called outside a durable run (wrap the code in runDurable)`,
     );
-  }
-}
-
-/** The run is leased by another live owner (the caller did not wait, or waited too long). */
-export class LeaseHeldError extends DumplingsError {
-  readonly runId: string;
-  readonly owner: string;
-  /** Epoch ms at which the current lease expires. */
-  readonly expiresAt: number;
-  constructor(runId: string, owner: string, expiresAt: number) {
-    super(
-      "LEASE_HELD",
-      `[dumplings:durable] run "${runId}" is held by "${owner}" until ${new Date(expiresAt).toISOString()}`,
-    );
-    this.runId = runId;
-    this.owner = owner;
-    this.expiresAt = expiresAt;
   }
 }
 

@@ -14,7 +14,6 @@
 
 // The errors of the core that durable calls throw (a run input that is not JSON, a bad option), so
 // code importing only this entry can branch on them; the same classes as `dumplings-ai` exports.
-export { InvalidOptionError, NonJsonValueError } from "../core/errors.js";
 export {
   DurableAgent,
   type DurableAgentInput,
@@ -29,14 +28,10 @@ export {
   currentStep,
   defineStep,
   deprecatePatch,
-  isRetryableError,
   patched,
-  patchStepName,
   type RetryPolicy,
-  retryDelayMs,
   type StepInfo,
   type StepOptions,
-  signalStepName,
   sleep,
   step,
   waitForSignal,
@@ -61,7 +56,6 @@ export {
   UnknownWorkflowError,
 } from "./errors.js";
 export {
-  canonicalJson,
   hashInput,
   type Journal,
   type JournalEvent,
@@ -81,15 +75,13 @@ export {
   type UpdateRunResult,
   type WriteStepOptions,
 } from "./journal.js";
-export { type PgPoolLike, PostgresJournal, type PostgresJournalOptions } from "./journal-postgres.js";
+export { PostgresJournal, type PostgresJournalOptions } from "./journal-postgres.js";
 export { RedisJournal, type RedisJournalOptions } from "./journal-redis.js";
 export { SqliteJournal, type SqliteJournalOptions } from "./journal-sqlite.js";
-export { type DurableModelBase, type DurableModelOptions, durableModel } from "./model.js";
+export { type DurableModelOptions, durableModel } from "./model.js";
 export {
   type CancelOptions,
   cancel,
-  defaultOwner,
-  ensureRun,
   type RunDurableOptions,
   type RunResult,
   runDurable,

@@ -27,6 +27,7 @@ import { BackendError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
+  type IoRedisClient,
   REDIS_CONNECTION_KEYS,
   RedisConnection,
   type RedisConnectionOptions,
@@ -84,7 +85,7 @@ const JOURNAL_REDIS_OPTIONS = optionKeys<RedisJournalOptions>({
  * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
  * `commandTimeoutMs`; README, "Redis connection options").
  */
-export interface RedisJournalOptions extends RedisConnectionOptions<Redis> {
+export interface RedisJournalOptions extends RedisConnectionOptions {
   /** Prefix of every key of the journal. @default "dumplings:durable:" */
   keyPrefix?: string;
   /** @deprecated Use `keyPrefix` (the same; giving both with different values is an `InvalidOptionError`). */
@@ -445,7 +446,7 @@ function parseSignal(runId: string, name: string, stored: string): SignalRecord 
 export class RedisJournal implements Journal {
   readonly name = "redis";
   /** The client in use (created or injected). */
-  readonly client: Redis;
+  readonly client: IoRedisClient;
   private readonly conn: RedisConnection<Redis>;
   private readonly prefix: string;
 
@@ -457,7 +458,10 @@ export class RedisJournal implements Journal {
     checkOptions("redis", options, JOURNAL_REDIS_OPTIONS);
     const { prefix, ...rest } = options;
     const keyPrefix = renamedOption("keyPrefix", rest.keyPrefix, "prefix", prefix);
-    this.conn = new RedisConnection({ ...rest, keyPrefix }, { label: "journal", keyPrefix: "dumplings:durable:" });
+    this.conn = new RedisConnection<Redis>({ ...rest, keyPrefix } as RedisConnectionOptions<Redis>, {
+      label: "journal",
+      keyPrefix: "dumplings:durable:",
+    });
     this.client = this.conn.client;
     this.prefix = this.conn.keyPrefix;
   }

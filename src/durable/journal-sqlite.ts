@@ -13,10 +13,11 @@
  *
  * @module
  */
-import type BetterSqlite3 from "better-sqlite3";
+
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver, type SqliteMigrations } from "../drivers/sqlite.js";
+import type * as BetterSqlite3 from "../drivers/sqlite-types.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
 
 /** The keys of {@link SqliteJournalOptions}: any other is an `InvalidOptionError`. */

@@ -166,7 +166,7 @@ export class MemoryRunStream implements RunEventStream {
  * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
  * `commandTimeoutMs`; README, "Redis connection options") and the stream's own.
  */
-export interface RedisRunStreamOptions extends RedisConnectionOptions<Redis> {
+export interface RedisRunStreamOptions extends RedisConnectionOptions {
   /** Prefix of every key of the stream. @default "dumplings:stream:" */
   keyPrefix?: string;
   /** @deprecated Use `keyPrefix` (the same; giving both with different values is an `InvalidOptionError`). */
@@ -224,7 +224,10 @@ export class RedisRunStream implements RunEventStream {
     const keyPrefix = renamedOption("keyPrefix", rest.keyPrefix, "prefix", prefix);
     this.blockMs = positiveMs("blockMs", blockMs, 1000);
     this.ttlMs = ttlMs === undefined ? undefined : positiveMs("ttlMs", ttlMs, 1);
-    this.conn = new RedisConnection({ ...rest, keyPrefix }, { label: "run stream", keyPrefix: "dumplings:stream:" });
+    this.conn = new RedisConnection<Redis>({ ...rest, keyPrefix } as RedisConnectionOptions<Redis>, {
+      label: "run stream",
+      keyPrefix: "dumplings:stream:",
+    });
     this.prefix = this.conn.keyPrefix;
     this.maxLength = maxLength ?? 10_000;
   }

@@ -24,10 +24,12 @@
  * @module
  */
 import type { Job, Queue, Worker } from "bullmq";
+import type { Redis } from "ioredis";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { defaultOwner, leaseMs } from "../core/owner.js";
-import { loadBullmq, RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
+import { RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
+import { loadBullmq } from "../drivers/redis-load.js";
 import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
 import { type AnyWorkflowFn, ensureRun, type RunResult, runDurable, type WorkflowFn } from "./run.js";
@@ -122,7 +124,7 @@ export class DurableQueue {
   /** The Redis connection options of this queue (deprecated names resolved). */
   protected readonly connection: RedisConnectionOptions;
   private readonly queue: Queue<DurableJobData>;
-  private readonly conn: RedisConnection;
+  private readonly conn: RedisConnection<Redis>;
 
   /**
    * @param options - `journal`, `queueName` (default `dumplings-durable`), `url`, `keyPrefix` (default `bull`), timeouts
@@ -135,7 +137,7 @@ export class DurableQueue {
     this.connection = connectionOptions(options);
     // Our calls wait (bounded) for the connection, then fail fast during an outage (no retries);
     // it connects now, and queues BullMQ's own first write (the queue's meta) until Redis answers.
-    this.conn = new RedisConnection(this.connection, {
+    this.conn = new RedisConnection<Redis>(this.connection as RedisConnectionOptions<Redis>, {
       label: "queue",
       keyPrefix: "bull",
       connectNow: true,
@@ -279,7 +281,7 @@ export class DurableWorker extends DurableQueue {
   private readonly workflows: Map<string, AnyWorkflowFn>;
   private readonly options: DurableWorkerOptions;
   private worker: Worker<DurableJobData> | undefined;
-  private workerConn: RedisConnection | undefined;
+  private workerConn: RedisConnection<Redis> | undefined;
 
   /** @param options - see {@link DurableWorkerOptions} */
   constructor(options: DurableWorkerOptions) {
@@ -300,7 +302,7 @@ export class DurableWorker extends DurableQueue {
   async start(): Promise<void> {
     if (this.worker) return;
     // BullMQ's workers block on Redis: no command timeout, and commands wait through a reconnect.
-    const conn = new RedisConnection(this.connection, {
+    const conn = new RedisConnection<Redis>(this.connection as RedisConnectionOptions<Redis>, {
       label: "worker",
       keyPrefix: "bull",
       maxRetriesPerRequest: null,

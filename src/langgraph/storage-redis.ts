@@ -31,7 +31,7 @@ export const DEFAULT_LANGGRAPH_REDIS_PREFIX = "dumplings:langgraph:";
  * `dumplings:langgraph:`), `connectTimeoutMs`, `commandTimeoutMs`. See
  * {@link RedisConnectionOptions}.
  */
-export interface RedisSaverStoreOptions extends RedisConnectionOptions<Redis> {}
+export interface RedisSaverStoreOptions extends RedisConnectionOptions {}
 
 const KEYS = optionKeys<RedisSaverStoreOptions>({
   client: true,
@@ -65,7 +65,9 @@ function decode(buf: Buffer): { header: unknown[]; parts: Uint8Array[] } {
 export class RedisSaverStorage implements SaverStorage {
   readonly name = "redis";
   /** The connection (created client, or the injected one). */
-  readonly conn: RedisConnection<Redis>;
+  readonly conn: RedisConnection;
+  /** {@link conn}, typed with ioredis's commands. */
+  private readonly redis: RedisConnection<Redis>;
   private readonly prefix: string;
 
   /**
@@ -76,11 +78,12 @@ export class RedisSaverStorage implements SaverStorage {
    */
   constructor(options: RedisSaverStoreOptions = {}) {
     checkOptions("langgraph:redis", options, KEYS);
-    this.conn = new RedisConnection(options, {
+    this.redis = new RedisConnection<Redis>(options as RedisConnectionOptions<Redis>, {
       label: "LangGraph checkpointer",
       keyPrefix: DEFAULT_LANGGRAPH_REDIS_PREFIX,
     });
-    this.prefix = this.conn.keyPrefix;
+    this.conn = this.redis;
+    this.prefix = this.redis.keyPrefix;
   }
 
   private key(threadId: string, part: string): string {
@@ -94,7 +97,7 @@ export class RedisSaverStorage implements SaverStorage {
     const idx = this.key(threadId, `idx:${ns}`);
     const nsKey = this.key(threadId, "ns");
     const keys = this.key(threadId, "keys");
-    await this.conn.call(
+    await this.redis.call(
       `cannot write checkpoint "${row.checkpointId}" of thread "${threadId}"`,
       threadId,
       async (c) => {
@@ -135,7 +138,7 @@ export class RedisSaverStorage implements SaverStorage {
   }
 
   async getCheckpoint(threadId: string, ns: string, checkpointId?: string): Promise<CheckpointRow | undefined> {
-    return this.conn.call(`cannot read a checkpoint of thread "${threadId}"`, threadId, async (c) => {
+    return this.redis.call(`cannot read a checkpoint of thread "${threadId}"`, threadId, async (c) => {
       const id = checkpointId ?? (await c.zrevrangebylex(this.key(threadId, `cp:${ns}`), "+", "-", "LIMIT", 0, 1))[0];
       if (id === undefined) return undefined;
       const buf = await c.hgetBuffer(this.key(threadId, `cpd:${ns}`), id);
@@ -147,14 +150,14 @@ export class RedisSaverStorage implements SaverStorage {
     const threads =
       query.threadId !== undefined
         ? [query.threadId]
-        : await this.conn.call("cannot list threads", undefined, (c) => c.smembers(`${this.prefix}threads`));
+        : await this.redis.call("cannot list threads", undefined, (c) => c.smembers(`${this.prefix}threads`));
     let left = query.limit ?? Number.POSITIVE_INFINITY;
     const PAGE = 200;
     for (const threadId of threads) {
       const namespaces =
         query.ns !== undefined
           ? [query.ns]
-          : await this.conn.call("cannot list namespaces", threadId, (c) => c.smembers(this.key(threadId, "ns")));
+          : await this.redis.call("cannot list namespaces", threadId, (c) => c.smembers(this.key(threadId, "ns")));
       for (const ns of namespaces) {
         let max = query.before !== undefined ? `(${query.before}` : "+";
         if (query.checkpointId !== undefined) {
@@ -164,7 +167,7 @@ export class RedisSaverStorage implements SaverStorage {
         while (left > 0) {
           const take = Math.min(PAGE, left);
           const min = query.checkpointId !== undefined ? `[${query.checkpointId}` : "-";
-          const page = await this.conn.call(`cannot list checkpoints of thread "${threadId}"`, threadId, async (c) => {
+          const page = await this.redis.call(`cannot list checkpoints of thread "${threadId}"`, threadId, async (c) => {
             const ids = await c.zrevrangebylex(this.key(threadId, `cp:${ns}`), max, min, "LIMIT", 0, take);
             const bufs = ids.length > 0 ? await c.hmgetBuffer(this.key(threadId, `cpd:${ns}`), ...ids) : [];
             return ids.map((id, i) => [id, bufs[i]] as const);
@@ -188,7 +191,7 @@ export class RedisSaverStorage implements SaverStorage {
     wanted: readonly { channel: string; version: string }[],
   ): Promise<BlobRow[]> {
     if (wanted.length === 0) return [];
-    return this.conn.call(`cannot read channel values of thread "${threadId}"`, threadId, async (c) => {
+    return this.redis.call(`cannot read channel values of thread "${threadId}"`, threadId, async (c) => {
       const anchors = await c.hmget(
         this.key(threadId, `idx:${ns}`),
         ...wanted.map((w) => `${w.channel}\0${w.version}`),
@@ -228,7 +231,7 @@ export class RedisSaverStorage implements SaverStorage {
   async putWrites(threadId: string, ns: string, checkpointId: string, rows: readonly WriteRow[]): Promise<void> {
     if (rows.length === 0) return;
     const key = this.key(threadId, `w:${JSON.stringify([ns, checkpointId])}`);
-    await this.conn.call(
+    await this.redis.call(
       `cannot write pending writes of checkpoint "${checkpointId}" of thread "${threadId}"`,
       threadId,
       async (c) => {
@@ -248,7 +251,7 @@ export class RedisSaverStorage implements SaverStorage {
 
   async getWrites(threadId: string, ns: string, checkpointId: string): Promise<WriteRow[]> {
     const key = this.key(threadId, `w:${JSON.stringify([ns, checkpointId])}`);
-    const all = await this.conn.call(
+    const all = await this.redis.call(
       `cannot read pending writes of checkpoint "${checkpointId}" of thread "${threadId}"`,
       threadId,
       (c) => c.hgetallBuffer(key),
@@ -269,7 +272,7 @@ export class RedisSaverStorage implements SaverStorage {
 
   async deleteThread(threadId: string): Promise<void> {
     const keys = this.key(threadId, "keys");
-    await this.conn.call(`cannot delete thread "${threadId}"`, threadId, async (c) => {
+    await this.redis.call(`cannot delete thread "${threadId}"`, threadId, async (c) => {
       const members = await c.smembers(keys);
       const m = c.multi();
       for (let i = 0; i < members.length; i += 500) m.del(...members.slice(i, i + 500));
@@ -280,6 +283,6 @@ export class RedisSaverStorage implements SaverStorage {
   }
 
   async close(): Promise<void> {
-    await this.conn.close();
+    await this.redis.close();
   }
 }

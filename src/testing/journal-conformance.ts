@@ -512,6 +512,18 @@ export function runJournalConformance<J extends Journal>(
       expect(await j.pruneRuns({ olderThanMs: 60_000 })).toEqual({ deletedSteps: 2, deletedBlobs: 1 });
       expect(await j.readBlob(a)).toBeUndefined();
       expect(await j.readBlob(d)).toEqual(dBytes);
+      // retryRun dropping a failed last record drops its blob
+      const [f, fBytes] = blob(`phi ${randomUUID()}`);
+      const error = { name: "Error", message: "x" };
+      await j.writeStep(t2, rec(two, 3, t2, { status: "failed", error }), {
+        blobs: new Map([[f, fBytes]]),
+        blobRefs: [f],
+      });
+      expect(await j.readBlob(f)).toEqual(fBytes);
+      await j.updateRun(t2, two, { status: "failed", error });
+      await j.retryRun(two, "ops");
+      expect(await j.readBlob(f)).toBeUndefined();
+      expect(await j.readBlob(d)).toEqual(dBytes);
       // resetRun dropping the last record that references d
       await j.resetRun(two, -1, "ops");
       expect(await j.readBlob(d)).toBeUndefined();

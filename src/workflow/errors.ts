@@ -7,7 +7,16 @@
  *
  * @module
  */
-import { ConflictError, DumplingsError } from "../core/errors.js";
+import {
+  ConflictError,
+  DumplingsError,
+  LeaseHeldError,
+  ReplayMismatchError,
+  StaleFencingTokenError,
+} from "../core/errors.js";
+
+// One class per concept, shared with durable runs (issue 22): the canonical names, beside the deprecated aliases below.
+export { LeaseHeldError, ReplayMismatchError, StaleFencingTokenError };
 
 /**
  * A stored snapshot (or a state about to be saved) does not match the
@@ -177,87 +186,22 @@ export class WorkflowConflictError extends ConflictError {
 }
 
 /**
- * Another worker holds the workflow's lease: it is running or resuming the
- * workflow now (its lease has not expired). Nothing was run or written here.
- * Retry after `expiresAt`, or give the runner `leaseWaitMs` to wait for the
- * lease. Code `LEASE_HELD`, as a durable run's lease.
+ * Another worker holds the workflow's lease.
  *
- * @example
- * try { await runner.runOrResume("order-7") } catch (e) {
- *   if (e instanceof WorkflowLeaseHeldError) retryLater(e.expiresAt);
- * }
+ * @deprecated use {@link LeaseHeldError} (the same class, code `LEASE_HELD`); removed in 0.3
  */
-export class WorkflowLeaseHeldError extends DumplingsError {
-  readonly workflowId: string;
-  /** The worker holding the lease (its `owner` id, by default `<hostname>:<pid>:<random>`). */
-  readonly owner: string;
-  /** When the holder's lease expires unless renewed, ms since the epoch (the cold store's clock). */
-  readonly expiresAt: number;
-  /** The holder's fencing token. */
-  readonly fencingToken: number;
-  /**
-   * @param workflowId - the workflow
-   * @param owner - the holder
-   * @param expiresAt - its lease's expiry, epoch ms (store clock)
-   * @param fencingToken - its fencing token
-   */
-  constructor(workflowId: string, owner: string, expiresAt: number, fencingToken: number) {
-    super(
-      "LEASE_HELD",
-      `[dumplings:workflow] workflow ${JSON.stringify(workflowId)} is held by ${JSON.stringify(owner)} (lease until ${new Date(expiresAt).toISOString()}, fencing token ${fencingToken}): another worker is running it, so nothing was run here; retry after the lease ends (a holder that died leaves it to expire), or pass leaseWaitMs to wait for it`,
-    );
-    this.workflowId = workflowId;
-    this.owner = owner;
-    this.expiresAt = expiresAt;
-    this.fencingToken = fencingToken;
-  }
-}
+export const WorkflowLeaseHeldError = LeaseHeldError;
+/** @deprecated use {@link LeaseHeldError}; removed in 0.3 */
+export type WorkflowLeaseHeldError = LeaseHeldError;
 
 /**
- * A write carried a fencing token that is no longer the workflow's lease: this
- * worker's lease was taken over by another (it paused or lost its connection
- * past the lease's expiry), released, or has expired. The write was refused
- * and nothing was written: no checkpoint, no side-effect start. Code
- * `STALE_FENCING_TOKEN`, as a durable run's.
+ * A write carried a fencing token that is no longer the workflow's lease.
+ *
+ * @deprecated use {@link StaleFencingTokenError} (the same class, code `STALE_FENCING_TOKEN`); removed in 0.3
  */
-export class WorkflowLeaseLostError extends DumplingsError {
-  readonly workflowId: string;
-  /** The token this worker wrote with. */
-  readonly fencingToken: number;
-  /** The lease's current token (`null`: no lease was ever taken on the workflow). */
-  readonly currentToken: number | null;
-  /** The current holder (`null`: nobody holds the lease now). */
-  readonly owner: string | null;
-  /**
-   * @param workflowId - the workflow
-   * @param what - the refused write, e.g. `checkpoint 4 refused`
-   * @param fencingToken - the token it carried
-   * @param lease - the lease as stored: its current `token`, `owner` and `expiresAt` (epoch ms, store clock)
-   */
-  constructor(
-    workflowId: string,
-    what: string,
-    fencingToken: number,
-    lease: { token: number | null; owner: string | null; expiresAt: number | null },
-  ) {
-    const why =
-      lease.token === null
-        ? "the workflow has no lease (none was taken)"
-        : lease.token !== fencingToken
-          ? `another worker took the workflow over (${lease.owner === null ? "lease since released" : `held by ${JSON.stringify(lease.owner)}`}, fencing token ${lease.token})`
-          : lease.owner === null
-            ? "the lease was released"
-            : `the lease expired at ${new Date(lease.expiresAt ?? 0).toISOString()} (renew it before writing)`;
-    super(
-      "STALE_FENCING_TOKEN",
-      `[dumplings:workflow] workflow ${JSON.stringify(workflowId)}: ${what}: this worker's lease (fencing token ${fencingToken}) is no longer current: ${why}; nothing was written`,
-    );
-    this.workflowId = workflowId;
-    this.fencingToken = fencingToken;
-    this.currentToken = lease.token;
-    this.owner = lease.owner;
-  }
-}
+export const WorkflowLeaseLostError = StaleFencingTokenError;
+/** @deprecated use {@link StaleFencingTokenError}; removed in 0.3 */
+export type WorkflowLeaseLostError = StaleFencingTokenError;
 
 /**
  * A guarded side effect was started but its finish was never recorded (the
@@ -280,20 +224,14 @@ export class UnknownSideEffectError extends DumplingsError {
 }
 
 /**
- * A node's n-th guarded call has a different name on replay than when it was
- * recorded: the node is not deterministic in the order of its side effects,
- * so replaying recorded results would hand the wrong result to the wrong call.
+ * A node's n-th guarded call has a different name on replay than when it was recorded.
+ *
+ * @deprecated use {@link ReplayMismatchError} (the same class; its code is now `REPLAY_MISMATCH`, was
+ *   `WORKFLOW_NONDETERMINISM`); removed in 0.3
  */
-export class NondeterminismError extends DumplingsError {
-  readonly key: string;
-  constructor(key: string, recorded: string, now: string) {
-    super(
-      "WORKFLOW_NONDETERMINISM",
-      `[dumplings:workflow] side effect ${JSON.stringify(key)} was recorded as ${JSON.stringify(recorded)} but is now called as ${JSON.stringify(now)}; guarded calls must happen in the same order on every run of a node`,
-    );
-    this.key = key;
-  }
-}
+export const NondeterminismError = ReplayMismatchError;
+/** @deprecated use {@link ReplayMismatchError}; removed in 0.3 */
+export type NondeterminismError = ReplayMismatchError;
 
 /** A blob referenced by a snapshot is missing or its bytes do not match its content hash. */
 export class BlobError extends DumplingsError {

@@ -22,7 +22,6 @@
  *
  * @module
  */
-import type { Redis } from "ioredis";
 import { BackendError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import {
@@ -45,8 +44,22 @@ const HOT_REDIS_OPTIONS = optionKeys<RedisHotTierOptions>({
  * The part of an ioredis client the hot tier uses (any compatible client can be injected). With
  * `evalsha` (an ioredis client has it), a write sends its script's SHA instead of its text.
  */
-export type RedisClientLike = Pick<Redis, "eval" | "hmget" | "del" | "quit" | "disconnect" | "status"> &
-  Partial<Pick<Redis, "evalsha">>;
+export interface RedisClientLike {
+  /** `EVAL script numKeys ...keysAndArgs`. */
+  eval(script: string, numKeys: number, ...args: (string | number | Buffer)[]): Promise<unknown>;
+  /** Optional: `EVALSHA sha numKeys ...keysAndArgs`; rejects with an error whose message starts with `NOSCRIPT` when unknown. */
+  evalsha?(sha: string, numKeys: number, ...args: (string | number | Buffer)[]): Promise<unknown>;
+  /** `HMGET key ...fields`. */
+  hmget(key: string, ...fields: string[]): Promise<(string | null)[]>;
+  /** `DEL ...keys`. */
+  del(...keys: string[]): Promise<number>;
+  /** Closes the connection gracefully. */
+  quit(): Promise<unknown>;
+  /** Closes the connection at once. */
+  disconnect(): void;
+  /** Connection state (`ready` when connected). */
+  readonly status: string;
+}
 
 /**
  * Options of {@link RedisHotTier}: the Redis connection options shared by

@@ -19,10 +19,12 @@
  *
  * @module
  */
+
+import { ReplayMismatchError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { ColdStore } from "./cold.js";
-import { NondeterminismError, UnknownSideEffectError } from "./errors.js";
+import { UnknownSideEffectError } from "./errors.js";
 
 /** The keys of {@link GuardRunOptions<unknown>}: any other is an `InvalidOptionError`. */
 const RUN_OPTIONS = optionKeys<GuardRunOptions<unknown>>({
@@ -157,7 +159,14 @@ export class IdempotencyGuard {
       now: Date.now(),
       ...(token === undefined ? {} : { fencingToken: token }),
     });
-    if (existing && existing.name !== name) throw new NondeterminismError(key, existing.name, name);
+    if (existing && existing.name !== name) {
+      throw new ReplayMismatchError({
+        workflowId: existing.workflowId,
+        key,
+        recorded: { name: existing.name, inputHash: "" },
+        requested: { name, inputHash: "" },
+      });
+    }
     if (existing?.status === "finished") {
       this.stats.replayed++;
       return decode<T>(existing.resultJson);

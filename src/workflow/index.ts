@@ -40,8 +40,11 @@ export { type PgPoolLike, PostgresColdStore, type PostgresColdStoreOptions } fro
 export { SqliteColdStore, type SqliteColdStoreOptions } from "./cold-sqlite.js";
 export {
   BlobError,
+  LeaseHeldError,
   NodeFailedError,
   NondeterminismError,
+  ReplayMismatchError,
+  StaleFencingTokenError,
   UnknownNodeError,
   UnknownSideEffectError,
   WorkflowConflictError,

@@ -202,12 +202,17 @@ export class JournalColdStore implements ColdStore {
   }
 
   /** The error of a refused fenced write, from the run as it is now. */
-  private async lost(workflowId: string, what: string, token: number): Promise<WorkflowLeaseLostError> {
+  private async lost(workflowId: string, what: string, token: number): Promise<StaleFencingTokenError> {
     const run = await this.journal.getRun(workflowId);
-    return new WorkflowLeaseLostError(workflowId, what, token, {
-      token: run ? run.fencingToken : null,
-      owner: run?.leaseOwner ?? null,
-      expiresAt: run?.leaseExpiresAt ?? null,
+    return new StaleFencingTokenError({
+      workflowId,
+      what,
+      fencingToken: token,
+      lease: {
+        token: run ? run.fencingToken : null,
+        owner: run?.leaseOwner ?? null,
+        expiresAt: run?.leaseExpiresAt ?? null,
+      },
     });
   }
 

@@ -30,10 +30,9 @@
  *
  * @module
  */
-import { BackendError } from "../core/errors.js";
+import { BackendError, StaleFencingTokenError } from "../core/errors.js";
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
 import type { WorkflowLeaseResult, WorkflowMigrations } from "./cold.js";
-import { WorkflowLeaseLostError } from "./errors.js";
 
 /** The ledger key of the lease table's migrations. */
 export const WORKFLOW_LEASE_COMPONENT = "workflow-lease";
@@ -257,11 +256,16 @@ export class SqlWorkflowLeases {
     }
   }
 
-  private lost(workflowId: string, what: string, fencingToken: number, row: Row | undefined): WorkflowLeaseLostError {
-    return new WorkflowLeaseLostError(workflowId, what, fencingToken, {
-      token: num(row?.fencing_token),
-      owner: row?.owner === null || row?.owner === undefined ? null : String(row.owner),
-      expiresAt: num(row?.expires_at),
+  private lost(workflowId: string, what: string, fencingToken: number, row: Row | undefined): StaleFencingTokenError {
+    return new StaleFencingTokenError({
+      workflowId,
+      what,
+      fencingToken,
+      lease: {
+        token: num(row?.fencing_token),
+        owner: row?.owner === null || row?.owner === undefined ? null : String(row.owner),
+        expiresAt: num(row?.expires_at),
+      },
     });
   }
 }

@@ -16,8 +16,9 @@
  *
  * @module
  */
+
+import { LeaseHeldError, StaleFencingTokenError } from "../core/errors.js";
 import type { ColdStore } from "./cold.js";
-import { WorkflowLeaseHeldError, WorkflowLeaseLostError } from "./errors.js";
 
 /** How long a workflow's lease lasts without renewal, ms. */
 export const DEFAULT_WORKFLOW_LEASE_TTL_MS = 30_000;
@@ -39,7 +40,7 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 /** A workflow's lease held by this worker (see the module comment). */
 export class HeldLease {
   /** Why the lease was lost (a refused renewal), once it was. */
-  private lostError: WorkflowLeaseLostError | undefined;
+  private lostError: StaleFencingTokenError | undefined;
   private readonly abort = new AbortController();
   private readonly heartbeat: ReturnType<typeof setInterval>;
   /** `performance.now()` when the last successful renewal (or the acquisition) was sent. */
@@ -78,7 +79,7 @@ export class HeldLease {
    * let it expire.
    *
    * @returns the held lease, renewed in the background until {@link release}
-   * @throws {WorkflowLeaseHeldError} when another live owner still holds it after `waitMs`
+   * @throws {LeaseHeldError} when another live owner still holds it after `waitMs`
    * @throws {BackendError} when the cold store fails
    */
   static async acquire(
@@ -102,12 +103,18 @@ export class HeldLease {
         );
       }
       const left = deadline - Date.now();
-      if (left <= 0) throw new WorkflowLeaseHeldError(workflowId, lease.owner, lease.expiresAt, lease.fencingToken);
+      if (left <= 0)
+        throw new LeaseHeldError({
+          workflowId,
+          owner: lease.owner,
+          expiresAt: lease.expiresAt,
+          fencingToken: lease.fencingToken,
+        });
       await sleep(Math.max(10, Math.min(250, Math.floor(options.ttlMs / 4), left)));
     }
   }
 
-  /** Aborted (reason: a {@link WorkflowLeaseLostError}) when a renewal finds the lease taken over. */
+  /** Aborted (reason: a {@link StaleFencingTokenError}) when a renewal finds the lease taken over. */
   get signal(): AbortSignal {
     return this.abort.signal;
   }
@@ -118,7 +125,7 @@ export class HeldLease {
   }
 
   /** The reason the lease was lost, or undefined while it is held. */
-  get lost(): WorkflowLeaseLostError | undefined {
+  get lost(): StaleFencingTokenError | undefined {
     return this.lostError;
   }
 
@@ -127,13 +134,13 @@ export class HeldLease {
    * background renewal is late (more than half a lease since the last one), so a start is
    * recorded with most of a lease ahead of it.
    *
-   * @throws {WorkflowLeaseLostError} when the lease is lost
+   * @throws {StaleFencingTokenError} when the lease is lost
    */
   async fresh(): Promise<void> {
     if (this.lostError) throw this.lostError;
     if (performance.now() - this.renewedAt > this.ttlMs / 2) {
       await this.renew().catch((e: unknown) => {
-        if (e instanceof WorkflowLeaseLostError) throw e;
+        if (e instanceof StaleFencingTokenError) throw e;
         // any other failure: the fenced start decides (it checks the lease by the store's clock)
       });
     }
@@ -147,7 +154,7 @@ export class HeldLease {
         this.expiry = await this.cold.renewLease(this.workflowId, this.fencingToken, this.ttlMs);
         this.renewedAt = sentAt;
       } catch (e) {
-        if (e instanceof WorkflowLeaseLostError && !this.released) {
+        if (e instanceof StaleFencingTokenError && !this.released) {
           this.lostError ??= e;
           clearInterval(this.heartbeat);
           this.abort.abort(this.lostError);

@@ -36,7 +36,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
-import { InvalidOptionError } from "../core/errors.js";
+import { InvalidOptionError, LeaseHeldError, ReplayMismatchError, StaleFencingTokenError } from "../core/errors.js";
 import { assertJson, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { defaultOwner, leaseMs } from "../core/owner.js";
@@ -44,10 +44,7 @@ import { SignalConflictError } from "../durable/errors.js";
 import type { Journal } from "../durable/journal.js";
 import {
   NodeFailedError,
-  NondeterminismError,
   UnknownNodeError,
-  WorkflowLeaseHeldError,
-  WorkflowLeaseLostError,
   WorkflowNotFoundError,
   WorkflowNotWaitingError,
   WorkflowStateError,
@@ -365,7 +362,12 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       const theirs = await other.acquired;
       const left = deadline - Date.now();
       if (theirs && left <= 0) {
-        throw new WorkflowLeaseHeldError(workflowId, theirs.owner, theirs.expiresAt, theirs.fencingToken);
+        throw new LeaseHeldError({
+          workflowId,
+          owner: theirs.owner,
+          expiresAt: theirs.expiresAt,
+          fencingToken: theirs.fencingToken,
+        });
       }
       // Their acquisition failed (their finish follows at once), or wait for them to finish.
       await untilDone(other.done, theirs ? left : undefined);
@@ -692,7 +694,14 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
         const id = `${wf}:${run.startStep}:${node}:${index}`;
         const answer = run.answers[index];
         if (answer) {
-          if (answer.id !== id) throw new NondeterminismError(id, answer.id, id);
+          if (answer.id !== id) {
+            throw new ReplayMismatchError({
+              workflowId: wf,
+              key: id,
+              recorded: { name: answer.id, inputHash: "" },
+              requested: { name: id, inputHash: "" },
+            });
+          }
           return answer.value as V;
         }
         const payload = request.payload ?? null;
@@ -791,7 +800,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       return this.fail(state, node, error, lease);
     };
     // Lost the lease (a side-effect start refused): not the node's failure, and nothing may be recorded.
-    const lost = lease?.lost ?? (thrown instanceof WorkflowLeaseLostError ? thrown : undefined);
+    const lost = lease?.lost ?? (thrown instanceof StaleFencingTokenError ? thrown : undefined);
     if (lost) {
       this.emitStep({
         type: "error",

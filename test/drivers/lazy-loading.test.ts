@@ -1,7 +1,8 @@
 /**
  * Database and queue drivers load when a store needs them, not on import:
- * importing the built `dumplings-ai/workflow` or `dumplings-ai/durable` in a
- * fresh `node` loads neither `pg`, `ioredis` nor `bullmq`; constructing a
+ * importing any built entry (the main one, `/sqlite`, `/redis`, `/postgres`,
+ * `/workflow`, `/durable`) in a fresh `node` loads none of `pg`, `ioredis`,
+ * `bullmq`, `better-sqlite3` (optional peers: an app may not have them); constructing a
  * Redis component loads ioredis, a queue loads bullmq. Read from the CJS
  * module cache, where a CJS package lands even when imported from ESM, so a
  * static import anywhere in the graph is caught. (`npm test` builds first.)
@@ -13,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const DRIVERS = ["pg", "ioredis", "bullmq"] as const;
+const DRIVERS = ["pg", "ioredis", "bullmq", "better-sqlite3"] as const;
 type Driver = (typeof DRIVERS)[number];
 
 /**
@@ -43,7 +44,15 @@ function loadedAfter(entry: string, then = ""): Record<Driver, boolean> {
 }
 
 describe("drivers load when used", () => {
-  for (const entry of ["workflow/index.js", "durable/index.js"]) {
+  const entries = [
+    "index.js",
+    "backends/sqlite.js",
+    "backends/redis.js",
+    "backends/postgres.js",
+    "workflow/index.js",
+    "durable/index.js",
+  ];
+  for (const entry of entries) {
     for (const driver of DRIVERS) {
       it(`importing dist/${entry} does not load ${driver}`, () => {
         expect(loadedAfter(entry)[driver]).toBe(false);
@@ -55,6 +64,11 @@ describe("drivers load when used", () => {
     const loaded = loadedAfter("durable/index.js", "await new mod.RedisJournal().close();");
     expect(loaded.ioredis).toBe(true);
     expect(loaded.bullmq).toBe(false);
+  });
+
+  it("constructing a SQLiteBackend loads better-sqlite3 (and no other driver)", () => {
+    const loaded = loadedAfter("backends/sqlite.js", 'new mod.SQLiteBackend({ path: ":memory:" }).close();');
+    expect(loaded).toEqual({ pg: false, ioredis: false, bullmq: false, "better-sqlite3": true });
   });
 
   it("constructing a RedisHotTier loads ioredis", () => {

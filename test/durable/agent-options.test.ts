@@ -47,6 +47,18 @@ const lookup = tool({
 });
 
 describe("DurableAgent options", () => {
+  it("runs are stored under the agent's name (default durable-agent), not the generic 'workflow'", async () => {
+    server = await startModelServer({ script: [{ text: "one" }, { text: "two" }] });
+    await runDurable("named-default", agentOf({}).workflow(), { journal, input: { messages } });
+    await runDurable("named-support", agentOf({}, { name: "support-agent" }).workflow(), {
+      journal,
+      input: { messages },
+    });
+    expect((await journal.getRun("named-default"))?.workflow).toBe("durable-agent");
+    expect((await journal.getRun("named-support"))?.workflow).toBe("support-agent");
+    expect(() => agentOf({}, { name: "" })).toThrow(/name.*non-empty/);
+  });
+
   it("toolChoice, providerOptions and maxOutputTokens reach the model request and are recorded in the llm step", async () => {
     server = await startModelServer({
       script: [{ toolCalls: [{ id: "c1", name: "lookup", arguments: { id: 7 } }] }, { text: "done" }],

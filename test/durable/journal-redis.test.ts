@@ -1,5 +1,6 @@
 /** The journal conformance suite on Redis (a unique key prefix per test, deleted afterwards). */
 import { randomUUID } from "node:crypto";
+import type { Redis } from "ioredis";
 import * as vitest from "vitest";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { runJournalConformance } from "../../src/testing/index.js";
@@ -38,12 +39,13 @@ vitest.describe.skipIf(await redisSkipReason())("RedisJournal: data of an earlie
           });
         }
         // as an earlier release left them: no updated_at index, no step_max field
-        await journal.client.del(`${prefix}runs:updated`);
-        await journal.client.hdel(`${prefix}{b}:run`, "step_max");
+        const client = journal.client as unknown as Redis; // the public type is the narrow client contract
+        await client.del(`${prefix}runs:updated`);
+        await client.hdel(`${prefix}{b}:run`, "step_max");
         const listed = await journal.listRuns();
         vitest.expect(listed.map((r) => r.runId).sort()).toEqual(["a", "b", "c"]);
         vitest.expect(listed[0]?.runId).toBe("b");
-        vitest.expect(await journal.client.zcard(`${prefix}runs:updated`)).toBe(3);
+        vitest.expect(await client.zcard(`${prefix}runs:updated`)).toBe(3);
         const write = (seq: number) =>
           journal.writeStep(l.fencingToken, {
             runId: "b",

@@ -15,9 +15,10 @@ import { Command, END, interrupt, MessagesAnnotation, START, StateGraph } from "
 import type { BaseCheckpointSaver } from "@langchain/langgraph-checkpoint";
 import { SqliteSaver } from "@langchain/langgraph-checkpoint-sqlite";
 import Database from "better-sqlite3";
+import type { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { InvalidOptionError } from "../../src/core/errors.js";
-import { globEscape } from "../../src/drivers/redis.js";
+import { globEscape, type RedisConnection } from "../../src/drivers/redis.js";
 import type { SqlDriver } from "../../src/drivers/sql.js";
 import {
   DumplingsSaver,
@@ -79,10 +80,11 @@ async function storedBytes(saver: DumplingsSaver, threadId: string): Promise<num
   }
   if (storage instanceof RedisSaverStorage) {
     // Every byte of every key of the thread: key names, hash fields and values, sorted-set and set members.
-    return storage.conn.call("measure", threadId, async (c) => {
+    const conn = storage.conn as RedisConnection<Redis>; // the public type names no ioredis command
+    return conn.call("measure", threadId, async (c) => {
       let total = 0;
       for (let cursor = "0"; ; ) {
-        const [next, keys] = await c.scan(cursor, "MATCH", `${globEscape(`${storage.conn.keyPrefix}{${threadId}}`)}*`);
+        const [next, keys] = await c.scan(cursor, "MATCH", `${globEscape(`${conn.keyPrefix}{${threadId}}`)}*`);
         for (const key of keys) {
           total += Buffer.byteLength(key);
           const type = await c.type(key);

@@ -10,8 +10,9 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import type { Redis } from "ioredis";
 import * as vitest from "vitest";
-import { globEscape } from "../../src/drivers/redis.js";
+import { globEscape, type RedisConnection } from "../../src/drivers/redis.js";
 import { DumplingsSaver, type RedisSaverStorage } from "../../src/langgraph/index.js";
 import {
   DATABASE_URL,
@@ -82,7 +83,7 @@ if (redisSkip === undefined || SERVICES_REQUIRED) {
         store: { redis: { url: REDIS_URL, keyPrefix: `test:lg:${process.pid}:${Date.now().toString(36)}:${n++}:` } },
       }),
     destroyCheckpointer: async (saver) => {
-      const { conn } = saver.storage as RedisSaverStorage;
+      const conn = (saver.storage as RedisSaverStorage).conn as RedisConnection<Redis>;
       await conn.call("cleanup", undefined, async (c) => {
         for (let cursor = "0"; ; ) {
           const [next, keys] = await c.scan(cursor, "MATCH", `${globEscape(conn.keyPrefix)}*`, "COUNT", 1000);

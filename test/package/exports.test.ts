@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const pkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8")) as {
-  exports: Record<string, string | { types: string; import: string }>;
+  exports: Record<string, string | { types: string; default: string }>;
   bin: Record<string, string>;
 };
 
@@ -18,9 +18,9 @@ describe("package exports", () => {
   for (const [subpath, target] of Object.entries(pkg.exports)) {
     if (typeof target === "string") continue;
     it(`${subpath} has its JavaScript and type declarations in dist and imports`, async () => {
-      const js = path.join(root, target.import);
+      const js = path.join(root, target.default);
       const dts = path.join(root, target.types);
-      expect(existsSync(js), `${target.import} missing: run npm run build`).toBe(true);
+      expect(existsSync(js), `${target.default} missing: run npm run build`).toBe(true);
       expect(existsSync(dts), `${target.types} missing`).toBe(true);
       const mod = (await import(pathToFileURL(js).href)) as Record<string, unknown>;
       expect(Object.keys(mod).length).toBeGreaterThan(0);

@@ -258,10 +258,11 @@ describe("a fixture file written before the journal (test/fixtures/workflow/pre-
     try {
       expect(tableNames(file).filter((t) => t.startsWith("table:workflow"))).toEqual([]);
       const latest = await store.loadLatest("waiting-big");
-      expect(latest?.status).toBe("waiting");
-      expect((latest?.sharedMemory.big as string).length).toBe(300_000);
+      if (!latest) throw new Error("the moved workflow waiting-big is missing");
+      expect(latest.status).toBe("waiting");
+      expect((latest.sharedMemory.big as string).length).toBe(300_000);
       const run = await journal.getRun("waiting-big");
-      expect(run?.waitingFor).toBe(`interrupt:${latest?.pendingInterrupt?.id}`);
+      expect(run?.waitingFor).toBe(`interrupt:${latest.pendingInterrupt?.id}`);
       await signal("waiting-big", run?.waitingFor as string, { ok: true }, { journal });
       let sent = 0;
       const runner = new ResumableGraphRunner({

@@ -38,13 +38,8 @@ import {
   type UpdateRunResult,
   type WriteStepOptions,
 } from "./journal.js";
-import {
-  DEFAULT_JOURNAL_TABLE_PREFIX,
-  nextOrExisting,
-  SqlJournal,
-  sqlJournalMigrations,
-  stepRecordValues,
-} from "./journal-sql.js";
+import { nextOrExisting, SqlJournal, stepRecordValues } from "./journal-sql.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX, sqlJournalMigrations } from "./journal-sql-schema.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_POSTGRES_OPTIONS = optionKeys<PostgresJournalOptions>({

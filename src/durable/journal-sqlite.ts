@@ -18,7 +18,8 @@ import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver, type SqliteMigrations } from "../drivers/sqlite.js";
 import type * as BetterSqlite3 from "../drivers/sqlite-types.js";
-import { DEFAULT_JOURNAL_TABLE_PREFIX, SqlJournal, sqlJournalMigrations } from "./journal-sql.js";
+import { SqlJournal } from "./journal-sql.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX, sqlJournalMigrations } from "./journal-sql-schema.js";
 
 /** The keys of {@link SqliteJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_SQLITE_OPTIONS = optionKeys<SqliteJournalOptions>({

@@ -16,7 +16,7 @@ import { BackendError, InvalidOptionError } from "../../src/core/errors.js";
 import { RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "../../src/durable/errors.js";
 import type { Journal, StepRecord } from "../../src/durable/journal.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
-import { sqlJournalMigrations } from "../../src/durable/journal-sql.js";
+import { sqlJournalMigrations } from "../../src/durable/journal-sql-schema.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 

@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
-import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql-schema.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { signal } from "../../src/durable/signals.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";

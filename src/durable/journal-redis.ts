@@ -169,7 +169,8 @@ end`;
  * Blobs inside a script (`ARGV` holds the journal's key prefix): bytes under `<prefix>blob:<ref>`, the
  * number of step records referencing each in the hash `<prefix>blobrefs`, and a run's references per
  * record in its `steprefs` hash (seq → space-separated refs). `unref` drops one reference of each ref of
- * a list and deletes the blobs left without any; it returns how many.
+ * a list and deletes the blobs left without any; it returns how many. `dropstep` deletes one step
+ * record (its data, its metadata, its references) and returns how many blobs went with it.
  */
 const BLOB_REFS = `
 local function unref(prefix, list)
@@ -182,6 +183,14 @@ local function unref(prefix, list)
     end
   end
   return n
+end
+local function dropstep(steps, meta, steprefs, seq, prefix)
+  redis.call('HDEL', steps, seq)
+  redis.call('HDEL', meta, seq)
+  local refs = redis.call('HGET', steprefs, seq)
+  if not refs then return 0 end
+  redis.call('HDEL', steprefs, seq)
+  return unref(prefix, refs)
 end`;
 
 const luaSet = (values: Iterable<string>) => `{${[...values].map((v) => `['${v}'] = true`).join(", ")}}`;
@@ -269,13 +278,7 @@ for i = 1, #all, 2 do
   local seq = tonumber(all[i])
   local _, _, fin = parsemeta(all[i + 1])
   if seq and seq < bound and fin and fin < cutoff then
-    redis.call('HDEL', KEYS[2], all[i])
-    redis.call('HDEL', KEYS[3], all[i])
-    local refs = redis.call('HGET', KEYS[4], all[i])
-    if refs then
-      redis.call('HDEL', KEYS[4], all[i])
-      out[2] = out[2] + unref(ARGV[4], refs)
-    end
+    out[2] = out[2] + dropstep(KEYS[2], KEYS[3], KEYS[4], all[i], ARGV[4])
     out[#out + 1] = all[i]
   end
 end
@@ -353,13 +356,7 @@ return runreply()`),
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local mx = stepmax()
 for i = tonumber(ARGV[1]) + 1, mx do
-  redis.call('HDEL', KEYS[2], fmt(i))
-  redis.call('HDEL', KEYS[3], fmt(i))
-  local refs = redis.call('HGET', KEYS[5], fmt(i))
-  if refs then
-    redis.call('HDEL', KEYS[5], fmt(i))
-    unref(ARGV[3], refs)
-  end
+  dropstep(KEYS[2], KEYS[3], KEYS[5], fmt(i), ARGV[3])
 end
 rescan()
 local now = nowms()
@@ -377,13 +374,7 @@ if mx >= 0 then
   local meta = redis.call('HGET', KEYS[3], fmt(mx))
   local mst, mnm = parsemeta(meta)
   if mst == 'failed' then
-    redis.call('HDEL', KEYS[2], fmt(mx))
-    redis.call('HDEL', KEYS[3], fmt(mx))
-    local refs = redis.call('HGET', KEYS[5], fmt(mx))
-    if refs then
-      redis.call('HDEL', KEYS[5], fmt(mx))
-      unref(ARGV[2], refs)
-    end
+    dropstep(KEYS[2], KEYS[3], KEYS[5], fmt(mx), ARGV[2])
     rescan()
     dropped = ',"seq":' .. fmt(mx) .. ',"name":' .. cjson.encode(mnm)
   end

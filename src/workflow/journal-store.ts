@@ -299,7 +299,7 @@ export class JournalColdStore implements ColdStore {
             }
           : {};
         const out = await this.fenced(id, fencingToken, what, () =>
-          this.journal.writeStep(token, record, { snapshot: true, ...blobs }),
+          this.journal.writeStep(token, record, { snapshot: resumesAlone(output), ...blobs }),
         );
         if (out === RETRY) continue;
       } catch (e) {
@@ -736,4 +736,15 @@ function refsOf(state: JsonValue | undefined): string[] {
     if (typeof ref === "string") out.push(ref);
   }
   return out;
+}
+
+/**
+ * Whether a checkpoint's state is a resume point on its own (a snapshot step, before which
+ * `pruneRuns` may delete): not while a node run is in progress (`nodeRun`, a node waiting on an
+ * interrupt), since that node runs again from its start on resume and replays the side-effect
+ * records written before this checkpoint; pruning them would run those effects twice.
+ */
+function resumesAlone(state: JsonValue): boolean {
+  const nodeRun = (state as { nodeRun?: unknown } | null)?.nodeRun;
+  return nodeRun === undefined || nodeRun === null;
 }

@@ -10,13 +10,8 @@ import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { signal } from "../../src/durable/signals.js";
-import {
-  CheckpointStore,
-  END,
-  type GraphNode,
-  ResumableGraphRunner,
-  WorkflowNotWaitingError,
-} from "../../src/workflow/index.js";
+import { END, type GraphNode, ResumableGraphRunner, WorkflowNotWaitingError } from "../../src/workflow/index.js";
+import { openOnJournal } from "../../src/workflow/store.js";
 import { runCli } from "../cli/run-cli.js";
 import { tempDir } from "./helpers.js";
 
@@ -28,7 +23,7 @@ const CHILD = fileURLToPath(new URL("../fixtures/workflow/interrupt-child.ts", i
 
 async function open(file: string) {
   const journal = new SqliteJournal({ path: file });
-  const store = await CheckpointStore.open({ journal });
+  const store = await openOnJournal(journal);
   return {
     journal,
     store,
@@ -52,6 +47,35 @@ function graph(counter: { charges: number }): Record<string, GraphNode> {
 }
 
 describe("interrupt() on a journal waits for a signal", () => {
+  it("a prune while a node waits keeps the side effects it made before the interrupt: the resumed node replays them", async () => {
+    const file = path.join(tmp.dir, `i${n++}.db`);
+    const counter = { charges: 0 };
+    const nodes: Record<string, GraphNode> = {
+      plan: async () => ({ next: "pay", updates: { planned: true } }),
+      pay: async (_s, ctx) => {
+        await ctx.sideEffect("charge", () => {
+          counter.charges++;
+        });
+        const answer = await ctx.interrupt<{ ok: boolean }>({ reason: "ship?" });
+        return { next: END, updates: { shipped: answer.ok } };
+      },
+    };
+    const a = await open(file);
+    try {
+      const runner = new ResumableGraphRunner({ store: a.store, nodes });
+      expect((await runner.runOrResume("p1")).status).toBe("waiting");
+      expect(counter.charges).toBe(1);
+      await new Promise((r) => setTimeout(r, 5)); // every record is now older than the cutoff below
+      await a.store.prune({ olderThan: 1, keepLast: 1 });
+      const done = await runner.resume("p1", { ok: true });
+      expect(done.status).toBe("finished");
+      expect(done.state.sharedMemory).toMatchObject({ planned: true, shipped: true });
+      expect(counter.charges).toBe(1); // was 2: the prune had deleted the charge's record
+    } finally {
+      await a.close();
+    }
+  });
+
   it("the run waits on interrupt:<id>; signal() from another connection answers it; runOrResume continues", async () => {
     const file = path.join(tmp.dir, `i${n++}.db`);
     const counter = { charges: 0 };

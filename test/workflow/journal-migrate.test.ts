@@ -28,6 +28,7 @@ import {
 } from "../../src/workflow/index.js";
 import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { JournalColdStore } from "../../src/workflow/journal-store.js";
+import { openOnJournal } from "../../src/workflow/store.js";
 import { tempDir } from "./helpers.js";
 
 const tmp = tempDir("journal-migrate");
@@ -99,7 +100,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
 
     // Opened as a journal: moved once.
     const journal = journalOf(file);
-    const store = await CheckpointStore.open({ journal });
+    const store = await openOnJournal(journal);
     try {
       const names = tableNames(file);
       expect(
@@ -193,7 +194,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
     db.close();
 
     const journal = journalOf(file);
-    const store = await CheckpointStore.open({ journal });
+    const store = await openOnJournal(journal);
     try {
       const history = await store.history("tea");
       expect(history.map((h) => [h.stepIndex, h.nodeName, h.createdAt])).toEqual([
@@ -254,7 +255,7 @@ describe("a fixture file written before the journal (test/fixtures/workflow/pre-
     const gz = fileURLToPath(new URL("../fixtures/workflow/pre-journal-0.1.db.gz", import.meta.url));
     writeFileSync(file, gunzipSync(readFileSync(gz)));
     const journal = journalOf(file);
-    const store = await CheckpointStore.open({ journal });
+    const store = await openOnJournal(journal);
     try {
       expect(tableNames(file).filter((t) => t.startsWith("table:workflow"))).toEqual([]);
       const latest = await store.loadLatest("waiting-big");

@@ -34,11 +34,11 @@ describe("the durable demo's closing hint", () => {
       const [, command, journal] = hint as RegExpExecArray;
       expect(journal).toBe(db);
       expect(existsSync(journal as string)).toBe(true);
-      // `npm run dumplings` is `node dist/cli/index.js`: the same program runCli starts
+      // `npm run dumplings` runs `node dist/cli/index.js` (after rebuilding a stale dist/): the program runCli starts
       const scripts = (
         JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }
       ).scripts;
-      expect(scripts.dumplings).toBe("node dist/cli/index.js");
+      expect(scripts.dumplings).toMatch(/(^|&& )node dist\/cli\/index\.js$/);
       const r = runCli((command as string).split(" "));
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toMatch(/ completed /);

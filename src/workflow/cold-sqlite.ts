@@ -1,27 +1,31 @@
 /**
- * SQLite cold store for workflow checkpoints (the embedded default): the SQL
- * cold store ({@link SqlColdStore}) on the SQLite driver.
+ * SQLite cold store for workflow checkpoints (the embedded default): the
+ * workflow store over a {@link SqliteJournal} (docs/one-engine.md). A
+ * workflow is a durable run of the file's journal, its checkpoints are
+ * snapshot steps, its lease is the run's lease: graphs and durable runs share
+ * one set of tables, one lease and one fencing token, and `dumplings signal`
+ * answers a workflow's `interrupt()` as it answers a run's `waitForSignal`.
  *
- * WAL journal, `synchronous = FULL` by default (a checkpoint is durable once
- * `write` returns), `busy_timeout` so several processes can share the file,
- * and `BEGIN IMMEDIATE` transactions so the compare-and-set on a workflow's
- * latest step is serialised across processes. New files are created with
- * `auto_vacuum = INCREMENTAL`, so {@link SqliteColdStore.prune} returns freed
- * pages to the file system without a full `VACUUM`; `prune(…, { vacuum:
- * "full" })` also rewrites the whole file (`VACUUM`). better-sqlite3 is loaded
- * when the first store is created.
+ * WAL journal, `synchronous = FULL` (a checkpoint is durable once `write`
+ * returns), a `busy_timeout` so several processes share the file, and
+ * `BEGIN IMMEDIATE` transactions, as every journal write. better-sqlite3 is
+ * loaded when the first store is created.
  *
- * **Split by month.** Snapshot rows go to one table per UTC month of their
- * `created_at` (`workflow_snapshots_2026_11`), created on the first write of
- * the month. Reads (`read`, `latest`, `history`) look in every month and in
- * the single `workflow_snapshots` table of files written before the split,
- * which are read as they are (nothing is migrated); a step written again
- * keeps one row. A past month is dropped whole (`DROP TABLE`, no row-by-row
- * deletes): by `prune` once the month ends before its cutoff, or by
- * {@link SqliteColdStore.dropMonth}; it can first be copied to its own file
- * (`archiveDir` / `archiveTo`, a single-table SQLite file), and each
- * workflow's newest `keepLast` checkpoints in it are carried into the
- * current month, so a resume still finds every workflow's latest snapshot.
+ * **A file written by an earlier release** (the original design's
+ * `workflow_snapshots` table, dumplings-ai 0.1's `workflows`,
+ * `workflow_step_errors`, `workflow_idempotency`, `workflow_blobs`,
+ * `workflow_leases` tables and the monthly `workflow_snapshots_YYYY_MM`
+ * tables) is moved into the journal once, when the store opens it, inside
+ * the ledger's transaction (component `workflow`, version 2): a crash leaves
+ * the file as it was. `workflow_snapshots` is then a view over the
+ * checkpoint steps, so the original design's query
+ * `SELECT state_json FROM workflow_snapshots WHERE workflow_id = ? ORDER BY step_index DESC LIMIT 1`
+ * still returns a workflow's newest checkpoint.
+ *
+ * **Months.** The journal keeps one table of steps; `months()` counts the
+ * checkpoints by UTC month, and `dropMonth` / `prune({ archiveDir })` copy a
+ * past month's checkpoints to a file of their own (the original design's
+ * single `workflow_snapshots` table) before deleting them.
  *
  * @module
  */
@@ -29,10 +33,9 @@
 import path from "node:path";
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
-import { workflowBlobMigrations } from "./cold-blobs.js";
-import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
-import { workflowLeaseMigrations } from "./lease-sql.js";
+import { SqliteJournal, type SqliteJournalOptions } from "../durable/journal-sqlite.js";
+import { workflowJournalMigrations } from "./journal-migrate.js";
+import { JournalColdStore } from "./journal-store.js";
 
 /** The keys of {@link SqliteColdStoreOptions}: any other is an `InvalidOptionError`. */
 const COLD_SQLITE_OPTIONS = optionKeys<SqliteColdStoreOptions>({
@@ -43,37 +46,47 @@ const COLD_SQLITE_OPTIONS = optionKeys<SqliteColdStoreOptions>({
   create: true,
   db: true,
   pruneBatchSize: true,
+  tablePrefix: true,
 });
 
 /**
- * Options of {@link SqliteColdStore}: the SQLite driver's connection options
- * (`path`, `database`, `busyTimeoutMs` default 5000, `synchronous` default
- * `"FULL"` here) and `pruneBatchSize`.
+ * Options of {@link SqliteColdStore}: those of the {@link SqliteJournal} the
+ * workflows live in (`path`, `database`, `busyTimeoutMs` default 10000,
+ * `synchronous` default `"FULL"`, `create`, `tablePrefix` default
+ * `"durable_"`).
  */
-export interface SqliteColdStoreOptions extends SqliteConnectionOptions, SqlColdStoreOptions {
+export interface SqliteColdStoreOptions extends SqliteJournalOptions {
   /** @deprecated Use `database`. An open better-sqlite3 database, left open by `close()`. */
-  db?: SqliteConnectionOptions["database"];
+  db?: SqliteJournalOptions["database"];
+  /**
+   * @deprecated Ignored: a prune deletes at most 1,000 records per transaction (the journal's
+   * `pruneRuns`). Still checked: a positive integer.
+   */
+  pruneBatchSize?: number;
 }
 
 /**
- * Cold checkpoint store in an SQLite file.
+ * Cold checkpoint store in an SQLite file: the workflows are runs of the
+ * file's durable journal.
  *
  * @example
  * const cold = new SqliteColdStore({ path: "./.dumplingsAI_workflows/checkpoints.db" });
  * const store = await CheckpointStore.open({ cold });
  */
-export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
+export class SqliteColdStore extends JournalColdStore {
   /** The underlying database (for advanced use and tests). */
-  readonly db: SqliteDriver["db"];
+  readonly db: SqliteJournal["db"];
   /** The database file's absolute path (`":memory:"` for an in-memory database). */
-  override readonly location: string;
+  declare readonly location: string;
 
   /**
-   * Opens the file (creating it and its directory) and its workflow tables.
+   * Opens the file (creating it and its directory) and its journal; moves the workflow tables of
+   * an earlier release into the journal once.
    *
-   * @param options - `path` of the database file or an injected `database` (alias `db`); `busyTimeoutMs`, `synchronous`, `pruneBatchSize`
+   * @param options - `path` of the database file or an injected `database` (alias `db`); `busyTimeoutMs`, `synchronous`, `create`, `tablePrefix`
    * @throws {InvalidOptionError} on a bad option, or neither `path` nor `database`
-   * @throws {BackendError} when the file cannot be opened
+   * @throws {BackendError} when the file cannot be opened or migrated
+   * @throws {FormatError} when the file's ledger is newer than this build knows
    */
   constructor(options: SqliteColdStoreOptions) {
     checkOptions("sqlite", options, COLD_SQLITE_OPTIONS);
@@ -81,34 +94,20 @@ export class SqliteColdStore extends SqlColdStore<SqliteDriver> {
     if (db !== undefined && connection.database !== undefined && db !== connection.database) {
       throw new InvalidOptionError("sqlite", "database", "database and its old name db are both given and differ");
     }
+    if (pruneBatchSize !== undefined && (!Number.isSafeInteger(pruneBatchSize) || pruneBatchSize < 1)) {
+      throw new InvalidOptionError("sqlite", "pruneBatchSize", `must be a positive integer, got ${String(pruneBatchSize)}`);
+    }
     const database = connection.database ?? db;
-    const driver = new SqliteDriver(
-      "sqlite",
-      { ...connection, database },
-      [workflowMigrations("sqlite"), workflowLeaseMigrations("sqlite"), workflowBlobMigrations("sqlite")],
-      {
-        synchronous: "FULL",
-        // Lets prune return freed pages to the file system (the driver sets it on a new file only).
-        incrementalVacuum: true,
-      },
-    );
-    super(driver, { pruneBatchSize });
-    this.db = driver.db;
-    // The file's absolute path (an injected database's too), so messages and the blobs beside it never depend on the cwd.
-    const file = driver.db.memory ? ":memory:" : driver.db.name;
-    this.location = file === ":memory:" || file === "" ? ":memory:" : path.resolve(file);
-  }
-
-  /**
-   * Returns the pages a prune freed to the file system (`PRAGMA incremental_vacuum`), or
-   * rewrites the whole file with `full` (`VACUUM`: it needs free disk about the file's size
-   * and holds the write lock while it runs).
-   */
-  protected override async afterPrune(vacuum: "incremental" | "full" = "incremental"): Promise<void> {
-    if (vacuum === "full") {
-      await this.driver.query("cannot vacuum the database", undefined, "VACUUM");
-      // In WAL mode the rewritten pages sit in the WAL: copy them back so the file itself shrinks.
-      await this.driver.query("cannot vacuum the database", undefined, "PRAGMA wal_checkpoint(TRUNCATE)");
-    } else await this.driver.query("cannot run incremental vacuum", undefined, "PRAGMA incremental_vacuum");
+    if (connection.path === undefined && database === undefined) {
+      throw new InvalidOptionError("sqlite", "path", "give the database file's path (or an open database)");
+    }
+    const prefix = connection.tablePrefix ?? "durable_";
+    const journal = new SqliteJournal({ ...connection, ...(database === undefined ? {} : { database }) }, [
+      workflowJournalMigrations(prefix),
+    ]);
+    // The file's absolute path (an injected database's too), so messages never depend on the cwd.
+    const file = journal.db.memory ? ":memory:" : journal.db.name;
+    super({ journal, location: file === ":memory:" || file === "" ? ":memory:" : path.resolve(file) });
+    this.db = journal.db;
   }
 }

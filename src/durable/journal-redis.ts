@@ -254,8 +254,8 @@ redis.call('RPUSH', KEYS[4], stamp(ARGV[6], nowms()))
 return {'ok'}`),
   /**
    * Prunes one run (`KEYS`: run, steps, stepmeta, steprefs): deletes at most `ARGV[3]` records that finished
-   * before `ARGV[1]` and lie before the `ARGV[2]`-th newest snapshot step, with their blob references
-   * (`ARGV[4]`: the key prefix); returns their count, the blobs deleted, then their seqs.
+   * before `ARGV[1]` (and at or after `ARGV[5]`) and lie before the `ARGV[2]`-th newest snapshot step, with
+   * their blob references (`ARGV[4]`: the key prefix); returns their count, the blobs deleted, then their seqs.
    */
   prune: redisScript(`${CLOCK}${STEP_META}${BLOB_REFS}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
@@ -263,6 +263,7 @@ local all = redis.call('HGETALL', KEYS[3])
 local cutoff = tonumber(ARGV[1])
 local keep = tonumber(ARGV[2])
 local batch = tonumber(ARGV[3])
+local from = tonumber(ARGV[5])
 local snaps = {}
 for i = 1, #all, 2 do
   local _, _, _, snap = parsemeta(all[i + 1])
@@ -277,7 +278,7 @@ for i = 1, #all, 2 do
   if #out - 2 >= batch then break end
   local seq = tonumber(all[i])
   local _, _, fin = parsemeta(all[i + 1])
-  if seq and seq < bound and fin and fin < cutoff then
+  if seq and seq < bound and fin and fin < cutoff and fin >= from then
     out[2] = out[2] + dropstep(KEYS[2], KEYS[3], KEYS[4], all[i], ARGV[4])
     out[#out + 1] = all[i]
   end
@@ -838,8 +839,7 @@ export class RedisJournal implements Journal {
    * and delete at most 1,000 records. Redis frees the memory as it deletes (`vacuum` has no effect).
    */
   async pruneRuns(options: PruneOptions): Promise<PruneResult> {
-    const o = checkPruneOptions(this.name, options);
-    const cutoff = (await this.now()) - o.olderThanMs;
+    const o = await checkPruneOptions(this.name, options, () => this.now());
     const result: PruneResult = { deletedSteps: 0, deletedBlobs: 0 };
     let cursor = "0";
     do {
@@ -855,7 +855,7 @@ export class RedisJournal implements Journal {
             runId,
             SCRIPTS.prune,
             [this.k(runId, "run"), this.k(runId, "steps"), this.k(runId, "stepmeta"), this.k(runId, "steprefs")],
-            [cutoff, o.keepLast, PRUNE_BATCH, this.prefix],
+            [o.before, o.keepLast, PRUNE_BATCH, this.prefix, o.from],
           )) as Reply;
           const n = Number(r[0]);
           result.deletedSteps += n;

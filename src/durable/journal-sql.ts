@@ -800,8 +800,7 @@ export class SqlJournal implements Journal {
    * journal's tables with `"full"`.
    */
   async pruneRuns(options: PruneOptions): Promise<PruneResult> {
-    const o = checkPruneOptions(this.name, options);
-    const cutoff = (await this.now()) - o.olderThanMs;
+    const o = await checkPruneOptions(this.name, options, () => this.now());
     const result: PruneResult = { deletedSteps: 0, deletedBlobs: 0 };
     let after = "";
     for (;;) {
@@ -826,8 +825,9 @@ export class SqlJournal implements Journal {
             if (bound === undefined || bound === null) return 0;
             const gone = await query(
               `DELETE FROM ${this.t.steps} WHERE run_id = $1 AND seq IN (SELECT seq FROM ${this.t.steps}
-                 WHERE run_id = $1 AND seq < $2 AND finished_at < $3 ORDER BY seq LIMIT ${PRUNE_BATCH}) RETURNING seq`,
-              [runId, Number(bound), cutoff],
+                 WHERE run_id = $1 AND seq < $2 AND finished_at < $3 AND finished_at >= $4
+                 ORDER BY seq LIMIT ${PRUNE_BATCH}) RETURNING seq`,
+              [runId, Number(bound), o.before, o.from],
             );
             result.deletedBlobs += await this.dropStepRefs(
               query,

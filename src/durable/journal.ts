@@ -431,10 +431,18 @@ export function snapshotWrite(options: WriteStepOptions | undefined): boolean {
   return options?.snapshot === true;
 }
 
-/** Options of {@link Journal.pruneRuns}. */
+/**
+ * Options of {@link Journal.pruneRuns}: which finished records go, by their `finishedAt` (epoch ms on the
+ * store's clock): those before a cutoff — relative (`olderThanMs`) or absolute (`finishedBefore`), exactly
+ * one of them — and, with `finishedFrom`, not before that time (a window: one month of records, say).
+ */
 export interface PruneOptions {
-  /** Only steps that finished (`finishedAt`) more than this many ms before the store's now (a number ≥ 0). */
-  olderThanMs: number;
+  /** Only steps that finished (`finishedAt`) more than this many ms before the store's now (a number ≥ 0). Not with `finishedBefore`. */
+  olderThanMs?: number;
+  /** Only steps that finished before this time (epoch ms, a number). Not with `olderThanMs`. */
+  finishedBefore?: number;
+  /** Only steps that finished at or after this time (epoch ms, a number). @default no lower bound */
+  finishedFrom?: number;
   /** How many of each run's newest snapshot steps stay with everything after them (an integer ≥ 1). @default 1 */
   keepLast?: number;
   /**
@@ -455,22 +463,65 @@ export interface PruneResult {
 }
 
 /** The keys of {@link PruneOptions}: any other is an `InvalidOptionError`. */
-const PRUNE_KEYS = optionKeys<PruneOptions>({ olderThanMs: true, keepLast: true, vacuum: true });
+const PRUNE_KEYS = optionKeys<PruneOptions>({
+  olderThanMs: true,
+  finishedBefore: true,
+  finishedFrom: true,
+  keepLast: true,
+  vacuum: true,
+});
+
+/** {@link PruneOptions} checked, with the cutoff resolved against the store's clock. */
+export interface PruneWindow {
+  /** Records that finished before this time (epoch ms) may go. */
+  before: number;
+  /** …and at or after this one (epoch ms; `Number.MIN_SAFE_INTEGER` without a lower bound). */
+  from: number;
+  keepLast: number;
+  vacuum: "incremental" | "full";
+}
 
 /**
- * Checks the options of {@link Journal.pruneRuns} (shared by the stores) and fills in the defaults.
- * @throws {InvalidOptionError} on an unknown key, `olderThanMs` not a finite number ≥ 0, `keepLast` not
- *   an integer ≥ 1, `vacuum` neither `"incremental"` nor `"full"`
+ * Checks the options of {@link Journal.pruneRuns} (shared by the stores), fills in the defaults and
+ * resolves the window against `now` (the store's clock, read once).
+ * @throws {InvalidOptionError} on an unknown key, neither or both of `olderThanMs` (a finite number ≥ 0)
+ *   and `finishedBefore` (a finite number), `finishedFrom` not a finite number, `keepLast` not an
+ *   integer ≥ 1, `vacuum` neither `"incremental"` nor `"full"`
  */
-export function checkPruneOptions(store: string, options: PruneOptions): Required<PruneOptions> {
+export async function checkPruneOptions(
+  store: string,
+  options: PruneOptions,
+  now: () => Promise<number>,
+): Promise<PruneWindow> {
   const component = `${store} pruneRuns`;
   if (options === null || typeof options !== "object") {
     throw new InvalidOptionError(component, "options", "must be an object { olderThanMs, keepLast?, vacuum? }");
   }
   checkOptions(component, options, PRUNE_KEYS);
-  const { olderThanMs, keepLast = 1, vacuum = "incremental" } = options;
-  if (typeof olderThanMs !== "number" || !Number.isFinite(olderThanMs) || olderThanMs < 0) {
+  const { olderThanMs, finishedBefore, finishedFrom, keepLast = 1, vacuum = "incremental" } = options;
+  if (olderThanMs === undefined && finishedBefore === undefined) {
+    throw new InvalidOptionError(
+      component,
+      "olderThanMs",
+      "give olderThanMs (ms before now) or finishedBefore (epoch ms)",
+    );
+  }
+  if (olderThanMs !== undefined && finishedBefore !== undefined) {
+    throw new InvalidOptionError(component, "finishedBefore", "give olderThanMs or finishedBefore, not both");
+  }
+  if (
+    olderThanMs !== undefined &&
+    (typeof olderThanMs !== "number" || !Number.isFinite(olderThanMs) || olderThanMs < 0)
+  ) {
     throw new InvalidOptionError(component, "olderThanMs", `must be a number of ms ≥ 0, got ${String(olderThanMs)}`);
+  }
+  for (const [key, v] of [
+    ["finishedBefore", finishedBefore],
+    ["finishedFrom", finishedFrom],
+  ] as const) {
+    if (v !== undefined && (typeof v !== "number" || !Number.isFinite(v))) {
+      throw new InvalidOptionError(component, key, `must be a time in epoch ms, got ${String(v)}`);
+    }
   }
   if (!Number.isSafeInteger(keepLast) || keepLast < 1) {
     throw new InvalidOptionError(component, "keepLast", `must be an integer ≥ 1, got ${String(keepLast)}`);
@@ -482,7 +533,11 @@ export function checkPruneOptions(store: string, options: PruneOptions): Require
       `expected "incremental" or "full", got ${JSON.stringify(vacuum)}`,
     );
   }
-  return { olderThanMs, keepLast, vacuum };
+  // Times are whole ms: `finishedAt < x` is `finishedAt < ceil(x)`, `finishedAt >= x` is `finishedAt >= ceil(x)`
+  // (and PostgreSQL's BIGINT columns take integers only).
+  const whole = (x: number) => Math.min(Number.MAX_SAFE_INTEGER, Math.max(Number.MIN_SAFE_INTEGER, Math.ceil(x)));
+  const before = whole(finishedBefore ?? (await now()) - (olderThanMs as number));
+  return { before, from: whole(finishedFrom ?? Number.MIN_SAFE_INTEGER), keepLast, vacuum };
 }
 
 /** Result of {@link Journal.updateRun}. */

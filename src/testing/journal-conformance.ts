@@ -445,12 +445,46 @@ export function runJournalConformance<J extends Journal>(
         { olderThanMs: 1, keepLast: 1.5 },
         { olderThanMs: 1, vacuum: "all" },
         { olderThanMs: 1, keep: 2 },
+        { olderThanMs: 1, finishedBefore: 5 },
+        { finishedBefore: Number.NaN },
+        { finishedBefore: 5, finishedFrom: "1" },
       ]) {
         await expect(j.pruneRuns(bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
       }
       await expect(j.writeStep(t2, rec(id, 6, t2), { snapshots: true } as never)).rejects.toBeInstanceOf(
         InvalidOptionError,
       );
+    });
+
+    it("pruneRuns with a window (finishedFrom, finishedBefore): only the records that finished inside it go", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "graph", input: null });
+      const t = await lease(j, id, "A");
+      const base = Date.UTC(2020, 0, 1);
+      const at = [base, base + 1000, base + 2000, base + 3000];
+      for (const [seq, finishedAt] of at.entries()) {
+        await j.writeStep(
+          t,
+          rec(id, seq, t, { name: `checkpoint:${seq}`, status: "completed", output: seq, finishedAt }),
+          {
+            snapshot: true,
+          },
+        );
+      }
+      // [base + 1000, base + 3000): #1 and #2; #3 is the newest snapshot and stays anyway
+      expect(await j.pruneRuns({ finishedFrom: at[1]!, finishedBefore: at[3]! })).toEqual({
+        deletedSteps: 2,
+        deletedBlobs: 0,
+      });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([0, 3]);
+      // the bound is exclusive above, inclusive below
+      expect(await j.pruneRuns({ finishedFrom: at[0]! + 1, finishedBefore: at[3]! + 1 })).toEqual({
+        deletedSteps: 0,
+        deletedBlobs: 0,
+      });
+      expect(await j.pruneRuns({ finishedBefore: at[0]! + 1 })).toEqual({ deletedSteps: 1, deletedBlobs: 0 });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([3]);
     });
 
     it("blobs: written once with their step, read back by reference, deleted with their last reference (rewrite, deleteRun, resetRun, pruneRuns)", async () => {

@@ -30,12 +30,34 @@
  * @module
  */
 
+import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
 import path from "node:path";
-import { InvalidOptionError } from "../core/errors.js";
+import { BackendError, InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { SqliteJournal, type SqliteJournalOptions } from "../durable/journal-sqlite.js";
+import type { ColdPruneOptions, DropMonthResult, SnapshotMonth } from "./cold.js";
 import { workflowJournalMigrations } from "./journal-migrate.js";
 import { JournalColdStore } from "./journal-store.js";
+
+const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
+const DROP_OPTIONS = optionKeys<{ keepLast: number; archiveTo?: string }>({ keepLast: true, archiveTo: true });
+const PRUNE_OPTIONS = optionKeys<ColdPruneOptions>({ vacuum: true, archiveDir: true });
+
+/**
+ * The UTC month (`YYYY-MM`) of a time in epoch ms; a time past year 9999 (or past what `Date`
+ * holds) files under `9999-12`.
+ */
+export function snapshotMonth(ms: number): string {
+  const d = new Date(ms);
+  if (Number.isNaN(d.getTime()) || d.getUTCFullYear() > 9999) return "9999-12";
+  return `${String(d.getUTCFullYear()).padStart(4, "0")}-${String(d.getUTCMonth() + 1).padStart(2, "0")}`;
+}
+
+/** The first ms of a month and of the month after it. */
+function monthBounds(month: string): { from: number; to: number } {
+  const [y, m] = month.split("-").map(Number) as [number, number];
+  return { from: Date.UTC(y, m - 1, 1), to: month === "9999-12" ? Number.MAX_SAFE_INTEGER : Date.UTC(y, m, 1) };
+}
 
 /** The keys of {@link SqliteColdStoreOptions}: any other is an `InvalidOptionError`. */
 const COLD_SQLITE_OPTIONS = optionKeys<SqliteColdStoreOptions>({
@@ -95,7 +117,11 @@ export class SqliteColdStore extends JournalColdStore {
       throw new InvalidOptionError("sqlite", "database", "database and its old name db are both given and differ");
     }
     if (pruneBatchSize !== undefined && (!Number.isSafeInteger(pruneBatchSize) || pruneBatchSize < 1)) {
-      throw new InvalidOptionError("sqlite", "pruneBatchSize", `must be a positive integer, got ${String(pruneBatchSize)}`);
+      throw new InvalidOptionError(
+        "sqlite",
+        "pruneBatchSize",
+        `must be a positive integer, got ${String(pruneBatchSize)}`,
+      );
     }
     const database = connection.database ?? db;
     if (connection.path === undefined && database === undefined) {
@@ -109,5 +135,154 @@ export class SqliteColdStore extends JournalColdStore {
     const file = journal.db.memory ? ":memory:" : journal.db.name;
     super({ journal, location: file === ":memory:" || file === "" ? ":memory:" : path.resolve(file) });
     this.db = journal.db;
+  }
+
+  /** Checkpoints by UTC month (the `workflow_snapshots` view: one row per workflow and step index). */
+  async months(): Promise<SnapshotMonth[]> {
+    await this.init();
+    const byMonth = new Map<string, SnapshotMonth>();
+    const rows = this.db.prepare("SELECT created_at AS t FROM workflow_snapshots").all() as { t: number }[];
+    for (const { t } of rows) {
+      const month = snapshotMonth(Number(t));
+      const m = byMonth.get(month) ?? { month, snapshots: 0, oldestAt: null, newestAt: null };
+      m.snapshots++;
+      m.oldestAt = m.oldestAt === null ? Number(t) : Math.min(m.oldestAt, Number(t));
+      m.newestAt = m.newestAt === null ? Number(t) : Math.max(m.newestAt, Number(t));
+      byMonth.set(month, m);
+    }
+    return [...byMonth.values()].sort((a, b) => (a.month < b.month ? -1 : 1));
+  }
+
+  /**
+   * Drops one past month of checkpoints: copies them to `archiveTo` first when given (a new file
+   * holding the original design's single `workflow_snapshots` table), then deletes the month's
+   * records (the journal's `pruneRuns` over the month's window) but each workflow's newest
+   * `keepLast` checkpoints, which stay so every workflow stays resumable.
+   *
+   * @throws {InvalidOptionError} for a malformed, current, future or absent month, `keepLast` < 1,
+   *   or an existing `archiveTo` file (nothing dropped)
+   * @throws {BackendError} when the archive cannot be written (nothing dropped)
+   */
+  async dropMonth(month: string, options: { keepLast: number; archiveTo?: string }): Promise<DropMonthResult> {
+    checkOptions(`${this.name} dropMonth`, options, DROP_OPTIONS);
+    const { keepLast } = options;
+    if (!Number.isInteger(keepLast) || keepLast < 1) {
+      throw new InvalidOptionError(this.name, "keepLast", `expected an integer >= 1, got ${keepLast}`);
+    }
+    if (typeof month !== "string" || !MONTH.test(month)) {
+      throw new InvalidOptionError(this.name, "month", `expected YYYY-MM, got ${JSON.stringify(month)}`);
+    }
+    const current = snapshotMonth(await this.journal.now());
+    if (month >= current) {
+      throw new InvalidOptionError(
+        this.name,
+        "month",
+        `${month} is not over yet (the current month is ${current}); only past months can be dropped`,
+      );
+    }
+    const months = await this.months();
+    if (!months.some((m) => m.month === month)) {
+      throw new InvalidOptionError(
+        this.name,
+        "month",
+        `no snapshots of ${month} in this store; it holds ${months.length ? months.map((m) => m.month).join(", ") : "no months"}`,
+      );
+    }
+    const { from, to } = monthBounds(month);
+    const count = () =>
+      Number(
+        (
+          this.db
+            .prepare("SELECT COUNT(*) AS n FROM workflow_snapshots WHERE created_at >= ? AND created_at < ?")
+            .get(from, to) as { n: number }
+        ).n,
+      );
+    const archiveTo = options.archiveTo === undefined ? null : path.resolve(options.archiveTo);
+    if (archiveTo !== null) this.archive(from, to, archiveTo, `cannot drop snapshot month ${month}`);
+    const before = count();
+    try {
+      await this.journal.pruneRuns({ finishedFrom: from, finishedBefore: to, keepLast });
+    } catch (e) {
+      // A month that was not dropped leaves no archive behind, so running it again can write one.
+      if (archiveTo !== null) rmSync(archiveTo, { force: true });
+      throw e;
+    }
+    const kept = count();
+    return { month, deletedSnapshots: before - kept, carriedForward: kept, archivedTo: archiveTo, orphanRefs: [] };
+  }
+
+  /**
+   * {@inheritDoc JournalColdStore.prune}; with `archiveDir`, the months that ended before the
+   * cutoff are first dropped whole ({@link SqliteColdStore.dropMonth}), each copied to
+   * `<archiveDir>/workflow_snapshots_YYYY_MM.db`.
+   */
+  override async prune(
+    cutoff: number,
+    keepLast: number,
+    options: ColdPruneOptions = {},
+  ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; droppedMonths: DropMonthResult[] }> {
+    checkOptions(`${this.name} prune`, options, PRUNE_OPTIONS);
+    const { archiveDir, ...rest } = options;
+    const droppedMonths: DropMonthResult[] = [];
+    let deletedSnapshots = 0;
+    if (archiveDir !== undefined) {
+      const lastWhole = [snapshotMonth(cutoff), snapshotMonth(await this.journal.now())].sort()[0] as string;
+      for (const m of await this.months()) {
+        if (m.month >= lastWhole) continue;
+        const archiveTo = path.join(archiveDir, `workflow_snapshots_${m.month.replace("-", "_")}.db`);
+        const dropped = await this.dropMonth(m.month, { keepLast, archiveTo });
+        droppedMonths.push(dropped);
+        deletedSnapshots += dropped.deletedSnapshots;
+      }
+    }
+    const out = await super.prune(cutoff, keepLast, rest);
+    return { deletedSnapshots: deletedSnapshots + out.deletedSnapshots, orphanRefs: out.orphanRefs, droppedMonths };
+  }
+
+  /** Copies the checkpoints created in `[from, to)` to a new SQLite file (never an existing one). */
+  private archive(from: number, to: number, file: string, what: string): number {
+    try {
+      mkdirSync(path.dirname(file), { recursive: true });
+      // Created here, exclusively (an empty file is an empty database): an existing one is never overwritten.
+      closeSync(openSync(file, "wx"));
+    } catch (cause) {
+      if ((cause as NodeJS.ErrnoException).code === "EEXIST") {
+        throw new InvalidOptionError(
+          this.name,
+          "archiveTo",
+          `${file} exists; it is never overwritten (nothing was dropped)`,
+        );
+      }
+      throw new BackendError(this.name, `${what}: cannot create ${file}`, { cause });
+    }
+    let copied = false;
+    try {
+      this.db.prepare("ATTACH DATABASE ? AS dumplings_archive").run(file);
+      try {
+        this.db.exec(`CREATE TABLE dumplings_archive.workflow_snapshots (
+           id INTEGER PRIMARY KEY,
+           workflow_id TEXT NOT NULL,
+           step_index INTEGER NOT NULL,
+           node_name TEXT NOT NULL,
+           state_json TEXT NOT NULL,
+           created_at INTEGER NOT NULL,
+           UNIQUE (workflow_id, step_index))`);
+        const r = this.db
+          .prepare(
+            `INSERT INTO dumplings_archive.workflow_snapshots (workflow_id, step_index, node_name, state_json, created_at)
+             SELECT workflow_id, step_index, node_name, state_json, created_at FROM main.workflow_snapshots
+             WHERE created_at >= ? AND created_at < ? ORDER BY workflow_id, step_index`,
+          )
+          .run(from, to);
+        copied = true;
+        return r.changes;
+      } finally {
+        this.db.exec("DETACH DATABASE dumplings_archive");
+      }
+    } catch (cause) {
+      throw new BackendError(this.name, `${what}: cannot copy it to ${file}`, { cause });
+    } finally {
+      if (!copied) rmSync(file, { force: true });
+    }
   }
 }

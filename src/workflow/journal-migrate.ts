@@ -69,15 +69,23 @@ const OLD_TABLES = [
 ];
 const NULL_HASH = hashInput(null);
 
-/** SQL of the `workflow_snapshots` view over the journal's checkpoint steps (the original design's columns). */
+/**
+ * SQL of the `workflow_snapshots` view over the journal's checkpoint steps (the original design's
+ * columns): one row per workflow and step index, the newest record of it (a checkpoint written again
+ * at one index is a second record), so the original design's
+ * `ORDER BY step_index DESC LIMIT 1` names one row.
+ */
 export function snapshotViewSql(stepsTable: string): string {
   const rest = `substr(name, ${CHECKPOINT_STEP.length + 1})`;
   return `CREATE VIEW IF NOT EXISTS workflow_snapshots AS
-    SELECT seq AS id, run_id AS workflow_id,
-      CAST(substr(${rest}, 1, instr(${rest}, ':') - 1) AS INTEGER) AS step_index,
-      substr(${rest}, instr(${rest}, ':') + 1) AS node_name,
-      output_json AS state_json, started_at AS created_at
-    FROM ${stepsTable} WHERE name GLOB '${CHECKPOINT_STEP}*' AND status = 'completed'`;
+    SELECT id, workflow_id, step_index, node_name, state_json, created_at FROM (
+      SELECT seq AS id, run_id AS workflow_id,
+        CAST(substr(${rest}, 1, instr(${rest}, ':') - 1) AS INTEGER) AS step_index,
+        substr(${rest}, instr(${rest}, ':') + 1) AS node_name,
+        output_json AS state_json, started_at AS created_at,
+        ROW_NUMBER() OVER (PARTITION BY run_id, substr(${rest}, 1, instr(${rest}, ':') - 1) ORDER BY seq DESC) AS newest
+      FROM ${stepsTable} WHERE name GLOB '${CHECKPOINT_STEP}*' AND status = 'completed')
+    WHERE newest = 1`;
 }
 
 const RUN_STATUS: Record<string, string> = {
@@ -119,6 +127,14 @@ export function workflowJournalMigrations(prefix: string): {
     migrations: [
       { version: 1, name: "workflow tables", up: () => undefined },
       { version: 2, name: "workflow tables moved into the journal", up: (db) => migrate(db, prefix) },
+      {
+        version: 3,
+        name: "workflow_snapshots view: one row per step index",
+        up: (db) => {
+          db.exec("DROP VIEW IF EXISTS workflow_snapshots");
+          db.exec(snapshotViewSql(`"${prefix}steps"`));
+        },
+      },
     ],
     present: hasOldWorkflowTables,
   };

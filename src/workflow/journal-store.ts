@@ -47,6 +47,7 @@ import type {
   WorkflowSummary,
 } from "./cold.js";
 import { BlobError, WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
+import { originalSummaryFields } from "./original.js";
 
 /** Prefix of a checkpoint step's name: `checkpoint:<stepIndex>:<node>`. */
 export const CHECKPOINT_STEP = "checkpoint:";
@@ -351,13 +352,16 @@ export class JournalColdStore implements ColdStore {
     if (!last) return undefined;
     const state = (last.step.output ?? {}) as JsonObject;
     const parent = state.parent as JsonObject | null | undefined;
+    // A checkpoint adopted from the original design's layout (snake_case) names its node its own way.
+    const original = originalSummaryFields(JSON.stringify(state));
     return {
       workflowId: run.runId,
-      sessionId: typeof state.sessionId === "string" ? state.sessionId : "",
+      sessionId: original?.sessionId ?? (typeof state.sessionId === "string" ? state.sessionId : ""),
       status: STATUS_OF_RUN[run.status],
       latestStep: last.stepIndex,
       currentNode:
-        state.isFinished === true ? "__end__" : typeof state.currentNode === "string" ? state.currentNode : "",
+        original?.currentNode ??
+        (state.isFinished === true ? "__end__" : typeof state.currentNode === "string" ? state.currentNode : ""),
       parentWorkflowId: parent && typeof parent.workflowId === "string" ? parent.workflowId : null,
       createdAt: run.createdAt,
       updatedAt: run.updatedAt,
@@ -456,9 +460,8 @@ export class JournalColdStore implements ColdStore {
         "the journal keeps no month tables to archive: prune deletes old checkpoints in place (copy the database first to keep them)",
       );
     }
-    const now = await this.journal.now();
     const out = await this.journal.pruneRuns({
-      olderThanMs: Math.max(0, now - cutoff),
+      finishedBefore: cutoff,
       keepLast,
       ...(options.vacuum === undefined ? {} : { vacuum: options.vacuum }),
     });

@@ -1,10 +1,11 @@
 /**
- * Retention as the workflow-snapshot design describes it (issue 11 item 19):
- * the SQLite archive split by month (a table per UTC month), a past month
- * archived to its own file and dropped whole while every workflow stays
+ * Retention as the workflow-snapshot design describes it (issue 11 item 19;
+ * issue 22 moved the checkpoints into the journal): checkpoints counted by
+ * UTC month, a past month archived to its own file (the original design's
+ * single `workflow_snapshots` table) and dropped while every workflow stays
  * resumable, a full VACUUM besides the incremental one, through
  * `store.prune`, `store.dropMonth` and `dumplings workflows prune`; archives
- * written before the split (one `workflow_snapshots` table) are still read.
+ * written before the split (one `workflow_snapshots` table) are adopted.
  */
 import { existsSync, statSync } from "node:fs";
 import path from "node:path";
@@ -12,8 +13,7 @@ import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { workflowsCommand } from "../../src/cli/workflow-commands.js";
 import { InvalidOptionError } from "../../src/core/errors.js";
-import { snapshotMonth } from "../../src/workflow/cold-sql.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { SqliteColdStore, snapshotMonth } from "../../src/workflow/cold-sqlite.js";
 import {
   CheckpointStore,
   createWorkflowState,
@@ -50,70 +50,52 @@ async function saveSteps(store: CheckpointStore, workflowId: string, times: numb
   return s;
 }
 
-function tables(file: string): string[] {
+/** The original design's query for a workflow's newest checkpoint, on a second connection. */
+function seedLatest(file: string, workflowId: string): unknown {
   const db = new Database(file, { readonly: true });
   try {
-    return (
-      db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'workflow_snapshots*'").all() as {
-        name: string;
-      }[]
-    )
-      .map((r) => r.name)
-      .sort();
+    const row = db
+      .prepare("SELECT state_json FROM workflow_snapshots WHERE workflow_id = ? ORDER BY step_index DESC LIMIT 1")
+      .get(workflowId) as { state_json: string } | undefined;
+    return row && (JSON.parse(row.state_json) as WorkflowState).sharedMemory;
   } finally {
     db.close();
   }
 }
 
 describe("SQLite archive split by month", () => {
-  it("writes each row to its month's table and reads a workflow across months", async () => {
+  it("counts checkpoints by month, reads a workflow across months; the original design's query finds the newest", async () => {
     const { store, file } = await open();
     try {
       await saveSteps(store, "a", [JAN, JAN + 1, FEB, Date.now()]);
       await saveSteps(store, "b", [JAN, JAN + 1]); // its latest lives in January only
-      expect(tables(file)).toEqual([
-        "workflow_snapshots",
-        "workflow_snapshots_2025_01",
-        "workflow_snapshots_2025_02",
-        `workflow_snapshots_${CURRENT.replace("-", "_")}`,
-      ]);
       expect((await store.history("a")).map((h) => h.stepIndex)).toEqual([0, 1, 2, 3]);
       expect((await store.loadLatest("a"))?.sharedMemory).toEqual({ step: 3 });
       expect((await store.loadLatest("b"))?.sharedMemory).toEqual({ step: 1 });
       expect((await store.get("a", 2)).sharedMemory).toEqual({ step: 2 });
       expect((await store.months()).map((m) => [m.month, m.snapshots])).toEqual([
-        ["unpartitioned", 0],
         ["2025-01", 4],
         ["2025-02", 1],
         [CURRENT, 1],
       ]);
+      expect(seedLatest(file, "a")).toEqual({ step: 3 });
+      expect(seedLatest(file, "b")).toEqual({ step: 1 });
     } finally {
       await store.close();
     }
   });
 
-  it("a read racing another process that drops a month lists the months again instead of failing", async () => {
-    const cold = new SqliteColdStore({ path: path.join(tmp.dir, `race-${n++}.db`) });
-    const store = await CheckpointStore.open({ cold, blobDir: path.join(tmp.dir, "blobs") });
+  it("a month dropped by another process is gone from this store's next listing and read", async () => {
+    const { store, file } = await open();
+    const other = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
     try {
       await saveSteps(store, "r", [JAN, FEB, Date.now()]);
-      // Another process drops January between this store's listing of the months and its read.
-      const driver = (cold as unknown as { driver: { query: (...a: unknown[]) => Promise<unknown> } }).driver;
-      const query = driver.query.bind(driver);
-      let raced = false;
-      driver.query = async (...args: unknown[]) => {
-        const out = await query(...args);
-        if (!raced && String(args[2]).includes("sqlite_master")) {
-          raced = true;
-          const other = new Database(cold.db.name);
-          other.exec('DROP TABLE "workflow_snapshots_2025_01"');
-          other.close();
-        }
-        return out;
-      };
+      expect((await store.months()).map((m) => m.month)).toEqual(["2025-01", "2025-02", CURRENT]);
+      await other.dropMonth("2025-01");
+      expect((await store.months()).map((m) => m.month)).toEqual(["2025-02", CURRENT]);
       expect((await store.history("r")).map((h) => h.stepIndex)).toEqual([1, 2]);
-      expect(raced).toBe(true);
     } finally {
+      await other.close();
       await store.close();
     }
   });
@@ -163,9 +145,14 @@ describe("SQLite archive split by month", () => {
         { month: "2025-01", archivedTo: path.join(archiveDir, "workflow_snapshots_2025_01.db") },
         { month: "2025-02", archivedTo: path.join(archiveDir, "workflow_snapshots_2025_02.db") },
       ]);
-      // a: 0,1,2 (Jan) deleted, 3 (Feb) carried; b: 0 deleted, 1 (its latest) carried.
+      // a: 0,1,2 (Jan) deleted, 3 (Feb) kept; b: 0 deleted, 1 (its latest) kept.
       expect(out.deletedSnapshots).toBe(4);
-      expect(tables(file)).toEqual(["workflow_snapshots", `workflow_snapshots_${CURRENT.replace("-", "_")}`]);
+      expect((await store.months()).map((m) => [m.month, m.snapshots])).toEqual([
+        ["2025-01", 1],
+        ["2025-02", 1],
+        [CURRENT, 2],
+      ]);
+      expect(seedLatest(file, "b")).toEqual({ step: 1 });
       expect((await store.loadLatest("a"))?.sharedMemory).toEqual({ step: 3 });
       expect((await store.loadLatest("b"))?.sharedMemory).toEqual({ step: 1 });
       expect((await store.history("c")).map((h) => h.stepIndex)).toEqual([0, 1]);
@@ -205,7 +192,7 @@ describe("SQLite archive split by month", () => {
     const { store, file } = await open();
     try {
       await saveSteps(store, "a", [JAN, JAN + 1, Date.now()]);
-      const before = tables(file);
+      const before = await store.months();
       for (const month of [CURRENT, "2999-01", "2025-1", "2025-13", "2024-12"]) {
         await expect(store.dropMonth(month)).rejects.toBeInstanceOf(InvalidOptionError);
       }
@@ -214,7 +201,7 @@ describe("SQLite archive split by month", () => {
       const e = await store.dropMonth("2025-01", { archiveTo }).catch((x) => x);
       expect(e).toBeInstanceOf(InvalidOptionError);
       expect(e.message).toContain("never overwritten");
-      expect(tables(file)).toEqual(before);
+      expect(await store.months()).toEqual(before);
       expect((await store.history("a")).map((h) => h.stepIndex)).toEqual([0, 1, 2]);
       const out = await store.dropMonth("2025-01", { keepLast: 1 });
       expect(out).toMatchObject({ month: "2025-01", deletedSnapshots: 2, carriedForward: 0, archivedTo: null });
@@ -224,16 +211,14 @@ describe("SQLite archive split by month", () => {
     }
   });
 
-  it("an archive written before the split (one workflow_snapshots table) is still read, pruned and continued", async () => {
-    const { store, file } = await open();
-    await store.close();
+  it("an archive written before the split (one workflow_snapshots table) is adopted, pruned and continued", async () => {
+    const file = path.join(tmp.dir, `r${n++}.db`);
     const db = new Database(file);
+    db.exec(`CREATE TABLE workflow_snapshots (
+      id INTEGER PRIMARY KEY AUTOINCREMENT, workflow_id TEXT NOT NULL, step_index INTEGER NOT NULL,
+      node_name TEXT NOT NULL, state_json TEXT NOT NULL, created_at INTEGER NOT NULL)`);
     const s0 = createWorkflowState({ workflowId: "old", sharedMemory: { step: 0 }, now: JAN });
     const s1 = { ...s0, stepIndex: 1, currentNode: "n", updatedAt: JAN + 1, sharedMemory: { step: 1 } };
-    db.prepare(
-      `INSERT INTO workflows (workflow_id, session_id, status, latest_step, current_node, active_step, parent_workflow_id, created_at, updated_at)
-       VALUES ('old', 'old', 'running', 1, 'n', 1, NULL, ?, ?)`,
-    ).run(JAN, JAN + 1);
     const ins = db.prepare(
       "INSERT INTO workflow_snapshots (workflow_id, step_index, node_name, state_json, created_at) VALUES (?, ?, ?, ?, ?)",
     );
@@ -245,8 +230,9 @@ describe("SQLite archive split by month", () => {
       expect((await again.store.loadLatest("old"))?.sharedMemory).toEqual({ step: 1 });
       await again.store.save({ ...s1, stepIndex: 2, updatedAt: FEB, sharedMemory: { step: 2 } }, { expectedStep: 1 });
       expect((await again.store.history("old")).map((h) => h.stepIndex)).toEqual([0, 1, 2]);
+      expect(seedLatest(file, "old")).toEqual({ step: 2 });
       const out = await again.store.prune({ olderThan: new Date(Date.UTC(2025, 5, 1)), keepLast: 1 });
-      expect(out.deletedSnapshots).toBe(2); // steps 0 and 1 from the single table; step 2 carried out of February
+      expect(out.deletedSnapshots).toBe(2); // steps 0 and 1 of the adopted table; step 2 is the newest
       expect((await again.store.history("old")).map((h) => h.stepIndex)).toEqual([2]);
     } finally {
       await again.store.close();

@@ -24,7 +24,7 @@
  */
 import { InvalidOptionError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
-import { JournalIntegrityError, StaleFencingTokenError } from "../durable/errors.js";
+import { JournalIntegrityError, RunCancelledError, StaleFencingTokenError } from "../durable/errors.js";
 import {
   hashInput,
   type Journal,
@@ -202,9 +202,24 @@ export class JournalColdStore implements ColdStore {
     return (await this.journal.createRun({ runId: workflowId, workflow: this.workflow, input })).run;
   }
 
-  /** The error of a refused fenced write, from the run as it is now. */
-  private async lost(workflowId: string, what: string, token: number): Promise<StaleFencingTokenError> {
+  /**
+   * The error of a cancelled run: who cancelled it and why, from its `run_cancelled` event. A
+   * workflow whose run an operator cancelled (`dumplings runs cancel`, `cancel()`) takes no more
+   * steps: no lease, no checkpoint, no side effect, whichever process asks.
+   */
+  private async cancelled(run: RunRecord): Promise<RunCancelledError> {
+    const event = (await this.journal.readEvents(run.runId)).findLast((e) => e.type === "run_cancelled");
+    return new RunCancelledError(run.runId, event?.by, event?.detail);
+  }
+
+  /** The error of a refused fenced write, from the run as it is now: {@link RunCancelledError} when it was cancelled. */
+  private async lost(
+    workflowId: string,
+    what: string,
+    token: number,
+  ): Promise<StaleFencingTokenError | RunCancelledError> {
     const run = await this.journal.getRun(workflowId);
+    if (run?.status === "cancelled") return this.cancelled(run);
     return new StaleFencingTokenError({
       workflowId,
       what,
@@ -223,6 +238,7 @@ export class JournalColdStore implements ColdStore {
    * @throws {WorkflowLeaseLostError}
    */
   private async tokenFor(run: RunRecord, fencingToken: number | undefined, what: string, live = false) {
+    if (run.status === "cancelled") throw await this.cancelled(run);
     if (fencingToken === undefined) return run.fencingToken;
     const held = run.fencingToken === fencingToken && run.leaseOwner !== undefined;
     const alive = !live || (run.leaseExpiresAt ?? 0) > (await this.journal.now());
@@ -678,7 +694,8 @@ export class JournalColdStore implements ColdStore {
 
   /** {@inheritDoc ColdStore.acquireLease} (the run's lease; the run is created when missing) */
   async acquireLease(workflowId: string, owner: string, ttlMs: number): Promise<WorkflowLeaseResult> {
-    await this.run(workflowId);
+    const current = await this.run(workflowId);
+    if (current.status === "cancelled") throw await this.cancelled(current);
     const lease = await this.journal.acquireLease(workflowId, owner, ttlMs);
     if (lease.acquired) return { acquired: true, fencingToken: lease.fencingToken, expiresAt: lease.expiresAt };
     const run = await this.journal.getRun(workflowId);

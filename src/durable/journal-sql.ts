@@ -467,8 +467,7 @@ export class SqlJournal implements Journal {
   async readSteps(runId: string, query?: StepQuery): Promise<StepRecord[]> {
     const q = checkStepQuery(this.name, query);
     // The columns a record needs (the run id is the caller's: not read back as 1,000 copies of one string).
-    const columns =
-      "seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot";
+    const columns = `seq, name, input_hash, status, ${q?.outputs === false ? "NULL AS output_json, NULL AS error_json" : "output_json, error_json"}, attempt, started_at, finished_at, fencing_token, snapshot`;
     let rows: Row[];
     if (q === undefined) {
       rows = await this.read(

@@ -201,10 +201,16 @@ export interface StepQuery {
   namePrefix?: string;
   /** Of the matching records, only the `last` newest (highest seqs; an integer ≥ 1). */
   last?: number;
+  /**
+   * `false`: the caller needs no `output` and `error`: a store that keeps them apart from the rest
+   * of the record (the SQL journals) does not read them, so the records come without them; a store
+   * that keeps a record whole (Redis) may still return them. @default true
+   */
+  outputs?: boolean;
 }
 
 /** The keys of {@link StepQuery}: any other is an `InvalidOptionError`. */
-const STEP_QUERY_KEYS = optionKeys<StepQuery>({ fromSeq: true, namePrefix: true, last: true });
+const STEP_QUERY_KEYS = optionKeys<StepQuery>({ fromSeq: true, namePrefix: true, last: true, outputs: true });
 
 /**
  * Checks a {@link StepQuery} (shared by the stores) and returns it normalised:
@@ -215,14 +221,17 @@ const STEP_QUERY_KEYS = optionKeys<StepQuery>({ fromSeq: true, namePrefix: true,
 export function checkStepQuery(
   store: string,
   query: StepQuery | undefined,
-): { fromSeq: number; namePrefix: string; last: number | undefined } | undefined {
+): { fromSeq: number; namePrefix: string; last: number | undefined; outputs: boolean } | undefined {
   if (query === undefined) return undefined;
   const component = `${store} readSteps`;
   if (query === null || typeof query !== "object") {
     throw new InvalidOptionError(component, "query", "must be an object { fromSeq?, namePrefix?, last? }");
   }
   checkOptions(component, query, STEP_QUERY_KEYS);
-  const { fromSeq = 0, namePrefix = "", last } = query;
+  const { fromSeq = 0, namePrefix = "", last, outputs = true } = query;
+  if (typeof outputs !== "boolean") {
+    throw new InvalidOptionError(component, "outputs", `must be true or false, got ${String(outputs)}`);
+  }
   if (!Number.isSafeInteger(fromSeq) || fromSeq < 0) {
     throw new InvalidOptionError(component, "fromSeq", `must be an integer ≥ 0, got ${String(fromSeq)}`);
   }
@@ -232,8 +241,8 @@ export function checkStepQuery(
   if (last !== undefined && (!Number.isSafeInteger(last) || last < 1)) {
     throw new InvalidOptionError(component, "last", `must be an integer ≥ 1, got ${String(last)}`);
   }
-  if (fromSeq === 0 && namePrefix === "" && last === undefined) return undefined;
-  return { fromSeq, namePrefix, last };
+  if (fromSeq === 0 && namePrefix === "" && last === undefined && outputs) return undefined;
+  return { fromSeq, namePrefix, last, outputs };
 }
 
 /** Filter and page of {@link Journal.listRuns}. */
@@ -774,8 +783,10 @@ export function withOutputJson(record: StepRecord, text: string): StepRecord {
  * @throws {NonJsonValueError} when the output is not JSON
  */
 export function outputColumn(record: StepRecord): string | null {
+  const text = outputTexts.get(record);
+  if (text !== undefined) return text;
   if (record.output === undefined) return null;
-  return outputTexts.get(record) ?? jsonColumn(record.output, `step "${record.name}" output`);
+  return jsonColumn(record.output, `step "${record.name}" output`);
 }
 
 /**

@@ -416,6 +416,13 @@ export function runJournalConformance<J extends Journal>(
         [4, true],
       ]);
       expect((await j.readSteps(id, { fromSeq: 1, last: 2 })).map((s) => s.seq)).toEqual([4, 5]);
+      // outputs: false may leave out output and error, and keeps every other field
+      const strip = ({ output: _o, error: _e, ...rest }: StepRecord) => rest;
+      expect((await j.readSteps(id, { outputs: false })).map(strip)).toEqual((await j.readSteps(id)).map(strip));
+      expect((await j.readSteps(id, { namePrefix: "checkpoint:", last: 1, outputs: false })).map((s) => s.seq)).toEqual(
+        [4],
+      );
+      await expect(j.readSteps(id, { outputs: "no" } as never)).rejects.toBeInstanceOf(InvalidOptionError);
       // holes are never filled: the next seq is the highest + 1
       for (const seq of [0, 2, 7]) {
         await expect(j.writeStep(t, rec(id, seq, t, { name: `checkpoint:${seq}` })), `#${seq}`).rejects.toBeInstanceOf(

@@ -36,7 +36,7 @@
  *
  * @module
  */
-import type { JsonObject } from "../core/json.js";
+import type { JsonObject, JsonValue } from "../core/json.js";
 
 /** Status of a workflow in the summary table: the state's status, or `failed` after a node threw. */
 export type WorkflowRowStatus = "running" | "waiting" | "finished" | "failed";
@@ -49,6 +49,11 @@ export interface StoredSnapshot {
   nodeName: string;
   /** The state, JSON text (large values replaced by blob references). */
   stateJson: string;
+  /**
+   * The state already parsed, when the store read it parsed (the journal-backed stores): equal to
+   * `JSON.parse(stateJson)`, a fresh value of this read that the reader may change. Absent: parse `stateJson`.
+   */
+  state?: JsonValue;
   /** ms since the epoch. */
   createdAt: number;
 }
@@ -64,6 +69,12 @@ export interface SnapshotWrite extends StoredSnapshot {
    * interrupted node run, else this step. Records of earlier steps are pruned.
    */
   activeStep: number;
+  /**
+   * Whether the state is taken in the middle of a node run (`nodeRun` set: a node waiting on an
+   * interrupt), so it does not resume alone: the side-effect records of that node run are still
+   * needed. Absent: read from the state.
+   */
+  inNode?: boolean;
   /** Blob references held by the state. */
   blobRefs: string[];
   /**
@@ -216,6 +227,8 @@ export interface ColdStore {
   read(workflowId: string, stepIndex: number): Promise<StoredSnapshot | undefined>;
   latest(workflowId: string): Promise<StoredSnapshot | undefined>;
   summary(workflowId: string): Promise<WorkflowSummary | undefined>;
+  /** Optional: the step index of the newest checkpoint alone (cheaper than {@link ColdStore.summary}); undefined without one. */
+  newestStep?(workflowId: string): Promise<number | undefined>;
   history(workflowId: string): Promise<StoredSnapshot[]>;
   list(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): Promise<WorkflowSummary[]>;
   /** The database's plan for the `list` query, as text (for tests and diagnostics). */

@@ -32,6 +32,7 @@ import {
   type RunStatus,
   runCursor,
   type StepRecord,
+  withOutputJson,
 } from "../durable/journal.js";
 import type {
   ColdPruneOptions,
@@ -129,13 +130,22 @@ function checkpointsOf(steps: readonly StepRecord[]): Checkpoint[] {
   return [...byIndex.values()].sort((a, b) => a.stepIndex - b.stepIndex);
 }
 
-const toSnapshot = (workflowId: string, c: Checkpoint): StoredSnapshot => ({
-  workflowId,
-  stepIndex: c.stepIndex,
-  nodeName: c.node,
-  stateJson: JSON.stringify(c.step.output),
-  createdAt: c.step.startedAt,
-});
+/** A checkpoint as a snapshot row: its state parsed as read, its text made only when asked for. */
+function toSnapshot(workflowId: string, c: Checkpoint): StoredSnapshot {
+  const state = c.step.output ?? null;
+  let text: string | undefined;
+  return {
+    workflowId,
+    stepIndex: c.stepIndex,
+    nodeName: c.node,
+    get stateJson() {
+      text ??= JSON.stringify(state);
+      return text;
+    },
+    state,
+    createdAt: c.step.startedAt,
+  };
+}
 
 /** The seq the next record goes to: the highest + 1 (seqs may have holes after a prune). */
 const nextSeq = (steps: readonly StepRecord[]): number => (steps.length === 0 ? 0 : (steps.at(-1)?.seq ?? -1) + 1);
@@ -271,9 +281,14 @@ export class JournalColdStore implements ColdStore {
    * makes the run wait for signal `interrupt:<id>` (unless that signal has already arrived: the run
    * then stays as it is, and the next `runOrResume` delivers it).
    */
-  private async setStatus(token: number, run: RunRecord, status: WorkflowRowStatus, state: JsonValue): Promise<void> {
+  private async setStatus(
+    token: number,
+    run: RunRecord,
+    status: WorkflowRowStatus,
+    state: () => JsonValue,
+  ): Promise<void> {
     const want = RUN_STATUS[status];
-    const waitingFor = status === "waiting" ? interruptSignalOf(state) : undefined;
+    const waitingFor = status === "waiting" ? interruptSignalOf(state()) : undefined;
     if (run.status === want && run.waitingFor === waitingFor) return;
     await this.journal.updateRun(token, run.runId, {
       status: want,
@@ -287,26 +302,39 @@ export class JournalColdStore implements ColdStore {
   async write(row: SnapshotWrite, expectedLatest: number | null | undefined, fencingToken?: number): Promise<void> {
     const id = row.workflowId;
     const what = `checkpoint ${row.stepIndex} refused`;
-    const output = JSON.parse(row.stateJson) as JsonValue;
+    // The state's JSON text is written as the store serialised it (no parse, no second serialisation);
+    // its value is parsed only when asked for (a waiting state's interrupt, the snapshot flag).
+    const text = row.stateJson;
+    let parsed: JsonValue | undefined;
+    const output = (): JsonValue => {
+      parsed ??= JSON.parse(text) as JsonValue;
+      return parsed;
+    };
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
-      const latest = (await this.newest(id))?.stepIndex ?? null;
+      const latest = (await this.newest(id, false))?.stepIndex ?? null;
       if (expectedLatest !== undefined && latest !== expectedLatest) {
         throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
       }
-      const record: StepRecord = {
-        runId: id,
-        seq: await this.nextSeq(id),
-        name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
-        inputHash: NULL_HASH,
-        status: "completed",
-        output,
-        attempt: 1,
-        startedAt: row.createdAt,
-        finishedAt: row.createdAt,
-        fencingToken: token,
-      };
+      const record = withOutputJson(
+        Object.defineProperty(
+          {
+            runId: id,
+            seq: await this.nextSeq(id),
+            name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
+            inputHash: NULL_HASH,
+            status: "completed",
+            attempt: 1,
+            startedAt: row.createdAt,
+            finishedAt: row.createdAt,
+            fencingToken: token,
+          } as StepRecord,
+          "output",
+          { get: output, enumerable: true },
+        ),
+        text,
+      );
       try {
         // Blobs the store keeps (`row.blobs`) go in the checkpoint's own write, referenced by it.
         const blobs = row.blobs
@@ -316,7 +344,10 @@ export class JournalColdStore implements ColdStore {
             }
           : {};
         const out = await this.fenced(id, fencingToken, what, () =>
-          this.journal.writeStep(token, record, { snapshot: resumesAlone(output), ...blobs }),
+          this.journal.writeStep(token, record, {
+            snapshot: row.inNode === undefined ? resumesAlone(output()) : !row.inNode,
+            ...blobs,
+          }),
         );
         if (out === RETRY) continue;
       } catch (e) {
@@ -329,10 +360,18 @@ export class JournalColdStore implements ColdStore {
     }
   }
 
-  /** The newest checkpoint of a workflow (the last one written), read alone. */
-  private async newest(workflowId: string): Promise<Checkpoint | undefined> {
-    const [step] = await this.journal.readSteps(workflowId, { namePrefix: CHECKPOINT_STEP, last: 1 });
+  /** The newest checkpoint of a workflow (the last one written), read alone; without its state with `outputs` false. */
+  private async newest(workflowId: string, outputs = true): Promise<Checkpoint | undefined> {
+    const [step] = await this.journal.readSteps(workflowId, { namePrefix: CHECKPOINT_STEP, last: 1, outputs });
     return step ? parseCheckpoint(step) : undefined;
+  }
+
+  /**
+   * The step index of a workflow's newest checkpoint, without reading the state (what
+   * `CheckpointStore.loadLatest` checks a hot-tier entry against).
+   */
+  async newestStep(workflowId: string): Promise<number | undefined> {
+    return (await this.newest(workflowId, false))?.stepIndex;
   }
 
   /** Every checkpoint of a workflow (the newest record of each step index), by step index. */
@@ -634,7 +673,7 @@ export class JournalColdStore implements ColdStore {
 
   /** The seq the run's next record goes to (the highest + 1). */
   private async nextSeq(runId: string): Promise<number> {
-    return nextSeq(await this.journal.readSteps(runId, { last: 1 }));
+    return nextSeq(await this.journal.readSteps(runId, { last: 1, outputs: false }));
   }
 
   /** Rewrites an effect record (`completed` or `failed`) with the run's current token (or `fence`'s). */

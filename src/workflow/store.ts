@@ -23,7 +23,7 @@
  */
 import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
-import { assertJson, isJsonObject } from "../core/json.js";
+import { assertJson, isJsonObject, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { assertJournalOption, type Journal } from "../durable/journal.js";
 import {
@@ -391,6 +391,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
         currentNode: valid.isFinished ? END : valid.currentNode,
         parentWorkflowId: valid.parent?.workflowId ?? null,
         activeStep: valid.nodeRun?.startStep ?? valid.stepIndex,
+        inNode: valid.nodeRun !== undefined && valid.nodeRun !== null,
         blobRefs: refs,
         ...(withCheckpoint === undefined ? {} : { blobs: withCheckpoint }),
       },
@@ -413,13 +414,13 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   }
 
   private async decode(
-    row: { workflowId: string; stepIndex: number; stateJson: string },
+    row: { workflowId: string; stepIndex: number; stateJson: string; state?: JsonValue },
     blobTexts?: Map<string, string>,
   ): Promise<z.infer<S>> {
     const where = { workflowId: row.workflowId, stepIndex: row.stepIndex };
     let raw: unknown;
     try {
-      raw = JSON.parse(row.stateJson);
+      raw = row.state !== undefined ? row.state : JSON.parse(row.stateJson);
     } catch (e) {
       throw new WorkflowStateError({ ...where, path: "", problem: "stored snapshot is not JSON", cause: e });
     }
@@ -464,7 +465,11 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
           },
         )
       : Promise.resolve(FAILED);
-    const [entry, summary] = await Promise.all([hotRead, this.cold.summary(workflowId)]);
+    // The newest step index is all the hot entry is checked against: read alone when the store can.
+    const latest = this.cold.newestStep
+      ? this.cold.newestStep(workflowId).then((latestStep) => (latestStep === undefined ? undefined : { latestStep }))
+      : this.cold.summary(workflowId);
+    const [entry, summary] = await Promise.all([hotRead, latest]);
     if (!summary) {
       // (An entry in the original layout is left alone: its archive may be another database.)
       if (entry !== FAILED && entry !== undefined && !entry.original && this.hot) {
@@ -489,8 +494,10 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     const row = await this.cold.latest(workflowId);
     if (!row) return undefined;
     this.stats.coldReads++;
+    // The text for the hot tier is taken before decoding (a migration may change a parsed state in place).
+    const text = this.hot ? row.stateJson : "";
     const state = await this.decode(row);
-    await this.putHot(workflowId, row.stepIndex, row.stateJson);
+    await this.putHot(workflowId, row.stepIndex, text);
     return state;
   }
 

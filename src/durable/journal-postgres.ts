@@ -16,6 +16,7 @@
 
 import { createHash } from "node:crypto";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { type AcquireLeaseOptions, leaseReentrant } from "../core/owner.js";
 import {
   type PgLikePool,
   POSTGRES_CONNECTION_KEYS,
@@ -102,12 +103,18 @@ export class PostgresJournal extends SqlJournal {
    * {@inheritDoc Journal.acquireLease}
    *
    * One statement (one round trip): locks the run's row, takes the lease when
-   * it is free, expired or `owner`'s (judged by the server's clock), counts
+   * it is free, expired or `owner`'s (when reentrant; judged by the server's clock), counts
    * and appends the `lease_acquired` event; else returns the holder. An event
    * index taken by a process of an earlier release takes the transaction of
    * {@link SqlJournal}.
    */
-  override async acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult> {
+  override async acquireLease(
+    runId: string,
+    owner: string,
+    ttlMs: number,
+    options?: AcquireLeaseOptions,
+  ): Promise<LeaseResult> {
+    const reentrant = leaseReentrant(this.name, options);
     const now = this.pg.nowMs;
     let row: Record<string, unknown> | undefined;
     try {
@@ -121,7 +128,8 @@ export class PostgresJournal extends SqlJournal {
   UPDATE ${this.t.runs} SET fencing_token = fencing_token + 1, lease_owner = $2::text,
     lease_expires_at = ${now} + $3::bigint, updated_at = ${now}, event_count = event_count + 1
   WHERE run_id = $1 AND EXISTS (SELECT 1 FROM run)
-    AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ${now} OR lease_owner = $2::text)
+    AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ${now}
+      OR (lease_owner = $2::text AND $4::integer = 1))
   RETURNING fencing_token, lease_expires_at, event_count
 ), event AS (
   INSERT INTO ${this.t.events} (run_id, idx, type, at, name, fencing_token)
@@ -134,11 +142,11 @@ SELECT (SELECT count(*) FROM run)::integer AS found, (SELECT lease_owner FROM ru
   (SELECT count(*) FROM event)::integer AS written
 FROM (SELECT 1) AS one LEFT JOIN taken ON true`,
           ),
-          values: [runId, owner, leaseMs(ttlMs)],
+          values: [runId, owner, leaseMs(ttlMs), reentrant ? 1 : 0],
         })
       ).rows[0];
     } catch (e) {
-      if (takenIndex(e)) return super.acquireLease(runId, owner, ttlMs);
+      if (takenIndex(e)) return super.acquireLease(runId, owner, ttlMs, { reentrant });
       throw e;
     }
     if (!row || Number(row.found) === 0) throw new RunNotFoundError(runId);
@@ -153,7 +161,7 @@ FROM (SELECT 1) AS one LEFT JOIN taken ON true`,
     if (row.fencing_token === null || row.fencing_token === undefined) {
       return { acquired: false, owner: String(row.owner), expiresAt: Number(row.owner_expires) };
     }
-    return super.acquireLease(runId, owner, ttlMs);
+    return super.acquireLease(runId, owner, ttlMs, { reentrant });
   }
 
   /**

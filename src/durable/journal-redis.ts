@@ -26,6 +26,7 @@ import type { Redis } from "ioredis";
 import { BackendError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { type AcquireLeaseOptions, leaseReentrant } from "../core/owner.js";
 import {
   type IoRedisClient,
   REDIS_CONNECTION_KEYS,
@@ -209,7 +210,7 @@ return 1`),
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
 local f = redis.call('HMGET', KEYS[1], 'lease_owner', 'lease_expires_at', 'fencing_token')
 local now = nowms()
-if f[1] and f[2] and tonumber(f[2]) > now and f[1] ~= ARGV[1] then return {'held', f[1], f[2]} end
+if f[1] and f[2] and tonumber(f[2]) > now and (f[1] ~= ARGV[1] or ARGV[4] ~= '1') then return {'held', f[1], f[2]} end
 local token = tonumber(f[3]) + 1
 local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'fencing_token', tostring(token), 'lease_owner', ARGV[1], 'lease_expires_at', fmt(exp),
@@ -612,13 +613,14 @@ export class RedisJournal implements Journal {
   }
 
   /** {@inheritDoc Journal.acquireLease} */
-  async acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult> {
+  async acquireLease(runId: string, owner: string, ttlMs: number, options?: AcquireLeaseOptions): Promise<LeaseResult> {
+    const reentrant = leaseReentrant(this.name, options) ? "1" : "0";
     const r = (await this.exec(
       "lease",
       runId,
       SCRIPTS.lease,
       [this.k(runId, "run"), this.k(runId, "events"), this.updated],
-      [owner, leaseMs(ttlMs), this.eventJson("lease_acquired", { name: owner })],
+      [owner, leaseMs(ttlMs), this.eventJson("lease_acquired", { name: owner }), reentrant],
     )) as Reply;
     if (r[0] === "notfound") throw new RunNotFoundError(runId);
     if (r[0] === "held") return { acquired: false, owner: String(r[1]), expiresAt: Number(r[2]) };

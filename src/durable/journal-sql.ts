@@ -26,6 +26,7 @@
  * @module
  */
 import type { JsonValue } from "../core/json.js";
+import { type AcquireLeaseOptions, leaseReentrant } from "../core/owner.js";
 import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
 import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
@@ -408,16 +409,18 @@ export class SqlJournal implements Journal {
    * with the database's clock in its `WHERE`, and the new expiry is that clock
    * + `ttlMs`.
    */
-  async acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult> {
+  async acquireLease(runId: string, owner: string, ttlMs: number, options?: AcquireLeaseOptions): Promise<LeaseResult> {
+    const reentrant = leaseReentrant(this.name, options) ? 1 : 0;
     return this.change("lease", runId, async (query, row): Promise<LeaseResult> => {
       const run = requireRun(runId, row);
       const { rows } = await query(
         `UPDATE ${this.t.runs} SET fencing_token = fencing_token + 1, lease_owner = $2,
            lease_expires_at = ${this.nowSql} + $3, updated_at = ${this.nowSql}
          WHERE run_id = $1
-           AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ${this.nowSql} OR lease_owner = $2)
+           AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ${this.nowSql}
+             OR (lease_owner = $2 AND $4 = 1))
          RETURNING fencing_token, lease_expires_at`,
-        [runId, owner, leaseMs(ttlMs)],
+        [runId, owner, leaseMs(ttlMs), reentrant],
       );
       const taken = rows[0];
       if (!taken) return { acquired: false, owner: String(run.lease_owner), expiresAt: Number(run.lease_expires_at) };

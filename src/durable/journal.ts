@@ -30,6 +30,7 @@ import { createHash } from "node:crypto";
 import { FormatError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import type { AcquireLeaseOptions } from "../core/owner.js";
 import { JournalIntegrityError, RunStateError, StaleFencingTokenError } from "./errors.js";
 
 /** Status of one step record. */
@@ -585,12 +586,15 @@ export interface Journal {
   listRuns(filter?: ListRunsFilter): Promise<RunRecord[]>;
   /**
    * Takes the run's lease for `owner` for `ttlMs` when it is free, expired, or
-   * already `owner`'s; taking it increments the fencing token. Expiry is
-   * judged by the store's clock, and the new lease expires at store now +
+   * already `owner`'s (unless `options.reentrant` is `false`: then a live lease
+   * is refused to `owner` too); taking it increments the fencing token. Expiry
+   * is judged by the store's clock, and the new lease expires at store now +
    * `ttlMs` (the caller's clock plays no part).
+   * @param options - see {@link AcquireLeaseOptions}
    * @throws {RunNotFoundError}
+   * @throws {InvalidOptionError} on an unknown key or a `reentrant` that is not a boolean
    */
-  acquireLease(runId: string, owner: string, ttlMs: number): Promise<LeaseResult>;
+  acquireLease(runId: string, owner: string, ttlMs: number, options?: AcquireLeaseOptions): Promise<LeaseResult>;
   /**
    * Extends the lease held with `token` to store now + `ttlMs`.
    * @returns the new expiry (epoch ms, store clock)

@@ -86,7 +86,12 @@ export interface RunDurableOptions<I = JsonValue> {
   attach?: boolean;
   /** Workflow name stored with a new run. @default the function's name, or "workflow" */
   workflow?: string;
-  /** Lease owner id. @default `<hostname>:<pid>:<random>` */
+  /**
+   * Lease owner id, shown as the holder (`leaseOwner`, {@link LeaseHeldError}). The lease belongs to
+   * this call's execution, not to the id: another call under the same id (another worker slot, a
+   * restarted process) waits for it like any other taker (or gets `LeaseHeldError`), so a step never
+   * runs twice at once. @default `<hostname>:<pid>:<random>`
+   */
   owner?: string;
   /**
    * Lease duration (ms); renewed every third of it while the run executes. A
@@ -102,8 +107,8 @@ export interface RunDurableOptions<I = JsonValue> {
    */
   cancelCheckMs?: number;
   /**
-   * When another live owner holds the lease: wait up to this many ms for it
-   * to be released or to expire (`0`: throw {@link LeaseHeldError} at once).
+   * When another live execution holds the lease (under any owner id, this one's included): wait up
+   * to this many ms for it to be released or to expire (`0`: throw {@link LeaseHeldError} at once).
    * @default 2 × leaseTtlMs
    */
   leaseWaitMs?: number;
@@ -271,7 +276,8 @@ const isStop = (error: unknown) => error instanceof StaleFencingTokenError || er
  * @throws {RunNotFoundError} when `input` is omitted and no run `runId` exists (nothing is created)
  * @throws {RunInputMismatchError} when the run exists with another input (and `attach` is not set)
  * @throws {StaleFencingTokenError} when another executor took the run over while this one ran
- * @throws {LeaseHeldError} when another owner holds the run longer than `leaseWaitMs`
+ * @throws {LeaseHeldError} when another execution (of any owner, this one's included) holds the run longer
+ *   than `leaseWaitMs`
  * @throws {NonJsonValueError} when a new run's input is not JSON
  * @throws {InvalidOptionError} for an unknown option, when `options` or its `journal` is missing, when
  *   `workflowFn` is not a function or is a class (nothing is created), or for a `leaseTtlMs` outside
@@ -332,7 +338,8 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   let token: number;
   let leased: RunStatus | undefined;
   for (;;) {
-    const lease = await journal.acquireLease(runId, owner, ttl);
+    // not reentrant: a live lease of the same owner id is another execution's (another slot of one worker)
+    const lease = await journal.acquireLease(runId, owner, ttl, { reentrant: false });
     if (lease.acquired) {
       token = lease.fencingToken;
       leased = lease.status;

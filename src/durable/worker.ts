@@ -9,7 +9,9 @@
  * holds the run through a lease whose fencing token every journal write
  * carries, so a paused "zombie" worker that wakes up after a takeover has its
  * writes refused (`StaleFencingTokenError`). Duplicate jobs for one run are
- * harmless: the second finds the run finished or leased.
+ * harmless: the second finds the run finished or leased (the lease belongs to
+ * one execution, so a duplicate taken by another slot of the same worker waits
+ * too: it is delayed and tried again, never running a step that is in progress).
  *
  * Runs waiting for a signal hold no worker: the job completes with status
  * `waiting`, and `signal` (through {@link DurableQueue.signal}) enqueues the
@@ -247,7 +249,10 @@ export interface DurableWorkerOptions extends DurableQueueOptions {
   workflows: Record<string, AnyWorkflowFn> | Map<string, AnyWorkflowFn>;
   /** Runs executed at once by this worker. @default 1 */
   concurrency?: number;
-  /** Lease owner id. @default `<hostname>:<pid>:<random>` */
+  /**
+   * Lease owner id, shown as the holder of the runs this worker executes; every slot uses it, and
+   * each execution's lease is its own (a duplicate job in another slot waits). @default `<hostname>:<pid>:<random>`
+   */
   owner?: string;
   /** Journal lease duration (ms), renewed every third of it. @default 30000 */
   leaseTtlMs?: number;

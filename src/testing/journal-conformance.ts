@@ -6,7 +6,9 @@
  *
  * Covered: creating a run once, refusing non-JSON input, leases and fencing
  * tokens (takeover after expiry, renew/release with a stale token, one winner
- * among 12 concurrent takers), step records in seq order (gaps, renames,
+ * among 12 concurrent takers; a lease taken with `reentrant: false` belongs to
+ * one execution: refused to its own owner while live, one winner among
+ * concurrent takers under one owner id), step records in seq order (gaps, renames,
  * rewrites of completed steps and stale tokens refused; JSON outputs exact),
  * the audit log, signals (one per name, a wait not suspended when its signal
  * already arrived, one winner among racing senders, timers), deleting a run
@@ -203,6 +205,35 @@ export function runJournalConformance<J extends Journal>(
       const results = await Promise.all(Array.from({ length: 12 }, (_, i) => j.acquireLease(id, `owner-${i}`, 10_000)));
       expect(results.filter((r) => r.acquired)).toHaveLength(1);
       expect((await j.getRun(id))?.fencingToken).toBe(1);
+    });
+
+    it("reentrant: false: a live lease is refused to its own owner too (one execution per lease); expired or released, it is taken", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const once = { reentrant: false };
+      expect(await j.acquireLease(id, "web-1", 150, once)).toMatchObject({ acquired: true, fencingToken: 1 });
+      // a second execution under the same owner id (another slot of one worker) must not take it back
+      expect(await j.acquireLease(id, "web-1", 150, once)).toMatchObject({ acquired: false, owner: "web-1" });
+      expect(await j.getRun(id)).toMatchObject({ fencingToken: 1, leaseOwner: "web-1" });
+      expect(await j.renewLease(id, 1, 150)).toBeGreaterThan(0); // the holder's token still holds it
+      await sleep(200);
+      expect(await j.acquireLease(id, "web-1", 10_000, once)).toMatchObject({ acquired: true, fencingToken: 2 });
+      await j.releaseLease(id, 2);
+      expect(await j.acquireLease(id, "web-1", 10_000, once)).toMatchObject({ acquired: true, fencingToken: 3 });
+      expect(await j.acquireLease(id, "web-2", 10_000, once)).toMatchObject({ acquired: false, owner: "web-1" });
+      // many executions of one worker racing for a free lease: exactly one wins
+      const raced = newRunId();
+      await j.createRun({ runId: raced, workflow: "wf", input: null });
+      const results = await Promise.all(Array.from({ length: 8 }, () => j.acquireLease(raced, "web-1", 10_000, once)));
+      expect(results.filter((r) => r.acquired)).toHaveLength(1);
+      expect((await j.getRun(raced))?.fencingToken).toBe(1);
+      for (const bad of [{ reentrant: "no" }, { reentrnt: false }, 5]) {
+        await expect(j.acquireLease(raced, "web-1", 1000, bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(
+          InvalidOptionError,
+        );
+      }
+      expect((await j.getRun(raced))?.fencingToken).toBe(1);
     });
 
     it("writes steps in seq order; refuses gaps, renames, rewrites of completed steps and stale tokens", async () => {

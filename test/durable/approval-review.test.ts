@@ -10,7 +10,8 @@
  * - a rejection without a note sends the model the documented default text;
  * - a raw approval signal with an unknown key or a wrong type is refused (never silently dropped);
  * - a signal or an approval sent to a cancelled or a completed run is a typed error, nothing recorded;
- * - `dumplings approve --note --args` (a real process) does what `approve` does, and exits 2 on bad arguments.
+ * - `dumplings approve --note --args` (a real process) does what `approve` does, and exits 2 on bad arguments;
+ *   so does the web inspector's form (400 on bad arguments).
  */
 import { randomUUID } from "node:crypto";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
@@ -24,6 +25,7 @@ import type { Journal } from "../../src/durable/journal.js";
 import { cancel, runDurable } from "../../src/durable/run.js";
 import { approvalSignalName, approve, reject, signal } from "../../src/durable/signals.js";
 import { type ModelServer, type RecordedRequest, startModelServer } from "../../src/testing/model-server.js";
+import { startUi } from "../../src/ui/server.js";
 import { runCli } from "../fixtures/durable/cli-run.js";
 import { journalStores, type OpenedStore } from "../fixtures/durable/stores.js";
 
@@ -314,5 +316,62 @@ describe("dumplings approve --note --args (SQLite, a real process)", () => {
       approved: false,
       note: "not this customer",
     });
+  });
+});
+
+describe("the web inspector's approval form (SQLite)", () => {
+  const sqlite = stores.find((s) => s.name === "sqlite") as (typeof stores)[number];
+
+  it("shows the arguments to correct for a tool of editableArgs; records note and args; 400 on bad arguments", async () => {
+    const o = sqlite.open();
+    opened.push(o);
+    const { journal } = o;
+    const calls: unknown[] = [];
+    const runId = await paused(journal, makeAgent(calls, true), "ui");
+    const ui = await startUi(
+      {
+        sessions: { label: "none", missing: "not given" },
+        workflows: { label: "none", missing: "not given" },
+        journal: { value: journal, label: `sqlite:${o.env.TARGET}` },
+        by: "tester@test",
+      },
+      { port: 0 },
+    );
+    try {
+      const first = await fetch(ui.url, { redirect: "manual" });
+      const cookie = (first.headers.get("set-cookie") ?? "").split(";")[0] as string;
+      const post = (form: Record<string, string>) =>
+        fetch(`${ui.origin}/runs/${runId}/approve`, {
+          method: "POST",
+          headers: { cookie, origin: ui.origin, "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams(form).toString(),
+          redirect: "manual",
+        });
+      const page = await (await fetch(`${ui.origin}/runs/${runId}`, { headers: { cookie } })).text();
+      expect(page).toContain('name="args"');
+      expect(page).toContain('name="note"');
+
+      const shown = JSON.stringify({ amount: 500, currency: "EUR" });
+      const bad = await post({ toolCallId: "call_9", args: '{"amount":0,"currency":"EUR"}', argsShown: shown });
+      expect(bad.status).toBe(400);
+      expect(await journal.listSignals(runId)).toEqual([]);
+
+      const ok = await post({
+        toolCallId: "call_9",
+        note: "capped",
+        args: '{"amount":40,"currency":"EUR"}',
+        argsShown: shown,
+      });
+      expect(ok.status).toBe(303);
+      expect((await journal.getSignal(runId, approvalSignalName("call_9")))?.value).toEqual({
+        approved: true,
+        note: "capped",
+        args: { amount: 40, currency: "EUR" },
+      });
+    } finally {
+      await ui.close();
+    }
+    await runDurable(runId, makeAgent(calls, true).workflow(), { journal });
+    expect(calls).toEqual([{ amount: 40, currency: "EUR" }]);
   });
 });

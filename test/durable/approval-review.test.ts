@@ -322,7 +322,7 @@ describe("dumplings approve --note --args (SQLite, a real process)", () => {
 describe("the web inspector's approval form (SQLite)", () => {
   const sqlite = stores.find((s) => s.name === "sqlite") as (typeof stores)[number];
 
-  it("shows the arguments to correct for a tool of editableArgs; records note and args; 400 on bad arguments", async () => {
+  it("shows the arguments to correct for a tool of editableArgs; records note and args; 400 on bad arguments; unchanged arguments are no correction", async () => {
     const o = sqlite.open();
     opened.push(o);
     const { journal } = o;
@@ -368,6 +368,16 @@ describe("the web inspector's approval form (SQLite)", () => {
         note: "capped",
         args: { amount: 40, currency: "EUR" },
       });
+      // the field left as shown (the model's own arguments) is no correction: nothing but the approval is recorded
+      const other = await paused(journal, makeAgent(calls, true), "ui");
+      const same = await fetch(`${ui.origin}/runs/${other}/approve`, {
+        method: "POST",
+        headers: { cookie, origin: ui.origin, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ toolCallId: "call_9", args: shown, argsShown: shown }).toString(),
+        redirect: "manual",
+      });
+      expect(same.status).toBe(303);
+      expect((await journal.getSignal(other, approvalSignalName("call_9")))?.value).toEqual({ approved: true });
     } finally {
       await ui.close();
     }

@@ -4,7 +4,7 @@
  * - `dumplings runs [RUN_ID]` — list runs with their status and what they
  *   wait for (a pending approval with its tool, arguments and the command that
  *   releases it; a recorded decision as "pending resume"), or print one run's journal;
- * - `dumplings approve RUN_ID TOOL_CALL_ID` / `dumplings reject RUN_ID TOOL_CALL_ID --reason …`
+ * - `dumplings approve RUN_ID TOOL_CALL_ID [--note …] [--args JSON]` / `dumplings reject RUN_ID TOOL_CALL_ID --note …`
  *   — decide a tool call a durable agent waits on (a call it does not wait on is refused);
  * - `dumplings signal RUN_ID NAME [JSON]` — send any signal;
  * - `dumplings cancel RUN_ID [--reason …]`, `dumplings reset RUN_ID --to-step N`,
@@ -24,12 +24,13 @@
  * @module
  */
 import { hostname, userInfo } from "node:os";
-import { Command } from "commander";
+import { Command, Option } from "commander";
 import { DumplingsError, FormatError } from "../core/errors.js";
-import type { JsonValue } from "../core/json.js";
+import type { JsonObject, JsonValue } from "../core/json.js";
 import {
   type ApprovalView,
-  assertAwaitsApproval,
+  DEFAULT_REJECTION,
+  decisionValue,
   describeCall,
   pendingApprovals,
   previewJson,
@@ -331,6 +332,8 @@ export function operatorName(): string {
  * @returns the signal result
  * @throws {SignalConflictError} when the signal was already sent ({@link ApprovalConflictError}, saying which
  *   decision was first, for an approval)
+ * @throws {RunStateError} when the run has ended (completed, failed, cancelled); nothing was recorded
+ * @throws {InvalidOptionError} when an approval's value is not `{ approved, note?, args? }` (see `signal`)
  * @throws {RunNotFoundError}
  */
 export async function sendDecision(
@@ -340,13 +343,7 @@ export async function sendDecision(
   value: JsonValue,
   queue?: string,
 ): Promise<SignalResult> {
-  // A finished run will never wait again: a decision sent to it would be recorded and never taken.
-  const run = await journal.getRun(runId);
-  if (run && (run.status === "completed" || run.status === "failed" || run.status === "cancelled")) {
-    throw new UsageError(
-      `run ${JSON.stringify(runId)} is ${run.status}; it waits for nothing, so ${name} was not recorded`,
-    );
-  }
+  // A finished run will never wait again: the journal refuses a signal to it (RunStateError), atomically.
   try {
     if (!queue) return await signal(runId, name, value, { journal });
     const { DurableQueue } = await import("../durable/worker.js");
@@ -426,7 +423,7 @@ export function runsCommand(): Command {
 }
 
 function decisionCommand(name: "approve" | "reject"): Command {
-  return withJournalOptions(new Command(name))
+  const command = withJournalOptions(new Command(name))
     .description(
       name === "approve"
         ? "approve a tool call a durable agent waits on (the tool runs when the run resumes)"
@@ -434,25 +431,66 @@ function decisionCommand(name: "approve" | "reject"): Command {
     )
     .argument("<runId>", "the waiting run")
     .argument("<toolCallId>", "the tool call (see `dumplings runs`)")
-    .option("--reason <text>", name === "approve" ? "note recorded with the approval" : "why (sent to the model)")
+    .option(
+      "--note <text>",
+      name === "approve"
+        ? "what the reviewer says (the model receives it with the tool's result)"
+        : `why (the model receives it; default "${DEFAULT_REJECTION}")`,
+    )
+    .addOption(new Option("--reason <text>", "the old name of --note").hideHelp());
+  if (name === "approve") {
+    command.option(
+      "--args <json>",
+      "corrected arguments (a JSON object; the tool runs with them; only for a tool of DurableAgent editableArgs)",
+    );
+  }
+  return command
     .option("--queue <name>", "BullMQ queue to put the released run back on (Redis at $REDIS_URL)")
     .option("--json", "print JSON")
-    .action(async (runId: string, toolCallId: string, options: JournalCliOptions & { reason?: string }) => {
-      const journal = await openJournal(options, { mustExist: true });
-      try {
-        await assertAwaitsApproval(journal, runId, toolCallId, name);
-        const value =
-          name === "approve"
-            ? { approved: true, ...(options.reason ? { reason: options.reason } : {}) }
-            : { approved: false, reason: options.reason ?? "rejected by a human reviewer" };
-        const signalName = approvalSignalName(toolCallId);
-        const result = await sendDecision(journal, runId, signalName, value, options.queue);
-        if (options.json) printJson({ runId, signal: signalName, value, wakes: result.wakes });
-        else process.stdout.write(`${resultLine(runId, signalName, result, !!options.queue)}\n`);
-      } finally {
-        await journal.close();
-      }
-    });
+    .action(
+      async (
+        runId: string,
+        toolCallId: string,
+        options: JournalCliOptions & { note?: string; reason?: string; args?: string },
+      ) => {
+        const args = options.args === undefined ? undefined : parseArgs(options.args);
+        const journal = await openJournal(options, { mustExist: true });
+        try {
+          const value = await decisionValue(
+            journal,
+            runId,
+            toolCallId,
+            {
+              approved: name === "approve",
+              ...(options.note !== undefined ? { note: options.note } : {}),
+              ...(options.reason !== undefined ? { reason: options.reason } : {}),
+              ...(args !== undefined ? { args } : {}),
+            },
+            `dumplings ${name}`,
+          );
+          const signalName = approvalSignalName(toolCallId);
+          const result = await sendDecision(journal, runId, signalName, value, options.queue);
+          if (options.json) printJson({ runId, signal: signalName, value, wakes: result.wakes });
+          else process.stdout.write(`${resultLine(runId, signalName, result, !!options.queue)}\n`);
+        } finally {
+          await journal.close();
+        }
+      },
+    );
+}
+
+/** `--args JSON`: a JSON object, else a usage error naming what was given. */
+function parseArgs(text: string): JsonObject {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (cause) {
+    throw new DumplingsError("USAGE", `--args is not JSON: ${text}`, { cause });
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new UsageError(`--args must be a JSON object of the tool's arguments, e.g. '{"amount":40}', got ${text}`);
+  }
+  return value as JsonObject;
 }
 
 /**
@@ -466,8 +504,8 @@ function decisionCommand(name: "approve" | "reject"): Command {
 export function renderApproval(runId: string, a: ApprovalView): string {
   const lines = [
     a.decision
-      ? `${a.decision.approved ? "approved" : "rejected"} tool call ${a.toolCallId}${a.decision.reason ? ` (${a.decision.reason})` : ""}; pending resume: the run takes the decision when its worker, runDurable or --queue resumes it`
-      : `pending approval of tool call ${a.toolCallId}: dumplings approve ${runId} ${a.toolCallId}  |  dumplings reject ${runId} ${a.toolCallId} --reason …`,
+      ? `${a.decision.approved ? "approved" : "rejected"} tool call ${a.toolCallId}${a.decision.args ? ` with arguments ${previewJson(a.decision.args, 80)}` : ""}${a.decision.note ? ` (${a.decision.note})` : ""}; pending resume: the run takes the decision when its worker, runDurable or --queue resumes it`
+      : `pending approval of tool call ${a.toolCallId}: dumplings approve ${runId} ${a.toolCallId} [--note …]${a.editableArgs ? " [--args JSON]" : ""}  |  dumplings reject ${runId} ${a.toolCallId} --note …`,
   ];
   if (a.toolName === undefined) lines.push("  tool: (not found in the journal)");
   else {
@@ -480,12 +518,12 @@ export function renderApproval(runId: string, a: ApprovalView): string {
   return lines.join("\n");
 }
 
-/** `dumplings approve RUN_ID TOOL_CALL_ID [--reason …] [--queue NAME]`. @returns the commander command */
+/** `dumplings approve RUN_ID TOOL_CALL_ID [--note …] [--args JSON] [--queue NAME]`. @returns the commander command */
 export function approveCommand(): Command {
   return decisionCommand("approve");
 }
 
-/** `dumplings reject RUN_ID TOOL_CALL_ID --reason … [--queue NAME]`. @returns the commander command */
+/** `dumplings reject RUN_ID TOOL_CALL_ID [--note …] [--queue NAME]`. @returns the commander command */
 export function rejectCommand(): Command {
   return decisionCommand("reject");
 }

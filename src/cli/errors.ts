@@ -264,6 +264,7 @@ const byCode = new Map<string, ExitCodeValue>([
   ["INVALID_CONFIG", ExitCode.usage],
   ["RUN_STATE", ExitCode.usage],
   ["APPROVAL_NOT_PENDING", ExitCode.usage],
+  ["INVALID_OPTION", ExitCode.usage],
   ["STATE_NOT_FOUND", ExitCode.notFound],
   ["INPUT_NOT_FOUND", ExitCode.notFound],
   ["FORMAT_ERROR", ExitCode.format],

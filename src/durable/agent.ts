@@ -58,14 +58,14 @@ import {
 import { INTERRUPTED_RESULT, type RepairAction, repairHistory } from "../agent/repair.js";
 import { toWellFormedDeep } from "../agent/well-formed.js";
 import { DumplingsError, InvalidOptionError } from "../core/errors.js";
-import { assertJson, type JsonValue } from "../core/json.js";
+import { assertJson, type JsonObject, type JsonValue } from "../core/json.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { toToolSchema } from "../core/tool-schema.js";
-import { currentRun, currentStep, type RetryPolicy, step, waitForSignal } from "./context.js";
+import { schemaProblem, toToolSchema } from "../core/tool-schema.js";
+import { type ApprovalWait, approvalSignalName, DEFAULT_REJECTION, readDecision } from "./approvals.js";
+import { currentRun, currentStep, type RetryPolicy, step, waitForSignalWith } from "./context.js";
 import { StepFailedError } from "./errors.js";
 import type { WorkflowFn } from "./run.js";
-import { type ApprovalDecision, approvalSignalName } from "./signals.js";
 
 /** The keys of {@link DurableAgentOptions}: any other is an `InvalidOptionError`. */
 /** The keys of `durableTool`'s options. */
@@ -93,6 +93,7 @@ const AGENT_OPTIONS = optionKeys<DurableAgentOptions>({
   prepareStep: true,
   maxParallelTools: true,
   toolsContext: true,
+  editableArgs: true,
 });
 
 /** Options of {@link DurableAgent}. */
@@ -163,6 +164,15 @@ export interface DurableAgentOptions {
    * recorded: keep it the same across replays. AI SDK 6 tools ignore it.
    */
   toolsContext?: Record<string, unknown>;
+  /**
+   * Names of `needsApproval` tools whose arguments a reviewer may correct when approving a call
+   * (`approve(runId, toolCallId, { args })`, `dumplings approve --args JSON`, the web inspector). The
+   * tool then runs with the corrected arguments, and the model is told so with its result. The wait of
+   * such a call records the tool's JSON Schema, so corrected arguments are checked (in any process)
+   * before they are recorded; the tool's own schema checks them again when the run resumes. Other
+   * tools' approvals refuse `args`. @default []
+   */
+  editableArgs?: string[];
 }
 
 /** Input of {@link DurableAgent.workflow}: the conversation so far. */
@@ -185,8 +195,13 @@ type ToolCallPart = { type: "tool-call"; toolCallId: string; toolName: string; i
 type ToolResultOutput = ToolResultPart["output"];
 /** What a tool's `execute` receives besides its input (AI SDK 6 and 7: 7 adds `context`). */
 type ToolCallOptions = Parameters<NonNullable<Tool["execute"]>>[1];
-/** A tool call's outcome: what the model sees, and the tool's recorded value when it ran. */
-type ToolRun = { output: ToolResultOutput; value?: JsonValue };
+/** A tool call's outcome: what the model sees, the tool's recorded value when it ran, and the arguments it ran with. */
+type ToolRun = { output: ToolResultOutput; value?: JsonValue; input?: unknown };
+/**
+ * Whether a call may run: `refused` (what the model receives instead), or the arguments it runs with (the
+ * reviewer's corrected ones, or the model's) and the reviewer's words to add to its result.
+ */
+type Admission = { refused: ToolResultOutput } | { input: unknown; review?: string };
 
 /** The AI SDK's `ProviderOptions` (JSON by provider name), as `streamText` takes them. */
 type ProviderOptions = NonNullable<Parameters<typeof streamText>[0]["providerOptions"]>;
@@ -413,6 +428,7 @@ export class DurableAgent {
     if (options.name !== undefined && (typeof options.name !== "string" || options.name.length === 0)) {
       throw new InvalidOptionError("DurableAgent", "name", 'must be a non-empty string, e.g. "support-agent"');
     }
+    checkEditableArgs(options);
     this.options = options;
   }
 
@@ -566,26 +582,57 @@ export class DurableAgent {
   }
 
   /**
-   * Whether the call may run: `undefined` when it may, else the output the model
-   * receives instead (unknown tool, or a human's rejection). Waits for approval.
+   * Whether the call may run, and with which arguments (see {@link Admission}): an unknown tool, or a
+   * human's rejection, is refused. Waits for approval; an approval's note and corrected arguments (for a
+   * tool of `editableArgs`, checked against its schema) come back with the admission.
    */
-  private async admit(call: ToolCallPart, sent: ModelMessage[]): Promise<ToolResultOutput | undefined> {
+  private async admit(call: ToolCallPart, sent: ModelMessage[]): Promise<Admission> {
     const t = this.options.tools?.[call.toolName];
-    if (!t?.execute) return { type: "error-text", value: `unknown tool "${call.toolName}"` };
-    if (await this.needsApproval(t, call, sent)) {
-      const decision = await waitForSignal<ApprovalDecision>(approvalSignalName(call.toolCallId));
-      if (!decision?.approved) {
-        return { type: "execution-denied", reason: decision?.reason ?? "rejected by a human reviewer" };
-      }
+    if (!t?.execute) return { refused: { type: "error-text", value: `unknown tool "${call.toolName}"` } };
+    if (!(await this.needsApproval(t, call, sent))) return { input: call.input };
+    const editable = this.options.editableArgs?.includes(call.toolName) === true;
+    const wait: Omit<ApprovalWait, "signal"> | undefined = editable
+      ? { argsSchema: JSON.parse(JSON.stringify(await toToolSchema(t.inputSchema).jsonSchema)) as JsonObject }
+      : undefined;
+    const decision = readDecision(await waitForSignalWith<JsonValue>(approvalSignalName(call.toolCallId), wait));
+    if (!decision.approved)
+      return { refused: { type: "execution-denied", reason: decision.note || DEFAULT_REJECTION } };
+    const review = reviewLine(decision);
+    if (decision.args === undefined) return { input: call.input, ...(review ? { review } : {}) };
+    // checked when sent; checked again here against the tool's own schema (refinements a JSON Schema cannot say)
+    const problem = editable
+      ? await argsProblem(t, decision.args)
+      : `tool "${call.toolName}" does not take corrected arguments (DurableAgent editableArgs)`;
+    if (problem !== undefined) {
+      return {
+        refused: {
+          type: "error-text",
+          value: `The tool did not run: a human reviewer approved this call with corrected arguments ${JSON.stringify(decision.args)}, which were refused: ${problem}.${decision.note ? ` Reviewer's note: ${decision.note}` : ""}`,
+        },
+      };
     }
-    return undefined;
+    return { input: decision.args, ...(review ? { review } : {}) };
   }
 
   /**
-   * Runs an admitted call as the step `tool:<name>` (input `{ toolCallId, input }`).
+   * Runs an admitted call as the step `tool:<name>` (input `{ toolCallId, input }`, the arguments it runs
+   * with); the reviewer's words, if any, are added to what the model receives.
    * Call synchronously in call order: `step()` takes its seq before its first `await`.
    */
-  private async runTool(call: ToolCallPart, sent: ModelMessage[]): Promise<ToolRun> {
+  private async runTool(
+    call: ToolCallPart,
+    sent: ModelMessage[],
+    admitted: { input: unknown; review?: string },
+  ): Promise<ToolRun> {
+    const ran = await this.execute(call, admitted.input, sent);
+    return {
+      ...ran,
+      input: admitted.input,
+      ...(admitted.review ? { output: withReview(ran.output, admitted.review) } : {}),
+    };
+  }
+
+  private async execute(call: ToolCallPart, input: unknown, sent: ModelMessage[]): Promise<ToolRun> {
     const t = this.options.tools?.[call.toolName] as Tool;
     const execute = t.execute as NonNullable<Tool["execute"]>;
     let value: JsonValue;
@@ -594,11 +641,11 @@ export class DurableAgent {
         `tool:${call.toolName}`,
         async () => {
           const info = currentStep();
-          const out = await finalValue(execute(call.input as never, this.toolCallOptions(call, sent, info?.signal)));
+          const out = await finalValue(execute(input as never, this.toolCallOptions(call, sent, info?.signal)));
           return out === undefined ? null : (out as JsonValue);
         },
         {
-          input: { toolCallId: call.toolCallId, input: call.input as JsonValue },
+          input: { toolCallId: call.toolCallId, input: input as JsonValue },
           retry: this.options.toolRetry ?? { maxAttempts: 1 },
         },
       );
@@ -609,7 +656,7 @@ export class DurableAgent {
     }
     if (t.toModelOutput) {
       // a pure function of the recorded result: applied again on replay
-      const output = await t.toModelOutput({ toolCallId: call.toolCallId, input: call.input, output: value });
+      const output = await t.toModelOutput({ toolCallId: call.toolCallId, input, output: value });
       return { output, value };
     }
     // as the AI SDK does: a string result is sent as text, anything else as JSON
@@ -622,9 +669,14 @@ export class DurableAgent {
    */
   private async runTools(calls: ToolCallPart[], sent: ModelMessage[]): Promise<ToolRun[]> {
     const results: (ToolRun | undefined)[] = [];
-    for (const call of calls) {
-      const refused = await this.admit(call, sent);
-      results.push(refused ? { output: refused } : undefined);
+    const admitted: { input: unknown; review?: string }[] = [];
+    for (const [i, call] of calls.entries()) {
+      const admission = await this.admit(call, sent);
+      if ("refused" in admission) results.push({ output: admission.refused });
+      else {
+        results.push(undefined);
+        admitted[i] = admission;
+      }
     }
     const limit = Math.max(1, Math.floor(this.options.maxParallelTools ?? 4));
     const pending = calls.map((_, i) => i).filter((i) => results[i] === undefined);
@@ -634,7 +686,7 @@ export class DurableAgent {
       while (next < pending.length) {
         const i = pending[next++] as number;
         try {
-          results[i] = await this.runTool(calls[i] as ToolCallPart, sent);
+          results[i] = await this.runTool(calls[i] as ToolCallPart, sent, admitted[i] as { input: unknown });
         } catch (error) {
           failures.push(error);
           next = pending.length; // start nothing more; let the running calls finish
@@ -735,6 +787,71 @@ export class DurableAgent {
   }
 }
 
+/**
+ * Refuses an `editableArgs` option that is not a list of the names of `needsApproval` tools.
+ * @throws {InvalidOptionError} (`option: "editableArgs"`)
+ */
+function checkEditableArgs(options: DurableAgentOptions): void {
+  const names = options.editableArgs as unknown;
+  if (names === undefined) return;
+  if (!Array.isArray(names) || names.some((n) => typeof n !== "string")) {
+    throw new InvalidOptionError("DurableAgent", "editableArgs", 'must be a list of tool names, e.g. ["refund"]');
+  }
+  for (const name of names as string[]) {
+    const t = options.tools?.[name];
+    if (!t) {
+      throw new InvalidOptionError(
+        "DurableAgent",
+        "editableArgs",
+        `names no tool: ${JSON.stringify(name)} is not in tools`,
+      );
+    }
+    if (t.needsApproval === undefined || t.needsApproval === false) {
+      throw new InvalidOptionError(
+        "DurableAgent",
+        "editableArgs",
+        `tool ${JSON.stringify(name)} has no needsApproval, so no reviewer ever sees its arguments: tool({ ...def, needsApproval: true })`,
+      );
+    }
+  }
+}
+
+/** Why the tool's own schema refuses corrected arguments, or undefined when it takes them (or cannot check). */
+async function argsProblem(t: Tool, args: JsonObject): Promise<string | undefined> {
+  const schema = toToolSchema(t.inputSchema);
+  if (!schema.validate) return undefined;
+  const result = await schema.validate(args);
+  return result.success ? undefined : schemaProblem(result.error);
+}
+
+/** What the model is told of an approval's note and corrected arguments; undefined when there are neither. */
+function reviewLine(d: { note?: string; args?: JsonObject }): string | undefined {
+  if (!d.note && d.args === undefined) return undefined;
+  const args = d.args === undefined ? "" : ` with corrected arguments ${JSON.stringify(d.args)}`;
+  return `Approved by a human reviewer${args}.${d.note ? ` Reviewer's note: ${d.note}` : ""}`;
+}
+
+/**
+ * A tool result with the reviewer's words added: a last paragraph of a text, `{ result, review }` for JSON, a
+ * last text part of content, a sentence of a denial's reason.
+ */
+function withReview(output: ToolResultOutput, review: string): ToolResultOutput {
+  switch (output.type) {
+    case "text":
+    case "error-text":
+      return { ...output, value: `${output.value}\n\n${review}` };
+    case "json":
+    case "error-json":
+      return { ...output, value: { result: output.value, review } };
+    case "content":
+      return { ...output, value: [...output.value, { type: "text", text: review }] };
+    case "execution-denied":
+      return { ...output, reason: output.reason ? `${output.reason}\n\n${review}` : review };
+    default:
+      return output;
+  }
+}
+
 /** The program name of a {@link DurableAgent}'s runs when its options give none. */
 const DEFAULT_AGENT_NAME = "durable-agent";
 
@@ -771,7 +888,7 @@ function roundResult(
             type: "tool-result",
             toolCallId: c.toolCallId,
             toolName: c.toolName,
-            input: c.input,
+            input: ran[i]?.input ?? c.input,
             output: ran[i]?.value,
           },
         ],

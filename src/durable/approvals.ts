@@ -8,9 +8,214 @@
  *
  * @module
  */
-import type { JsonValue } from "../core/json.js";
+import { z } from "zod";
+import { InvalidOptionError } from "../core/errors.js";
+import type { JsonObject, JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { ApprovalConflictError, ApprovalNotPendingError, RunNotFoundError, SignalConflictError } from "./errors.js";
 import type { Journal, RunRecord, SignalRecord, StepRecord } from "./journal.js";
+
+/**
+ * What the model receives when a tool call is rejected without a note: the `reason` of its
+ * `execution-denied` tool result (OpenAI-compatible providers send it as the tool message's text).
+ */
+export const DEFAULT_REJECTION = "rejected by a human reviewer";
+
+/**
+ * The value of an approval signal (`approval:<toolCallId>`), as `approve`/`reject`, `dumplings
+ * approve|reject`, the web inspector and a raw `signal` record it.
+ */
+export interface ApprovalDecision {
+  approved: boolean;
+  /**
+   * What the reviewer said. On a rejection the model receives it as the refusal's reason (without one:
+   * {@link DEFAULT_REJECTION}); on an approval it is added to the tool's result the model receives.
+   */
+  note?: string;
+  /**
+   * Corrected arguments of the call (approvals only): the tool runs with them instead of the model's.
+   * Only for a tool listed in `DurableAgent({ editableArgs })`, checked against its schema when sent.
+   */
+  args?: JsonObject;
+  /** @deprecated the name `note` had before 0.2 (read as `note`; give one of the two). */
+  reason?: string;
+}
+
+/** The keys an approval signal's value may hold: any other is refused, never dropped. */
+const DECISION_KEYS = optionKeys<ApprovalDecision>({ approved: true, note: true, args: true, reason: true });
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/**
+ * Checks the value of an approval signal before anything is recorded: an object `{ approved, note?,
+ * args? }` (`reason` the deprecated name of `note`); an unknown key, a wrong type, both `note` and
+ * `reason`, or `args` on a rejection is refused.
+ *
+ * @param component - who checks, for the message (`signal`, `approve`, `dumplings approve`…)
+ * @param value - the value as given
+ * @returns the value, typed
+ * @throws {InvalidOptionError} (`option` names the key at fault, `value` for the whole value)
+ */
+export function checkDecision(component: string, value: unknown): ApprovalDecision {
+  const shape = "an approval signal's value is { approved: boolean, note?: string, args?: { …corrected arguments } }";
+  if (!isObject(value)) {
+    throw new InvalidOptionError(
+      component,
+      "value",
+      `${shape}, got ${value === null ? "null" : Array.isArray(value) ? "an array" : typeof value}`,
+    );
+  }
+  checkOptions(component, value, DECISION_KEYS);
+  if (typeof value.approved !== "boolean") {
+    throw new InvalidOptionError(
+      component,
+      "approved",
+      `must be true or false, got ${JSON.stringify(value.approved) ?? "undefined"}; ${shape}`,
+    );
+  }
+  for (const key of ["note", "reason"] as const) {
+    if (value[key] !== undefined && typeof value[key] !== "string") {
+      throw new InvalidOptionError(component, key, `must be a string, got ${typeof value[key]}`);
+    }
+  }
+  if (value.note !== undefined && value.reason !== undefined) {
+    throw new InvalidOptionError(component, "reason", "give note or reason (its old name), not both");
+  }
+  if (value.args !== undefined) {
+    if (!isObject(value.args)) {
+      throw new InvalidOptionError(
+        component,
+        "args",
+        `must be an object of the tool's arguments, got ${Array.isArray(value.args) ? "an array" : value.args === null ? "null" : typeof value.args}`,
+      );
+    }
+    if (value.approved !== true) {
+      throw new InvalidOptionError(
+        component,
+        "args",
+        "corrected arguments go with an approval (approved: true), not a rejection",
+      );
+    }
+  }
+  return value as unknown as ApprovalDecision;
+}
+
+/**
+ * A recorded approval decision as the agent and the views read it: `note` (or the old `reason`), and
+ * `args` when they are an object. Never throws: a value recorded by an older release reads as it did.
+ *
+ * @param value - the signal's value
+ * @returns `{ approved, note?, args? }`
+ */
+export function readDecision(value: JsonValue | undefined): { approved: boolean; note?: string; args?: JsonObject } {
+  const v = isObject(value) ? value : {};
+  const note = typeof v.note === "string" ? v.note : typeof v.reason === "string" ? v.reason : undefined;
+  return {
+    approved: v.approved === true,
+    ...(note !== undefined ? { note } : {}),
+    ...(isObject(v.args) ? { args: v.args as JsonObject } : {}),
+  };
+}
+
+/**
+ * What the wait of an approval records beside the signal's name when the tool takes corrected
+ * arguments: `argsSchema`, the JSON Schema of the tool's input (as the model was sent it), so that
+ * `approve` in any process can check corrected arguments before anything is recorded.
+ */
+export interface ApprovalWait {
+  signal: string;
+  argsSchema?: JsonObject;
+}
+
+/** The JSON Schema the run's wait on `approval:<toolCallId>` recorded, or undefined (the tool takes no corrected arguments). */
+function argsSchemaOf(steps: readonly StepRecord[], toolCallId: string): JsonObject | undefined {
+  const name = `signal:${approvalSignalName(toolCallId)}`;
+  for (let i = steps.length - 1; i >= 0; i--) {
+    const s = steps[i] as StepRecord;
+    if (s.name !== name) continue;
+    const out = s.output as Partial<ApprovalWait> | undefined;
+    return s.status === "waiting" && isObject(out) && isObject(out.argsSchema) ? out.argsSchema : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * Checks corrected arguments for the call a run waits on: the tool must take them (`DurableAgent({
+ * editableArgs })`, recorded with the wait) and they must match the tool's JSON Schema, recorded with it.
+ *
+ * @param journal - the run's journal
+ * @param runId - the run (waiting on `approval:<toolCallId>`: check that first)
+ * @param toolCallId - the call
+ * @param args - the corrected arguments
+ * @param component - who checks, for the message
+ * @throws {InvalidOptionError} (`option: "args"`) when the tool takes no corrected arguments, or they do not
+ *   match its schema (each problem as `path: message`); nothing was recorded
+ */
+export async function checkCorrectedArgs(
+  journal: Journal,
+  runId: string,
+  toolCallId: string,
+  args: JsonObject,
+  component: string,
+): Promise<void> {
+  const steps = await journal.readSteps(runId, { namePrefix: `signal:${approvalSignalName(toolCallId)}` });
+  const schema = argsSchemaOf(steps, toolCallId);
+  if (schema === undefined) {
+    const tool = findToolCall(await journal.readSteps(runId), toolCallId).toolName;
+    throw new InvalidOptionError(
+      component,
+      "args",
+      `the tool${tool ? ` "${tool}"` : ""} of call ${JSON.stringify(toolCallId)} does not take corrected arguments (list it in new DurableAgent({ editableArgs: [${JSON.stringify(tool ?? "tool")}] })); approve it as it is, or reject it with a note; nothing was recorded`,
+    );
+  }
+  let validator: z.ZodType | undefined;
+  try {
+    validator = z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
+  } catch {
+    // a schema zod cannot read: the agent checks the arguments against the tool's own schema when the run resumes
+    return;
+  }
+  const result = validator.safeParse(args);
+  if (!result.success) {
+    const problems = result.error.issues.map((i) => `${i.path.map(String).join(".") || "(root)"}: ${i.message}`);
+    throw new InvalidOptionError(
+      component,
+      "args",
+      `do not match the schema of the tool's input: ${problems.join("; ")}; nothing was recorded`,
+    );
+  }
+}
+
+/**
+ * The value a decision records, after every check `approve`/`reject`, `dumplings approve|reject` and the web
+ * inspector share: the run waits on the call ({@link assertAwaitsApproval}), the note is a string, and
+ * corrected arguments are taken by the tool and match its schema ({@link checkCorrectedArgs}).
+ *
+ * @param journal - the run's journal
+ * @param runId - the run
+ * @param toolCallId - the decided call
+ * @param decision - `{ approved, note?, args? }` (`reason`: the old name of `note`)
+ * @param component - who decides, for the messages (`approve`, `reject`, `dumplings approve`…)
+ * @returns the JSON value to send as the signal `approval:<toolCallId>` (only what was given: no default note)
+ * @throws {InvalidOptionError} @throws {ApprovalNotPendingError} @throws {ApprovalConflictError} @throws {RunNotFoundError}
+ */
+export async function decisionValue(
+  journal: Journal,
+  runId: string,
+  toolCallId: string,
+  decision: ApprovalDecision,
+  component: string,
+): Promise<JsonObject> {
+  const checked = checkDecision(component, decision);
+  await assertAwaitsApproval(journal, runId, toolCallId, checked.approved ? "approve" : "reject");
+  if (checked.args !== undefined) await checkCorrectedArgs(journal, runId, toolCallId, checked.args, component);
+  const note = checked.note ?? checked.reason;
+  return {
+    approved: checked.approved,
+    ...(note !== undefined && note !== "" ? { note } : {}),
+    ...(checked.args !== undefined ? { args: checked.args } : {}),
+  };
+}
 
 /** Signal name of the approval of a tool call: `approval:<toolCallId>`. */
 export function approvalSignalName(toolCallId: string): string {
@@ -33,11 +238,8 @@ const APPROVAL_PREFIX = "approval:";
 export async function rethrowDecision(journal: Journal, runId: string, name: string, error: unknown): Promise<never> {
   if (!(error instanceof SignalConflictError) || !name.startsWith(APPROVAL_PREFIX)) throw error;
   const first = await journal.getSignal(runId, name).catch(() => undefined);
-  const v = first?.value as { approved?: unknown; reason?: unknown } | null | undefined;
-  const decision =
-    v !== null && typeof v === "object" && typeof v.approved === "boolean"
-      ? { approved: v.approved, ...(typeof v.reason === "string" ? { reason: v.reason } : {}) }
-      : undefined;
+  const v = first?.value;
+  const decision = isObject(v) && typeof v.approved === "boolean" ? decisionView(v) : undefined;
   throw new ApprovalConflictError(runId, name, name.slice(APPROVAL_PREFIX.length), decision, first?.sentAt);
 }
 
@@ -49,7 +251,27 @@ export interface ApprovalView {
   /** The arguments of the call, as the model sent them. */
   input?: JsonValue;
   /** The decision, once `dumplings approve/reject` recorded it and before the run resumed. */
-  decision?: { approved: boolean; reason?: string };
+  decision?: DecisionView;
+  /** True when the tool takes corrected arguments (`approve(…, { args })`, `dumplings approve --args`). */
+  editableArgs?: true;
+}
+
+/**
+ * A recorded decision as the views and {@link ApprovalConflictError} show it: `note` (and the same text
+ * as the deprecated `reason`) and the corrected `args`, when given.
+ */
+export interface DecisionView {
+  approved: boolean;
+  note?: string;
+  args?: JsonObject;
+  /** @deprecated the same text as `note` (its name before 0.2) */
+  reason?: string;
+}
+
+/** A recorded decision as {@link DecisionView}. */
+function decisionView(value: JsonValue | undefined): DecisionView {
+  const d = readDecision(value);
+  return { ...d, ...(d.note !== undefined ? { reason: d.note } : {}) };
 }
 
 /**
@@ -70,14 +292,9 @@ export function pendingApprovals(
   if (run.status !== "waiting" || !run.waitingFor?.startsWith("approval:")) return [];
   const toolCallId = run.waitingFor.slice("approval:".length);
   const view: ApprovalView = { toolCallId, ...findToolCall(steps, toolCallId) };
+  if (argsSchemaOf(steps, toolCallId) !== undefined) view.editableArgs = true;
   const sent = signals.find((x) => x.name === run.waitingFor);
-  if (sent) {
-    const v = sent.value as { approved?: unknown; reason?: unknown } | null;
-    view.decision = {
-      approved: v?.approved === true,
-      ...(typeof v?.reason === "string" ? { reason: v.reason } : {}),
-    };
-  }
+  if (sent) view.decision = decisionView(sent.value);
   return [view];
 }
 

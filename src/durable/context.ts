@@ -22,7 +22,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { z } from "zod";
 import { DumplingsError, NonJsonValueError } from "../core/errors.js";
-import { assertJson, type JsonValue } from "../core/json.js";
+import { assertJson, type JsonObject, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 
 import {
@@ -586,6 +586,20 @@ export const signalStepName = (name: string) => `signal:${name}`;
  * const decision = await waitForSignal("manager-approval");
  */
 export async function waitForSignal<T = JsonValue>(name: string): Promise<T> {
+  return waitForSignalWith<T>(name, undefined);
+}
+
+/**
+ * {@link waitForSignal} whose waiting record carries `details` beside the signal's name (`{ signal: name,
+ * ...details }`), for whoever sends the signal to read (an approval's `argsSchema`). Not hashed: a wait
+ * recorded without them replays the same. Internal to the durable layer.
+ *
+ * @param name - signal name
+ * @param details - JSON recorded in the waiting record's output, or undefined
+ * @returns the signal's JSON value
+ * @throws as {@link waitForSignal}
+ */
+export async function waitForSignalWith<T = JsonValue>(name: string, details: JsonObject | undefined): Promise<T> {
   const { ctx } = requireScope("waitForSignal", name);
   const stepName = signalStepName(name);
   const inputHash = hashInput(null);
@@ -602,7 +616,7 @@ export async function waitForSignal<T = JsonValue>(name: string): Promise<T> {
     attempt: 1,
     startedAt: rec?.startedAt ?? Date.now(),
     fencingToken: ctx.fencingToken,
-    output: { signal: name },
+    output: { ...details, signal: name },
   };
   const complete = async (value: JsonValue) => {
     await write(ctx, { ...base, status: "completed", output: value, finishedAt: Date.now() });

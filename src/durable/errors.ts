@@ -5,6 +5,7 @@
  * @module
  */
 import { DumplingsError } from "../core/errors.js";
+import type { JsonObject } from "../core/json.js";
 
 // The lease and replay errors are shared with the workflow runner: one class per concept, in core.
 export { LeaseHeldError, ReplayMismatchError, StaleFencingTokenError } from "../core/errors.js";
@@ -32,22 +33,26 @@ export class SignalConflictError extends DumplingsError {
 export class ApprovalConflictError extends SignalConflictError {
   /** The tool call's id. */
   readonly toolCallId: string;
-  /** The decision taken first (`{ approved, reason? }`), when it could be read. */
-  readonly decision: { approved: boolean; reason?: string } | undefined;
+  /**
+   * The decision taken first (`{ approved, note?, args? }`; `reason`, deprecated, holds the same text as
+   * `note`), when it could be read.
+   */
+  readonly decision: { approved: boolean; note?: string; args?: JsonObject; reason?: string } | undefined;
   /** When the first decision was recorded (epoch ms, store clock), when it could be read. */
   readonly decidedAt: number | undefined;
   constructor(
     runId: string,
     signalName: string,
     toolCallId: string,
-    decision: { approved: boolean; reason?: string } | undefined,
+    decision: { approved: boolean; note?: string; args?: JsonObject; reason?: string } | undefined,
     decidedAt: number | undefined,
   ) {
     super(runId, signalName);
+    const note = decision?.note ?? decision?.reason;
     const what =
       decision === undefined
         ? "already decided"
-        : `already ${decision.approved ? "approved" : "rejected"}${decision.reason ? ` (${JSON.stringify(decision.reason)})` : ""}${decidedAt === undefined ? "" : ` at ${new Date(decidedAt).toISOString()}`}`;
+        : `already ${decision.approved ? "approved" : "rejected"}${decision.args ? ` with corrected arguments ${JSON.stringify(decision.args)}` : ""}${note ? ` (${JSON.stringify(note)})` : ""}${decidedAt === undefined ? "" : ` at ${new Date(decidedAt).toISOString()}`}`;
     this.message = `[dumplings:durable] tool call "${toolCallId}" of run "${runId}" was ${what}; only the first decision is taken, and nothing was recorded`;
     this.toolCallId = toolCallId;
     this.decision = decision;

@@ -71,6 +71,7 @@ import {
   RETRYABLE_RUN_STATUSES,
   retryRefused,
   runFromRow,
+  signalRefused,
   snapshotWrite,
   syncedWrite,
 } from "./journal.js";
@@ -336,6 +337,12 @@ touch(now)
 return {'ok'}`),
   signal: redisScript(`${CLOCK}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end
+local ended = ${luaSet(ENDED_RUN_STATUSES)}
+local status = redis.call('HGET', KEYS[1], 'status')
+if ended[status] then
+  if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return {'conflict'} end
+  return {'ended', status}
+end
 local now = nowms()
 if redis.call('HSETNX', KEYS[2], ARGV[1], fmt(now) .. '\\n' .. ARGV[2]) == 0 then return {'conflict'} end
 redis.call('RPUSH', KEYS[3], stamp(ARGV[3], now))
@@ -790,6 +797,7 @@ export class RedisJournal implements Journal {
     )) as Reply;
     if (r[0] === "notfound") throw new RunNotFoundError(runId);
     if (r[0] === "conflict") throw new SignalConflictError(runId, name);
+    if (r[0] === "ended") throw signalRefused(runId, String(r[1]), name);
     return runFromRow(pairs(r.slice(1)));
   }
 

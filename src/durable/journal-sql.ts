@@ -61,6 +61,7 @@ import {
   type StepQuery,
   type StepRecord,
   signalFromRow,
+  signalRefused,
   snapshotWrite,
   stepFromRow,
   syncedWrite,
@@ -751,6 +752,13 @@ export class SqlJournal implements Journal {
     const text = jsonColumn(value, `signal "${name}" value`) ?? "null";
     return this.change("signal", runId, async (query, row) => {
       const run = requireRun(runId, row);
+      const status = String(run.status) as RunStatus;
+      if (ENDED_RUN_STATUSES.has(status)) {
+        // a second signal is a conflict whatever the status; a new one to an ended run is never recorded
+        const sent = await query(`SELECT 1 FROM ${this.t.signals} WHERE run_id = $1 AND name = $2`, [runId, name]);
+        if (sent.rows.length > 0) throw new SignalConflictError(runId, name);
+        throw signalRefused(runId, status, name);
+      }
       const inserted = await query(
         `INSERT INTO ${this.t.signals} (run_id, name, value_json, sent_at) VALUES ($1, $2, $3, ${this.nowSql})
          ON CONFLICT (run_id, name) DO NOTHING`,

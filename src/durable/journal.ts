@@ -645,9 +645,13 @@ export interface Journal {
    */
   updateRun(token: number, runId: string, patch: RunPatch): Promise<UpdateRunResult>;
   /**
-   * Records a signal (from any process, no token).
+   * Records a signal (from any process, no token). A run that has ended (`completed`, `failed`,
+   * `cancelled`) waits for nothing any more: a new signal to it is refused, atomically with the
+   * status check (a signal is never recorded on a run that ended meanwhile). A `resetRun` makes
+   * such a run `pending` again, and it takes signals again.
    * @returns the run as it was when the signal was recorded (its `status`/`waitingFor` say whether to wake it)
-   * @throws {SignalConflictError} when a signal of that name was already sent
+   * @throws {SignalConflictError} when a signal of that name was already sent (whatever the run's status)
+   * @throws {RunStateError} (code `RUN_STATE`, `action: "signal"`) when the run has ended; nothing was recorded
    * @throws {RunNotFoundError}
    */
   sendSignal(runId: string, name: string, value: JsonValue): Promise<RunRecord>;
@@ -935,6 +939,23 @@ export function leaseMs(ttlMs: number): number {
 
 /** Statuses {@link Journal.cancelRun} leaves as they are (the run has ended). */
 export const ENDED_RUN_STATUSES: ReadonlySet<RunStatus> = new Set<RunStatus>(["completed", "failed", "cancelled"]);
+
+/**
+ * The error of {@link Journal.sendSignal} on a run that has ended (shared by the stores).
+ *
+ * @param runId - the run
+ * @param status - its status (`completed`, `failed` or `cancelled`)
+ * @param name - the refused signal's name
+ * @returns a {@link RunStateError} with `action: "signal"`
+ */
+export function signalRefused(runId: string, status: string, name: string): RunStateError {
+  return new RunStateError(
+    runId,
+    status,
+    "signal",
+    `it waits for nothing, so signal ${JSON.stringify(name)} was not recorded (a reset run takes signals again)`,
+  );
+}
 
 /** Statuses {@link Journal.retryRun} accepts. */
 export const RETRYABLE_RUN_STATUSES: ReadonlySet<RunStatus> = new Set<RunStatus>(["failed", "blocked"]);

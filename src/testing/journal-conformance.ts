@@ -629,6 +629,36 @@ export function runJournalConformance<J extends Journal>(
       expect((await j.getRun(id))?.waitingFor).toBeUndefined();
     });
 
+    it("a run that ended (completed, failed, cancelled) refuses a new signal; a reset run takes signals again", async () => {
+      const j = journal;
+      for (const end of ["completed", "failed", "cancelled"] as const) {
+        const id = newRunId();
+        await j.createRun({ runId: id, workflow: "wf", input: null });
+        const lease = await j.acquireLease(id, "A", 10_000);
+        if (!lease.acquired) throw new Error("lease");
+        await j.updateRun(lease.fencingToken, id, { status: "waiting", waitingFor: "approval:c1" });
+        await j.sendSignal(id, "early", 1);
+        if (end === "cancelled") await j.cancelRun(id, "ops", "no longer needed");
+        else {
+          await j.updateRun(lease.fencingToken, id, { status: "running" });
+          await j.updateRun(
+            lease.fencingToken,
+            id,
+            end === "completed" ? { status: end, output: 1 } : { status: end, error: { name: "Error", message: "x" } },
+          );
+        }
+        const refused = await j.sendSignal(id, "approval:c1", { approved: true }).catch((e: unknown) => e);
+        expect(refused, end).toBeInstanceOf(RunStateError);
+        expect(refused).toMatchObject({ code: "RUN_STATE", runId: id, status: end, action: "signal" });
+        // a signal sent before the end is still a conflict, not a status error
+        await expect(j.sendSignal(id, "early", 2)).rejects.toBeInstanceOf(SignalConflictError);
+        expect((await j.listSignals(id)).map((x) => x.name)).toEqual(["early"]);
+        expect((await j.readEvents(id)).filter((e) => e.type === "signal_received")).toHaveLength(1);
+        await j.resetRun(id, -1, "ops");
+        expect(await j.sendSignal(id, "approval:c1", { approved: true })).toMatchObject({ status: "pending" });
+      }
+    });
+
     it("exactly one of two racing signals for one name is taken", async () => {
       const j = journal;
       const id = newRunId();

@@ -18,8 +18,8 @@ import { streamSSE } from "hono/streaming";
 import { describeWait, operatorName, pendingApprovals, renderNotes, sendDecision } from "../cli/durable-commands.js";
 import { errorParts, isItemFault, UsageError } from "../cli/errors.js";
 import { FormatError } from "../core/errors.js";
-import type { JsonValue } from "../core/json.js";
-import { assertAwaitsApproval } from "../durable/approvals.js";
+import type { JsonObject, JsonValue } from "../core/json.js";
+import { decisionValue } from "../durable/approvals.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName } from "../durable/signals.js";
@@ -172,10 +172,10 @@ ${approvals.map(
 <h4>arguments</h4>${jsonBlock(a.input ?? null)}
 ${
   a.decision
-    ? h`<p class="muted small">${a.decision.reason ?? ""}</p>`
+    ? h`${a.decision.args ? h`<h4>corrected arguments</h4>${jsonBlock(a.decision.args)}` : ""}<p class="muted small">${a.decision.note ?? ""}</p>`
     : h`<div class="actions">
-<form method="post" action="${base}/approve" class="inline"><input type="hidden" name="toolCallId" value="${a.toolCallId}"><input type="text" name="reason" placeholder="note (optional)" aria-label="approval note"><button class="primary" type="submit" name="decision" value="approve">Approve</button></form>
-<form method="post" action="${base}/reject" class="inline"><input type="hidden" name="toolCallId" value="${a.toolCallId}"><input type="text" name="reason" placeholder="why (sent to the model)" aria-label="rejection reason"><button class="danger" type="submit" name="decision" value="reject">Reject</button></form>
+<form method="post" action="${base}/approve" class="inline"><input type="hidden" name="toolCallId" value="${a.toolCallId}"><input type="text" name="note" placeholder="note (sent to the model)" aria-label="approval note">${a.editableArgs ? h`<label class="small">corrected arguments (JSON) <textarea name="args" rows="3" aria-label="corrected arguments">${JSON.stringify(a.input ?? {})}</textarea></label><input type="hidden" name="argsShown" value="${JSON.stringify(a.input ?? {})}">` : ""}<button class="primary" type="submit" name="decision" value="approve">Approve</button></form>
+<form method="post" action="${base}/reject" class="inline"><input type="hidden" name="toolCallId" value="${a.toolCallId}"><input type="text" name="note" placeholder="why (sent to the model)" aria-label="rejection reason"><button class="danger" type="submit" name="decision" value="reject">Reject</button></form>
 </div>`
 }
 </section>`,
@@ -238,13 +238,18 @@ ${run.status === "failed" || run.status === "blocked" ? h`<form method="post" ac
     const runId = c.req.param("id")!;
     const form = await c.req.parseBody();
     const toolCallId = formText(form.toolCallId);
-    const reason = formText(form.reason);
+    const note = formText(form.note) || formText(form.reason); // `reason`: the field's name before 0.2
+    const shown = formText(form.argsShown);
+    const args = approved && formText(form.args) !== shown ? correctedArgs(formText(form.args)) : undefined;
     // As `approve`/`reject` and `dumplings approve/reject`: a call the run does not wait on is refused (it would
-    // never be taken), naming the call it waits on.
-    await assertAwaitsApproval(journal, runId, toolCallId, approved ? "approve" : "reject");
-    const value: JsonValue = approved
-      ? { approved: true, ...(reason ? { reason } : {}) }
-      : { approved: false, reason: reason || "rejected by a human reviewer" };
+    // never be taken), naming the call it waits on; corrected arguments are checked against the tool's schema.
+    const value = await decisionValue(
+      journal,
+      runId,
+      toolCallId,
+      { approved, ...(note ? { note } : {}), ...(args !== undefined ? { args } : {}) },
+      approved ? "approve" : "reject",
+    );
     const name = approvalSignalName(toolCallId);
     const result = await sendDecision(journal, runId, name, value, sources.queue);
     return back(
@@ -252,6 +257,20 @@ ${run.status === "failed" || run.status === "blocked" ? h`<form method="post" ac
       runId,
       `${approved ? "approved" : "rejected"} ${toolCallId}: ${name} recorded${result.wakes ? (sources.queue ? "; the run is queued again" : "; the run continues when its worker resumes it") : ""}`,
     );
+  };
+  /** The form's corrected arguments: none when the field is empty or holds the model's own arguments unchanged. */
+  const correctedArgs = (text: string): JsonObject | undefined => {
+    if (text === "") return undefined;
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (cause) {
+      throw Object.assign(new UsageError(`the corrected arguments are not JSON: ${text.slice(0, 200)}`), { cause });
+    }
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      throw new UsageError("the corrected arguments must be a JSON object of the tool's arguments");
+    }
+    return value as JsonObject;
   };
   app.post("/runs/:id/approve", decide(true));
   app.post("/runs/:id/reject", decide(false));

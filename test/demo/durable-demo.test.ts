@@ -61,7 +61,7 @@ describe("npm run demo:durable", () => {
       expect(out).toMatch(new RegExp(`^cancelled by demo-operator at \\S+: ${reason}$`, "m"));
       expect(out).toMatch(
         new RegExp(
-          `^refused: run "${runB}" is cancelled; it waits for nothing, so approval:\\S+ was not recorded$`,
+          `^refused: \\[dumplings:durable\\] run "${runB}" is cancelled: it waits for nothing, so signal "approval:\\S+" was not recorded`,
           "m",
         ),
       );

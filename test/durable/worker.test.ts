@@ -167,7 +167,6 @@ describe.skipIf(!!skip)(`DurableWorker on BullMQ${skip ? ` (skipped: ${skip})` :
       const sent = await queue.signal(runId, "go", { n: i });
       expect(sent.wakes).toBe(true);
     }
-    // an unrelated signal to a finished run does not wake it
     for (let i = 0; i < 300; i++) {
       const runs = await Promise.all([...gated, "timer-0"].map((r) => journal.getRun(r)));
       if (runs.every((r) => r?.status === "completed")) break;
@@ -177,7 +176,8 @@ describe.skipIf(!!skip)(`DurableWorker on BullMQ${skip ? ` (skipped: ${skip})` :
       expect(await journal.getRun(runId)).toMatchObject({ status: "completed", output: i + 1 });
     }
     expect(await journal.getRun("timer-0")).toMatchObject({ status: "completed", output: "rested" });
-    const late = await queue.signal("gated-0", "late", 1);
-    expect(late.wakes).toBe(false);
+    // a signal to a finished run is refused (it would be recorded and never taken), and wakes nothing
+    await expect(queue.signal("gated-0", "late", 1)).rejects.toMatchObject({ code: "RUN_STATE", action: "signal" });
+    expect(await journal.getSignal("gated-0", "late")).toBeUndefined();
   });
 });

@@ -59,8 +59,8 @@ export async function refundWorkflow(): Promise<string> {
     ],
     finishReason: "tool-calls",
   }));
-  const decision = await waitForSignal<{ approved: boolean; reason?: string }>(approvalSignalName(TOOL_CALL_ID));
-  if (!decision.approved) return `refused: ${decision.reason ?? ""}`;
+  const decision = await waitForSignal<{ approved: boolean; note?: string }>(approvalSignalName(TOOL_CALL_ID));
+  if (!decision.approved) return `refused: ${decision.note ?? ""}`;
   const receipt = await step("tool:refund_payment", () => ({ refunded: TOOL_ARGS.amountCents, receipt: "R-77" }));
   return `refunded ${receipt.refunded}`;
 }

@@ -48,6 +48,17 @@ export type StepStatus = "started" | "completed" | "failed" | "waiting";
  */
 export type RunStatus = "pending" | "running" | "waiting" | "blocked" | "completed" | "failed" | "cancelled";
 
+/** Every {@link RunStatus}, in a run's usual order. */
+const RUN_STATUSES: ReadonlySet<string> = new Set<RunStatus>([
+  "pending",
+  "running",
+  "waiting",
+  "blocked",
+  "completed",
+  "failed",
+  "cancelled",
+]);
+
 /** An error as stored in the journal (JSON). */
 export interface RecordedError {
   /** Error class name, e.g. `TypeError`. */
@@ -293,8 +304,12 @@ export function checkListRuns(
   if (!Number.isSafeInteger(limit) || limit < 1) {
     throw new InvalidOptionError(component, "limit", `must be an integer ≥ 1, got ${String(limit)}`);
   }
-  if (status !== undefined && typeof status !== "string") {
-    throw new InvalidOptionError(component, "status", `must be a run status, got ${typeof status}`);
+  if (status !== undefined && (typeof status !== "string" || !RUN_STATUSES.has(status))) {
+    throw new InvalidOptionError(
+      component,
+      "status",
+      `must be one of ${[...RUN_STATUSES].join(", ")}, got ${typeof status === "string" ? JSON.stringify(status) : typeof status}`,
+    );
   }
   if (workflow !== undefined && typeof workflow !== "string") {
     throw new InvalidOptionError(component, "workflow", `must be a string, got ${typeof workflow}`);

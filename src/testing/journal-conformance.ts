@@ -406,7 +406,15 @@ export function runJournalConformance<J extends Journal>(
       expect(rest).not.toContain(moved[0]);
       expect((await j.listRuns({ limit: 2 })).map((r) => r.runId).sort()).toEqual([...moved].sort());
       // bad filters
-      for (const bad of [{ limit: 0 }, { limit: 1.5 }, { after: "not a cursor" }, { after: 7 }, { workflows: "x" }]) {
+      for (const bad of [
+        { limit: 0 },
+        { limit: 1.5 },
+        { after: "not a cursor" },
+        { after: 7 },
+        { workflows: "x" },
+        { status: "bogus" },
+        { status: "" },
+      ]) {
         await expect(j.listRuns(bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
       }
     });

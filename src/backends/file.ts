@@ -206,30 +206,7 @@ import { createRequire } from "node:module";
 import { hostname } from "node:os";
 import path from "node:path";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
-import {
-  crc32,
-  crcHex,
-  DUAS_EXTENSION,
-  DUAS_GZ_EXTENSION,
-  DuasLineParser,
-  decodeBytesDetailed,
-  decodeStateDetailed,
-  decodeUtf8,
-  type EncodedHeader,
-  encodeHeader,
-  encodeHeaderMemo,
-  encodeHistoryLines,
-  encodeIniString,
-  type HeaderMemo,
-  HISTORY_CRC_START,
-  historyCrc,
-  historyCrcOfLines,
-  iniKeyOf,
-  isGzip,
-  LongValueSummary,
-  type ParsedHeader,
-  type PriorCommit,
-} from "../core/codec.js";
+import type * as Codec from "../core/codec.js";
 import {
   BackendError,
   ConflictError,
@@ -241,12 +218,14 @@ import {
   StateNotFoundError,
 } from "../core/errors.js";
 import { jsonShape, sameJsonShape } from "../core/json.js";
-import { isWellFormedMessage, type Message, type Protocol } from "../core/messages.js";
+import type * as Messages from "../core/messages.js";
+import type { Message, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
+import { DUAS_EXTENSION, DUAS_GZ_EXTENSION } from "../core/version.js";
 import { booleanOption, pathIdentity, positiveOption } from "../drivers/options.js";
 import { validateKey, windowsFileNameProblem } from "./keys.js";
-import { lentText, messageText } from "./stored.js";
+import type * as Stored from "./stored.js";
 import type {
   ClippedValue,
   HeaderReadOptions,
@@ -258,6 +237,66 @@ import type {
   WriteResult,
 } from "./types.js";
 import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
+
+// The `.duas` codec and the message checks of a write, bound on the first read, write or delete
+// ({@link loadCodec}): they load zod (its schemas check what is read and written), which
+// constructing a backend and listing its keys never need, so `dumplings ls` starts without it
+// (issue 23). Every method that reads or writes a file awaits `loadCodec()` first.
+let crc32: typeof Codec.crc32;
+let crcHex: typeof Codec.crcHex;
+let DuasLineParser: typeof Codec.DuasLineParser;
+type DuasLineParser = Codec.DuasLineParser;
+let decodeBytesDetailed: typeof Codec.decodeBytesDetailed;
+let decodeStateDetailed: typeof Codec.decodeStateDetailed;
+let decodeUtf8: typeof Codec.decodeUtf8;
+type EncodedHeader = Codec.EncodedHeader;
+let encodeHeader: typeof Codec.encodeHeader;
+let encodeHeaderMemo: typeof Codec.encodeHeaderMemo;
+let encodeHistoryLines: typeof Codec.encodeHistoryLines;
+let encodeIniString: typeof Codec.encodeIniString;
+type HeaderMemo = Codec.HeaderMemo;
+let HISTORY_CRC_START: number;
+let historyCrc: typeof Codec.historyCrc;
+let historyCrcOfLines: typeof Codec.historyCrcOfLines;
+let iniKeyOf: typeof Codec.iniKeyOf;
+let isGzip: typeof Codec.isGzip;
+let LongValueSummary: typeof Codec.LongValueSummary;
+type LongValueSummary = Codec.LongValueSummary;
+type ParsedHeader = Codec.ParsedHeader;
+type PriorCommit = Codec.PriorCommit;
+let isWellFormedMessage: typeof Messages.isWellFormedMessage;
+let lentText: typeof Stored.lentText;
+let messageText: typeof Stored.messageText;
+
+let codecLoaded: Promise<void> | undefined;
+/** Binds the codec's functions above (once; later calls return the same settled promise). */
+function loadCodec(): Promise<void> {
+  codecLoaded ??= Promise.all([import("../core/codec.js"), import("../core/messages.js"), import("./stored.js")]).then(
+    ([codec, messages, stored]) => {
+      ({
+        crc32,
+        crcHex,
+        DuasLineParser,
+        decodeBytesDetailed,
+        decodeStateDetailed,
+        decodeUtf8,
+        encodeHeader,
+        encodeHeaderMemo,
+        encodeHistoryLines,
+        encodeIniString,
+        HISTORY_CRC_START,
+        historyCrc,
+        historyCrcOfLines,
+        iniKeyOf,
+        isGzip,
+        LongValueSummary,
+      } = codec);
+      ({ isWellFormedMessage } = messages);
+      ({ lentText, messageText } = stored);
+    },
+  );
+  return codecLoaded;
+}
 
 /** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
 const FILE_OPTIONS = optionKeys<FileBackendOptions>({
@@ -900,8 +939,20 @@ export class FileBackend implements StateBackend {
   private readonly lockTimeoutMs: number;
   private readonly staleLockMs: number;
   private readonly headerSlack: number;
-  /** The OS lock functions (`locks: "os"`), or undefined for lock files. */
-  private readonly os: OsLocks | undefined;
+  /**
+   * The OS lock functions (`locks: "os"`), undefined for lock files, or null until the first lock
+   * when `locks` is left to its default (loading the addon takes tens of milliseconds, which
+   * constructing a backend to list its keys does not spend): see {@link FileBackend.os}.
+   */
+  private osAddon: OsLocks | undefined | null;
+  /** The OS lock functions, or undefined for lock files (the addon is loaded on the first call). */
+  private get os(): OsLocks | undefined {
+    if (this.osAddon === null) {
+      const os = osLocks();
+      this.osAddon = os instanceof Error ? undefined : os;
+    }
+    return this.osAddon;
+  }
   /** Lock paths held now with an OS lock, and their descriptors. */
   private readonly held = new Map<string, number>();
   private readonly cache = new Map<string, FileInfo>();
@@ -939,15 +990,19 @@ export class FileBackend implements StateBackend {
         `must be "os" or "files", got ${JSON.stringify(locks)}`,
       );
     }
-    const os = locks === "files" ? undefined : osLocks();
-    if (os instanceof Error && locks === "os") {
-      throw new InvalidOptionError(
-        "file",
-        "locks",
-        `"os" needs fs-native-extensions, which does not load on this platform (${os.message}); use "files"`,
-      );
+    if (locks === "os") {
+      const os = osLocks();
+      if (os instanceof Error) {
+        throw new InvalidOptionError(
+          "file",
+          "locks",
+          `"os" needs fs-native-extensions, which does not load on this platform (${os.message}); use "files"`,
+        );
+      }
+      this.osAddon = os;
+    } else {
+      this.osAddon = locks === "files" ? undefined : null;
     }
-    this.os = os instanceof Error ? undefined : os;
   }
 
   // -------------------------------------------------------------------------
@@ -1101,6 +1156,7 @@ export class FileBackend implements StateBackend {
    * @throws {InvalidKeyError} / {BackendError}
    */
   async delete(key: string): Promise<boolean> {
+    await loadCodec();
     this.pathOf(key);
     let lock: string | undefined;
     let dropLock = false;
@@ -1194,6 +1250,7 @@ export class FileBackend implements StateBackend {
    * @throws {BackendError} on an I/O failure or a lock timeout
    */
   async write(key: string, state: AgentState, options: WriteOptions = {}): Promise<WriteResult> {
+    await loadCodec();
     checkWriteOptions("file", options);
     const target = this.pathOf(key);
     // The key is checked before any file system access; values before any byte of the file is written.
@@ -1796,6 +1853,7 @@ export class FileBackend implements StateBackend {
    * @throws {FormatError} / {InvalidKeyError} / {BackendError}
    */
   async read(key: string): Promise<ReadResult | undefined> {
+    await loadCodec();
     try {
       const current = this.existing(key);
       if (!current) return undefined;
@@ -1887,6 +1945,7 @@ export class FileBackend implements StateBackend {
    * @throws {FormatError} / {InvalidKeyError} / {BackendError}
    */
   async readHeader(key: string, options: HeaderReadOptions = {}): Promise<HeaderResult | undefined> {
+    await loadCodec();
     const clipAt = checkHeaderReadOptions(this.name, options);
     const current = this.existing(key);
     if (!current) return undefined;
@@ -1923,6 +1982,7 @@ export class FileBackend implements StateBackend {
    * @throws {FormatError} for a malformed line (file and line in the message)
    */
   async *iterHistory(key: string, options: HistoryReadOptions = {}): AsyncGenerator<Message> {
+    await loadCodec();
     checkHistoryReadOptions(this.name, options);
     const current = this.existing(key);
     if (!current) throw new StateNotFoundError(key, "file");

@@ -7,18 +7,17 @@
  * reads through the public storage contract only (`load`, `listKeys`,
  * `delete`, and `iterHistory` when offered). Commands that only read open
  * with `mustExist`: a store that does not exist is an `InputNotFoundError`
- * (exit 3) and nothing is created.
+ * (exit 3) and nothing is created. A backend's module is imported when a
+ * command opens that backend (so `dumplings ls` on a file store loads neither
+ * SQLite's backend nor the registry's built-ins).
  *
  * @module
  */
 import { existsSync } from "node:fs";
 import path from "node:path";
 import type { Command } from "commander";
-import { FileBackend } from "../backends/file.js";
 import { validateKey } from "../backends/keys.js";
-import { MemoryBackend } from "../backends/memory.js";
-import { configureBuiltinBackends, getBackend, listBackendNames } from "../backends/registry.js";
-import { SQLiteBackend } from "../backends/sqlite.js";
+import type { SQLiteBackend } from "../backends/sqlite.js";
 import type { ClippedValue, StateBackend } from "../backends/types.js";
 import { ConflictError, FormatError, StateNotFoundError, UnknownBackendError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
@@ -73,28 +72,10 @@ export interface OpenIntent {
 }
 
 /**
- * Opens the backend selected by the options and environment, synchronously.
- * `--backend` takes a registered name (`file`, `sqlite`, `memory`, or one a
- * module loaded with `node --import` registered) or a local SPEC (`file:`,
- * `sqlite:`, `memory:`); {@link openBackendAsync} also opens server SPECs.
- *
- * @param options - `--backend`, `--dir`, `--db` values
- * @param env - environment to read @default process.env
- * @returns the backend and its label
- * @throws {UnknownBackendError} when the name is not registered (lists the known names)
- * @throws {UsageError} for a server SPEC (use {@link openBackendAsync})
- */
-export function openBackend(options: BackendOptions, env: NodeJS.ProcessEnv = process.env): OpenedBackend {
-  const spec = sessionSpec(options, env);
-  if (spec.kind === "postgres" || spec.kind === "redis") {
-    throw new UsageError(`${spec.label}: a server backend is opened with openBackendAsync`);
-  }
-  return openLocal(spec, options, env, {});
-}
-
-/**
- * Opens the backend selected by the options and environment, server SPECs
- * (`redis:`, `postgres:`) included. What every built-in storage command uses.
+ * Opens the backend selected by the options and environment. What every
+ * built-in storage command uses. `--backend` takes a registered name (`file`,
+ * `sqlite`, `memory`, or one a module loaded with `node --import` registered)
+ * or a SPEC, server SPECs (`redis:`, `postgres:`) included.
  *
  * @param options - `--backend`, `--dir`, `--db` values
  * @param env - environment to read @default process.env
@@ -184,8 +165,13 @@ async function openParsed(
   return opened;
 }
 
-/** Opens a `file:`/`sqlite:`/`memory:` SPEC or a bare registered name. */
-function openLocal(spec: Spec, options: BackendOptions, env: NodeJS.ProcessEnv, open: OpenIntent): OpenedBackend {
+/** Opens a `file:`/`sqlite:`/`memory:` SPEC or a bare registered name, importing only that backend's module. */
+async function openLocal(
+  spec: Spec,
+  options: BackendOptions,
+  env: NodeJS.ProcessEnv,
+  open: OpenIntent,
+): Promise<OpenedBackend> {
   const mustExist = open.mustExist === true;
   const check = (where: string, label: string) => {
     if (mustExist && !existsSync(path.resolve(where))) throw new InputNotFoundError(where, { store: label });
@@ -193,12 +179,14 @@ function openLocal(spec: Spec, options: BackendOptions, env: NodeJS.ProcessEnv, 
   switch (spec.kind) {
     case "file":
       check(spec.path, spec.text);
-      return { backend: new FileBackend({ baseDir: path.resolve(spec.path) }), label: spec.text };
+      return { backend: await openFile(spec.path), label: spec.text };
     case "sqlite":
       check(spec.path, spec.text);
-      return { backend: openSqlite(spec.path, spec.text, mustExist), label: spec.text };
-    case "memory":
+      return { backend: await openSqlite(spec.path, spec.text, mustExist), label: spec.text };
+    case "memory": {
+      const { MemoryBackend } = await import("../backends/memory.js");
       return { backend: new MemoryBackend(), label: "memory:" };
+    }
     case "name":
       break;
     default:
@@ -210,12 +198,13 @@ function openLocal(spec: Spec, options: BackendOptions, env: NodeJS.ProcessEnv, 
   if (name === "file") {
     const label = `file:${baseDir}`;
     check(baseDir, label);
-    if (mustExist) return { backend: new FileBackend({ baseDir: path.resolve(baseDir) }), label };
+    if (mustExist) return { backend: await openFile(baseDir), label };
   } else if (name === "sqlite") {
     const label = `sqlite:${dbPath}`;
     check(dbPath, label);
-    if (mustExist) return { backend: openSqlite(dbPath, label, true), label };
+    if (mustExist) return { backend: await openSqlite(dbPath, label, true), label };
   }
+  const { configureBuiltinBackends, getBackend, listBackendNames } = await import("../backends/registry.js");
   configureBuiltinBackends({ baseDir, dbPath });
   if (FROM_ENV.has(spec) && !listBackendNames().includes(name)) {
     throw new UnknownBackendError(name, listBackendNames(), { variable: "DUMPLINGS_PERSISTENCE_BACKEND" });
@@ -225,7 +214,13 @@ function openLocal(spec: Spec, options: BackendOptions, env: NodeJS.ProcessEnv, 
   return { backend, label };
 }
 
-function openSqlite(file: string, label: string, mustExist: boolean): SQLiteBackend {
+async function openFile(dir: string): Promise<StateBackend> {
+  const { FileBackend } = await import("../backends/file.js");
+  return new FileBackend({ baseDir: path.resolve(dir) });
+}
+
+async function openSqlite(file: string, label: string, mustExist: boolean): Promise<SQLiteBackend> {
+  const { SQLiteBackend } = await import("../backends/sqlite.js");
   try {
     return new SQLiteBackend({ dbPath: path.resolve(file), ...(mustExist ? { create: false } : {}) });
   } catch (error) {

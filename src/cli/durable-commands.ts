@@ -49,8 +49,9 @@ import {
   RunsUnreadableError,
   UsageError,
 } from "./errors.js";
-import { printJson, renderTable } from "./output.js";
+import { printJson } from "./output.js";
 import { oneOf, parseSpec, specForms } from "./spec.js";
+import { renderTable } from "./table.js";
 
 /** Every run status, for `--status`. */
 const RUN_STATUSES: readonly RunStatus[] = [

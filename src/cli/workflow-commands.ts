@@ -27,8 +27,9 @@ import type { WorkflowRowStatus } from "../workflow/index.js";
 import { CheckpointStore } from "../workflow/store.js";
 import { parseDuration } from "./duration.js";
 import { missingStore, UsageError } from "./errors.js";
-import { printJson, renderTable } from "./output.js";
+import { printJson } from "./output.js";
 import { oneOf, parseSpec, specForms } from "./spec.js";
+import { renderTable } from "./table.js";
 
 /** Default store spec of the workflow commands. */
 export const DEFAULT_WORKFLOW_STORE = "sqlite:./.dumplingsAI_workflows/workflows.db";

@@ -154,10 +154,8 @@ import { SUPPORTED_FORMAT_VERSIONS } from "./version.js";
 const DECODE_OPTIONS = optionKeys<{ source?: string }>({ source: true });
 const ENCODE_OPTIONS = optionKeys<{ gzip?: boolean }>({ gzip: true });
 
-/** File extension of a plain `.duas` file. */
-export const DUAS_EXTENSION = ".duas";
-/** File extension of a gzip-compressed `.duas` file. */
-export const DUAS_GZ_EXTENSION = ".duas.gz";
+// The file extensions live in version.ts (the file backend lists its keys without loading this module).
+export { DUAS_EXTENSION, DUAS_GZ_EXTENSION } from "./version.js";
 
 /** First line of every `.duas` file. */
 export const DUAS_MAGIC_LINE = "# dumplingsAI Agent State File";

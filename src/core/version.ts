@@ -1,6 +1,8 @@
 /**
  * The package's own version, read from its `package.json` at run time (never
- * hard-coded), and the `.duas` format version this build reads and writes.
+ * hard-coded), the `.duas` format version this build reads and writes, and
+ * the file extensions of `.duas` files (here, not in `codec.ts`: the file
+ * backend lists its keys without loading the codec and the zod schemas).
  *
  * @module
  */
@@ -10,6 +12,10 @@ import { readFileSync } from "node:fs";
 export const FORMAT_VERSION = "1.0";
 /** Format versions this build can read. */
 export const SUPPORTED_FORMAT_VERSIONS: readonly string[] = ["1.0"];
+/** File extension of a plain `.duas` file. */
+export const DUAS_EXTENSION = ".duas";
+/** File extension of a gzip-compressed `.duas` file. */
+export const DUAS_GZ_EXTENSION = ".duas.gz";
 
 let cached: string | undefined;
 

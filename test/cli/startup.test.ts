@@ -5,7 +5,9 @@
  * The root knows the commands from a table (src/cli/command-table.ts); this
  * checks the table against the real commands, and, with module hooks that
  * record every module a start loads, that `--help` loads no command module
- * and `ls` only its own. `npm run bench` measures the start-up times.
+ * and `ls` only its own, and that `ls` on an empty store loads no zod, codec,
+ * table widths or other backend (what kept it above 300 ms). `npm run bench`
+ * measures the start-up times.
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -23,7 +25,7 @@ const work = mkdtempSync(path.join(tmpdir(), "dumplings-startup-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 /** The modules (file URLs below src/ or dist/, and packages) one CLI start loads. */
-function modulesLoaded(args: string[]): { loaded: string[]; stdout: string } {
+function modulesLoaded(args: string[]): { loaded: string[]; stdout: string; stderr: string } {
   const log = path.join(work, `loaded-${Math.random().toString(36).slice(2)}.txt`);
   const hooks = path.join(work, "hooks.mjs");
   writeFileSync(
@@ -54,7 +56,7 @@ export async function resolve(specifier, context, next) {
     .split("\n")
     .filter((u) => u.startsWith("file:"))
     .map((u) => u.replace(rootUrl, ""));
-  return { loaded, stdout: r.stdout };
+  return { loaded, stdout: r.stdout, stderr: r.stderr };
 }
 
 const heavy =
@@ -99,5 +101,40 @@ describe("what a start loads", () => {
     const others =
       /cli\/(commands\/(show|export|import|rm|convert|gc)|chat|ui|durable-commands|workflow-commands)\.|node_modules\/(ai|@ai-sdk)\//;
     expect(loaded.filter((u) => others.test(u))).toEqual([]);
+  }, 60_000);
+
+  it("ls on an empty file store loads no zod, codec, table widths or other backend: about 20 modules", () => {
+    // issue 23: zod (95 of the 139 modules `ls` loaded, through the codec's schemas), string-width and the
+    // SQLite and memory backends took `ls` on an empty store past 300 ms; listing keys needs none of them.
+    const empty = mkdtempSync(path.join(work, "empty-"));
+    const { loaded, stderr } = modulesLoaded(["ls", "--dir", empty]);
+    expect(stderr).toContain("no sessions in");
+    expect(loaded.some((u) => /backends\/file\.(js|ts)$/.test(u))).toBe(true);
+    const unneeded =
+      /node_modules\/(zod|string-width|better-sqlite3)\/|(src|dist)\/(core\/(codec|state|messages)|backends\/(sqlite|memory|registry|stored))\./;
+    expect(loaded.filter((u) => unneeded.test(u))).toEqual([]);
+    // A ceiling with room to spare (20 today, 139 before): a new static import of something heavy crosses it.
+    // (tsx's own modules, when the CLI runs from src/, are not the CLI's.)
+    const own = new Set(loaded.filter((u) => !/node_modules\/(tsx|esbuild)\//.test(u)));
+    expect(own.size).toBeLessThanOrEqual(30);
+  }, 60_000);
+
+  it("ls --long on a stored session loads the codec (and zod) and the table widths when it reads", () => {
+    const dir = mkdtempSync(path.join(work, "one-"));
+    const from = path.join(work, "one.json");
+    writeFileSync(from, JSON.stringify([{ role: "user", content: "hi" }]));
+    const imported = spawnSync(process.execPath, [...programArgs("cli/index"), "import", from, "--dir", dir], {
+      cwd: ROOT,
+      encoding: "utf8",
+    });
+    expect(imported.status, imported.stderr).toBe(0);
+    const { loaded, stdout } = modulesLoaded(["ls", "--long", "--dir", dir]);
+    expect(stdout).toMatch(/^one\s+\S+\s+openai\s+1\s+/m);
+    for (const m of [/core\/codec\./, /node_modules\/zod\//, /node_modules\/string-width\//]) {
+      expect(
+        loaded.some((u) => m.test(u)),
+        String(m),
+      ).toBe(true);
+    }
   }, 60_000);
 });

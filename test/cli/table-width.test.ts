@@ -5,7 +5,7 @@
  */
 import stringWidth from "string-width";
 import { describe, expect, it } from "vitest";
-import { displayWidth, renderTable } from "../../src/cli/output.js";
+import { displayWidth, renderTable } from "../../src/cli/table.js";
 
 describe("renderTable by display width", () => {
   it("counts CJK and emoji as two columns and combining marks as none", () => {

@@ -5,7 +5,7 @@
  * or on the command line names no variable.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { openBackend } from "../../src/cli/backend.js";
+import { openBackendAsync } from "../../src/cli/backend.js";
 import {
   BaseAgent,
   loadEnvironmentConfig,
@@ -57,18 +57,14 @@ describe("an unknown backend name in DUMPLINGS_PERSISTENCE_BACKEND", () => {
     expect(await late.listKeys()).toEqual(["k"]);
   });
 
-  it("the CLI names the variable too, and not for --backend", () => {
-    const fromEnv = (() => {
-      try {
-        return openBackend({}, { DUMPLINGS_PERSISTENCE_BACKEND: "bogus" });
-      } catch (error) {
-        return error;
-      }
-    })();
+  it("the CLI names the variable too, and not for --backend", async () => {
+    const fromEnv = await thrown(() => openBackendAsync({}, { DUMPLINGS_PERSISTENCE_BACKEND: "bogus" }));
     expect(fromEnv).toBeInstanceOf(UnknownBackendError);
     expect((fromEnv as Error).message).toContain(
       "(the value of the environment variable DUMPLINGS_PERSISTENCE_BACKEND)",
     );
-    expect(() => openBackend({ backend: "bogus" }, {})).toThrow(/^unknown backend "bogus"; known backends/);
+    await expect(openBackendAsync({ backend: "bogus" }, {})).rejects.toThrow(
+      /^unknown backend "bogus"; known backends/,
+    );
   });
 });

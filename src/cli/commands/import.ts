@@ -19,9 +19,10 @@ import type { Protocol } from "../../core/messages.js";
 import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
 import { KeyExistsError, UsageError } from "../errors.js";
 import { type ImportInput, readImportInput, STDIN } from "../inputs.js";
-import { printJson, renderTable } from "../output.js";
+import { printJson } from "../output.js";
 import { Progress } from "../progress.js";
 import { countToolCalls } from "../stats.js";
+import { renderTable } from "../table.js";
 
 /** Options of `dumplings import`. */
 interface ImportOptions {

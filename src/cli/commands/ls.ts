@@ -31,7 +31,7 @@ import {
   unreadableLine,
   unreadableSession,
 } from "../errors.js";
-import { printJson, renderTable } from "../output.js";
+import { printJson } from "../output.js";
 
 /** Options of `dumplings ls`. */
 interface LsOptions {
@@ -137,6 +137,8 @@ export function lsCommand(): Command {
           process.stdout.write(`${keys.join("\n")}\n`);
           return;
         }
+        // string-width is loaded only for the table (it takes tens of milliseconds)
+        const { renderTable } = await import("../table.js");
         const rows = listed.map((s) =>
           s.unreadable
             ? [s.key, `UNREADABLE (${s.unreadable.code})`, "-", "-", "-"]

@@ -19,11 +19,11 @@
  * @module
  */
 import { Command } from "commander";
+import type { WorkflowRowStatus } from "../workflow/cold.js";
 import { PostgresColdStore } from "../workflow/cold-postgres.js";
 import { SqliteColdStore } from "../workflow/cold-sqlite.js";
 import { WorkflowNotFoundError } from "../workflow/errors.js";
 import { RedisHotTier } from "../workflow/hot-redis.js";
-import type { WorkflowRowStatus } from "../workflow/index.js";
 import { CheckpointStore } from "../workflow/store.js";
 import { parseDuration } from "./duration.js";
 import { missingStore, UsageError } from "./errors.js";

@@ -3,8 +3,8 @@
  * sample conversations, state builders, a local model server speaking the
  * providers' wire protocols, the conformance suites a custom store runs in one
  * call (`runBackendConformance` for session backends, `runJournalConformance`
- * for durable-run journals, `runColdStoreConformance` for workflow cold
- * stores), and `resetBackendRegistry` for tests that register backends.
+ * for durable-run journals, which workflow stores are too), and
+ * `resetBackendRegistry` for tests that register backends.
  *
  * Importing this entry loads no test runner: each suite takes the caller's
  * test functions (`{ test: vitest }`, see {@link ConformanceTestApi}), so
@@ -18,7 +18,6 @@
  * @module
  */
 export { resetBackendRegistry } from "../backends/registry.js";
-export * from "./cold-store-conformance.js";
 export * from "./conformance.js";
 export * from "./journal-conformance.js";
 export * from "./model-server.js";

@@ -59,8 +59,8 @@ export type ConformanceExpect = (actual: unknown, message?: string) => Conforman
 
 /**
  * The test API every conformance suite of `dumplings-ai/testing` takes as its
- * `test` option: `runBackendConformance`, `runJournalConformance` and
- * `runColdStoreConformance` register their groups and tests through it.
+ * `test` option: `runBackendConformance` and `runJournalConformance` register
+ * their groups and tests through it.
  *
  * @example
  * import * as vitest from "vitest";

@@ -11,8 +11,8 @@
 import type { Context, Hono } from "hono";
 import { UsageError } from "../cli/errors.js";
 import type { JsonValue } from "../core/json.js";
+import type { WorkflowRowStatus } from "../workflow/cold.js";
 import { WorkflowNotFoundError } from "../workflow/errors.js";
-import type { WorkflowRowStatus } from "../workflow/index.js";
 import { ResumableGraphRunner } from "../workflow/runner.js";
 import type { CheckpointStore, HistoryEntry } from "../workflow/store.js";
 import { jsonDiff } from "./diff.js";

@@ -48,8 +48,13 @@ export const DEFAULT_BLOB_THRESHOLD = 256 * 1024;
  *
  * @example
  * // S3-compatible storage (sketch): key = ref without the "sha256:" prefix
+ * import { createHash } from "node:crypto";
  * const s3Blobs: BlobStore = {
- *   async put(bytes) { const ref = blobRef(bytes); await s3.putObject({ Bucket, Key: ref.slice(7), Body: bytes }); return ref; },
+ *   async put(bytes) {
+ *     const ref = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+ *     await s3.putObject({ Bucket, Key: ref.slice(7), Body: bytes });
+ *     return ref;
+ *   },
  *   async get(ref) { return new Uint8Array(await (await s3.getObject({ Bucket, Key: ref.slice(7) })).Body.transformToByteArray()); },
  *   async delete(ref) { await s3.deleteObject({ Bucket, Key: ref.slice(7) }); },
  * };

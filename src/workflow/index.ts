@@ -13,30 +13,11 @@
  *
  * @module
  */
-export {
-  BLOB_REF_FIELD,
-  type BlobStore,
-  blobRef,
-  DEFAULT_BLOB_THRESHOLD,
-  FsBlobStore,
-  isBlobReference,
-} from "./blobs.js";
-export type {
-  ColdPruneOptions,
-  ColdStore,
-  DropMonthResult,
-  IdempotencyRecord,
-  ListCursor,
-  SnapshotMonth,
-  SnapshotWrite,
-  StepErrorRecord,
-  StoredSnapshot,
-  WorkflowFence,
-  WorkflowLeaseResult,
-  WorkflowRowStatus,
-  WorkflowSummary,
-} from "./cold.js";
-export { type PgPoolLike, PostgresColdStore, type PostgresColdStoreOptions } from "./cold-postgres.js";
+import type { ColdStore as ColdStoreContract } from "./cold.js";
+
+export { type BlobStore, FsBlobStore } from "./blobs.js";
+export type { WorkflowSummary } from "./cold.js";
+export { PostgresColdStore, type PostgresColdStoreOptions } from "./cold-postgres.js";
 export { SqliteColdStore, type SqliteColdStoreOptions } from "./cold-sqlite.js";
 export {
   BlobError,
@@ -55,21 +36,8 @@ export {
   WorkflowNotWaitingError,
   WorkflowStateError,
 } from "./errors.js";
-export {
-  type HotEntry,
-  type HotWrite,
-  type RedisClientLike,
-  RedisHotTier,
-  type RedisHotTierOptions,
-} from "./hot-redis.js";
-export {
-  type GuardRunOptions,
-  type GuardStats,
-  IdempotencyGuard,
-  type Reconcile,
-  type ReconcileDecision,
-  type UnknownSideEffect,
-} from "./idempotency.js";
+export { RedisHotTier, type RedisHotTierOptions } from "./hot-redis.js";
+export { IdempotencyGuard, type Reconcile, type ReconcileDecision } from "./idempotency.js";
 export {
   type GraphNode,
   type GraphRunResult,
@@ -84,27 +52,28 @@ export {
   createWorkflowState,
   defineWorkflowState,
   END,
-  type HistoryRecord,
-  HistoryRecordSchema,
-  JsonObjectSchema,
-  JsonValueSchema,
   MigrationRegistry,
-  type NodeRun,
-  NodeRunSchema,
-  type PendingInterrupt,
-  PendingInterruptSchema,
   parseWorkflowState,
   START,
   type StateMigration,
   type WorkflowState,
   WorkflowStateSchema,
   type WorkflowStatus,
-  WorkflowStatusSchema,
 } from "./state.js";
 export {
   type CheckpointSaveOptions,
   CheckpointStore,
   type CheckpointStoreOptions,
-  type CheckpointStoreStats,
   type HistoryEntry,
 } from "./store.js";
+
+/**
+ * What a workflow cold store implements (`SqliteColdStore`, `PostgresColdStore`): snapshot rows,
+ * workflow summaries, retention and, optionally, leases.
+ *
+ * @deprecated a workflow store is a durable journal now (issue 22): the built-in stores keep each
+ *   workflow as a journal run. A custom store should be a custom durable `Journal`
+ *   (`dumplings-ai/durable`), checked with `runJournalConformance` (`dumplings-ai/testing`); this
+ *   contract is removed in 0.3.
+ */
+export type ColdStore = ColdStoreContract;

@@ -57,7 +57,6 @@ import {
   makeState,
   resetBackendRegistry,
   runBackendConformance,
-  runColdStoreConformance,
   runJournalConformance,
   startModelServer,
 } from "../../src/testing/index.js";
@@ -187,7 +186,6 @@ const calls: [string, (options: Record<string, unknown>) => unknown, Record<stri
   // dumplings-ai/testing.
   ["runBackendConformance", (o) => runBackendConformance("x", () => new MemoryBackend(), { test: {} as never, ...o })],
   ["runJournalConformance", (o) => runJournalConformance("x", () => ({}) as never, { test: {} as never, ...o })],
-  ["runColdStoreConformance", (o) => runColdStoreConformance("x", () => ({}) as never, { test: {} as never, ...o })],
   ["startModelServer", (o) => startModelServer(o as never)],
   ["makeState", (o) => makeState([], o as never)],
   ["loadSampleConversations", (o) => loadSampleConversations(o as never)],

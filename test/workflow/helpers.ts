@@ -6,10 +6,10 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import Database from "better-sqlite3";
-import type { ColdStoreFixture } from "../../src/testing/index.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import type { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import { CheckpointStore, type CheckpointStoreOptions } from "../../src/workflow/store.js";
+import type { ColdStoreFixture } from "./cold-store-suite.js";
 
 /**
  * A fresh temporary directory and its cleanup. `memory: true` puts it on tmpfs (/dev/shm)

@@ -1,11 +1,11 @@
 /** IdempotencyGuard on a real SQLite file: once per key, replay, unknown outcomes go to reconcile. */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { NonJsonValueError } from "../../src/core/errors.js";
+import type { UnknownSideEffect } from "../../src/workflow/idempotency.js";
 import {
   type CheckpointStore,
   IdempotencyGuard,
   NondeterminismError,
-  type UnknownSideEffect,
   UnknownSideEffectError,
 } from "../../src/workflow/index.js";
 import { sqliteStore, tempDir } from "./helpers.js";

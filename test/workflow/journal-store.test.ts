@@ -11,9 +11,9 @@ import * as vitest from "vitest";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
-import { runColdStoreConformance } from "../../src/testing/index.js";
 import { JournalColdStore } from "../../src/workflow/journal-store.js";
 import { DATABASE_URL, postgresSkipReason, REDIS_URL, redisSkipReason } from "../helpers/services.js";
+import { runColdStoreConformance } from "./cold-store-suite.js";
 import { tempDir } from "./helpers.js";
 
 runColdStoreConformance(

@@ -16,11 +16,11 @@ import {
   CheckpointStore,
   createWorkflowState,
   END,
-  JsonValueSchema,
   ResumableGraphRunner,
   WorkflowStateError,
   WorkflowStateSchema,
 } from "../../src/workflow/index.js";
+import { JsonValueSchema } from "../../src/workflow/state.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 import { tempDir } from "./helpers.js";
 

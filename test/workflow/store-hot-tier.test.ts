@@ -5,9 +5,9 @@
  */
 import { randomUUID } from "node:crypto";
 import * as vitest from "vitest";
-import { runColdStoreConformance } from "../../src/testing/index.js";
 import { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
+import { runColdStoreConformance } from "./cold-store-suite.js";
 import { sqliteColdFixture } from "./helpers.js";
 
 const skip = await redisSkipReason();

@@ -5,9 +5,9 @@
 import { randomUUID } from "node:crypto";
 import pg from "pg";
 import * as vitest from "vitest";
-import { runColdStoreConformance } from "../../src/testing/index.js";
 import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
+import { runColdStoreConformance } from "./cold-store-suite.js";
 
 runColdStoreConformance(
   "postgres",

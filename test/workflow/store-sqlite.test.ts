@@ -7,9 +7,9 @@ import path from "node:path";
 import Database from "better-sqlite3";
 import * as vitest from "vitest";
 import { describe, expect, it } from "vitest";
-import { runColdStoreConformance } from "../../src/testing/index.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { CheckpointStore, createWorkflowState } from "../../src/workflow/index.js";
+import { runColdStoreConformance } from "./cold-store-suite.js";
 import { sqliteColdFixture, tempDir } from "./helpers.js";
 
 runColdStoreConformance("sqlite", () => sqliteColdFixture(), { test: vitest });

@@ -1,8 +1,14 @@
 /**
- * The cold store conformance suite: one call registers the tests every
- * workflow {@link ColdStore} must pass — the built-in SQLite and PostgreSQL
- * cold stores and a user's own — by driving `CheckpointStore` (and the runner
- * and idempotency guard above it) over a fresh cold store per test.
+ * The workflow store suite: one call registers the tests every workflow
+ * {@link ColdStore} must pass — the built-in SQLite and PostgreSQL stores, with
+ * and without a Redis hot tier, and the store over a bare durable journal — by
+ * driving `CheckpointStore` (and the runner and idempotency guard above it)
+ * over a fresh store per test.
+ *
+ * It lives with the tests, no longer in `dumplings-ai/testing` (issue 22,
+ * part 5): a workflow store is a durable journal now, whose contract is
+ * `runJournalConformance` (public); this suite pins what the workflow store
+ * adds over the journal, and the `ColdStore` extension surface is deprecated.
  *
  * Covered through the contract alone: save / latest / any step / history in
  * order, compare-and-set on the step index, invalid states refused on save and
@@ -31,24 +37,24 @@ import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { ConflictError } from "../core/errors.js";
-import { checkOptions, optionKeys } from "../core/options.js";
-import { BLOB_REF_FIELD, blobRef } from "../workflow/blobs.js";
-import type { ColdStore } from "../workflow/cold.js";
+import { ConflictError } from "../../src/core/errors.js";
+import { checkOptions, optionKeys } from "../../src/core/options.js";
+import { type ConformanceSuiteOptions, type ConformanceTestContext, suiteGroup } from "../../src/testing/test-api.js";
+import { BLOB_REF_FIELD, blobRef } from "../../src/workflow/blobs.js";
+import type { ColdStore } from "../../src/workflow/cold.js";
 import {
   WorkflowConflictError,
   WorkflowLeaseLostError,
   WorkflowMigrationError,
   WorkflowNotFoundError,
   WorkflowStateError,
-} from "../workflow/errors.js";
-import type { RedisHotTier } from "../workflow/hot-redis.js";
-import { IdempotencyGuard } from "../workflow/idempotency.js";
-import { keepsLeases, type LeasingColdStore } from "../workflow/lease.js";
-import { ResumableGraphRunner } from "../workflow/runner.js";
-import { createWorkflowState, END, type WorkflowState } from "../workflow/state.js";
-import { CheckpointStore } from "../workflow/store.js";
-import { type ConformanceSuiteOptions, type ConformanceTestContext, suiteGroup } from "./test-api.js";
+} from "../../src/workflow/errors.js";
+import type { RedisHotTier } from "../../src/workflow/hot-redis.js";
+import { IdempotencyGuard } from "../../src/workflow/idempotency.js";
+import { keepsLeases, type LeasingColdStore } from "../../src/workflow/lease.js";
+import { ResumableGraphRunner } from "../../src/workflow/runner.js";
+import { createWorkflowState, END, type WorkflowState } from "../../src/workflow/state.js";
+import { CheckpointStore } from "../../src/workflow/store.js";
 
 /** The keys of {@link ColdStoreConformanceOptions}: any other is an `InvalidOptionError`. */
 const SUITE_OPTIONS = optionKeys<ColdStoreConformanceOptions>({ test: true, skip: true, largeTestTimeoutMs: true });
@@ -142,10 +148,10 @@ async function overwriteSnapshotJson(cold: ColdStore, workflowId: string, stepIn
  * @param options - `test` (the test functions, required), `skip` reason (the suite is registered
  *   as skipped, the reason in its title), `largeTestTimeoutMs` (@default 120_000)
  * @example
- * // test/my-cold-store.test.ts
+ * // test/workflow/store-mine.test.ts
  * import * as vitest from "vitest";
- * import { runColdStoreConformance } from "dumplings-ai/testing";
- * import { MyColdStore } from "../src/my-cold-store.js";
+ * import { runColdStoreConformance } from "./cold-store-suite.js";
+ * import { MyColdStore } from "../../src/workflow/my-cold-store.js";
  *
  * runColdStoreConformance(
  *   "mine",

@@ -735,7 +735,8 @@ export class JournalColdStore implements ColdStore {
   async acquireLease(workflowId: string, owner: string, ttlMs: number): Promise<WorkflowLeaseResult> {
     const current = await this.run(workflowId);
     if (current.status === "cancelled") throw await this.cancelled(current);
-    const lease = await this.journal.acquireLease(workflowId, owner, ttlMs);
+    // A lease belongs to one execution: a live one is refused to its own owner too (as a durable run's).
+    const lease = await this.journal.acquireLease(workflowId, owner, ttlMs, { reentrant: false });
     if (lease.acquired) return { acquired: true, fencingToken: lease.fencingToken, expiresAt: lease.expiresAt };
     const run = await this.journal.getRun(workflowId);
     return { acquired: false, owner: lease.owner, expiresAt: lease.expiresAt, fencingToken: run?.fencingToken ?? 0 };

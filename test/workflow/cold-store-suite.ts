@@ -525,8 +525,8 @@ export function runColdStoreConformance<C extends ColdStore>(
       });
       await leases.releaseLease(id, 2);
       expect(await leases.acquireLease(id, "worker-a", 30_000)).toMatchObject({ acquired: false, owner: "worker-c" });
-      // The same owner takes its own lease back at once, with a new token.
-      expect(await leases.acquireLease(id, "worker-c", 30_000)).toMatchObject({ acquired: true, fencingToken: 4 });
+      // A live lease belongs to one execution: its own owner is refused too (as a durable run's lease).
+      expect(await leases.acquireLease(id, "worker-c", 30_000)).toMatchObject({ acquired: false, owner: "worker-c" });
     });
 
     it("leases: a stale token's checkpoint, error record and side-effect start are refused and write nothing", async (ctx) => {
@@ -581,13 +581,14 @@ export function runColdStoreConformance<C extends ColdStore>(
       const leases = leasing(ctx);
       const store = await open();
       const id = wf("abandon");
-      await leases.acquireLease(id, "old", 30_000);
+      await leases.acquireLease(id, "old", 60);
       const guard = new IdempotencyGuard({ store });
       const key = IdempotencyGuard.key(id, 0, 0);
       const failed = guard.run(
         key,
         async () => {
-          await leases.acquireLease(id, "old", 30_000); // taken over (token 2) while the effect runs
+          await sleep(150); // the old holder's lease expires while the effect runs…
+          await leases.acquireLease(id, "new", 30_000); // …and another worker takes it over (token 2)
           throw new Error("503");
         },
         { workflowId: id, fencingToken: 1 },

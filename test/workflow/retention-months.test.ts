@@ -167,6 +167,19 @@ describe("SQLite archive split by month", () => {
         { workflow_id: "b", step_index: 0 },
         { workflow_id: "b", step_index: 1 },
       ]);
+      // An archive opens as a store of its own (adopted as the original layout), its checkpoints readable.
+      const archived = await CheckpointStore.open({
+        cold: new SqliteColdStore({ path: path.join(archiveDir, "workflow_snapshots_2025_01.db") }),
+      });
+      try {
+        expect((await archived.history("a")).map((h) => [h.stepIndex, h.state.sharedMemory])).toEqual([
+          [0, { step: 0 }],
+          [1, { step: 1 }],
+          [2, { step: 2 }],
+        ]);
+      } finally {
+        await archived.close();
+      }
       // The runner resumes each workflow from its carried checkpoint (not from step 0).
       const ran: string[] = [];
       const runner = new ResumableGraphRunner({

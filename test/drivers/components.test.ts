@@ -78,3 +78,32 @@ describe("PostgreSQL: several components on one driver", async () => {
     },
   );
 });
+
+describe("SQLite: one file for every component (issue 22: one store per kind)", () => {
+  it("sessions, workflow checkpoints and durable runs in one fresh file make at most 14 tables, no old workflow table", async () => {
+    const { SQLiteBackend } = await import("../../src/backends/sqlite.js");
+    const { CheckpointStore, SqliteColdStore, createWorkflowState } = await import("../../src/workflow/index.js");
+    const { SqliteJournal } = await import("../../src/durable/journal-sqlite.js");
+    const file = path.join(tmp, "all.db");
+    const sessions = new SQLiteBackend({ path: file });
+    sessions.listKeys();
+    sessions.close();
+    const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
+    await store.save(createWorkflowState({ workflowId: "w" }), { expectedStep: null });
+    await store.close();
+    const journal = new SqliteJournal({ path: file });
+    await journal.createRun({ runId: "r", workflow: "t", input: null });
+    await journal.close();
+    const { default: Database } = await import("better-sqlite3");
+    const db = new Database(file, { readonly: true });
+    const tables = db
+      .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+      .pluck()
+      .all() as string[];
+    const views = db.prepare("SELECT name FROM sqlite_master WHERE type = 'view'").pluck().all();
+    db.close();
+    expect(tables.length).toBeLessThanOrEqual(14);
+    expect(tables.filter((t) => t.startsWith("workflow"))).toEqual([]);
+    expect(views).toEqual(["workflow_snapshots"]);
+  });
+});

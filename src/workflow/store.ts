@@ -25,7 +25,6 @@ import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { assertJournalOption, type Journal } from "../durable/journal.js";
 import {
   type BlobStore,
   blobRef,
@@ -50,7 +49,6 @@ import {
 } from "./cold.js";
 import { WorkflowNotFoundError, WorkflowStateError } from "./errors.js";
 import type { HotEntry, RedisHotTier } from "./hot-redis.js";
-import { JournalColdStore } from "./journal-store.js";
 import { fromOriginalNode, fromOriginalSnapshot, isOriginalSnapshot } from "./original.js";
 import {
   type AnyWorkflowStateSchema,
@@ -742,21 +740,4 @@ function checkBlobOptions(options: CheckpointStoreOptions<AnyWorkflowStateSchema
       fail("legacyBlobDirs", "must be an array of directory paths");
     }
   }
-}
-
-/**
- * @internal A checkpoint store whose workflows live in a durable journal (a workflow is a run, its
- * checkpoints snapshot steps, its lease the run's: see {@link JournalColdStore}). Not public until
- * `SqliteColdStore` and `PostgresColdStore` move onto it (issue 22): the move of an earlier release's
- * tables and cancellation are not wired into this path yet. The journal stays open when the store closes.
- *
- * @param journal - a `SqliteJournal`, `PostgresJournal` or `RedisJournal`
- * @param options - the other options of {@link CheckpointStore.open}
- */
-export function openOnJournal<S extends AnyWorkflowStateSchema = typeof WorkflowStateSchema>(
-  journal: Journal,
-  options: Omit<CheckpointStoreOptions<S>, "cold"> = {},
-): Promise<CheckpointStore<S>> {
-  assertJournalOption("openOnJournal", journal, "openOnJournal(journal)");
-  return CheckpointStore.open<S>({ ...options, cold: new JournalColdStore({ journal, closeJournal: false }) });
 }

@@ -26,7 +26,7 @@ const EXEMPT: Record<string, string> = {
   SqlColdStoreOptions: "shared part: checked as part of SqliteColdStoreOptions / PostgresColdStoreOptions",
   RunToolCallsOptions: "internal: built by the conversation loop, never by a user",
   ConformanceSuiteOptions: "shared part: checked as part of each conformance suite's options that extend it",
-  JournalColdStoreOptions: "internal: the workflow store over a journal is built by openOnJournal, never by a user",
+  JournalColdStoreOptions: "internal: the base of SqliteColdStore and PostgresColdStore, never built by a user",
   PragmaOptions: "better-sqlite3's own pragma() options, described structurally: not an options object of ours",
 };
 

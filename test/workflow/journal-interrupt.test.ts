@@ -10,8 +10,14 @@ import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { signal } from "../../src/durable/signals.js";
-import { END, type GraphNode, ResumableGraphRunner, WorkflowNotWaitingError } from "../../src/workflow/index.js";
-import { openOnJournal } from "../../src/workflow/store.js";
+import {
+  CheckpointStore,
+  END,
+  type GraphNode,
+  ResumableGraphRunner,
+  SqliteColdStore,
+  WorkflowNotWaitingError,
+} from "../../src/workflow/index.js";
 import { runCli } from "../cli/run-cli.js";
 import { tempDir } from "./helpers.js";
 
@@ -21,9 +27,10 @@ let n = 0;
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const CHILD = fileURLToPath(new URL("../fixtures/workflow/interrupt-child.ts", import.meta.url));
 
+/** The workflow store on a file, and the file's journal through another connection (as another process). */
 async function open(file: string) {
+  const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
   const journal = new SqliteJournal({ path: file });
-  const store = await openOnJournal(journal);
   return {
     journal,
     store,

@@ -28,7 +28,6 @@ import {
 } from "../../src/workflow/index.js";
 import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { JournalColdStore } from "../../src/workflow/journal-store.js";
-import { openOnJournal } from "../../src/workflow/store.js";
 import { tempDir } from "./helpers.js";
 
 const tmp = tempDir("journal-migrate");
@@ -100,7 +99,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
 
     // Opened as a journal: moved once.
     const journal = journalOf(file);
-    const store = await openOnJournal(journal);
+    const store = await CheckpointStore.open({ cold: new JournalColdStore({ journal, closeJournal: false }) });
     try {
       const names = tableNames(file);
       expect(
@@ -194,7 +193,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
     db.close();
 
     const journal = journalOf(file);
-    const store = await openOnJournal(journal);
+    const store = await CheckpointStore.open({ cold: new JournalColdStore({ journal, closeJournal: false }) });
     try {
       const history = await store.history("tea");
       expect(history.map((h) => [h.stepIndex, h.nodeName, h.createdAt])).toEqual([
@@ -254,8 +253,9 @@ describe("a fixture file written before the journal (test/fixtures/workflow/pre-
     const file = path.join(tmp.dir, `fixture-${n++}.db`);
     const gz = fileURLToPath(new URL("../fixtures/workflow/pre-journal-0.1.db.gz", import.meta.url));
     writeFileSync(file, gunzipSync(readFileSync(gz)));
-    const journal = journalOf(file);
-    const store = await openOnJournal(journal);
+    // Opened as a user opens it (the store moves the tables), then its journal through another connection.
+    const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
+    const journal = new SqliteJournal({ path: file });
     try {
       expect(tableNames(file).filter((t) => t.startsWith("table:workflow"))).toEqual([]);
       const latest = await store.loadLatest("waiting-big");

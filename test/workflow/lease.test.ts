@@ -344,7 +344,8 @@ for (const backend of backends) {
           },
         });
         const running = runner.runOrResume(id).catch((e: unknown) => e);
-        while (!(await backend.lease(id))?.owner) await sleep(5);
+        // Taken over once the node runs (its first checkpoint written), however slow the machine.
+        while (signal === undefined || !(await backend.lease(id))?.owner) await sleep(5);
         await sleep(20);
         await backend.takeOver(id, "B");
         if (variant === "signal") {

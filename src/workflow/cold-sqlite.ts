@@ -220,7 +220,12 @@ export class SqliteColdStore extends JournalColdStore {
     cutoff: number,
     keepLast: number,
     options: ColdPruneOptions = {},
-  ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; droppedMonths: DropMonthResult[] }> {
+  ): Promise<{
+    deletedSnapshots: number;
+    orphanRefs: string[];
+    droppedMonths: DropMonthResult[];
+    deletedBlobs: number;
+  }> {
     checkOptions(`${this.name} prune`, options, PRUNE_OPTIONS);
     const { archiveDir, ...rest } = options;
     const droppedMonths: DropMonthResult[] = [];
@@ -236,7 +241,12 @@ export class SqliteColdStore extends JournalColdStore {
       }
     }
     const out = await super.prune(cutoff, keepLast, rest);
-    return { deletedSnapshots: deletedSnapshots + out.deletedSnapshots, orphanRefs: out.orphanRefs, droppedMonths };
+    return {
+      deletedSnapshots: deletedSnapshots + out.deletedSnapshots,
+      orphanRefs: out.orphanRefs,
+      droppedMonths,
+      deletedBlobs: out.deletedBlobs,
+    };
   }
 
   /** Copies the checkpoints created in `[from, to)` to a new SQLite file (never an existing one). */

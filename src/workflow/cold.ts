@@ -243,13 +243,20 @@ export interface ColdStore {
    * Deletes snapshots created before `cutoff` (ms) except each workflow's newest `keepLast` steps.
    * A store split by month drops the months that end before the cutoff whole (archiving them
    * first with `options.archiveDir`); `options.vacuum` asks for a full vacuum afterwards.
-   * @returns number of snapshot rows deleted, blob refs no longer referenced, and the months dropped
+   * @returns number of snapshot rows deleted, blob refs no longer referenced, the months dropped, and
+   *   `deletedBlobs`: blobs the store deleted itself with the records, when it cannot name them in
+   *   `orphanRefs` (a store over a journal, which deletes a blob with its last reference)
    */
   prune(
     cutoff: number,
     keepLast: number,
     options?: ColdPruneOptions,
-  ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; droppedMonths?: DropMonthResult[] }>;
+  ): Promise<{
+    deletedSnapshots: number;
+    orphanRefs: string[];
+    droppedMonths?: DropMonthResult[];
+    deletedBlobs?: number;
+  }>;
   /** The snapshot tables with their row counts (optional: stores that split by month). */
   months?(): Promise<SnapshotMonth[]>;
   /**

@@ -499,15 +499,16 @@ export class JournalColdStore implements ColdStore {
    *
    * The journal's `pruneRuns`: in every run, the records finished before the cutoff that lie before
    * its `keepLast`-th newest checkpoint go (checkpoints, and the side-effect and error records of
-   * the node runs before them). `deletedSnapshots` counts every record deleted. The journal keeps
-   * no month tables: `archiveDir` is refused.
+   * the node runs before them). `deletedSnapshots` counts every record deleted, `deletedBlobs` the
+   * blobs the journal deleted with their last reference (it names none in `orphanRefs`). The journal
+   * keeps no month tables: `archiveDir` is refused.
    * @throws {InvalidOptionError} with `archiveDir`
    */
   async prune(
     cutoff: number,
     keepLast: number,
     options: ColdPruneOptions = {},
-  ): Promise<{ deletedSnapshots: number; orphanRefs: string[] }> {
+  ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; deletedBlobs: number }> {
     if (options.archiveDir !== undefined) {
       throw new InvalidOptionError(
         this.name,
@@ -520,7 +521,7 @@ export class JournalColdStore implements ColdStore {
       keepLast,
       ...(options.vacuum === undefined ? {} : { vacuum: options.vacuum }),
     });
-    return { deletedSnapshots: out.deletedSteps, orphanRefs: [] };
+    return { deletedSnapshots: out.deletedSteps, orphanRefs: [], deletedBlobs: out.deletedBlobs };
   }
 
   // ---- node failures ----

@@ -639,7 +639,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     const out = await this.cold.prune(cutoff, keepLast, extra);
     return {
       deletedSnapshots: out.deletedSnapshots,
-      deletedBlobs: await this.deleteBlobs(out.orphanRefs),
+      deletedBlobs: (out.deletedBlobs ?? 0) + (await this.deleteBlobs(out.orphanRefs)),
       droppedMonths: (out.droppedMonths ?? []).map((m) => ({ month: m.month, archivedTo: m.archivedTo })),
     };
   }

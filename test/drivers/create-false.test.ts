@@ -92,12 +92,29 @@ describe("SQLite, create: false", () => {
     const journal = new SqliteJournal({ path: file });
     await journal.close();
     const before = tablesOf(file);
-    expect(() => new SqliteColdStore({ path: file, create: false })).toThrow(/no workflow tables in this file/);
     expect(() => new SQLiteBackend({ path: file, create: false })).toThrow(/no sessions tables in this file/);
     expect(tablesOf(file)).toEqual(before);
+    // A session file has no journal: neither the journal nor the workflow store (a journal's runs) opens it.
+    const sessions = path.join(tmp, "sessions.db");
+    const backend = new SQLiteBackend({ path: sessions });
+    await backend.listKeys();
+    await backend.close();
+    const sessionTables = tablesOf(sessions);
+    expect(() => new SqliteColdStore({ path: sessions, create: false })).toThrow(/no journal tables in this file/);
+    expect(() => new SqliteJournal({ path: sessions, create: false })).toThrow(/no journal tables in this file/);
+    expect(tablesOf(sessions)).toEqual(sessionTables);
     const reopened = new SqliteJournal({ path: file, create: false });
     expect(await reopened.listRuns()).toEqual([]);
     await reopened.close();
+    // The workflow store is the journal's: it opens the journal's file.
+    const cold = new SqliteColdStore({ path: file, create: false });
+    try {
+      await cold.init();
+      expect(await cold.summary("none")).toBeUndefined();
+    } finally {
+      await cold.close();
+    }
+    expect(tablesOf(file)).toEqual(before);
   });
 });
 

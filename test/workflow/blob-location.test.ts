@@ -12,6 +12,7 @@ import { pathToFileURL } from "node:url";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
+import { sqlJournalMigrations } from "../../src/durable/journal-sql-schema.js";
 import { blobRef, ColdBlobStore, FsBlobStore } from "../../src/workflow/blobs.js";
 import type { ColdStore } from "../../src/workflow/cold.js";
 import {
@@ -23,10 +24,12 @@ import {
   SqliteColdStore,
   type WorkflowState,
 } from "../../src/workflow/index.js";
+import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { ROOT, runJson } from "../cli/run-cli.js";
 import { bigDoc } from "../fixtures/workflow/big-doc.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { tempDir } from "./helpers.js";
+import { PreviousSqliteColdStore } from "./previous-sqlite-store.js";
 
 const CHILD = path.join(ROOT, "test", "fixtures", "workflow", "blob-child.ts");
 const TSX = pathToFileURL(path.join(ROOT, "node_modules", "tsx", "dist", "loader.mjs")).href;
@@ -106,14 +109,20 @@ describe("a workflow with a 300 KB value is resumed and shown from another worki
   });
 });
 
-/** A store on a fresh SQLite file or PostgreSQL schema, with a second connection to look at its tables. */
+/**
+ * A store on a fresh SQLite file or PostgreSQL schema, with a second connection to look at its tables.
+ * SQLite keeps its workflows in the file's durable journal: blobs in `durable_blobs` (ref = the
+ * sha256 hex), written only with a checkpoint that references them.
+ */
 interface Fixture {
   kind: "sqlite" | "postgres";
   cold: () => SqliteColdStore | PostgresColdStore;
   /** The CLI's `--store` arguments. */
   storeArgs: string[];
-  /** References held by the blob table, sorted. */
+  /** References (`sha256:<hex>`) held by the blob table, sorted. */
   blobRows: () => Promise<string[]>;
+  /** Whether a blob is stored only with a checkpoint that references it (a journal: `blobs.put` alone is refused). */
+  blobsWithCheckpointsOnly: boolean;
   destroy: () => Promise<void>;
 }
 
@@ -127,8 +136,11 @@ async function fixture(kind: "sqlite" | "postgres"): Promise<Fixture> {
       storeArgs: ["--store", `sqlite:${file}`],
       async blobRows() {
         db ??= new Database(file, { readonly: true });
-        return (db.prepare("SELECT ref FROM workflow_blobs ORDER BY ref").all() as { ref: string }[]).map((r) => r.ref);
+        return (
+          db.prepare("SELECT 'sha256:' || ref AS ref FROM durable_blobs ORDER BY ref").all() as { ref: string }[]
+        ).map((r) => r.ref);
       },
+      blobsWithCheckpointsOnly: true,
       async destroy() {
         db?.close();
       },
@@ -144,6 +156,7 @@ async function fixture(kind: "sqlite" | "postgres"): Promise<Fixture> {
       const r = await pool.query(`SELECT ref FROM "${schema}".workflow_blobs ORDER BY ref`);
       return r.rows.map((x: { ref: string }) => x.ref);
     },
+    blobsWithCheckpointsOnly: false,
     async destroy() {
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool.end();
@@ -200,11 +213,35 @@ for (const kind of ["sqlite", "postgres"] as const) {
     it("a blob of any bytes (not UTF-8, NUL bytes) round-trips through the store's blobs, verified on read", async () => {
       const store = await open();
       const bytes = new Uint8Array([0, 255, 254, 0xc3, 0x28, 10, 0, 1]);
-      const ref = await store.blobs.put(bytes);
+      const text = Buffer.from(JSON.stringify("naïve — 日本語 \u0000"));
+      /** Stores bytes as the store's blobs: alone, or (a journal) with a checkpoint that references them. */
+      const put = async (b: Uint8Array, step: number): Promise<string> => {
+        if (!fx.blobsWithCheckpointsOnly) return store.blobs.put(b);
+        const ref = blobRef(b);
+        await expect(store.blobs.put(b)).rejects.toBeInstanceOf(BlobError);
+        await store.cold.write(
+          {
+            workflowId: "bytes",
+            sessionId: "bytes",
+            stepIndex: step,
+            nodeName: "n",
+            stateJson: JSON.stringify({ sharedMemory: { v: { $dumplings_blob: ref } } }),
+            createdAt: Date.now(),
+            status: "running",
+            currentNode: "n",
+            parentWorkflowId: null,
+            activeStep: step,
+            blobRefs: [ref],
+            blobs: new Map([[ref, b]]),
+          },
+          step === 0 ? null : step - 1,
+        );
+        return ref;
+      };
+      const ref = await put(bytes, 0);
       expect(ref).toBe(blobRef(bytes));
       expect(Buffer.from(await store.blobs.get(ref)).equals(Buffer.from(bytes))).toBe(true);
-      const text = Buffer.from(JSON.stringify("naïve — 日本語 \u0000"));
-      expect(Buffer.from(await store.blobs.get(await store.blobs.put(text))).equals(text)).toBe(true);
+      expect(Buffer.from(await store.blobs.get(await put(text, 1))).equals(text)).toBe(true);
       const unknown = blobRef(new Uint8Array([1, 2, 3]));
       await expect(store.blobs.get(unknown)).rejects.toMatchObject({ code: "WORKFLOW_BLOB", ref: unknown });
     });
@@ -238,19 +275,31 @@ for (const kind of ["sqlite", "postgres"] as const) {
       const k = createWorkflowState({ workflowId: "k", sharedMemory: { kept }, now: 1000 });
       await store.save(k, { expectedStep: null });
       await store.save({ ...next(k, { kept }), updatedAt: Date.now() }, { expectedStep: 0 });
-      // A blob put on its own (no checkpoint references it), and a referenced one store.blobs.delete must keep.
-      const alone = await store.blobs.put(Buffer.from(JSON.stringify(big("alone"))));
+      // A blob put on its own (no checkpoint references it: a journal refuses it), and a referenced
+      // one store.blobs.delete must keep.
+      const alone = fx.blobsWithCheckpointsOnly
+        ? undefined
+        : await store.blobs.put(Buffer.from(JSON.stringify(big("alone"))));
       await store.blobs.delete?.(refOf(kept));
-      expect((await fx.blobRows()).length).toBe(4);
+      expect((await fx.blobRows()).length).toBe(alone ? 4 : 3);
       const out = await store.prune({ olderThan: 60_000, keepLast: 1 });
-      expect(out.deletedBlobs).toBe(2);
-      expect(await fx.blobRows()).not.toContain(alone);
+      expect(out.deletedBlobs).toBe(alone ? 2 : 1);
+      if (alone) expect(await fx.blobRows()).not.toContain(alone);
       expect(await fx.blobRows()).toEqual([refOf(v2), refOf(kept)].sort());
       expect((await store.loadLatest("p"))?.sharedMemory.doc).toBe(v2);
       expect((await store.loadLatest("k"))?.sharedMemory.kept).toBe(kept);
-      // The newest step written again with another value: the value it held goes.
+      // The newest step written again with another value: the value it held goes (a journal keeps the
+      // step's earlier record, behind the newer one, until the next prune deletes it).
       const latest = (await store.loadLatest("p"))!;
       await store.save({ ...latest, sharedMemory: { doc: "small now" } });
+      expect((await store.loadLatest("p"))?.sharedMemory).toEqual({ doc: "small now" });
+      if (fx.blobsWithCheckpointsOnly) {
+        expect(await fx.blobRows()).toEqual([refOf(v2), refOf(kept)].sort());
+        expect((await store.prune({ olderThan: 60_000, keepLast: 1 })).deletedBlobs).toBe(1);
+        expect((await store.history("p")).map((h) => [h.stepIndex, h.state.sharedMemory])).toEqual([
+          [2, { doc: "small now" }],
+        ]);
+      }
       expect(await fx.blobRows()).toEqual([refOf(kept)]);
     });
 
@@ -313,13 +362,14 @@ for (const kind of ["sqlite", "postgres"] as const) {
 }
 
 describe("a store written by dumplings-ai 0.1 (blobs in a directory, no blob table)", () => {
-  it("SQLite in ./.dumplingsAI_workflows: the CLI reads the blobs beside the file from anywhere, and adds the table", async () => {
+  it("SQLite in ./.dumplingsAI_workflows: the CLI reads the blobs beside the file from anywhere, and moves the file into the journal", async () => {
     const [appDir, elsewhere] = workingDirs("v01");
     const home = path.join(appDir, ".dumplingsAI_workflows");
     const file = path.join(home, "workflows.db");
     const doc = big("v01");
+    // Written by the previous release's tables, its blob in the directory beside the file.
     const writer = await CheckpointStore.open({
-      cold: new SqliteColdStore({ path: file }),
+      cold: new PreviousSqliteColdStore(file),
       blobDir: path.join(home, "blobs"),
     });
     await writer.save(createWorkflowState({ workflowId: "v01", sharedMemory: { doc } }), { expectedStep: null });
@@ -335,9 +385,24 @@ describe("a store written by dumplings-ai 0.1 (blobs in a directory, no blob tab
     expect(shown.history[0]?.state.sharedMemory.doc).toBe(doc);
     const after = new Database(file, { readonly: true });
     try {
-      const components = after.prepare("SELECT component FROM dumplings_migrations ORDER BY component").all();
-      expect(components).toContainEqual({ component: "workflow-blobs" });
-      expect(after.prepare("SELECT COUNT(*) AS n FROM workflow_blobs").get()).toEqual({ n: 0 });
+      // Moved into the journal (ledger: journal, workflow 2), whose blob table it adds; the blob stays in the directory.
+      const components = after
+        .prepare(
+          "SELECT component, MAX(version) AS version FROM dumplings_migrations GROUP BY component ORDER BY component",
+        )
+        .all();
+      const latest = (migrations: { version: number }[]) => Math.max(...migrations.map((m) => m.version));
+      expect(components).toContainEqual({
+        component: "journal",
+        version: latest(sqlJournalMigrations("durable_", { table: (n) => n, bigint: "INTEGER", keyed: "" })),
+      });
+      expect(components).toContainEqual({
+        component: "workflow",
+        version: latest(workflowJournalMigrations("durable_").migrations),
+      });
+      expect(after.prepare("SELECT COUNT(*) AS n FROM durable_blobs").get()).toEqual({ n: 0 });
+      expect(after.prepare("SELECT name FROM sqlite_master WHERE name = 'workflow_blobs'").all()).toEqual([]);
+      expect(readdirSync(path.join(home, "blobs"), { recursive: true }).length).toBeGreaterThan(0);
     } finally {
       after.close();
     }

@@ -1,29 +1,37 @@
 /**
- * The SQL cold store (one class for SQLite and PostgreSQL) on what an earlier
- * release left behind, and what its migration ledger promises:
+ * The SQL cold stores on what an earlier release left behind, and what their
+ * migration ledger promises (SQLite: the workflow store over the file's
+ * durable journal; PostgreSQL: the SQL cold store):
  *
  * - a database whose workflow tables were created by 0.1's DDL (no ledger)
  *   opens, reads back and takes new checkpoints; the ledger then lists
- *   `workflow` version 1 exactly once, however often it is opened;
+ *   `workflow` version 1 exactly once (SQLite: each version of the `journal`
+ *   component and of `workflow`, whose version 2 moved the old tables into
+ *   the journal), however often it is opened;
+ * - a second SQLite store opens while another connection holds the write lock;
  * - opening a store on a set-up PostgreSQL schema runs no DDL: `init()`
  *   completes while another transaction holds `SHARE ROW EXCLUSIVE` on
  *   `workflow_snapshots` (0.1 re-ran `CREATE INDEX IF NOT EXISTS`, whose
  *   ShareLock waited there — the lock behind `deadlock detected` on open);
  * - racing creators of one workflow: one wins, the other gets a
  *   `ConflictError`; a prune in small batches deletes the old snapshots and
- *   returns exactly the blob references nothing else holds.
+ *   returns exactly the blob references nothing else holds (SQLite: the
+ *   journal keeps the blobs and deletes those only old checkpoints held; it
+ *   returns none, as nothing outside it is orphaned).
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { ConflictError } from "../../src/core/errors.js";
+import { sqlJournalMigrations } from "../../src/durable/journal-sql-schema.js";
 import type { ColdStore, SnapshotWrite } from "../../src/workflow/cold.js";
 import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { CheckpointStore, createWorkflowState } from "../../src/workflow/index.js";
+import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { tempDir } from "./helpers.js";
 
@@ -91,20 +99,33 @@ const snapshotRow = (workflowId: string, step: number, blobRefs: string[]): Snap
   blobRefs,
 });
 
-/** Two stores on one database (as two processes): racing creators, then a prune in batches of 2. */
-async function raceThenPrune(a: ColdStore, b: ColdStore): Promise<void> {
+/**
+ * Two stores on one database (as two processes): racing creators of a workflow's first checkpoint
+ * get one ConflictError, then steps 1..6 and a stale write. `row` makes the checkpoint of a step
+ * with its blob names. Returns the workflow's id.
+ */
+async function race(
+  a: ColdStore,
+  b: ColdStore,
+  row: (workflowId: string, step: number, blobs: string[]) => SnapshotWrite = snapshotRow,
+): Promise<string> {
   await Promise.all([a.init(), b.init()]);
   const id = `race-${randomUUID()}`;
   const created = await Promise.allSettled([
-    a.write(snapshotRow(id, 0, ["shared", "r0"]), null),
-    b.write(snapshotRow(id, 0, ["shared", "r0"]), null),
+    a.write(row(id, 0, ["shared", "r0"]), null),
+    b.write(row(id, 0, ["shared", "r0"]), null),
   ]);
   expect(created.filter((r) => r.status === "fulfilled")).toHaveLength(1);
   const lost = created.find((r) => r.status === "rejected") as PromiseRejectedResult;
   expect(lost.reason).toBeInstanceOf(ConflictError);
-  for (let step = 1; step <= 6; step++) await a.write(snapshotRow(id, step, ["shared", `r${step}`]), step - 1);
-  await expect(b.write(snapshotRow(id, 7, []), 5)).rejects.toBeInstanceOf(ConflictError);
+  for (let step = 1; step <= 6; step++) await a.write(row(id, step, ["shared", `r${step}`]), step - 1);
+  await expect(b.write(row(id, 7, []), 5)).rejects.toBeInstanceOf(ConflictError);
+  return id;
+}
 
+/** Racing creators, then a prune in batches of 2 that returns the blob refs only old snapshots held. */
+async function raceThenPrune(a: ColdStore, b: ColdStore): Promise<void> {
+  const id = await race(a, b);
   const pruned = await b.prune(5000, 1);
   expect(pruned.deletedSnapshots).toBe(6);
   expect(pruned.orphanRefs.sort()).toEqual(["r0", "r1", "r2", "r3", "r4", "r5"]);
@@ -113,17 +134,60 @@ async function raceThenPrune(a: ColdStore, b: ColdStore): Promise<void> {
   expect((await b.deleteWorkflow(id)).orphanRefs.sort()).toEqual(["r6", "shared"]);
 }
 
-describe("SQL cold store on SQLite", () => {
+/** The bytes of a test blob named `name`, and its content-addressed ref. */
+const blob = (name: string) => {
+  const bytes = new TextEncoder().encode(`"blob ${name}"`);
+  return { ref: `sha256:${createHash("sha256").update(bytes).digest("hex")}`, bytes };
+};
+
+/** A checkpoint whose blobs the store keeps itself (written with it), as `CheckpointStore.save` writes them. */
+const rowWithBlobs = (workflowId: string, step: number, names: string[]): SnapshotWrite => {
+  const blobs = names.map(blob);
+  return {
+    ...snapshotRow(
+      workflowId,
+      step,
+      blobs.map((b) => b.ref),
+    ),
+    blobs: new Map(blobs.map((b) => [b.ref, b.bytes])),
+  };
+};
+
+describe("workflow store on SQLite (the file's durable journal)", () => {
   const ledger = (file: string) => {
     const db = new Database(file, { readonly: true });
     try {
-      return db.prepare("SELECT version FROM dumplings_migrations WHERE component = 'workflow'").all();
+      return db
+        .prepare(
+          "SELECT component, version FROM dumplings_migrations WHERE component IN ('workflow', 'journal') ORDER BY component, version",
+        )
+        .all();
     } finally {
       db.close();
     }
   };
+  const tables = (file: string) => {
+    const db = new Database(file, { readonly: true });
+    try {
+      return db.prepare("SELECT type, name FROM sqlite_master WHERE name GLOB 'workflow*' ORDER BY name").all();
+    } finally {
+      db.close();
+    }
+  };
+  /** What the ledger lists once a file is the journal: each version of the journal and of the workflow move, once. */
+  const versions = (migrations: { version: number }[]) => migrations.map((m) => m.version);
+  const adopted = [
+    ...versions(sqlJournalMigrations("durable_", { table: (n) => n, bigint: "INTEGER", keyed: "" })).map((version) => ({
+      component: "journal",
+      version,
+    })),
+    ...versions(workflowJournalMigrations("durable_").migrations).map((version) => ({
+      component: "workflow",
+      version,
+    })),
+  ];
 
-  it("a file created by 0.1 opens, reads back and is adopted: the ledger lists workflow version 1 once", async () => {
+  it("a file created by 0.1 opens, reads back and is adopted: the ledger lists each version of the journal and of the workflow move once", async () => {
     const file = path.join(tmp.dir, "legacy.db");
     const old = new Database(file);
     for (const statement of legacyDdl("sqlite")) old.exec(statement);
@@ -131,12 +195,15 @@ describe("SQL cold store on SQLite", () => {
     old.close();
 
     await readsBackAndWrites(new SqliteColdStore({ path: file }));
-    expect(ledger(file)).toEqual([{ version: 1 }]);
+    expect(ledger(file)).toEqual(adopted);
+    // The old tables moved into the journal: only the original design's view remains.
+    expect(tables(file)).toEqual([{ type: "view", name: "workflow_snapshots" }]);
     const again = new SqliteColdStore({ path: file });
     await again.init();
     expect((await again.latest("legacy-1"))?.stepIndex).toBe(2);
+    expect((await again.history("legacy-1")).map((h) => h.stepIndex)).toEqual([0, 1, 2]);
     await again.close();
-    expect(ledger(file)).toEqual([{ version: 1 }]);
+    expect(ledger(file)).toEqual(adopted);
   });
 
   it("a second store opens while another connection holds the write lock (it only reads the ledger)", async () => {
@@ -155,12 +222,27 @@ describe("SQL cold store on SQLite", () => {
     }
   });
 
-  it("racing creators get one ConflictError; a prune in batches returns the orphaned blob refs", async () => {
+  it("racing creators get one ConflictError; a prune deletes the blobs only old checkpoints held", async () => {
     const file = path.join(tmp.dir, "race.db");
     const a = new SqliteColdStore({ path: file, pruneBatchSize: 2 });
     const b = new SqliteColdStore({ path: file, pruneBatchSize: 2 });
     try {
-      await raceThenPrune(a, b);
+      const id = await race(a, b, rowWithBlobs);
+      const held = async (names: string[]) =>
+        Promise.all(names.map(async (n) => (await a.readBlob(blob(n).ref)) !== undefined));
+      expect(await held(["shared", "r0", "r1", "r6"])).toEqual([true, true, true, true]);
+      const pruned = await b.prune(5000, 1);
+      expect(pruned.deletedSnapshots).toBe(6);
+      // The journal keeps the blobs: it deletes those only the pruned checkpoints held, and nothing
+      // outside it is left orphaned.
+      expect(pruned.orphanRefs).toEqual([]);
+      expect(await held(["r0", "r1", "r2", "r3", "r4", "r5"])).toEqual([false, false, false, false, false, false]);
+      expect(await held(["shared", "r6"])).toEqual([true, true]);
+      expect(Buffer.from((await a.readBlob(blob("r6").ref)) ?? []).toString()).toBe('"blob r6"');
+      expect((await a.history(id)).map((s) => s.stepIndex)).toEqual([6]);
+      expect((await a.latest(id))?.stepIndex).toBe(6);
+      expect((await b.deleteWorkflow(id)).orphanRefs).toEqual([]);
+      expect(await held(["shared", "r6"])).toEqual([false, false]);
     } finally {
       await a.close();
       await b.close();

@@ -1,6 +1,6 @@
 /**
  * The one-time move of an earlier release's workflow tables into the durable journal of the same
- * SQLite file (`workflowJournalMigrations`): a file written by the SQL cold store of this release
+ * SQLite file (`workflowJournalMigrations`): a file written by the SQL cold store of the previous release
  * (checkpoints, a waiting interrupt, a started side effect, a node failure, lease tokens) and a file
  * in the original design's layout open as a journal, resume and finish; no fencing token goes back;
  * the old tables are gone and the original design's query reads the newest checkpoint from the
@@ -16,7 +16,6 @@ import { afterAll, describe, expect, it } from "vitest";
 import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql-schema.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { signal } from "../../src/durable/signals.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import {
   CheckpointStore,
   createWorkflowState,
@@ -29,6 +28,7 @@ import {
 import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { JournalColdStore } from "../../src/workflow/journal-store.js";
 import { tempDir } from "./helpers.js";
+import { PreviousSqliteColdStore } from "./previous-sqlite-store.js";
 
 const tmp = tempDir("journal-migrate");
 afterAll(() => tmp.cleanup());
@@ -70,8 +70,8 @@ describe("workflow tables of an earlier release move into the journal", () => {
         return { next: END, updates: { approved: answer.ok } };
       },
     };
-    // Written by the SQL cold store (the tables of this release before the move).
-    const old = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
+    // Written by the SQL cold store (the tables of the previous release, before the move).
+    const old = await CheckpointStore.open({ cold: new PreviousSqliteColdStore(file) });
     const oldRunner = new ResumableGraphRunner({ store: old, nodes });
     expect((await oldRunner.runOrResume("waits")).status).toBe("waiting");
     const failing = new ResumableGraphRunner({
@@ -86,7 +86,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
     await expect(failing.runOrResume("fails")).rejects.toThrow(/boom/);
     // A side effect started and never finished (its process died), and a lease taken a few times.
     await old.cold.idempotencyBegin("effects:0:0", { workflowId: "effects", stepIndex: 0, name: "mail", now: 1234 });
-    const leases = old.cold as Required<Pick<SqliteColdStore, "acquireLease" | "releaseLease">>;
+    const leases = old.cold as Required<Pick<PreviousSqliteColdStore, "acquireLease" | "releaseLease">>;
     for (let i = 1; i <= 3; i++) {
       await leases.acquireLease("fails", "w", 30_000);
       await leases.releaseLease("fails", i + 1);
@@ -96,6 +96,9 @@ describe("workflow tables of an earlier release move into the journal", () => {
     await old.save(createWorkflowState({ workflowId: "big", sharedMemory: { big, n: 1 } }), { expectedStep: null });
     const oldHistory = (await old.history("waits")).map((h) => [h.stepIndex, h.nodeName]);
     await old.close();
+    expect(tableNames(file)).toEqual(
+      expect.arrayContaining(["table:workflows", "table:workflow_idempotency", "table:workflow_leases"]),
+    );
 
     // Opened as a journal: moved once.
     const journal = journalOf(file);
@@ -249,7 +252,7 @@ describe("workflow tables of an earlier release move into the journal", () => {
 
 describe("a fixture file written before the journal (test/fixtures/workflow/pre-journal-0.1.db.gz)", () => {
   it("opens as a journal, resumes its waiting workflow with a 300 KB value and finishes it; a started side effect goes to reconcile", async () => {
-    // Written by SqliteColdStore before the move (its own workflow_* tables, month tables, the blob table).
+    // Written by the previous release's SqliteColdStore (its own workflow_* tables, month tables, the blob table).
     const file = path.join(tmp.dir, `fixture-${n++}.db`);
     const gz = fileURLToPath(new URL("../fixtures/workflow/pre-journal-0.1.db.gz", import.meta.url));
     writeFileSync(file, gunzipSync(readFileSync(gz)));

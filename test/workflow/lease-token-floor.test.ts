@@ -3,8 +3,14 @@
  * on SQLite and PostgreSQL: after `store.delete` + `prune` the id's next lease started again at
  * token 1, and a worker paused while holding token 1 passed the fence of the new worker's lease,
  * renewed it and committed into the new run). On a real SQLite file and a real PostgreSQL schema:
- * the trial's repro, a lease row really pruned (the floor), a delete that ends a live lease, and
- * a SQLite file of the previous lease-table version whose floor starts above its stored tokens.
+ * the trial's repro, a deleted id really pruned, a delete that ends a live lease, and SQLite files
+ * of the previous release (lease-table version 1, and version 2 with its floor) whose tokens move
+ * into the journal without going back.
+ *
+ * SQLite keeps its workflows in the durable journal: the lease is the run's, and a deleted
+ * workflow is a reset run whose token is raised and whose row stays, so an id's token never goes
+ * back without a separate floor. PostgreSQL still keeps the previous release's lease table, whose
+ * pruned rows are remembered by the floor.
  */
 import { randomUUID } from "node:crypto";
 import path from "node:path";
@@ -22,6 +28,7 @@ import {
 import type { LeasingColdStore } from "../../src/workflow/lease.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { tempDir } from "./helpers.js";
+import { PreviousSqliteColdStore } from "./previous-sqlite-store.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -30,8 +37,14 @@ interface Backend {
   skip: string | undefined;
   setup(dir: string): Promise<void>;
   cold(): ColdStore;
-  /** The lease rows of a workflow as stored (0 or 1). */
-  leaseRows(id: string): Promise<number>;
+  /**
+   * Checks, below the contract, what remembers the tokens of an id deleted and pruned after its
+   * lease reached token `last`: the run row, kept with a higher token and no holder (SQLite's
+   * journal), or the floor alone once the lease row went (PostgreSQL).
+   */
+  expectPrunedLease(id: string, last: number): Promise<void>;
+  /** Whether a new id's first lease starts above every token of the ids pruned before (a store-wide floor). */
+  storeWideFloor: boolean;
   teardown(): Promise<void>;
 }
 
@@ -44,15 +57,23 @@ function sqliteBackend(): Backend {
       file = path.join(dir, "wf.db");
     },
     cold: () => new SqliteColdStore({ path: file }),
-    async leaseRows(id) {
+    async expectPrunedLease(id, last) {
       const db = new Database(file, { readonly: true });
       try {
-        return (db.prepare("SELECT COUNT(*) AS n FROM workflow_leases WHERE workflow_id = ?").get(id) as { n: number })
-          .n;
+        // The run stays (a deleted workflow is a reset run): its row keeps the token, raised by the delete.
+        const run = db.prepare("SELECT lease_owner, fencing_token FROM durable_runs WHERE run_id = ?").get(id) as
+          | { lease_owner: string | null; fencing_token: number }
+          | undefined;
+        expect(run).toBeDefined();
+        expect(run?.lease_owner).toBeNull();
+        expect(Number(run?.fencing_token)).toBeGreaterThan(last);
+        const steps = db.prepare("SELECT COUNT(*) AS n FROM durable_steps WHERE run_id = ?").get(id) as { n: number };
+        expect(steps.n).toBe(0); // the workflow's records went
       } finally {
         db.close();
       }
     },
+    storeWideFloor: false,
     async teardown() {},
   };
 }
@@ -68,12 +89,13 @@ function postgresBackend(skip: string | undefined): Backend {
       pool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
     },
     cold: () => new PostgresColdStore({ url: DATABASE_URL, schema, maxConnections: 4 }),
-    async leaseRows(id) {
+    async expectPrunedLease(id) {
       const r = await pool!.query(`SELECT COUNT(*)::int AS n FROM "${schema}".workflow_leases WHERE workflow_id = $1`, [
         id,
       ]);
-      return r.rows[0].n as number;
+      expect(r.rows[0].n as number).toBe(0); // the row went: only the floor remembers its tokens
     },
+    storeWideFloor: true,
     async teardown() {
       await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool?.end();
@@ -131,7 +153,7 @@ for (const backend of backends) {
       expect((await store.loadLatest("w"))?.sharedMemory).toEqual({ by: "B" });
     });
 
-    it("a lease row really pruned: the id's next lease starts above every token it had (the floor)", async () => {
+    it("a deleted id really pruned: its next lease starts above every token it had", async () => {
       const id = "pruned";
       let last = 0;
       for (let i = 0; i < 3; i++) {
@@ -145,7 +167,7 @@ for (const backend of backends) {
       await store.delete(id);
       await sleep(150);
       await store.prune({ olderThan: 50 });
-      expect(await backend.leaseRows(id)).toBe(0); // the row went: only the floor remembers its tokens
+      await backend.expectPrunedLease(id, last);
       const next = await cold.acquireLease(id, "new", 30_000);
       if (!next.acquired) throw new Error("not acquired");
       expect(next.fencingToken).toBeGreaterThan(last + 1); // the delete raised it once more
@@ -155,10 +177,13 @@ for (const backend of backends) {
         ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
         await expect(cold.renewLease(id, token, 30_000)).rejects.toBeInstanceOf(WorkflowLeaseLostError);
       }
-      // Another id, new after the prune, also starts above the floor; one never pruned counts on.
+      // With a store-wide floor, another id, new after the prune, also starts above it (its tokens
+      // cannot be told from a pruned id's); a journal keeps every run's row, so a new id's are its own.
       const other = await cold.acquireLease("fresh", "x", 30_000);
       expect(other).toMatchObject({ acquired: true });
-      expect((other as { fencingToken: number }).fencingToken).toBeGreaterThan(next.fencingToken - 1);
+      const otherToken = (other as { fencingToken: number }).fencingToken;
+      if (backend.storeWideFloor) expect(otherToken).toBeGreaterThan(next.fencingToken - 1);
+      else expect(otherToken).toBe(1);
     });
 
     it("a delete ends a live lease: the holder's next save, side-effect start and renewal are refused; the next worker takes over at once", async () => {
@@ -191,29 +216,128 @@ for (const backend of backends) {
   });
 }
 
-describe("workflow lease tokens: a SQLite file of lease-table version 1", () => {
-  it("gets a floor above every token it stores, so ids pruned before the upgrade do not restart at 1", async () => {
+describe("workflow lease tokens: SQLite files of the previous release move into the journal", () => {
+  /** Tokens of the previous release's lease table, by id, and its floor (undefined: no floor table). */
+  const leasesOf = (file: string) => {
+    const db = new Database(file, { readonly: true });
+    try {
+      const rows = db.prepare("SELECT workflow_id, fencing_token FROM workflow_leases").all() as {
+        workflow_id: string;
+        fencing_token: number;
+      }[];
+      const hasFloor = db.prepare("SELECT 1 FROM sqlite_master WHERE name = 'workflow_lease_floor'").get();
+      const floor = hasFloor
+        ? Number(
+            (db.prepare("SELECT fencing_token FROM workflow_lease_floor").get() as { fencing_token: number })
+              .fencing_token,
+          )
+        : undefined;
+      return { tokens: new Map(rows.map((r) => [r.workflow_id, Number(r.fencing_token)])), floor };
+    } finally {
+      db.close();
+    }
+  };
+
+  it("lease-table version 1 (no floor): every id's next lease is above the tokens it had", async () => {
     const tmp = tempDir("lease-floor-v1");
     const file = path.join(tmp.dir, "wf.db");
     try {
-      let store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
-      let cold = store.cold as ColdStore & LeasingColdStore;
-      for (let i = 0; i < 5; i++) await cold.acquireLease("busy", "w", 30_000); // tokens 1..5
-      await store.close();
-      // Back to version 1 of the component: no floor table, no ledger entry for version 2.
+      const old = await CheckpointStore.open({ cold: new PreviousSqliteColdStore(file) });
+      const oldCold = old.cold as ColdStore & LeasingColdStore;
+      for (let i = 0; i < 5; i++) await oldCold.acquireLease("busy", "w", 30_000); // tokens 1..5, held
+      const q = await oldCold.acquireLease("quiet", "w", 30_000);
+      if (!q.acquired) throw new Error("not acquired");
+      await old.save(createWorkflowState({ workflowId: "quiet" }), {
+        expectedStep: null,
+        fencingToken: q.fencingToken,
+      });
+      await old.close();
+      // Back to version 1 of the lease table: no floor table, no ledger entry for version 2.
       const db = new Database(file);
       db.exec("DROP TABLE workflow_lease_floor");
       db.prepare("DELETE FROM dumplings_migrations WHERE component = 'workflow-lease' AND version = 2").run();
       db.close();
-      store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
-      cold = store.cold as ColdStore & LeasingColdStore;
-      expect(await cold.acquireLease("pruned-before-upgrade", "w", 30_000)).toMatchObject({
-        acquired: true,
-        fencingToken: 6,
+      expect(leasesOf(file)).toEqual({
+        tokens: new Map([
+          ["busy", 5],
+          ["quiet", 1],
+        ]),
+        floor: undefined,
       });
-      await store.close();
-    } finally {
+
+      const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
+      const cold = store.cold as ColdStore & LeasingColdStore;
+      try {
+        // The previous holder's lease is gone with its table: the next worker takes the run at once.
+        expect(await cold.acquireLease("busy", "w2", 30_000)).toMatchObject({ acquired: true, fencingToken: 6 });
+        const next = await cold.acquireLease("quiet", "w2", 30_000);
+        expect(next).toMatchObject({ acquired: true, fencingToken: 2 });
+        // The token it wrote with before the move passes no fence any more; the new one writes.
+        await expect(
+          store.save(createWorkflowState({ workflowId: "quiet" }), { expectedStep: 0, fencingToken: q.fencingToken }),
+        ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+        await store.save({ ...(await store.loadLatest("quiet"))!, stepIndex: 1 }, { expectedStep: 0, fencingToken: 2 });
+      } finally {
+        await store.close();
+        tmp.cleanup();
+      }
+    } catch (e) {
       tmp.cleanup();
+      throw e;
+    }
+  });
+
+  it("lease-table version 2 with a floor: the ids it moves start above the floor (above a pruned id's tokens)", async () => {
+    const tmp = tempDir("lease-floor-v2");
+    const file = path.join(tmp.dir, "wf.db");
+    try {
+      const old = await CheckpointStore.open({ cold: new PreviousSqliteColdStore(file) });
+      const oldCold = old.cold as ColdStore & LeasingColdStore;
+      // An id with a checkpoint and a token of its own (1), below the floor to come.
+      const q = await oldCold.acquireLease("quiet", "w", 30_000);
+      if (!q.acquired) throw new Error("not acquired");
+      await old.save(createWorkflowState({ workflowId: "quiet" }), {
+        expectedStep: null,
+        fencingToken: q.fencingToken,
+      });
+      await oldCold.releaseLease("quiet", q.fencingToken);
+      // An id leased 7 times, deleted and pruned: its row goes, the floor keeps its tokens.
+      let last = 0;
+      for (let i = 0; i < 7; i++) {
+        const l = await oldCold.acquireLease("gone", `w${i}`, 30_000);
+        if (!l.acquired) throw new Error("not acquired");
+        last = l.fencingToken;
+        if (i === 0)
+          await old.save(createWorkflowState({ workflowId: "gone" }), { expectedStep: null, fencingToken: last });
+        await oldCold.releaseLease("gone", last);
+      }
+      await old.delete("gone");
+      await sleep(150);
+      await old.prune({ olderThan: 50 });
+      await old.close();
+      const before = leasesOf(file);
+      expect(before.tokens.has("gone")).toBe(false);
+      expect(before.floor).toBeGreaterThan(last);
+      const floor = before.floor ?? Number.NaN;
+      expect(before.tokens.get("quiet")).toBe(1); // below the floor
+
+      const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
+      const cold = store.cold as ColdStore & LeasingColdStore;
+      try {
+        const next = await cold.acquireLease("quiet", "w2", 30_000);
+        if (!next.acquired) throw new Error("not acquired");
+        expect(next.fencingToken).toBeGreaterThan(floor);
+        for (let token = 1; token < next.fencingToken; token++) {
+          await expect(cold.renewLease("quiet", token, 30_000)).rejects.toBeInstanceOf(WorkflowLeaseLostError);
+        }
+        expect((await store.loadLatest("quiet"))?.workflowId).toBe("quiet");
+      } finally {
+        await store.close();
+        tmp.cleanup();
+      }
+    } catch (e) {
+      tmp.cleanup();
+      throw e;
     }
   });
 });

@@ -139,16 +139,17 @@ function sqliteBackend(): Backend {
       return { LEASE_COLD: "sqlite", LEASE_SQLITE_PATH: file };
     },
     cold: () => new SqliteColdStore({ path: file }),
+    // A workflow is a run of the file's journal: its lease is the run's (durable_runs).
     async lease(id) {
-      const row = conn().prepare("SELECT owner, fencing_token FROM workflow_leases WHERE workflow_id = ?").get(id) as
-        | { owner: string | null; fencing_token: number }
+      const row = conn().prepare("SELECT lease_owner, fencing_token FROM durable_runs WHERE run_id = ?").get(id) as
+        | { lease_owner: string | null; fencing_token: number }
         | undefined;
-      return row && { owner: row.owner, fencingToken: Number(row.fencing_token) };
+      return row && { owner: row.lease_owner, fencingToken: Number(row.fencing_token) };
     },
     async takeOver(id, thief) {
       conn()
         .prepare(
-          "UPDATE workflow_leases SET owner = ?, fencing_token = fencing_token + 1, expires_at = ? WHERE workflow_id = ?",
+          "UPDATE durable_runs SET lease_owner = ?, fencing_token = fencing_token + 1, lease_expires_at = ? WHERE run_id = ?",
         )
         .run(thief, Date.now() + 60_000, id);
     },
@@ -343,7 +344,8 @@ for (const backend of backends) {
           },
         });
         const running = runner.runOrResume(id).catch((e: unknown) => e);
-        while (!(await backend.lease(id))?.owner) await sleep(5);
+        // Taken over once the node runs (its first checkpoint written), however slow the machine.
+        while (signal === undefined || !(await backend.lease(id))?.owner) await sleep(5);
         await sleep(20);
         await backend.takeOver(id, "B");
         if (variant === "signal") {

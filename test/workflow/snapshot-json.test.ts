@@ -119,10 +119,13 @@ describe("checkpoint snapshot text", () => {
         expect(ref.bytes).toBe(Buffer.byteLength(JSON.stringify(sharedMemory.blob)));
         const expected = JSON.stringify({ ...saved, sharedMemory: { ...saved.sharedMemory, blob: ref } });
         expect(row?.stateJson).toBe(expected);
-        const type = cold.db.prepare(`SELECT typeof(state_json) AS t FROM "workflow_snapshots_1970_01"`).get() as {
-          t: string;
-        };
-        expect(type.t).toBe("text");
+        // The checkpoint is step `checkpoint:0:<node>` of run "large": its output is that text, as TEXT.
+        const texts = cold.db
+          .prepare(
+            "SELECT typeof(output_json) AS t, output_json AS text FROM durable_steps WHERE run_id = ? AND name GLOB 'checkpoint:0:*'",
+          )
+          .all("large") as { t: string; text: string }[];
+        expect(texts).toEqual([{ t: "text", text: expected }]);
         expect((await hot.get("large"))?.stateJson).toBe(expected);
         const loaded = await store.loadLatest("large");
         expect(store.stats.hotHits).toBe(1);

@@ -16,6 +16,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql-schema.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { signal } from "../../src/durable/signals.js";
+import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import {
   CheckpointStore,
   createWorkflowState,

@@ -170,7 +170,12 @@ export function uiCommand(): Command {
           journal = storeAsJournal;
         } else {
           journal = await openNamedOrDefault();
-          if (journal.value === undefined && storeJournal) journal = storeAsJournal;
+          if (journal.value === undefined && storeJournal) {
+            process.stderr.write(
+              `dumplings ui: the runs pages show the workflow store's journal (${workflows.label})\n`,
+            );
+            journal = storeAsJournal;
+          }
         }
         let stream: RunEventStream | undefined;
         if (options.stream !== undefined) {

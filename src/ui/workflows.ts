@@ -209,9 +209,13 @@ ${page.items.length === 0 ? h`<p class="muted">no workflows${status ? ` with sta
       pending && sources.runner
         ? h`<form method="post" action="${base}/resume"><input type="hidden" name="interruptId" value="${pending.id}"><label>answer (JSON)<textarea name="value">true</textarea></label><div class="actions"><button class="primary" type="submit">Resume</button></div></form>`
         : undefined;
-    // A store that is not journal-backed (a custom cold store): no signal to send; say where it is answered.
+    // Instead of the signal actions: the runner's Resume; for a run that waits no more (cancelled), that
+    // it takes no answer; for a store that is not journal-backed (a custom cold store), where it is answered.
     const instead =
       resumeForm ??
+      (pending && journal && summary && summary.status !== "waiting"
+        ? h`<p class="muted small">the workflow is ${summary.status}: it takes no answer</p>`
+        : undefined) ??
       (pending && !journal
         ? h`<p class="muted small">Resuming runs the graph's node code, which lives in the application: there, <code>runner.resume(${JSON.stringify(id)}, answer, { interruptId: ${JSON.stringify(pending.id)} })</code> (or give <code>startUi</code> a <code>runner</code>).</p>`
         : undefined);

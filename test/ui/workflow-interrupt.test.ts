@@ -189,6 +189,19 @@ describe("the inspector answers a waiting workflow without its runner (HTTP)", (
     });
   });
 
+  it("a cancelled workflow's page offers no answer", async () => {
+    const nodes: Record<string, GraphNode> = {
+      ask: async (_s, ctx) => ({ next: END, updates: { ok: await ctx.interrupt<boolean>({ reason: "go on?" }) } }),
+    };
+    expect((await new ResumableGraphRunner({ store, nodes }).runOrResume("cancelled-1")).status).toBe("waiting");
+    expect((await get("/workflows/cancelled-1").then((r) => r.text())).includes(">Send signal<")).toBe(true);
+    await workflowJournal(store)!.cancelRun("cancelled-1", "tester@test", "not needed");
+    const page = await (await get("/workflows/cancelled-1")).text();
+    expect(page).toContain("the workflow is failed: it takes no answer");
+    expect(page).not.toContain(">Send signal<");
+    expect(page).not.toContain(">Approve<");
+  });
+
   it("with the application's runner, the workflow page keeps its Resume form", async () => {
     const token = "t".repeat(32);
     const nodes: Record<string, GraphNode> = {

@@ -189,6 +189,8 @@ ${
         runId,
         interrupt,
         signals.find((s) => s.name === run.waitingFor),
+        undefined,
+        sources.journal.label,
       )
     : ""
 }

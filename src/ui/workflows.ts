@@ -97,6 +97,8 @@ export function isApprovalQuestion(pending: Pick<PendingInterrupt, "reason">): b
  * @param answered - the interrupt's signal when it was already sent
  * @param instead - what to show instead of the signal actions (the runner's Resume form, when the
  *   inspector has the application's runner)
+ * @param journalSpec - the journal's SPEC for the `dumplings signal --journal` hint (a label that is
+ *   no SPEC is left out)
  * @returns the card's HTML
  */
 export function interruptCard(
@@ -105,8 +107,11 @@ export function interruptCard(
   pending: PendingInterrupt,
   answered: SignalRecord | undefined,
   instead?: Html,
+  journalSpec?: string,
 ): Html {
   const name = `${INTERRUPT_SIGNAL}${pending.id}`;
+  const journalOption =
+    journalSpec && /^(sqlite|postgres|postgresql|redis|rediss):/.test(journalSpec) ? ` --journal ${journalSpec}` : "";
   const actions = answered
     ? h`<p data-interrupt-answered>answered with <code>${JSON.stringify(answered.value)}</code> at ${when(answered.sentAt)}, pending resume: the application's worker continues it (<code>runner.runOrResume(${JSON.stringify(workflowId)})</code>)</p>`
     : (instead ??
@@ -119,7 +124,7 @@ export function interruptCard(
           : ""
       }
 <form method="post" action="${base}/signal" data-interrupt-signal><label>name <input type="text" name="name" value="${name}" required></label> <label>value (JSON) <textarea name="value">true</textarea></label> <div class="actions"><button type="submit">Send signal</button></div></form>
-<p class="muted small">or from a shell: <code>dumplings signal ${workflowId} ${name} 'JSON'</code>; the workflow continues when the application's worker runs <code>runner.runOrResume(${JSON.stringify(workflowId)})</code></p>`);
+<p class="muted small">or from a shell: <code>dumplings signal${journalOption} ${workflowId} ${name} 'JSON'</code>; the workflow continues when the application's worker runs <code>runner.runOrResume(${JSON.stringify(workflowId)})</code></p>`);
   return h`<section class="card approval" id="interrupt" data-signal="${name}"><h2>${answered ? "Interrupt answered, pending resume" : "Waiting on an interrupt"}</h2>
 <p><strong>${pending.reason}</strong> <span class="muted small">(${pending.id}, node ${pending.node})</span></p>${jsonBlock(pending.payload)}
 ${actions}</section>`;
@@ -251,7 +256,7 @@ ${page.items.length === 0 ? h`<p class="muted">no workflows${status ? ` with sta
         h`<h1>${id} ${badge(summary?.status ?? last.state.status)}</h1>
 ${notice(c)}
 <p class="muted small">${history.length} steps · session ${last.state.sessionId} · next node ${last.state.currentNode}${last.state.parent ? h` · fork of <a href="/workflows/${encodeURIComponent(last.state.parent.workflowId)}?step=${last.state.parent.stepIndex}">${last.state.parent.workflowId}</a> at step ${last.state.parent.stepIndex}` : ""}</p>
-${pending ? interruptCard(base, id, pending, answered, instead) : ""}
+${pending ? interruptCard(base, id, pending, answered, instead, src.label) : ""}
 ${journal && sources.journal.value === journal ? h`<p class="small"><a href="/runs/${encodeURIComponent(id)}">its run in the journal</a></p>` : ""}
 <h2>Step timeline</h2>
 <div class="table-wrap"><table id="timeline">

@@ -9,10 +9,11 @@
  *
  * Over HTTP (startUi, Node's fetch) and in real headless Chromium against the real `dumplings ui`
  * process (skipped with its reason without /usr/bin/chromium, except under
- * DUMPLINGS_REQUIRE_SERVICES=1).
+ * DUMPLINGS_REQUIRE_SERVICES=1); a screenshot of the waiting workflow goes to
+ * test-results/ui/workflow-interrupt.png.
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -31,6 +32,7 @@ import { SERVICES_REQUIRED } from "../helpers/services.js";
 
 const CHILD = fileURLToPath(new URL("../fixtures/workflow/interrupt-child.ts", import.meta.url));
 const CHROMIUM = "/usr/bin/chromium";
+const SHOTS = path.join(ROOT, "test-results", "ui");
 const noChromium = !existsSync(CHROMIUM);
 if (noChromium && !SERVICES_REQUIRED) {
   console.warn(`[skip] ${CHROMIUM} is missing (apt-get install -y chromium); the browser test is skipped`);
@@ -110,6 +112,7 @@ describe("the inspector answers a waiting workflow without its runner (HTTP)", (
     expect(page).toMatch(/<input type="hidden" name="value" value="true"><button class="primary"[^>]*>Approve</);
     expect(page).toMatch(/<input type="hidden" name="value" value="false"><button class="danger"[^>]*>Reject</);
     expect(page).toContain('href="/runs/order-1"');
+    expect(page).toContain(`dumplings signal --journal sqlite:${file} order-1 interrupt:order-1:0:approve:0 'JSON'`);
     const resume = await post("/workflows/order-1/resume", { value: "true" });
     expect(resume.status).toBe(400);
     expect(await resume.text()).toContain("answer its interrupt with a signal");
@@ -130,6 +133,7 @@ describe("the inspector answers a waiting workflow without its runner (HTTP)", (
     expect(page).toContain('action="/runs/order-2/signal"');
     expect(page).toContain(">Approve<");
     expect(page).toContain('href="/workflows/order-2"');
+    expect(page).toContain(`dumplings signal --journal sqlite:${file} order-2 interrupt:order-2:0:approve:0 'JSON'`);
   });
 
   it("Signal on the workflow page records the answer; a second process finishes the workflow; one charge", async () => {
@@ -287,6 +291,11 @@ describe.skipIf(noChromium && !SERVICES_REQUIRED)("dumplings ui --store only, in
     const page = context.pages()[0] ?? (await context.newPage());
     page.setDefaultTimeout(10_000);
     const origin = new URL(address).origin;
+    const consoleErrors: string[] = []; // a CSP violation would be one
+    page.on("console", (m) => {
+      if (m.type() === "error") consoleErrors.push(`${page.url()}: ${m.text()}`);
+    });
+    page.on("pageerror", (e) => consoleErrors.push(`${page.url()}: ${e.message}`));
     await page.goto(address);
     // the runs list shows the workflow as a run of graph (the store's journal: no --journal given)
     await page.goto(`${origin}/runs`);
@@ -298,6 +307,8 @@ describe.skipIf(noChromium && !SERVICES_REQUIRED)("dumplings ui --store only, in
     await card.waitFor({ state: "visible" });
     expect(await card.locator("h2").textContent()).toBe("Waiting on an interrupt");
     expect(await card.textContent()).toContain("charge the card?");
+    mkdirSync(SHOTS, { recursive: true });
+    await page.screenshot({ path: path.join(SHOTS, "workflow-interrupt.png"), fullPage: true });
     const form = card.locator("form[data-interrupt-signal]");
     expect(await form.locator('input[name="name"]').inputValue()).toBe("interrupt:order-9:0:approve:0");
     await form.locator('textarea[name="value"]').fill('{"ok":true}');
@@ -314,5 +325,6 @@ describe.skipIf(noChromium && !SERVICES_REQUIRED)("dumplings ui --store only, in
     expect(await page.locator("#interrupt").count()).toBe(0);
     expect(child(file, "order-9", charges).status).toBe("finished");
     expect(lines(charges)).toHaveLength(1);
+    expect(consoleErrors).toEqual([]);
   }, 90_000);
 });

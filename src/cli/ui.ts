@@ -11,15 +11,24 @@
  * and the others are served. It runs until SIGINT or SIGTERM. The web server
  * (hono) is loaded only by this command.
  *
+ * A workflow store kept in a durable journal (`sqlite:PATH`: workflow W is run
+ * W of the file's journal) is also the runs pages' journal when `--journal`
+ * names the same file, or when no journal is named (`--journal` nor
+ * `DUMPLINGS_DURABLE_JOURNAL`) and the store is named or the default journal
+ * does not exist: the runs list then shows the workflows as runs (workflow
+ * `graph`), and a waiting workflow's run page answers its interrupt.
+ *
  * @module
  */
 import { spawn } from "node:child_process";
+import path from "node:path";
 import { Command } from "commander";
 import type { StateBackend } from "../backends/types.js";
 import { assertPeers } from "../core/peers.js";
 import type { Journal } from "../durable/journal.js";
 import type { RunEventStream } from "../durable/stream-contract.js";
-import type { UiSources } from "../ui/sources.js";
+import type { Source, UiSources } from "../ui/sources.js";
+import { JournalColdStore } from "../workflow/journal-store.js";
 import type { CheckpointStore } from "../workflow/store.js";
 import { closeBackend, DEFAULT_DIR, openBackendAsync, withBackendOptions } from "./backend.js";
 import { DEFAULT_JOURNAL, openJournal } from "./durable-commands.js";
@@ -49,7 +58,7 @@ async function openOrMissing<T>(
   named: boolean,
   label: string,
   open: () => Promise<{ value: T; label: string }>,
-): Promise<{ value: T; label: string } | { label: string; missing: string }> {
+): Promise<Source<T>> {
   try {
     return await open();
   } catch (error) {
@@ -59,6 +68,20 @@ async function openOrMissing<T>(
     }
     throw error;
   }
+}
+
+/** Whether two SPECs name one SQLite file (`sqlite:PATH`, paths resolved). */
+function sameSqliteFile(a: string, b: string): boolean {
+  const file = (text: string) => {
+    try {
+      const spec = parseSpec(text, { kinds: ["sqlite", "postgres", "redis"], option: "--journal" });
+      return spec.kind === "sqlite" ? path.resolve(spec.path) : undefined;
+    } catch {
+      return undefined; // an unsuitable spec is reported when it is opened
+    }
+  };
+  const fa = file(a);
+  return fa !== undefined && fa === file(b);
 }
 
 function openBrowser(url: string): void {
@@ -126,15 +149,34 @@ export function uiCommand(): Command {
             return { value: s, label: options.store ?? env.DUMPLINGS_WORKFLOW_STORE ?? DEFAULT_WORKFLOW_STORE };
           },
         );
-        const journal = await openOrMissing<Journal>(
-          set(options.journal) || set(env.DUMPLINGS_DURABLE_JOURNAL),
-          options.journal ?? env.DUMPLINGS_DURABLE_JOURNAL ?? DEFAULT_JOURNAL,
-          async () => {
+        const storeText = options.store ?? env.DUMPLINGS_WORKFLOW_STORE ?? DEFAULT_WORKFLOW_STORE;
+        const journalNamed = set(options.journal) || set(env.DUMPLINGS_DURABLE_JOURNAL);
+        const journalText = options.journal ?? env.DUMPLINGS_DURABLE_JOURNAL ?? DEFAULT_JOURNAL;
+        // The workflow store's own journal (workflow W is run W there), when it is kept in one.
+        const storeJournal =
+          workflows.value?.cold instanceof JournalColdStore ? workflows.value.cold.journal : undefined;
+        const storeAsJournal: Source<Journal> = storeJournal
+          ? { value: storeJournal, label: workflows.label }
+          : { label: journalText, missing: "" };
+        const openNamedOrDefault = () =>
+          openOrMissing<Journal>(journalNamed, journalText, async () => {
             const j = await openJournal(options.journal ? { journal: options.journal } : {}, { mustExist: true });
             opened.push(() => j.close());
-            return { value: j, label: options.journal ?? env.DUMPLINGS_DURABLE_JOURNAL ?? DEFAULT_JOURNAL };
-          },
-        );
+            return { value: j, label: journalText };
+          });
+        let journal: Source<Journal>;
+        if (storeJournal && journalNamed && sameSqliteFile(journalText, storeText)) journal = storeAsJournal;
+        else if (storeJournal && !journalNamed && (set(options.store) || set(env.DUMPLINGS_WORKFLOW_STORE))) {
+          journal = storeAsJournal;
+        } else {
+          journal = await openNamedOrDefault();
+          if (journal.value === undefined && storeJournal) {
+            process.stderr.write(
+              `dumplings ui: the runs pages show the workflow store's journal (${workflows.label})\n`,
+            );
+            journal = storeAsJournal;
+          }
+        }
         let stream: RunEventStream | undefined;
         if (options.stream !== undefined) {
           const spec = parseSpec(options.stream, { kinds: ["redis"], option: "--stream" });

@@ -12,6 +12,9 @@
  *
  * The store is chosen with `--store` (`sqlite:PATH`, `postgres://…` or `postgres:postgres://…`) or
  * `DUMPLINGS_WORKFLOW_STORE`, default `sqlite:./.dumplingsAI_workflows/workflows.db`;
+ * An SQLite store is the file's durable journal (workflow W is run W of workflow `graph`), and a
+ * file written by an earlier release is moved into it when it is opened; `show` of a workflow
+ * waiting on `interrupt()` prints the `dumplings signal` command that answers it.
  * `--redis URL` (or `REDIS_URL`) adds the hot tier so `rm` clears it too. Large values are read
  * from (and deleted with) the store's own database, as the library keeps them; `--blobs DIR` names
  * the directory of a store written with `blobDir`.
@@ -24,6 +27,7 @@ import { PostgresColdStore } from "../workflow/cold-postgres.js";
 import { SqliteColdStore } from "../workflow/cold-sqlite.js";
 import { WorkflowNotFoundError } from "../workflow/errors.js";
 import { RedisHotTier } from "../workflow/hot-redis.js";
+import { INTERRUPT_SIGNAL, JournalColdStore } from "../workflow/journal-store.js";
 import { CheckpointStore } from "../workflow/store.js";
 import { parseDuration } from "./duration.js";
 import { missingStore, UsageError } from "./errors.js";
@@ -72,7 +76,7 @@ export async function openWorkflowStore(
   open: { mustExist?: boolean } = {},
 ): Promise<CheckpointStore> {
   const env = process.env.DUMPLINGS_WORKFLOW_STORE === "" ? undefined : process.env.DUMPLINGS_WORKFLOW_STORE;
-  const text = options.store ?? env ?? DEFAULT_WORKFLOW_STORE;
+  const text = storeSpecText(options);
   const spec = parseSpec(text, {
     kinds: STORE_KINDS,
     option: options.store === undefined && env !== undefined ? "DUMPLINGS_WORKFLOW_STORE" : "--store",
@@ -114,6 +118,12 @@ export async function openWorkflowStore(
     await cold.close().catch(() => undefined);
     throw missingStore(error, label);
   }
+}
+
+/** The store SPEC the options name: `--store`, else `DUMPLINGS_WORKFLOW_STORE`, else the default. */
+function storeSpecText(options: WorkflowCliOptions): string {
+  const env = process.env.DUMPLINGS_WORKFLOW_STORE === "" ? undefined : process.env.DUMPLINGS_WORKFLOW_STORE;
+  return options.store ?? env ?? DEFAULT_WORKFLOW_STORE;
 }
 
 function withStoreOptions(command: Command): Command {
@@ -210,6 +220,18 @@ function showCommand(): Command {
         const errs = errors.map((e) => `error at step ${e.stepIndex} in ${e.nodeName}: ${String(e.error.message)}`);
         const pending = history.at(-1)!.state.pendingInterrupt;
         const wait = pending ? [`waiting: ${pending.reason} (interrupt ${pending.id})`] : [];
+        // A store kept in a durable journal: the interrupt is the run's wait for signal interrupt:<id>.
+        const journal = store.cold instanceof JournalColdStore ? store.cold.journal : undefined;
+        if (pending && journal) {
+          const name = `${INTERRUPT_SIGNAL}${pending.id}`;
+          const sent = await journal.getSignal(workflowId, name);
+          const spec = storeSpecText(options);
+          wait.push(
+            sent
+              ? `answered with ${JSON.stringify(sent.value)}, pending resume (the application's runner.runOrResume continues it)`
+              : `answer it: dumplings signal${spec.startsWith("sqlite:") ? ` --journal ${spec}` : ""} ${workflowId} ${name} '<JSON>'`,
+          );
+        }
         process.stdout.write(`${[table, ...errs, ...wait].join("\n")}\n`);
       });
     });

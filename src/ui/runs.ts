@@ -23,8 +23,11 @@ import { decisionValue } from "../durable/approvals.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
 import { approvalSignalName } from "../durable/signals.js";
+import { CHECKPOINT_STEP, INTERRUPT_SIGNAL } from "../workflow/journal-store.js";
+import type { PendingInterrupt } from "../workflow/state.js";
 import { badge, type Html, h, jsonBlock, layout, pageParam, pager, when } from "./html.js";
 import type { UiSources } from "./sources.js";
+import { interruptCard, workflowJournal } from "./workflows.js";
 
 const STATUSES: readonly RunStatus[] = ["pending", "running", "waiting", "blocked", "failed", "completed", "cancelled"];
 /** Runs per list page. */
@@ -69,6 +72,17 @@ async function getRun(journal: Journal, runId: string): Promise<RunRecord> {
 
 const back = (c: Context, runId: string, done: string) =>
   c.redirect(`/runs/${encodeURIComponent(runId)}?${new URLSearchParams({ done }).toString()}`, 303);
+
+/**
+ * The interrupt a workflow's run waits on (`waitingFor` = `interrupt:<id>`), from its newest
+ * checkpoint step (the workflow state, whose `pendingInterrupt` has that id); undefined otherwise.
+ */
+function pendingInterruptOf(run: RunRecord, steps: readonly StepRecord[]): PendingInterrupt | undefined {
+  if (run.status !== "waiting" || !run.waitingFor?.startsWith(INTERRUPT_SIGNAL)) return undefined;
+  const checkpoint = steps.findLast((s) => s.name.startsWith(CHECKPOINT_STEP) && s.status === "completed");
+  const pending = (checkpoint?.output as { pendingInterrupt?: PendingInterrupt } | null | undefined)?.pendingInterrupt;
+  return pending && `${INTERRUPT_SIGNAL}${pending.id}` === run.waitingFor ? pending : undefined;
+}
 
 const formText = (v: unknown) => (typeof v === "string" ? v.trim() : "");
 
@@ -143,6 +157,9 @@ ${runs.length >= RUNS_LISTED ? h`<p class="muted small">the newest ${RUNS_LISTED
       journal.listSignals(runId),
     ]);
     const approvals = pendingApprovals(run, steps, signals);
+    const interrupt = pendingInterruptOf(run, steps);
+    // The same workflow's page, when the inspector's workflow store is this journal.
+    const sameStore = workflowJournal(sources.workflows.value) === journal;
     const drift = new Map<number, JournalEvent[]>();
     for (const e of events) {
       if (e.type === "step_drift" && e.seq !== undefined) drift.set(e.seq, [...(drift.get(e.seq) ?? []), e]);
@@ -164,7 +181,19 @@ ${runs.length >= RUNS_LISTED ? h`<p class="muted small">the newest ${RUNS_LISTED
         h`<h1>${runId} <span data-run-status class="badge b-${run.status}">${run.status}</span></h1>
 ${done ? h`<p class="flash" role="status">${done}</p>` : ""}
 <p class="muted small">workflow ${run.workflow} · created ${when(run.createdAt)} · updated ${when(run.updatedAt)} · fencing token ${run.fencingToken}${run.leaseOwner ? ` · lease ${run.leaseOwner} until ${when(run.leaseExpiresAt)}` : ""}</p>
-<p>${describeWait(run, approvals)}</p>
+<p>${describeWait(run, approvals)}${sameStore && interrupt ? h` · <a href="/workflows/${encodeURIComponent(runId)}">workflow page</a>` : ""}</p>
+${
+  interrupt
+    ? interruptCard(
+        base,
+        runId,
+        interrupt,
+        signals.find((s) => s.name === run.waitingFor),
+        undefined,
+        sources.journal.label,
+      )
+    : ""
+}
 ${approvals.map(
   (a) => h`<section class="card approval" id="approval" data-tool-call="${a.toolCallId}">
 <h2>${a.decision ? `${a.decision.approved ? "Approved" : "Rejected"}, pending resume` : "Pending approval"}</h2>

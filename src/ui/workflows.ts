@@ -3,17 +3,29 @@
  * of `CheckpointStore.listWorkflows`), and a workflow page with its step
  * timeline (node, time since the previous checkpoint, status, recorded error),
  * the state at any step, the diff between two steps, the pending interrupt
- * (resumed through the application's runner when the inspector was given one)
  * and fork (time travel) from a step with `ResumableGraphRunner.resumeFrom`.
+ *
+ * A pending interrupt of a workflow kept in a durable journal (every
+ * `JournalColdStore`, `SqliteColdStore` among them) is a run waiting for the
+ * signal `interrupt:<id>`: the page offers what a durable run's wait offers
+ * (Signal with a JSON value, and Approve / Reject for a yes/no question),
+ * sent with `sendDecision` — the function of the run page and of `dumplings
+ * signal` — to the store's journal; the application's worker then continues
+ * the workflow with `runOrResume`. Given the application's runner, the page
+ * resumes it at once instead (`runner.resume`).
  *
  * @module
  */
 import type { Context, Hono } from "hono";
+import { sendDecision } from "../cli/durable-commands.js";
 import { UsageError } from "../cli/errors.js";
 import type { JsonValue } from "../core/json.js";
+import type { Journal, SignalRecord } from "../durable/journal.js";
 import type { WorkflowRowStatus } from "../workflow/cold.js";
 import { WorkflowNotFoundError } from "../workflow/errors.js";
+import { INTERRUPT_SIGNAL, JournalColdStore } from "../workflow/journal-store.js";
 import { ResumableGraphRunner } from "../workflow/runner.js";
+import type { PendingInterrupt } from "../workflow/state.js";
 import type { CheckpointStore, HistoryEntry } from "../workflow/store.js";
 import { jsonDiff } from "./diff.js";
 import { badge, type Html, h, jsonBlock, layout, when } from "./html.js";
@@ -43,6 +55,79 @@ function forkOnlyRunner(store: CheckpointStore, history: readonly HistoryEntry[]
     throw new UsageError("dumplings ui does not run workflow nodes; run the fork with your application's runner");
   };
   return new ResumableGraphRunner({ store, nodes: Object.fromEntries([...names].map((n) => [n, refuse])) });
+}
+
+/**
+ * The durable journal a workflow store keeps its workflows in (a `JournalColdStore`: workflow W is
+ * run W), or undefined for a store that is not journal-backed.
+ *
+ * @param store - the inspector's workflow store
+ * @returns the store's journal, or undefined
+ */
+export function workflowJournal(store: CheckpointStore | undefined): Journal | undefined {
+  return store?.cold instanceof JournalColdStore ? store.cold.journal : undefined;
+}
+
+/** Words that open a question a yes or a no does not answer. */
+const OPEN_QUESTION = /^(what|which|who|whom|whose|where|when|why|how)\b/i;
+
+/**
+ * Whether an interrupt asks a yes/no question (`ctx.interrupt({ reason: "approve the plan?" })`,
+ * answered `true` or `false`): its reason ends with "?" and does not open with what/which/who/
+ * where/when/why/how. Such an interrupt gets Approve (sends `true`) and Reject (sends `false`)
+ * beside the Signal form, as a durable run's pending approval does.
+ *
+ * @param pending - the pending interrupt
+ * @returns true for a yes/no question
+ */
+export function isApprovalQuestion(pending: Pick<PendingInterrupt, "reason">): boolean {
+  const reason = pending.reason.trim();
+  return reason.endsWith("?") && !OPEN_QUESTION.test(reason);
+}
+
+/**
+ * The card of a workflow waiting on `interrupt()`, on the workflow page and on its run page: the
+ * question and its payload, then either the recorded answer (pending resume) or the actions, each
+ * a form posting to `<base>/signal` (name = the interrupt's signal, value = JSON): Approve (`true`)
+ * and Reject (`false`) for a yes/no question, and Signal with a JSON value.
+ *
+ * @param base - the page's address (`/workflows/W` or `/runs/W`); the forms post to `<base>/signal`
+ * @param workflowId - the workflow (its run's id)
+ * @param pending - the pending interrupt
+ * @param answered - the interrupt's signal when it was already sent
+ * @param instead - what to show instead of the signal actions (the runner's Resume form, when the
+ *   inspector has the application's runner)
+ * @param journalSpec - the journal's SPEC for the `dumplings signal --journal` hint (a label that is
+ *   no SPEC is left out)
+ * @returns the card's HTML
+ */
+export function interruptCard(
+  base: string,
+  workflowId: string,
+  pending: PendingInterrupt,
+  answered: SignalRecord | undefined,
+  instead?: Html,
+  journalSpec?: string,
+): Html {
+  const name = `${INTERRUPT_SIGNAL}${pending.id}`;
+  const journalOption =
+    journalSpec && /^(sqlite|postgres|postgresql|redis|rediss):/.test(journalSpec) ? ` --journal ${journalSpec}` : "";
+  const actions = answered
+    ? h`<p data-interrupt-answered>answered with <code>${JSON.stringify(answered.value)}</code> at ${when(answered.sentAt)}, pending resume: the application's worker continues it (<code>runner.runOrResume(${JSON.stringify(workflowId)})</code>)</p>`
+    : (instead ??
+      h`${
+        isApprovalQuestion(pending)
+          ? h`<div class="actions">
+<form method="post" action="${base}/signal" class="inline"><input type="hidden" name="name" value="${name}"><input type="hidden" name="value" value="true"><button class="primary" type="submit" name="decision" value="approve">Approve</button></form>
+<form method="post" action="${base}/signal" class="inline"><input type="hidden" name="name" value="${name}"><input type="hidden" name="value" value="false"><button class="danger" type="submit" name="decision" value="reject">Reject</button></form>
+</div>`
+          : ""
+      }
+<form method="post" action="${base}/signal" data-interrupt-signal><label>name <input type="text" name="name" value="${name}" required></label> <label>value (JSON) <textarea name="value">true</textarea></label> <div class="actions"><button type="submit">Send signal</button></div></form>
+<p class="muted small">or from a shell: <code>dumplings signal${journalOption} ${workflowId} ${name} 'JSON'</code>; the workflow continues when the application's worker runs <code>runner.runOrResume(${JSON.stringify(workflowId)})</code></p>`);
+  return h`<section class="card approval" id="interrupt" data-signal="${name}"><h2>${answered ? "Interrupt answered, pending resume" : "Waiting on an interrupt"}</h2>
+<p><strong>${pending.reason}</strong> <span class="muted small">(${pending.id}, node ${pending.node})</span></p>${jsonBlock(pending.payload)}
+${actions}</section>`;
 }
 
 function parseJsonField(text: string, what: string): JsonValue {
@@ -119,6 +204,26 @@ ${page.items.length === 0 ? h`<p class="muted">no workflows${status ? ` with sta
     const diff = jsonDiff(stateAt(a), stateAt(b));
     const base = `/workflows/${encodeURIComponent(id)}`;
     const pending = last.state.pendingInterrupt;
+    const journal = workflowJournal(src.value);
+    // The interrupt's signal, when it was sent and the workflow has not taken it yet.
+    const answered =
+      pending && journal && summary?.status === "waiting"
+        ? await journal.getSignal(id, `${INTERRUPT_SIGNAL}${pending.id}`)
+        : undefined;
+    const resumeForm =
+      pending && sources.runner
+        ? h`<form method="post" action="${base}/resume"><input type="hidden" name="interruptId" value="${pending.id}"><label>answer (JSON)<textarea name="value">true</textarea></label><div class="actions"><button class="primary" type="submit">Resume</button></div></form>`
+        : undefined;
+    // Instead of the signal actions: the runner's Resume; for a run that waits no more (cancelled), that
+    // it takes no answer; for a store that is not journal-backed (a custom cold store), where it is answered.
+    const instead =
+      resumeForm ??
+      (pending && journal && summary && summary.status !== "waiting"
+        ? h`<p class="muted small">the workflow is ${summary.status}: it takes no answer</p>`
+        : undefined) ??
+      (pending && !journal
+        ? h`<p class="muted small">Resuming runs the graph's node code, which lives in the application: there, <code>runner.resume(${JSON.stringify(id)}, answer, { interruptId: ${JSON.stringify(pending.id)} })</code> (or give <code>startUi</code> a <code>runner</code>).</p>`
+        : undefined);
     const stepOptions = (chosen: number) =>
       history.map(
         (e) =>
@@ -151,17 +256,8 @@ ${page.items.length === 0 ? h`<p class="muted">no workflows${status ? ` with sta
         h`<h1>${id} ${badge(summary?.status ?? last.state.status)}</h1>
 ${notice(c)}
 <p class="muted small">${history.length} steps · session ${last.state.sessionId} · next node ${last.state.currentNode}${last.state.parent ? h` · fork of <a href="/workflows/${encodeURIComponent(last.state.parent.workflowId)}?step=${last.state.parent.stepIndex}">${last.state.parent.workflowId}</a> at step ${last.state.parent.stepIndex}` : ""}</p>
-${
-  pending
-    ? h`<section class="card approval" id="interrupt"><h2>Waiting on an interrupt</h2>
-<p><strong>${pending.reason}</strong> <span class="muted small">(${pending.id}, node ${pending.node})</span></p>${jsonBlock(pending.payload)}
-${
-  sources.runner
-    ? h`<form method="post" action="${base}/resume"><input type="hidden" name="interruptId" value="${pending.id}"><label>answer (JSON)<textarea name="value">true</textarea></label><div class="actions"><button class="primary" type="submit">Resume</button></div></form>`
-    : h`<p class="muted small">Resuming runs the graph's node code, which lives in the application: there, <code>runner.resume(${JSON.stringify(id)}, answer, { interruptId: ${JSON.stringify(pending.id)} })</code> (or give <code>startUi</code> a <code>runner</code>).</p>`
-}</section>`
-    : ""
-}
+${pending ? interruptCard(base, id, pending, answered, instead, src.label) : ""}
+${journal && sources.journal.value === journal ? h`<p class="small"><a href="/runs/${encodeURIComponent(id)}">its run in the journal</a></p>` : ""}
 <h2>Step timeline</h2>
 <div class="table-wrap"><table id="timeline">
 <thead><tr><th class="num">step</th><th>node</th><th class="num">+ms</th><th>status</th><th class="hide-sm">next</th><th class="hide-sm">at</th><th>error</th></tr></thead>
@@ -221,11 +317,35 @@ ${
     return c.redirect(`/workflows/${encodeURIComponent(forkId)}?${new URLSearchParams({ done }).toString()}`, 303);
   });
 
+  // Answers a waiting interrupt (or sends any signal) as the run page and `dumplings signal` do: one
+  // signal in the store's journal; the application's worker continues the workflow with runOrResume.
+  app.post("/workflows/:id/signal", async (c) => {
+    const src = sources.workflows;
+    if (src.value === undefined) throw new UsageError(src.missing);
+    const id = c.req.param("id");
+    const journal = workflowJournal(src.value);
+    if (!journal) {
+      throw new UsageError(
+        `the workflow store ${src.label} is not kept in a durable journal: answer ${JSON.stringify(id)} in the application (runner.resume)`,
+      );
+    }
+    const form = await c.req.parseBody();
+    const name = typeof form.name === "string" ? form.name.trim() : "";
+    if (name === "") throw new UsageError("a signal needs a name (the interrupt's: interrupt:<id>)");
+    const text = typeof form.value === "string" ? form.value.trim() : "";
+    const value = text === "" ? true : parseJsonField(text, "the signal value");
+    if ((await src.value.summary(id)) === undefined) throw new WorkflowNotFoundError(id);
+    // No --queue: a workflow's worker is the application's runner, not a durable-run queue's.
+    const result = await sendDecision(journal, id, name, value);
+    const done = `signal ${name} recorded${result.wakes ? "; the workflow continues when the application's worker runs runner.runOrResume" : ""}`;
+    return c.redirect(`/workflows/${encodeURIComponent(id)}?${new URLSearchParams({ done }).toString()}`, 303);
+  });
+
   app.post("/workflows/:id/resume", async (c) => {
     const id = c.req.param("id");
     if (!sources.runner) {
       throw new UsageError(
-        `resuming ${JSON.stringify(id)} runs its graph's node code, which this inspector does not have; resume it in the application (runner.resume)`,
+        `resuming ${JSON.stringify(id)} here runs its graph's node code, which this inspector does not have: answer its interrupt with a signal (POST ${`/workflows/${encodeURIComponent(id)}/signal`}, dumplings signal), then the application's worker continues it`,
       );
     }
     const form = await c.req.parseBody();

@@ -2,7 +2,8 @@
  * The `dumplings ui` command line (real processes) and where the web server
  * may be imported from: a bad port is a usage error (exit 2), a named store
  * that does not exist is exit 3 with nothing created, `--host 0.0.0.0`
- * prints a warning; hono is imported only inside src/ui (and the command
+ * prints a warning; `--journal` naming the workflow store's file lists its workflows as runs and
+ * answers a waiting one from its run page; hono is imported only inside src/ui (and the command
  * loads src/ui only when it runs), and nothing below the CLI imports src/ui.
  */
 import { type ChildProcess, spawn } from "node:child_process";
@@ -11,6 +12,9 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { RedisRunStream } from "../../src/durable/stream.js";
+import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { END, ResumableGraphRunner } from "../../src/workflow/index.js";
+import { CheckpointStore } from "../../src/workflow/store.js";
 import { programArgs, ROOT, runCli } from "../cli/run-cli.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
@@ -72,6 +76,48 @@ describe("dumplings ui, the command", () => {
     expect(r.status).toBe(303);
     expect(await stop(child)).toBe(0);
     expect(stderr()).toMatch(/WARNING: listening on 0\.0\.0\.0/);
+  });
+
+  it("--journal naming the workflow store's file: workflows are runs of graph, a waiting one's run page answers it", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "dumplings-ui-same-"));
+    try {
+      const file = path.join(dir, "app.db");
+      const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: file }) });
+      try {
+        const runner = new ResumableGraphRunner({
+          store,
+          nodes: { ask: async (_s, ctx) => ({ next: END, updates: { ok: await ctx.interrupt({ reason: "ship?" }) } }) },
+        });
+        expect((await runner.runOrResume("wf-1")).status).toBe("waiting");
+      } finally {
+        await store.close();
+      }
+      const { child, address } = await startUi(["--store", `sqlite:${file}`, "--journal", `sqlite:${file}`]);
+      try {
+        const cookie = ((await fetch(address, { redirect: "manual" })).headers.get("set-cookie") ?? "").split(
+          ";",
+        )[0] as string;
+        const origin = new URL(address).origin;
+        const list = await (await fetch(`${origin}/runs`, { headers: { cookie } })).text();
+        expect(list).toMatch(/<a href="\/runs\/wf-1">wf-1<\/a><\/td><td class="hide-sm">graph<\/td>/);
+        const run = await (await fetch(`${origin}/runs/wf-1`, { headers: { cookie } })).text();
+        expect(run).toContain('<input type="text" name="name" value="interrupt:wf-1:0:ask:0" required>');
+        expect(run).toContain('href="/workflows/wf-1"'); // one journal: the run links to its workflow page
+        const r = await fetch(`${origin}/runs/wf-1/signal`, {
+          method: "POST",
+          headers: { cookie, origin, "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({ name: "interrupt:wf-1:0:ask:0", value: "true" }).toString(),
+          redirect: "manual",
+        });
+        expect(r.status).toBe(303);
+        const wf = await (await fetch(`${origin}/workflows/wf-1`, { headers: { cookie } })).text();
+        expect(wf).toContain("Interrupt answered, pending resume");
+      } finally {
+        expect(await stop(child)).toBe(0);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it.skipIf(!!redisSkip)(

@@ -335,13 +335,16 @@ describe("actions", () => {
 });
 
 describe("workflow actions", () => {
-  it("shows a pending interrupt; without the application's runner it cannot resume (400), and says how", async () => {
+  it("shows a pending interrupt with the signal actions; without the application's runner it cannot resume (400), and says how", async () => {
     const page = await (await get("/workflows/ask-7")).text();
     expect(page).toContain("Waiting on an interrupt");
     expect(page).toContain("approve a refund of &lt;b&gt;10&lt;/b&gt;?");
-    expect(page).toContain("runner.resume(&quot;ask-7&quot;");
+    // the store keeps its workflows in its journal: answered by a signal, as a durable run's wait
+    expect(page).toContain('<input type="text" name="name" value="interrupt:ask-7:0:ask:0" required>');
+    expect(page).toContain(">Approve<");
     const r = await post("/workflows/ask-7/resume", { value: "true" }, { origin: ui.origin });
     expect(r.status).toBe(400);
+    expect(await r.text()).toContain("answer its interrupt with a signal");
     expect((await store.loadLatest("ask-7"))?.status).toBe("waiting");
   });
 

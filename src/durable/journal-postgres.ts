@@ -87,11 +87,31 @@ export class PostgresJournal extends SqlJournal {
    * No connection is made here: the tables are created or migrated at the first call.
    *
    * @param options - see {@link PostgresJournalOptions}
+   * @param components - @internal migrations of components run after the journal's own, in the
+   *   same schema and the same setup transaction (the workflow store's move of its old tables
+   *   into the journal); with `create: false`, a schema holding only tables such a component
+   *   recognises (its `present`) opens as a journal and is migrated
    * @throws {InvalidOptionError} on a bad schema name, URL, timeout or pool size
    */
-  constructor(options: PostgresJournalOptions = {}) {
+  constructor(options: PostgresJournalOptions = {}, components: readonly PostgresMigrations[] = []) {
     checkOptions("postgres", options, JOURNAL_POSTGRES_OPTIONS);
-    const driver = new PostgresDriver("postgres", options, MIGRATIONS);
+    const driver = new PostgresDriver(
+      "postgres",
+      options,
+      components.length === 0
+        ? MIGRATIONS
+        : [
+            {
+              ...MIGRATIONS,
+              // A schema holding only a component that moves its tables into the journal opens as a journal.
+              present: async (query, schema) => {
+                for (const c of components) if ((await c.present?.(query, schema)) === true) return true;
+                return false;
+              },
+            },
+            ...components,
+          ],
+    );
     super(driver);
     this.pg = driver;
     this.pool = driver.pool;

@@ -162,7 +162,8 @@ function sqliteBackend(): Backend {
 function postgresBackend(skip: string | undefined): Backend {
   let schema = "";
   let pool: pg.Pool | undefined;
-  const t = () => `"${schema}".workflow_leases`;
+  // The store is a journal: a workflow's lease is its run's (durable_runs: lease_owner, fencing_token).
+  const t = () => `"${schema}".durable_runs`;
   return {
     name: "PostgreSQL",
     skip,
@@ -173,13 +174,13 @@ function postgresBackend(skip: string | undefined): Backend {
     },
     cold: () => new PostgresColdStore({ url: DATABASE_URL, schema, maxConnections: 4 }),
     async lease(id) {
-      const r = await pool!.query(`SELECT owner, fencing_token FROM ${t()} WHERE workflow_id = $1`, [id]);
+      const r = await pool!.query(`SELECT lease_owner AS owner, fencing_token FROM ${t()} WHERE run_id = $1`, [id]);
       const row = r.rows[0];
       return row && { owner: row.owner, fencingToken: Number(row.fencing_token) };
     },
     async takeOver(id, thief) {
       await pool!.query(
-        `UPDATE ${t()} SET owner = $1, fencing_token = fencing_token + 1, expires_at = $2 WHERE workflow_id = $3`,
+        `UPDATE ${t()} SET lease_owner = $1, fencing_token = fencing_token + 1, lease_expires_at = $2 WHERE run_id = $3`,
         [thief, Date.now() + 60_000, id],
       );
     },
@@ -343,8 +344,8 @@ for (const backend of backends) {
           },
         });
         const running = runner.runOrResume(id).catch((e: unknown) => e);
-        while (!(await backend.lease(id))?.owner) await sleep(5);
-        await sleep(20);
+        // Taken over once the node runs (its start checkpoint written: a journal store takes a few more round trips).
+        while (!(await backend.lease(id))?.owner || signal === undefined) await sleep(5);
         await backend.takeOver(id, "B");
         if (variant === "signal") {
           for (let i = 0; i < 200 && !signal?.aborted; i++) await sleep(10);

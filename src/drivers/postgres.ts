@@ -27,7 +27,10 @@
  *   transaction. Every component of every process uses the same lock for a
  *   schema, so replicas booting together on an empty database serialise
  *   (after the DBOS "concurrent first boot" failure, case pb-29). A failed
- *   setup is not cached: the next call tries again.
+ *   setup is not cached: the next call tries again. A migration is SQL
+ *   statements, or an async function run in that transaction under that lock
+ *   (moving rows of an earlier layout: a crash midway leaves the schema as
+ *   it was).
  *
  * @module
  */
@@ -156,14 +159,36 @@ export const POSTGRES_CONNECTION_KEYS: OptionKeyList<PostgresConnectionOptions> 
 /** A query runner handed to migrations and transactions (a checked-out client). */
 export type PgQuery = (text: string, values?: unknown[]) => Promise<PgLikeResult>;
 
-/** One versioned migration of a component. `{s}` in SQL text stands for the quoted schema. */
+/**
+ * One versioned migration of a component. `{s}` in SQL text stands for the quoted schema.
+ *
+ * @example
+ * const statements: PostgresMigration = { version: 1, name: "notes", up: ["CREATE TABLE {s}.notes (id text PRIMARY KEY)"] };
+ * const moved: PostgresMigration = {
+ *   version: 2,
+ *   name: "notes moved",
+ *   up: async (query) => {
+ *     for (const row of (await query("SELECT id FROM {s}.old_notes")).rows) {
+ *       await query("INSERT INTO {s}.notes (id) VALUES ($1)", [row.id]);
+ *     }
+ *     await query("DROP TABLE {s}.old_notes");
+ *   },
+ * };
+ */
 export interface PostgresMigration {
   /** 1, 2, 3… in order. Never edit a released one: add a new one. */
   version: number;
   /** Short description, stored in the ledger. */
   name: string;
-  /** The statements to run, in order, inside the migration transaction. */
-  up: readonly string[];
+  /**
+   * The statements to run, in order, inside the migration transaction; or a function for what
+   * SQL alone cannot say (moving an earlier layout's rows): it runs in that same transaction,
+   * under the schema's advisory lock, with every statement it sends through `query` (where `{s}`
+   * in the text stands for the quoted schema, as in the statements; values go in `$1…`).
+   * `schema` is the schema's name, unquoted (for catalog lookups). A rejection rolls back the
+   * whole setup (every component's migrations of that open), and the next call tries again.
+   */
+  up: readonly string[] | ((query: PgQuery, schema: string) => Promise<void>);
 }
 
 /** The migrations of one component (`sessions`, `workflow`, `journal`). */
@@ -178,6 +203,13 @@ export interface PostgresMigrations {
    * the ledger has no row for the component.
    */
   adopt?(query: PgQuery, schema: string): Promise<number>;
+  /**
+   * Optional: true when the schema holds this component's tables in a layout written before
+   * the ledger, which its migrations upgrade. Called under the lock when the ledger has no row
+   * for the first component (the store's own) and the store was opened with `create: false`:
+   * such a schema is migrated, not refused (reading an existing store is not creating one).
+   */
+  present?(query: PgQuery, schema: string): Promise<boolean>;
 }
 
 const SCHEMA_RE = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
@@ -605,13 +637,22 @@ export class PostgresDriver implements SqlDriver {
           this.checkNotNewer(component, Math.max(0, ...applied), latestOf(set));
           let adopted = 0;
           if (applied.size === 0 && set.adopt) adopted = await set.adopt(query, this.schema);
-          if (i === 0 && this.mustExist && applied.size === 0 && adopted === 0) {
+          if (
+            i === 0 &&
+            this.mustExist &&
+            applied.size === 0 &&
+            adopted === 0 &&
+            (await set.present?.(query, this.schema)) !== true
+          ) {
             // Rolled back below with the schema and ledger this transaction may have created.
             throw new StoreNotFoundError(this.name, `postgres:${this.schema}`, `no ${component} tables in this schema`);
           }
           for (const m of migrations) {
             if (applied.has(m.version)) continue;
-            if (m.version > adopted) for (const statement of m.up) await query(this.sql(statement));
+            if (m.version > adopted) {
+              if (typeof m.up === "function") await m.up((text, values) => query(this.sql(text), values), this.schema);
+              else for (const statement of m.up) await query(this.sql(statement));
+            }
             await query(
               this.sql(`INSERT INTO {s}.${MIGRATIONS_TABLE} (component, version, name) VALUES ($1, $2, $3)`),
               [component, m.version, m.version > adopted ? m.name : `${m.name} (adopted)`],

@@ -88,11 +88,31 @@ export class PostgresJournal extends SqlJournal {
    * No connection is made here: the tables are created or migrated at the first call.
    *
    * @param options - see {@link PostgresJournalOptions}
+   * @param components - @internal migrations of components run after the journal's own, in the
+   *   same schema and the same setup transaction (the workflow store's move of its old tables
+   *   into the journal); with `create: false`, a schema holding only tables such a component
+   *   recognises (its `present`) opens as a journal and is migrated
    * @throws {InvalidOptionError} on a bad schema name, URL, timeout or pool size
    */
-  constructor(options: PostgresJournalOptions = {}) {
+  constructor(options: PostgresJournalOptions = {}, components: readonly PostgresMigrations[] = []) {
     checkOptions("postgres", options, JOURNAL_POSTGRES_OPTIONS);
-    const driver = new PostgresDriver("postgres", options, MIGRATIONS);
+    const driver = new PostgresDriver(
+      "postgres",
+      options,
+      components.length === 0
+        ? MIGRATIONS
+        : [
+            {
+              ...MIGRATIONS,
+              // A schema holding only a component that moves its tables into the journal opens as a journal.
+              present: async (query, schema) => {
+                for (const c of components) if ((await c.present?.(query, schema)) === true) return true;
+                return false;
+              },
+            },
+            ...components,
+          ],
+    );
     super(driver);
     this.pg = driver;
     this.pool = driver.pool;
@@ -342,7 +362,7 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
     } catch (e) {
       // 23505: the event's index is taken (a process of the previous release counted the events itself):
       // the statement wrote nothing; the transaction resynchronises the counter.
-      if (takenIndex(e)) return super.writeStep(token, record, options);
+      if (takenIndex(e) || lostRace(e)) return super.writeStep(token, record, options);
       throw e;
     }
     if (Number(row?.written) === 2) {
@@ -380,6 +400,9 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
  * snapshot (1 or NULL), `$13` event type. Returns one row, `written`: 2 when the record and its event were
  * written, else 0 and nothing was (the caller's transaction then says why), and `dropped_refs`: the blob
  * references of the record it replaced (deleted with it; a record written with blobs takes the transaction).
+ * When the event was counted but the record at `seq` turns out completed or of another name (a writer of
+ * the same token committed it after this statement's snapshot: the `ON CONFLICT` sees the row as
+ * committed, the checks before it do not), the statement fails with 22012 and changes nothing.
  *
  * The run's event counter is incremented where the run's token is `$11` and
  * the record may be written: `seq` is the next position (the highest seq + 1,
@@ -410,6 +433,7 @@ function stepWriteSql(
     output_json = excluded.output_json, error_json = excluded.error_json, attempt = excluded.attempt,
     started_at = excluded.started_at, finished_at = excluded.finished_at, fencing_token = excluded.fencing_token,
     snapshot = excluded.snapshot
+    WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'
   RETURNING 1
 ), event AS (
   INSERT INTO ${t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token)
@@ -420,7 +444,9 @@ function stepWriteSql(
   RETURNING ref
 )
 SELECT (SELECT count(*) FROM step)::integer + (SELECT count(*) FROM event)::integer AS written,
-  (SELECT array_agg(ref) FROM refs) AS dropped_refs${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}`;
+  (SELECT array_agg(ref) FROM refs) AS dropped_refs,
+  CASE WHEN EXISTS (SELECT 1 FROM counted) AND NOT EXISTS (SELECT 1 FROM step)
+    THEN 1 / (SELECT count(*) FROM step)::integer END AS lost${sync ? "" : ", set_config('synchronous_commit', 'off', true) AS unsynced"}`;
 }
 
 /**
@@ -431,4 +457,14 @@ SELECT (SELECT count(*) FROM step)::integer + (SELECT count(*) FROM event)::inte
  */
 function takenIndex(e: unknown): boolean {
   return (e as { cause?: { code?: unknown } } | null)?.cause?.code === "23505";
+}
+
+/**
+ * Whether a one-statement step write found the record at its seq completed (or of another name) by
+ * a writer of the same token that committed after the statement's snapshot was taken: the
+ * statement raises 22012 (its `lost` column divides by zero) so that nothing it counted or wrote
+ * stays, and the transaction of {@link SqlJournal} then says why.
+ */
+function lostRace(e: unknown): boolean {
+  return (e as { cause?: { code?: unknown } } | null)?.cause?.code === "22012";
 }

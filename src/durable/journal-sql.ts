@@ -120,10 +120,15 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
     /** `$1`…`$9`: run id, idx, type, seq, name, attempt, token, by, detail. */
     insertEvent: `INSERT INTO ${t.events} (run_id, idx, type, at, seq, name, attempt, fencing_token, by_name, detail)
          VALUES ($1, $2, $3, ${now}, $4, $5, $6, $7, $8, $9) ON CONFLICT (run_id, idx) DO NOTHING`,
-    /** Writes a step record (checked by the caller). */
+    /**
+     * Writes a step record (checked by the caller); a record at its seq is replaced only when it has the
+     * same name and is not completed, else no row changes (a writer whose check read before another
+     * writer's commit: PostgreSQL's READ COMMITTED snapshot may miss a record written meanwhile).
+     */
     upsertStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}`,
+         ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}
+         WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'`,
     /**
      * Writes a step record only where it is the next one (no record at or after `seq`, and `seq` is 0 or
      * the record at `seq - 1` exists: the highest seq + 1) or replaces a record of the same name that is
@@ -567,7 +572,12 @@ export class SqlJournal implements Journal {
     const count = lastSeq === null || lastSeq === undefined ? 0 : Number(lastSeq) + 1;
     const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
     checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
-    yield [this.sql.upsertStep, values];
+    const written: SqlResult = yield [this.sql.upsertStep, values];
+    if (written.rowCount === 0) {
+      // Another writer of the same token completed (or renamed) the record at `seq` after this check read:
+      // refused, not overwritten (the transaction rolls back).
+      throw new JournalIntegrityError(runId, seq, `step #${seq} was written by another writer meanwhile`);
+    }
     yield* this.stepRefs(runId, seq, blobs);
     if (counted === undefined) yield* this.eventStatements(runId, type, event);
     else yield* this.eventInsert(runId, type, event, counted);

@@ -1,31 +1,31 @@
 /**
- * PostgreSQL cold store for workflow checkpoints: the SQL cold store
- * ({@link SqlColdStore}) on the PostgreSQL driver.
+ * PostgreSQL cold store for workflow checkpoints: the workflow store over the
+ * durable journal ({@link JournalColdStore}) on a {@link PostgresJournal} in a
+ * schema (default `dumplings`). A workflow is a journal run, its checkpoints
+ * are steps, its lease is the run's lease (docs/one-engine.md, part 3), so
+ * graphs and durable runs share one set of tables and one fencing token.
  *
- * Same tables as the SQLite store, in a schema (default `dumplings`). The
- * compare-and-set on a workflow's latest step locks its summary row
- * (`SELECT … FOR UPDATE`) inside the transaction that inserts the snapshot,
- * so racing writers from any number of processes serialise and the loser
- * gets a {@link ConflictError}. Retention deletes in batches (default 5,000
- * rows per statement) so a large prune never holds long locks or bloats one
- * transaction. The tables are versioned in the schema's migration ledger:
- * opening a store on a set-up schema reads the ledger and runs no DDL, so it
- * never waits on (or deadlocks with) processes writing checkpoints. `pg` is
- * loaded when the first store is created.
+ * Opening a schema written by an earlier release (0.1's tables in `public`,
+ * or later ones' in `dumplings`, or the original design's
+ * `workflow_snapshots` rows) moves its workflows into the journal once, in
+ * the migration ledger's transaction under the schema's advisory lock
+ * (component `workflow` version 2, `journal-migrate.ts`): a process killed
+ * midway leaves the schema as it was. The old tables are then dropped and
+ * `workflow_snapshots` is a view over the checkpoint steps, so the original
+ * design's query keeps returning a workflow's newest checkpoint. Opening a
+ * set-up schema reads the ledger and runs no DDL. `pg` is loaded when the
+ * first store is created.
  *
  * @module
  */
 
 import { checkOptions, optionKeys } from "../core/options.js";
-import {
-  type PgLikePool,
-  POSTGRES_CONNECTION_KEYS,
-  type PostgresConnectionOptions,
-  PostgresDriver,
-} from "../drivers/postgres.js";
-import { workflowBlobMigrations } from "./cold-blobs.js";
-import { SqlColdStore, type SqlColdStoreOptions, workflowMigrations } from "./cold-sql.js";
-import { workflowLeaseMigrations } from "./lease-sql.js";
+import { wholeOption } from "../drivers/options.js";
+import { type PgLikePool, POSTGRES_CONNECTION_KEYS, type PostgresConnectionOptions } from "../drivers/postgres.js";
+import { PostgresJournal } from "../durable/journal-postgres.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../durable/journal-sql-schema.js";
+import { postgresWorkflowJournalMigrations } from "./journal-migrate.js";
+import { JournalColdStore } from "./journal-store.js";
 
 /** The keys of {@link PostgresColdStoreOptions}: any other is an `InvalidOptionError`. */
 const COLD_POSTGRES_OPTIONS = optionKeys<PostgresColdStoreOptions>({
@@ -40,30 +40,45 @@ export type { PgPoolLike } from "../drivers/postgres.js";
  * Options of {@link PostgresColdStore}: the PostgreSQL driver's connection
  * options (`pool` or `url` — default `DATABASE_URL`, else
  * `postgres://postgres@127.0.0.1:5432/test` —, `schema`, `maxConnections`,
- * `connectTimeoutMs`, `statementTimeoutMs`) and `pruneBatchSize`.
+ * `connectTimeoutMs`, `statementTimeoutMs`, `create`) and `pruneBatchSize`.
  *
  * The default `schema` is `"dumplings"` (it was `"public"` in 0.1): pass
- * `schema: "public"` to keep using tables created by 0.1.
+ * `schema: "public"` to keep using tables created by 0.1 (they are moved into
+ * the journal on the first open).
  */
-export interface PostgresColdStoreOptions extends PostgresConnectionOptions, SqlColdStoreOptions {}
+export interface PostgresColdStoreOptions extends PostgresConnectionOptions {
+  /**
+   * Accepted for code written against the SQL cold store, and checked (a
+   * positive integer), but unused: `prune` is the journal's `pruneRuns`, which
+   * deletes each workflow's old records in transactions of its own, at most
+   * 1,000 records each.
+   * @deprecated Unused since the store runs on the journal.
+   * @default 5000
+   */
+  pruneBatchSize?: number;
+}
 
 /**
- * Cold checkpoint store in PostgreSQL.
+ * Cold checkpoint store in PostgreSQL: a {@link JournalColdStore} over a
+ * {@link PostgresJournal} of the same options.
  *
  * @example
  * const cold = new PostgresColdStore({ url: process.env.DATABASE_URL, schema: "workflows" });
  * const store = await CheckpointStore.open({ cold });
  */
-export class PostgresColdStore extends SqlColdStore<PostgresDriver> {
+export class PostgresColdStore extends JournalColdStore {
   /** The pool in use (created, or the injected one). */
   readonly pool: PgLikePool;
   /** The schema holding the tables (unquoted). */
   readonly schema: string;
   /** `postgres:<schema>`. */
-  override readonly location: string;
+  declare readonly location: string;
+  /** The journal the workflows live in (closed by `close()`). */
+  declare readonly journal: PostgresJournal;
 
   /**
-   * Creates the store; nothing connects until the first call (`CheckpointStore.open` runs `init`).
+   * Creates the store; nothing connects until the first call (`CheckpointStore.open` runs `init`,
+   * which creates or migrates the journal's tables and moves an earlier release's workflow tables).
    *
    * @param options - an injected `pool` or a `url`; the `schema` to use (default `"dumplings"`)
    * @throws {InvalidOptionError} on a bad schema name, URL, timeout, pool size or `pruneBatchSize`
@@ -71,16 +86,10 @@ export class PostgresColdStore extends SqlColdStore<PostgresDriver> {
   constructor(options: PostgresColdStoreOptions = {}) {
     checkOptions("postgres", options, COLD_POSTGRES_OPTIONS);
     const { pruneBatchSize, ...connection } = options ?? {};
-    super(
-      new PostgresDriver("postgres", connection, [
-        workflowMigrations("postgres"),
-        workflowLeaseMigrations("postgres"),
-        workflowBlobMigrations("postgres"),
-      ]),
-      { pruneBatchSize },
-    );
-    this.pool = this.driver.pool;
-    this.schema = this.driver.schema;
-    this.location = `postgres:${this.schema}`;
+    wholeOption("postgres", "pruneBatchSize", pruneBatchSize, 5000);
+    const journal = new PostgresJournal(connection, [postgresWorkflowJournalMigrations(DEFAULT_JOURNAL_TABLE_PREFIX)]);
+    super({ journal, location: `postgres:${journal.schema}` });
+    this.pool = journal.pool;
+    this.schema = journal.schema;
   }
 }

@@ -805,7 +805,7 @@ function refsOf(state: JsonValue | undefined): string[] {
  * interrupt), since that node runs again from its start on resume and replays the side-effect
  * records written before this checkpoint; pruning them would run those effects twice.
  */
-function resumesAlone(state: JsonValue): boolean {
+export function resumesAlone(state: JsonValue): boolean {
   const nodeRun = (state as { nodeRun?: unknown } | null)?.nodeRun;
   return nodeRun === undefined || nodeRun === null;
 }

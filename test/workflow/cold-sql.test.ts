@@ -124,14 +124,17 @@ async function race(
 }
 
 /** Racing creators, then a prune in batches of 2 that returns the blob refs only old snapshots held. */
-async function raceThenPrune(a: ColdStore, b: ColdStore): Promise<void> {
+async function raceThenPrune(a: ColdStore, b: ColdStore, check = { orphanRefs: true }): Promise<void> {
   const id = await race(a, b);
   const pruned = await b.prune(5000, 1);
   expect(pruned.deletedSnapshots).toBe(6);
-  expect(pruned.orphanRefs.sort()).toEqual(["r0", "r1", "r2", "r3", "r4", "r5"]);
+  if (check.orphanRefs) expect(pruned.orphanRefs.sort()).toEqual(["r0", "r1", "r2", "r3", "r4", "r5"]);
   expect((await a.history(id)).map((s) => s.stepIndex)).toEqual([6]);
   expect((await a.latest(id))?.stepIndex).toBe(6);
-  expect((await b.deleteWorkflow(id)).orphanRefs.sort()).toEqual(["r6", "shared"]);
+  const deleted = await b.deleteWorkflow(id);
+  if (check.orphanRefs) expect(deleted.orphanRefs.sort()).toEqual(["r6", "shared"]);
+  else expect(deleted.existed).toBe(true);
+  expect(await a.latest(id)).toBeUndefined();
 }
 
 /** The bytes of a test blob named `name`, and its content-addressed ref. */
@@ -263,9 +266,13 @@ describe.skipIf(!!skip)(`SQL cold store on PostgreSQL${skip ? ` (skipped: ${skip
     await admin.end();
   });
   const ledger = async (schema: string) =>
-    (await admin.query(`SELECT version FROM "${schema}".dumplings_migrations WHERE component = 'workflow'`)).rows;
+    (
+      await admin.query(
+        `SELECT version FROM "${schema}".dumplings_migrations WHERE component = 'workflow' ORDER BY version`,
+      )
+    ).rows;
 
-  it("a schema created by 0.1 opens, reads back and is adopted: the ledger lists workflow version 1 once", async () => {
+  it("a schema created by 0.1 opens, reads back and is moved into the journal: the ledger lists workflow versions 1 and 2 once", async () => {
     const schema = freshSchema();
     await admin.query(`CREATE SCHEMA "${schema}"`);
     for (const statement of legacyDdl("postgres")) await admin.query(statement.replaceAll("{s}", `"${schema}"`));
@@ -278,12 +285,12 @@ describe.skipIf(!!skip)(`SQL cold store on PostgreSQL${skip ? ` (skipped: ${skip
     }
 
     await readsBackAndWrites(new PostgresColdStore({ url: DATABASE_URL, schema }));
-    expect(await ledger(schema)).toEqual([{ version: 1 }]);
+    expect(await ledger(schema)).toEqual([{ version: 1 }, { version: 2 }]);
     const again = new PostgresColdStore({ url: DATABASE_URL, schema });
     await again.init();
     expect((await again.latest("legacy-1"))?.stepIndex).toBe(2);
     await again.close();
-    expect(await ledger(schema)).toEqual([{ version: 1 }]);
+    expect(await ledger(schema)).toEqual([{ version: 1 }, { version: 2 }]);
   });
 
   it("opening a store on a set-up schema runs no DDL: init() completes while another transaction holds SHARE ROW EXCLUSIVE on workflow_snapshots", async () => {
@@ -317,12 +324,14 @@ describe.skipIf(!!skip)(`SQL cold store on PostgreSQL${skip ? ` (skipped: ${skip
     await cold.close();
   });
 
-  it("racing creators get one ConflictError; a prune in batches returns the orphaned blob refs", async () => {
+  it("racing creators get one ConflictError; a prune deletes the old snapshots (pruneBatchSize is accepted)", async () => {
     const schema = freshSchema();
     const a = new PostgresColdStore({ url: DATABASE_URL, schema, pruneBatchSize: 2 });
     const b = new PostgresColdStore({ url: DATABASE_URL, schema, pruneBatchSize: 2 });
     try {
-      await raceThenPrune(a, b);
+      // The journal-backed store keeps blobs in the journal (released with their last checkpoint) and
+      // returns no orphaned references of a separate blob store from prune: not asserted here.
+      await raceThenPrune(a, b, { orphanRefs: false });
     } finally {
       await a.close();
       await b.close();

@@ -13,6 +13,7 @@ import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
+import { hashInput } from "../../src/durable/journal.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql-schema.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { signal } from "../../src/durable/signals.js";
@@ -247,6 +248,59 @@ describe("workflow tables of an earlier release move into the journal", () => {
       }
     } finally {
       await store.close();
+    }
+  });
+});
+
+describe("a durable run of a workflow's id", () => {
+  it("is left alone: neither the workflow's checkpoints nor a side effect of its key are written into it", async () => {
+    const file = path.join(tmp.dir, `dup-${n++}.db`);
+    // A journal first, with a durable run "dup" half done.
+    const durable = new SqliteJournal({ path: file });
+    const { run } = await durable.createRun({ runId: "dup", workflow: "orders", input: { order: 7 } });
+    const lease = await durable.acquireLease("dup", "w1", 30_000);
+    if (!lease.acquired) throw new Error("no lease");
+    await durable.writeStep(lease.fencingToken, {
+      runId: "dup",
+      seq: 0,
+      name: "charge",
+      inputHash: hashInput({ order: 7 }),
+      status: "completed",
+      output: { receipt: "r7" },
+      attempt: 1,
+      startedAt: 1,
+      finishedAt: 2,
+      fencingToken: lease.fencingToken,
+    });
+    await durable.releaseLease("dup", lease.fencingToken);
+    const before = { run: await durable.getRun("dup"), steps: await durable.readSteps("dup") };
+    expect(before.run?.runId).toBe(run.runId);
+    await durable.close();
+    // Then 0.1's tables beside it: a workflow of that id with a side effect of its key, and another one.
+    const db = new Database(file);
+    db.exec(readFileSync(fileURLToPath(new URL("../fixtures/workflow/cold-0.1-sqlite.sql", import.meta.url)), "utf8"));
+    for (const id of ["dup", "other"]) {
+      const state = createWorkflowState({ workflowId: id, sharedMemory: { id }, now: 1000 });
+      db.prepare(
+        "INSERT INTO workflow_snapshots (workflow_id, step_index, node_name, state_json, created_at) VALUES (?, 0, '__start__', ?, 1000)",
+      ).run(id, JSON.stringify({ ...state, status: "finished", isFinished: true }));
+      db.prepare(
+        "INSERT INTO workflows (workflow_id, session_id, status, latest_step, current_node, active_step, parent_workflow_id, created_at, updated_at) VALUES (?, ?, 'finished', 0, '__end__', 0, NULL, 1000, 1000)",
+      ).run(id, id);
+    }
+    db.prepare(
+      "INSERT INTO workflow_idempotency (idem_key, workflow_id, step_index, name, status, result_json, started_at, finished_at) VALUES ('dup:0:0', 'dup', 0, 'mail', 'finished', '{\"v\":1}', 10, 11)",
+    ).run();
+    db.close();
+
+    const journal = journalOf(file);
+    try {
+      expect(await journal.getRun("dup")).toEqual(before.run);
+      expect(await journal.readSteps("dup")).toEqual(before.steps);
+      expect(await journal.getRun("other")).toMatchObject({ workflow: "graph", status: "completed" });
+      expect(tableNames(file).filter((t) => t.startsWith("table:workflow"))).toEqual([]);
+    } finally {
+      await journal.close();
     }
   });
 });

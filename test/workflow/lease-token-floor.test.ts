@@ -89,13 +89,21 @@ function postgresBackend(skip: string | undefined): Backend {
       pool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
     },
     cold: () => new PostgresColdStore({ url: DATABASE_URL, schema, maxConnections: 4 }),
-    async expectPrunedLease(id) {
-      const r = await pool!.query(`SELECT COUNT(*)::int AS n FROM "${schema}".workflow_leases WHERE workflow_id = $1`, [
+    async expectPrunedLease(id, last) {
+      // The run stays (a deleted workflow is a reset run): its row keeps the token, raised by the delete.
+      const run = await pool!.query(
+        `SELECT lease_owner, fencing_token FROM "${schema}".durable_runs WHERE run_id = $1`,
+        [id],
+      );
+      expect(run.rows).toHaveLength(1);
+      expect(run.rows[0].lease_owner).toBeNull();
+      expect(Number(run.rows[0].fencing_token)).toBeGreaterThan(last);
+      const steps = await pool!.query(`SELECT COUNT(*)::int AS n FROM "${schema}".durable_steps WHERE run_id = $1`, [
         id,
       ]);
-      expect(r.rows[0].n as number).toBe(0); // the row went: only the floor remembers its tokens
+      expect(steps.rows[0].n as number).toBe(0); // the workflow's records went
     },
-    storeWideFloor: true,
+    storeWideFloor: false,
     async teardown() {
       await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool?.end();

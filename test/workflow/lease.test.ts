@@ -163,7 +163,8 @@ function sqliteBackend(): Backend {
 function postgresBackend(skip: string | undefined): Backend {
   let schema = "";
   let pool: pg.Pool | undefined;
-  const t = () => `"${schema}".workflow_leases`;
+  // The store is a journal: a workflow's lease is its run's (durable_runs: lease_owner, fencing_token).
+  const t = () => `"${schema}".durable_runs`;
   return {
     name: "PostgreSQL",
     skip,
@@ -174,13 +175,13 @@ function postgresBackend(skip: string | undefined): Backend {
     },
     cold: () => new PostgresColdStore({ url: DATABASE_URL, schema, maxConnections: 4 }),
     async lease(id) {
-      const r = await pool!.query(`SELECT owner, fencing_token FROM ${t()} WHERE workflow_id = $1`, [id]);
+      const r = await pool!.query(`SELECT lease_owner AS owner, fencing_token FROM ${t()} WHERE run_id = $1`, [id]);
       const row = r.rows[0];
       return row && { owner: row.owner, fencingToken: Number(row.fencing_token) };
     },
     async takeOver(id, thief) {
       await pool!.query(
-        `UPDATE ${t()} SET owner = $1, fencing_token = fencing_token + 1, expires_at = $2 WHERE workflow_id = $3`,
+        `UPDATE ${t()} SET lease_owner = $1, fencing_token = fencing_token + 1, lease_expires_at = $2 WHERE run_id = $3`,
         [thief, Date.now() + 60_000, id],
       );
     },

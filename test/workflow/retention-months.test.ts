@@ -202,7 +202,7 @@ describe("SQLite archive split by month", () => {
   });
 
   it("dropMonth refuses a current, future, malformed or absent month and an existing archive file, changing nothing", async () => {
-    const { store, file } = await open();
+    const { store } = await open();
     try {
       await saveSteps(store, "a", [JAN, JAN + 1, Date.now()]);
       const before = await store.months();
@@ -342,7 +342,7 @@ describe("PostgreSQL keeps one snapshot table", async () => {
   const { DATABASE_URL, postgresSkipReason } = await import("../helpers/services.js");
   const skip = await postgresSkipReason();
   it.skipIf(skip)(
-    "months() reports it unpartitioned; archiveDir and dropMonth are refused; vacuum full runs",
+    "months() lists no month tables; archiveDir and dropMonth are refused; vacuum full runs",
     async () => {
       const pg = (await import("pg")).default;
       const { PostgresColdStore } = await import("../../src/workflow/cold-postgres.js");
@@ -354,9 +354,8 @@ describe("PostgreSQL keeps one snapshot table", async () => {
       });
       try {
         await saveSteps(store, "p", [JAN, JAN + 1, FEB, Date.now()]);
-        expect(await store.months()).toEqual([
-          { month: "unpartitioned", snapshots: 4, oldestAt: JAN, newestAt: expect.any(Number) },
-        ]);
+        // The store is a journal: its checkpoints are steps of the workflow's run, in no month table.
+        expect(await store.months()).toEqual([]);
         await expect(store.prune({ olderThan: 1, archiveDir: tmp.dir })).rejects.toBeInstanceOf(InvalidOptionError);
         await expect(store.dropMonth("2025-01")).rejects.toBeInstanceOf(InvalidOptionError);
         const out = await store.prune({ olderThan: new Date(Date.UTC(2025, 5, 1)), keepLast: 1, vacuum: "full" });

@@ -27,6 +27,7 @@ import {
 import { RunNotFoundError, StaleFencingTokenError } from "./errors.js";
 import {
   blobWrite,
+  createOnlyWrite,
   jsonColumn,
   type LeaseResult,
   leaseMs,
@@ -348,8 +349,14 @@ SELECT (SELECT count(*) FROM sig)::integer AS arrived, (SELECT value_json FROM s
   override async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
     const { runId, seq } = record;
-    if (!Number.isInteger(seq) || seq < 0 || !Number.isSafeInteger(token) || blobWrite(this.name, options)) {
-      // with blobs: the transaction stores and locks them (see SqlJournal)
+    if (
+      !Number.isInteger(seq) ||
+      seq < 0 ||
+      !Number.isSafeInteger(token) ||
+      blobWrite(this.name, options) ||
+      createOnlyWrite(options)
+    ) {
+      // with blobs: the transaction stores and locks them (see SqlJournal); a create-only write: its check
       return super.writeStep(token, record, options);
     }
     const statement = this.named(sync ? "step" : "step-unsynced", () => stepWriteSql(this.t, this.pg.nowMs, sync));

@@ -63,6 +63,7 @@ import {
   checkResetSeq,
   checkStepQuery,
   checkStepWrite,
+  createOnlyWrite,
   ENDED_RUN_STATUSES,
   jsonColumn,
   leaseMs,
@@ -233,11 +234,11 @@ local meta = redis.call('HGET', KEYS[3], ARGV[2])
 if not meta and seq ~= mx + 1 then return {'gap', fmt(mx + 1)} end
 if meta then
   local st, nm = parsemeta(meta)
-  if nm ~= ARGV[3] or st == 'completed' then return {'conflict', fmt(mx + 1), st, nm} end
+  if nm ~= ARGV[3] or st == 'completed' or ARGV[9] == '1' then return {'conflict', fmt(mx + 1), st, nm} end
 end
 local prefix = ARGV[7]
 local given = {}
-for i = 9, #ARGV, 2 do given[ARGV[i]] = i + 1 end
+for i = 10, #ARGV, 2 do given[ARGV[i]] = i + 1 end
 for ref in string.gmatch(ARGV[8], '%S+') do
   if not given[ref] and redis.call('EXISTS', prefix .. 'blob:' .. ref) == 0 then return {'missing', ref} end
 end
@@ -711,6 +712,7 @@ export class RedisJournal implements Journal {
     // The record's JSON with the output's text spliced in (serialised once, by the step or just above).
     const snapshot = snapshotWrite(options);
     const blobs = blobWrite(this.name, options);
+    const create = createOnlyWrite(options);
     const { output: _output, snapshot: _snapshot, ...fields } = record;
     const head = JSON.stringify({ ...fields, fencingToken: token, ...(snapshot ? { snapshot: true } : {}) });
     const stored = output === null ? head : `${head.slice(0, -1)},"output":${output}}`;
@@ -739,6 +741,7 @@ export class RedisJournal implements Journal {
         }),
         this.prefix,
         blobs?.refs.join(" ") ?? "",
+        create ? "1" : "",
         ...[...(blobs?.bytes ?? [])].flatMap(([ref, bytes]) => [ref, asBuffer(bytes)]),
       ],
     )) as Reply;
@@ -752,7 +755,15 @@ export class RedisJournal implements Journal {
     }
     if (r[0] === "gap") checkStepWrite(record.runId, token, token, Number(r[1]), undefined, record);
     if (r[0] === "conflict") {
-      checkStepWrite(record.runId, token, token, Number(r[1]), { status: String(r[2]), name: String(r[3]) }, record);
+      checkStepWrite(
+        record.runId,
+        token,
+        token,
+        Number(r[1]),
+        { status: String(r[2]), name: String(r[3]) },
+        record,
+        create,
+      );
     }
   }
 

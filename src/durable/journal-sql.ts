@@ -37,6 +37,7 @@ import {
   checkResetSeq,
   checkStepQuery,
   checkStepWrite,
+  createOnlyWrite,
   ENDED_RUN_STATUSES,
   eventFromRow,
   type Journal,
@@ -134,6 +135,10 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
      * the record at `seq - 1` exists: the highest seq + 1) or replaces a record of the same name that is
      * not completed: one row changed, else none.
      */
+    /** Writes a new step record (checked by the caller); a record already at its seq is never replaced: no row changes. */
+    createStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (run_id, seq) DO NOTHING`,
     insertNextStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
          WHERE ${nextOrExisting(t.steps, "$1", "$2")}
@@ -521,6 +526,7 @@ export class SqlJournal implements Journal {
     const sync = syncedWrite(this.name, options);
     const blobs = blobWrite(this.name, options);
     const values = stepRecordValues(token, record, snapshotWrite(options));
+    const create = createOnlyWrite(options);
     const { runId } = record;
     const label = what("write a step of", runId);
     if (this.driver.syncTransaction) {
@@ -528,12 +534,14 @@ export class SqlJournal implements Journal {
       await this.driver.syncTransaction(
         label,
         runId,
-        (run) => runSync(this.stepStatements(token, record, values, blobs), run),
+        (run) => runSync(this.stepStatements(token, record, values, blobs, create), run),
         sync,
       );
       return;
     }
-    await this.write(label, runId, sync, (query) => runAsync(this.stepStatements(token, record, values, blobs), query));
+    await this.write(label, runId, sync, (query) =>
+      runAsync(this.stepStatements(token, record, values, blobs, create), query),
+    );
   }
 
   /** The statements of {@link writeStep}'s transaction, as a {@link SqlSteps} body. */
@@ -542,13 +550,14 @@ export class SqlJournal implements Journal {
     record: StepRecord,
     values: unknown[],
     blobs: BlobWrite | undefined,
+    create = false,
   ): SqlSteps<void> {
     const { runId, seq } = record;
     const valid = Number.isInteger(seq) && seq >= 0;
     const event: Partial<JournalEvent> = { seq, name: record.name, attempt: record.attempt, fencingToken: token };
     const type: JournalEventType = `step_${record.status}`;
     let counted: number | undefined;
-    if (valid && this.driver.forUpdate === "") {
+    if (valid && !create && this.driver.forUpdate === "") {
       // The transaction holds the database's write lock (SQLite): three statements, each a check and a write.
       // The run's event counter is incremented where its token matches; the record is written where it is
       // the next one or replaces a record of its name that is not completed. Anything else is refused by the
@@ -571,8 +580,8 @@ export class SqlJournal implements Journal {
     const lastSeq = rows[0]?.last_seq;
     const count = lastSeq === null || lastSeq === undefined ? 0 : Number(lastSeq) + 1;
     const existing = cur ? { name: String(cur.name), status: String(cur.status) } : undefined;
-    checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record);
-    const written: SqlResult = yield [this.sql.upsertStep, values];
+    checkStepWrite(runId, token, Number(run.fencing_token), count, existing, record, create);
+    const written: SqlResult = yield [create ? this.sql.createStep : this.sql.upsertStep, values];
     if (written.rowCount === 0) {
       // Another writer of the same token completed (or renamed) the record at `seq` after this check read:
       // refused, not overwritten (the transaction rolls back).

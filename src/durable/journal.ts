@@ -397,10 +397,35 @@ export interface WriteStepOptions {
    * seq without it. A reference neither stored nor given in `blobs` is a `JournalIntegrityError`.
    */
   blobRefs?: readonly string[];
+  /**
+   * `true`: the record must be new: a record already at its seq, even one of the same name that is not
+   * completed (which a write may otherwise replace: a step's next attempt), is a `JournalIntegrityError`,
+   * nothing written. Two writers that read the same next seq and both mean to start something (a side
+   * effect guarded without a lease) then get one record between them. @default false
+   */
+  create?: boolean;
 }
 
 /** The keys of {@link WriteStepOptions}: any other is an `InvalidOptionError`. */
-const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({ sync: true, snapshot: true, blobs: true, blobRefs: true });
+const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({
+  sync: true,
+  snapshot: true,
+  blobs: true,
+  blobRefs: true,
+  create: true,
+});
+
+/**
+ * Whether a step write may only create its record ({@link WriteStepOptions.create}).
+ * @throws {InvalidOptionError} when `create` is given and not a boolean
+ */
+export function createOnlyWrite(options: WriteStepOptions | undefined): boolean {
+  const create = options?.create;
+  if (create !== undefined && typeof create !== "boolean") {
+    throw new InvalidOptionError("writeStep", "create", `must be true or false, got ${JSON.stringify(create)}`);
+  }
+  return create === true;
+}
 
 /** The blobs of one {@link Journal.writeStep}, checked ({@link blobWrite}). */
 export interface BlobWrite {
@@ -916,8 +941,16 @@ export function checkStepWrite(
   nextSeq: number,
   existing: { name: string; status: string } | undefined,
   record: StepRecord,
+  create = false,
 ): void {
   if (token !== currentToken) throw new StaleFencingTokenError(runId, token, currentToken);
+  if (create && existing) {
+    throw new JournalIntegrityError(
+      runId,
+      record.seq,
+      `step #${record.seq} exists ("${existing.name}", ${existing.status}): a create-only write never replaces a record`,
+    );
+  }
   if (!Number.isInteger(record.seq) || record.seq < 0 || (!existing && record.seq !== nextSeq)) {
     throw new JournalIntegrityError(
       runId,

@@ -502,6 +502,27 @@ export function runJournalConformance<J extends Journal>(
       );
     });
 
+    it("writeStep with create: true never replaces a record, not even a started one of its name", async () => {
+      const j = journal;
+      const id = newRunId();
+      await j.createRun({ runId: id, workflow: "wf", input: null });
+      const t = await lease(j, id, "A");
+      await j.writeStep(t, rec(id, 0, t, { name: "effect:pay" }), { create: true });
+      // another starter that read the same next seq: refused, the first record stays
+      await expect(
+        j.writeStep(t, rec(id, 0, t, { name: "effect:pay", attempt: 2 }), { create: true }),
+      ).rejects.toBeInstanceOf(JournalIntegrityError);
+      expect((await j.readSteps(id)).map((s) => [s.seq, s.name, s.attempt])).toEqual([[0, "effect:pay", 1]]);
+      // without it, a started record of the same name is replaced (the step's next attempt)
+      await j.writeStep(t, rec(id, 0, t, { name: "effect:pay", attempt: 2 }));
+      expect((await j.readSteps(id)).map((s) => s.attempt)).toEqual([2]);
+      await j.writeStep(t, rec(id, 1, t, { name: "effect:ship" }), { create: true });
+      expect((await j.readSteps(id)).map((s) => s.seq)).toEqual([0, 1]);
+      await expect(j.writeStep(t, rec(id, 2, t), { create: "yes" } as never)).rejects.toBeInstanceOf(
+        InvalidOptionError,
+      );
+    });
+
     it("pruneRuns with a window (finishedFrom, finishedBefore): only the records that finished inside it go", async () => {
       const j = journal;
       const id = newRunId();

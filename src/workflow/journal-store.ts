@@ -313,6 +313,11 @@ export class JournalColdStore implements ColdStore {
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
+      // The seq first, then the newest checkpoint: a record another writer commits after the seq is
+      // read takes that seq, so this write is refused (JournalIntegrityError) and both are read again;
+      // read the other way round, a checkpoint committed between the two reads went unseen by the
+      // compare-and-set (two racing creators both "succeeded" on PostgreSQL).
+      const seq = await this.nextSeq(id);
       const latest = (await this.newest(id, false))?.stepIndex ?? null;
       if (expectedLatest !== undefined && latest !== expectedLatest) {
         throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
@@ -321,7 +326,7 @@ export class JournalColdStore implements ColdStore {
         Object.defineProperty(
           {
             runId: id,
-            seq: await this.nextSeq(id),
+            seq,
             name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
             inputHash: NULL_HASH,
             status: "completed",
@@ -533,10 +538,11 @@ export class JournalColdStore implements ColdStore {
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
-      const latest = (await this.newest(id))?.stepIndex;
+      const seq = await this.nextSeq(id); // before the newest checkpoint is read (see write)
+      const latest = (await this.newest(id, false))?.stepIndex;
       const step: StepRecord = {
         runId: id,
-        seq: await this.nextSeq(id),
+        seq,
         name: `${ERROR_STEP}${record.stepIndex}:${record.nodeName}`,
         inputHash: NULL_HASH,
         status: "completed",
@@ -646,6 +652,9 @@ export class JournalColdStore implements ColdStore {
       await this.tokenFor(fenceRun, info.fencingToken, what, true);
       const fenced = fenceId === runId ? info.fencingToken : undefined;
       const token = fenced ?? run.fencingToken;
+      // The seq before the lookup (as a checkpoint's): a start another process commits after this read
+      // takes the seq, so this one is refused and looks again (it then finds that start).
+      const next = await this.nextSeq(runId);
       const found = await this.findEffect(key, info.workflowId);
       if (found && found.step.status !== "failed") return this.toIdempotency(key, found);
       // Absent, or abandoned (`failed`: it may be retried): a new start, at its old seq when the name is the same.
@@ -653,7 +662,7 @@ export class JournalColdStore implements ColdStore {
       const again = found?.stepName === stepName ? found : undefined;
       const record: StepRecord = {
         runId,
-        seq: again ? again.seq : await this.nextSeq(runId),
+        seq: again ? again.seq : next,
         name: stepName,
         inputHash: hashInput(key),
         status: "started",
@@ -662,7 +671,10 @@ export class JournalColdStore implements ColdStore {
         fencingToken: token,
       };
       try {
-        const out = await this.fenced(runId, fenced, what, () => this.journal.writeStep(token, record));
+        // A first start is create-only: of two starters that read the same next seq, one writes it.
+        const out = await this.fenced(runId, fenced, what, () =>
+          this.journal.writeStep(token, record, again ? undefined : { create: true }),
+        );
         if (out === RETRY) continue;
       } catch (e) {
         if (e instanceof JournalIntegrityError && attempt < 5) continue;

@@ -285,12 +285,12 @@ describe.skipIf(!!skip)(`SQL cold store on PostgreSQL${skip ? ` (skipped: ${skip
     }
 
     await readsBackAndWrites(new PostgresColdStore({ url: DATABASE_URL, schema }));
-    expect(await ledger(schema)).toEqual([{ version: 1 }, { version: 2 }]);
+    expect(await ledger(schema)).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }]);
     const again = new PostgresColdStore({ url: DATABASE_URL, schema });
     await again.init();
     expect((await again.latest("legacy-1"))?.stepIndex).toBe(2);
     await again.close();
-    expect(await ledger(schema)).toEqual([{ version: 1 }, { version: 2 }]);
+    expect(await ledger(schema)).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }]);
   });
 
   it("opening a store on a set-up schema runs no DDL: init() completes while another transaction holds SHARE ROW EXCLUSIVE on workflow_snapshots", async () => {

@@ -210,6 +210,7 @@ describe.skipIf(skip)("PostgreSQL: workflow tables of an earlier release move in
       "journal:6",
       "workflow:1",
       "workflow:2",
+      "workflow:3",
     ]);
     expect((await tablesOf(schema)).filter((t) => OLD_TABLE.test(t))).toEqual([]);
     expect(await viewsOf(schema)).toEqual(["workflow_snapshots"]);

@@ -753,18 +753,9 @@ export class RedisJournal implements Journal {
         `blob ${String(r[1])} is referenced but not stored: pass its bytes in WriteStepOptions.blobs`,
       );
     }
-    if (r[0] === "gap") checkStepWrite(record.runId, token, token, Number(r[1]), undefined, record);
-    if (r[0] === "conflict") {
-      checkStepWrite(
-        record.runId,
-        token,
-        token,
-        Number(r[1]),
-        { status: String(r[2]), name: String(r[3]) },
-        record,
-        create,
-      );
-    }
+    // refused by the script: the shared check says why
+    const found = r[0] === "conflict" ? { status: String(r[2]), name: String(r[3]) } : undefined;
+    if (r[0] === "gap" || found) checkStepWrite(record.runId, token, token, Number(r[1]), found, record, create);
   }
 
   /** {@inheritDoc Journal.updateRun} */

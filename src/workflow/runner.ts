@@ -210,10 +210,10 @@ export interface RunnerOptions<T extends WorkflowState = WorkflowState> {
    */
   leaseTtlMs?: number;
   /**
-   * When another live worker holds the workflow's lease: wait up to this many ms for it to be
-   * released or to expire (`0`: throw {@link WorkflowLeaseHeldError} at once). A process
-   * restarted after a crash waits for its dead predecessor's lease with `leaseWaitMs >= leaseTtlMs`.
-   * At most 2^31 − 1 ms. @default 0
+   * When another worker holds the workflow's lease: wait up to this many ms for it to be
+   * released or to expire (`0`: throw {@link LeaseHeldError} at once), as `runDurable` does. A
+   * process restarted after a crash so waits for its dead predecessor's lease to expire.
+   * At most 2^31 − 1 ms. @default 2 × `leaseTtlMs` (it was 0 before 0.2: pass `leaseWaitMs: 0` to fail fast)
    */
   leaseWaitMs?: number;
   /**
@@ -324,7 +324,8 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     this.guard = new IdempotencyGuard({ store: this.store, reconcile: options.reconcile });
     this.maxSteps = options.maxSteps ?? 10_000;
     this.leaseTtlMs = leaseMs("ResumableGraphRunner", "leaseTtlMs", options.leaseTtlMs, DEFAULT_WORKFLOW_LEASE_TTL_MS);
-    this.leaseWaitMs = leaseMs("ResumableGraphRunner", "leaseWaitMs", options.leaseWaitMs, 0, 0);
+    // As runDurable's: a held lease is waited for up to twice its TTL (a dead holder's lease expires meanwhile).
+    this.leaseWaitMs = leaseMs("ResumableGraphRunner", "leaseWaitMs", options.leaseWaitMs, 2 * this.leaseTtlMs, 0);
     if (options.owner !== undefined && (typeof options.owner !== "string" || options.owner.length === 0)) {
       throw new InvalidOptionError("ResumableGraphRunner", "owner", "must be a non-empty string");
     }

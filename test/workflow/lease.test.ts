@@ -247,6 +247,7 @@ for (const backend of backends) {
       const mk = async () =>
         new ResumableGraphRunner({
           store: await open(),
+          leaseWaitMs: 0, // the other fails fast (the default waits, as runDurable)
           nodes: {
             pay: async (_s, ctx) => {
               entered++;
@@ -300,7 +301,7 @@ for (const backend of backends) {
       const running = holder.runOrResume("held");
       while (entered === 0) await sleep(5);
       await sleep(700); // more than two lease durations: only renewals keep it
-      const second = new ResumableGraphRunner({ store: other, nodes });
+      const second = new ResumableGraphRunner({ store: other, nodes, leaseWaitMs: 0 });
       const held = await second.runOrResume("held").catch((e: unknown) => e);
       expect(held).toBeInstanceOf(WorkflowLeaseHeldError);
       expect(held).toMatchObject({ workflowId: "held", fencingToken: 1 });
@@ -406,7 +407,7 @@ for (const backend of backends) {
         const g = graph({ worker: "worker-b" });
         const store = await open();
         // The dead holder's lease is live until it expires: fail fast, nothing run, nothing reconciled.
-        const early = await new ResumableGraphRunner({ store, nodes: g.nodes, owner: "worker-b" })
+        const early = await new ResumableGraphRunner({ store, nodes: g.nodes, owner: "worker-b", leaseWaitMs: 0 })
           .runOrResume(id)
           .catch((e: unknown) => e);
         expect(early, id).toBeInstanceOf(WorkflowLeaseHeldError);

@@ -86,7 +86,8 @@ for (const backend of backends) {
         owner: "worker-1",
         nodes: { a, ask },
         entry: extra.entry ?? "a",
-        ...(extra.leaseWaitMs === undefined ? {} : { leaseWaitMs: extra.leaseWaitMs }),
+        // fail fast unless told otherwise (the default waits up to 2 × leaseTtlMs, as runDurable)
+        leaseWaitMs: extra.leaseWaitMs ?? 0,
       });
     };
 
@@ -172,6 +173,27 @@ for (const backend of backends) {
       expect(await second).toMatchObject({ status: "finished" });
       expect((await update).sharedMemory).toEqual({ r: 1, x: 1 });
       expect(tokens).toEqual([1, 2, 3]);
+      expect(charges).toBe(1);
+    });
+
+    it("by default a second worker waits for the holder, as runDurable does (issue 22: one lease behaviour)", async () => {
+      runner({ gated: true }); // the graph's nodes, gated
+      const nodes: Record<string, GraphNode> = {
+        a: async (_s, ctx) => {
+          enter();
+          await gate;
+          return { next: END, updates: { r: await ctx.sideEffect("charge", () => ++charges) } };
+        },
+      };
+      const holder = new ResumableGraphRunner({ store, nodes, owner: "worker-1", leaseWaitMs: 0 });
+      const other = new ResumableGraphRunner({ store, nodes, owner: "worker-2" }); // default leaseWaitMs
+      const first = holder.runOrResume("job-default");
+      await entered;
+      const second = other.runOrResume("job-default");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      open(); // the holder finishes; the waiting worker then takes the lease and finds the workflow done
+      expect(await first).toMatchObject({ status: "finished" });
+      expect(await second).toMatchObject({ status: "finished" });
       expect(charges).toBe(1);
     });
 

@@ -79,6 +79,7 @@ describe("errors thrown by each engine are instances of both names", () => {
       owner: "me",
       nodes: { a: async () => ({ next: END, updates: {} }) },
       entry: "a",
+      leaseWaitMs: 0,
     });
     const held = await runner.runOrResume("w1").catch((e: unknown) => e);
     expect(held).toBeInstanceOf(durable.LeaseHeldError);

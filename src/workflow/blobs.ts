@@ -423,6 +423,7 @@ export class ColdBlobStore implements BlobStore {
 
   private where(): string {
     if (!this.inDatabase) return `the ${this.cold.name} cold store (it keeps no blobs)`;
-    return `the ${this.cold.name} cold store${this.cold.location ? ` ${this.cold.location}` : ""} (workflow_blobs)`;
+    // (The table depends on the store: a journal's is `durable_blobs`, by its table prefix.)
+    return `the ${this.cold.name} cold store's database${this.cold.location ? ` (${this.cold.location})` : ""}`;
   }
 }

@@ -35,13 +35,21 @@ import path from "node:path";
 import { BackendError, InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { SqliteJournal, type SqliteJournalOptions } from "../durable/journal-sqlite.js";
-import type { ColdPruneOptions, DropMonthResult, SnapshotMonth } from "./cold.js";
+import type { ColdOrphanOptions, ColdPruneOptions, DropMonthResult, SnapshotMonth } from "./cold.js";
 import { workflowJournalMigrations } from "./journal-migrate.js";
 import { JournalColdStore } from "./journal-store.js";
 
 const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
-const DROP_OPTIONS = optionKeys<{ keepLast: number; archiveTo?: string }>({ keepLast: true, archiveTo: true });
-const PRUNE_OPTIONS = optionKeys<ColdPruneOptions>({ vacuum: true, archiveDir: true });
+const DROP_OPTIONS = optionKeys<{ keepLast: number; archiveTo?: string } & ColdOrphanOptions>({
+  keepLast: true,
+  archiveTo: true,
+  orphanRefs: true,
+});
+const PRUNE_OPTIONS = optionKeys<ColdPruneOptions & ColdOrphanOptions>({
+  vacuum: true,
+  archiveDir: true,
+  orphanRefs: true,
+});
 
 /**
  * The UTC month (`YYYY-MM`) of a time in epoch ms; a time past year 9999 (or past what `Date`
@@ -157,13 +165,19 @@ export class SqliteColdStore extends JournalColdStore {
    * Drops one past month of checkpoints: copies them to `archiveTo` first when given (a new file
    * holding the original design's single `workflow_snapshots` table), then deletes the month's
    * records (the journal's `pruneRuns` over the month's window) but each workflow's newest
-   * `keepLast` checkpoints, which stay so every workflow stays resumable.
+   * `keepLast` checkpoints, which stay so every workflow stays resumable. `deletedBlobs` counts the
+   * journal's blobs deleted with their last reference; with `orphanRefs` (blobs kept outside the
+   * journal), `orphanRefs` names the references the dropped checkpoints held that no checkpoint left
+   * holds.
    *
    * @throws {InvalidOptionError} for a malformed, current, future or absent month, `keepLast` < 1,
    *   or an existing `archiveTo` file (nothing dropped)
    * @throws {BackendError} when the archive cannot be written (nothing dropped)
    */
-  async dropMonth(month: string, options: { keepLast: number; archiveTo?: string }): Promise<DropMonthResult> {
+  async dropMonth(
+    month: string,
+    options: { keepLast: number; archiveTo?: string } & ColdOrphanOptions,
+  ): Promise<DropMonthResult> {
     checkOptions(`${this.name} dropMonth`, options, DROP_OPTIONS);
     const { keepLast } = options;
     if (!Number.isInteger(keepLast) || keepLast < 1) {
@@ -200,26 +214,37 @@ export class SqliteColdStore extends JournalColdStore {
     const archiveTo = options.archiveTo === undefined ? null : path.resolve(options.archiveTo);
     if (archiveTo !== null) this.archive(from, to, archiveTo, `cannot drop snapshot month ${month}`);
     const before = count();
+    let refs: Set<string> | undefined;
+    let deletedBlobs: number;
     try {
-      await this.journal.pruneRuns({ finishedFrom: from, finishedBefore: to, keepLast });
+      refs = options.orphanRefs === true ? await this.checkpointRefs() : undefined;
+      ({ deletedBlobs } = await this.journal.pruneRuns({ finishedFrom: from, finishedBefore: to, keepLast }));
     } catch (e) {
       // A month that was not dropped leaves no archive behind, so running it again can write one.
       if (archiveTo !== null) rmSync(archiveTo, { force: true });
       throw e;
     }
     const kept = count();
-    return { month, deletedSnapshots: before - kept, carriedForward: kept, archivedTo: archiveTo, orphanRefs: [] };
+    return {
+      month,
+      deletedSnapshots: before - kept,
+      carriedForward: kept,
+      archivedTo: archiveTo,
+      orphanRefs: refs === undefined ? [] : await this.unreferenced(refs),
+      deletedBlobs,
+    };
   }
 
   /**
    * {@inheritDoc JournalColdStore.prune}; with `archiveDir`, the months that ended before the
    * cutoff are first dropped whole ({@link SqliteColdStore.dropMonth}), each copied to
-   * `<archiveDir>/workflow_snapshots_YYYY_MM.db`.
+   * `<archiveDir>/workflow_snapshots_YYYY_MM.db`; `deletedBlobs` and `orphanRefs` then include those
+   * of the months dropped (the checkpoints are read once before the months and once after the prune).
    */
   override async prune(
     cutoff: number,
     keepLast: number,
-    options: ColdPruneOptions = {},
+    options: ColdPruneOptions & ColdOrphanOptions = {},
   ): Promise<{
     deletedSnapshots: number;
     orphanRefs: string[];
@@ -227,25 +252,27 @@ export class SqliteColdStore extends JournalColdStore {
     deletedBlobs: number;
   }> {
     checkOptions(`${this.name} prune`, options, PRUNE_OPTIONS);
-    const { archiveDir, ...rest } = options;
+    const { archiveDir, orphanRefs: want, ...rest } = options;
+    if (archiveDir === undefined) return { ...(await super.prune(cutoff, keepLast, options)), droppedMonths: [] };
     const droppedMonths: DropMonthResult[] = [];
     let deletedSnapshots = 0;
-    if (archiveDir !== undefined) {
-      const lastWhole = [snapshotMonth(cutoff), snapshotMonth(await this.journal.now())].sort()[0] as string;
-      for (const m of await this.months()) {
-        if (m.month >= lastWhole) continue;
-        const archiveTo = path.join(archiveDir, `workflow_snapshots_${m.month.replace("-", "_")}.db`);
-        const dropped = await this.dropMonth(m.month, { keepLast, archiveTo });
-        droppedMonths.push(dropped);
-        deletedSnapshots += dropped.deletedSnapshots;
-      }
+    let deletedBlobs = 0;
+    const refs = want === true ? await this.checkpointRefs() : undefined;
+    const lastWhole = [snapshotMonth(cutoff), snapshotMonth(await this.journal.now())].sort()[0] as string;
+    for (const m of await this.months()) {
+      if (m.month >= lastWhole) continue;
+      const archiveTo = path.join(archiveDir, `workflow_snapshots_${m.month.replace("-", "_")}.db`);
+      const dropped = await this.dropMonth(m.month, { keepLast, archiveTo });
+      droppedMonths.push(dropped);
+      deletedSnapshots += dropped.deletedSnapshots;
+      deletedBlobs += dropped.deletedBlobs ?? 0;
     }
     const out = await super.prune(cutoff, keepLast, rest);
     return {
       deletedSnapshots: deletedSnapshots + out.deletedSnapshots,
-      orphanRefs: out.orphanRefs,
+      orphanRefs: refs === undefined ? [] : await this.unreferenced(refs),
       droppedMonths,
-      deletedBlobs: out.deletedBlobs,
+      deletedBlobs: deletedBlobs + out.deletedBlobs,
     };
   }
 

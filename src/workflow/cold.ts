@@ -158,8 +158,28 @@ export interface DropMonthResult {
   carriedForward: number;
   /** The file the whole month was copied to before it was dropped, or null. */
   archivedTo: string | null;
-  /** Blob references no snapshot holds any more (for the blob store to delete). */
+  /**
+   * Blob references no snapshot holds any more (for the blob store to delete); a store over a journal
+   * names them only when asked ({@link ColdOrphanOptions.orphanRefs}).
+   */
   orphanRefs: string[];
+  /** Blobs the store deleted itself with the month's records (a store over a journal: its own blobs). */
+  deletedBlobs?: number;
+}
+
+/**
+ * What a caller of {@link ColdStore.deleteWorkflow}, {@link ColdStore.prune} and
+ * {@link ColdStore.dropMonth} asks about blobs kept outside the store (a `BlobStore` of its own).
+ */
+export interface ColdOrphanOptions {
+  /**
+   * Name in `orphanRefs` every blob reference the deleted checkpoints held that no checkpoint left
+   * holds (found by reading the checkpoints before and after). `CheckpointStore` asks for it only
+   * when its blobs live outside the store; a store over a journal otherwise names none, since the
+   * journal deletes its own blobs with their last reference.
+   * @default false
+   */
+  orphanRefs?: boolean;
 }
 
 /** Options of {@link ColdStore.prune} beyond the cutoff. */
@@ -234,23 +254,24 @@ export interface ColdStore {
   /** The database's plan for the `list` query, as text (for tests and diagnostics). */
   explainList(status?: WorkflowRowStatus): Promise<string>;
   /**
-   * Deletes every row of a workflow; returns whether it existed and the blob refs no longer referenced.
-   * A store that keeps leases also ends the workflow's lease in the same transaction (frees it and
+   * Deletes every row of a workflow; returns whether it existed and the blob refs no longer referenced
+   * (a store over a journal names them only with `options.orphanRefs`). A store that keeps leases also ends the workflow's lease in the same transaction (frees it and
    * raises its fencing token), so no token from before the delete passes a fence again.
    */
-  deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }>;
+  deleteWorkflow(workflowId: string, options?: ColdOrphanOptions): Promise<{ existed: boolean; orphanRefs: string[] }>;
   /**
    * Deletes snapshots created before `cutoff` (ms) except each workflow's newest `keepLast` steps.
    * A store split by month drops the months that end before the cutoff whole (archiving them
    * first with `options.archiveDir`); `options.vacuum` asks for a full vacuum afterwards.
-   * @returns number of snapshot rows deleted, blob refs no longer referenced, the months dropped, and
+   * @returns number of snapshot rows deleted, blob refs no longer referenced (a store over a journal:
+   *   only with `options.orphanRefs`), the months dropped, and
    *   `deletedBlobs`: blobs the store deleted itself with the records, when it cannot name them in
    *   `orphanRefs` (a store over a journal, which deletes a blob with its last reference)
    */
   prune(
     cutoff: number,
     keepLast: number,
-    options?: ColdPruneOptions,
+    options?: ColdPruneOptions & ColdOrphanOptions,
   ): Promise<{
     deletedSnapshots: number;
     orphanRefs: string[];
@@ -265,7 +286,10 @@ export interface ColdStore {
    * @throws {InvalidOptionError} for a malformed, current or future month, one the store does
    *   not hold, or an `archiveTo` file that exists (nothing is changed)
    */
-  dropMonth?(month: string, options: { keepLast: number; archiveTo?: string }): Promise<DropMonthResult>;
+  dropMonth?(
+    month: string,
+    options: { keepLast: number; archiveTo?: string } & ColdOrphanOptions,
+  ): Promise<DropMonthResult>;
   /**
    * Records a node failure and marks the workflow `failed` (its checkpoints are untouched).
    * @throws {WorkflowLeaseLostError} when `fencingToken` is given and is not the current lease (nothing written)

@@ -24,6 +24,7 @@
  */
 import { InvalidOptionError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
+import { checkOptions, optionKeys } from "../core/options.js";
 import { JournalIntegrityError, RunCancelledError, StaleFencingTokenError } from "../durable/errors.js";
 import {
   hashInput,
@@ -35,6 +36,7 @@ import {
   withOutputJson,
 } from "../durable/journal.js";
 import type {
+  ColdOrphanOptions,
   ColdPruneOptions,
   ColdStore,
   IdempotencyRecord,
@@ -61,6 +63,8 @@ export const DEFAULT_GRAPH_WORKFLOW = "graph";
 /** Who an operator action of the store is recorded as (`resetRun` of a delete). */
 const BY = "dumplings:workflow";
 const NULL_HASH = hashInput(null);
+/** The keys of {@link ColdOrphanOptions}: any other is an `InvalidOptionError`. */
+const ORPHAN_OPTIONS = optionKeys<ColdOrphanOptions>({ orphanRefs: true });
 
 /** Options of {@link JournalColdStore}. */
 export interface JournalColdStoreOptions {
@@ -473,30 +477,58 @@ export class JournalColdStore implements ColdStore {
     return `journal ${this.name}: listRuns({ workflow: ${JSON.stringify(this.workflow)}${status ? `, status: ${RUN_STATUS[status]}` : ""} })`;
   }
 
-  /** {@inheritDoc ColdStore.deleteWorkflow} (the run is reset: steps dropped, token raised, lease ended) */
-  async deleteWorkflow(workflowId: string): Promise<{ existed: boolean; orphanRefs: string[] }> {
+  /**
+   * {@inheritDoc ColdStore.deleteWorkflow} (the run is reset: steps dropped, token raised, lease ended)
+   *
+   * With `orphanRefs`, the references its checkpoint records held (every record, a step index's
+   * earlier ones too) that no checkpoint of another run of the journal holds.
+   */
+  async deleteWorkflow(
+    workflowId: string,
+    options: ColdOrphanOptions = {},
+  ): Promise<{ existed: boolean; orphanRefs: string[] }> {
+    checkOptions(`${this.name} deleteWorkflow`, options, ORPHAN_OPTIONS);
     const run = await this.journal.getRun(workflowId);
     if (!run) return { existed: false, orphanRefs: [] };
-    const mine = await this.checkpoints(workflowId);
-    const existed = run.status !== "pending" && mine.length > 0;
+    const want = options.orphanRefs === true;
+    const mine = await this.journal.readSteps(workflowId, { namePrefix: CHECKPOINT_STEP, outputs: want });
+    const existed = run.status !== "pending" && mine.some((step) => parseCheckpoint(step) !== undefined);
     await this.journal.resetRun(workflowId, -1, BY);
-    // Blobs kept outside the journal: those no other workflow's checkpoint holds any more.
+    if (!want) return { existed, orphanRefs: [] };
     const refs = new Set<string>();
-    for (const c of mine) for (const r of refsOf(c.step.output)) refs.add(r);
-    if (refs.size > 0) {
-      let after: string | undefined;
-      for (;;) {
-        const page = await this.journal.listRuns({ workflow: this.workflow, limit: 500, ...(after ? { after } : {}) });
-        for (const other of page) {
-          if (other.runId === workflowId) continue;
-          for (const c of await this.checkpoints(other.runId)) for (const r of refsOf(c.step.output)) refs.delete(r);
-        }
-        const last = page.at(-1);
-        if (refs.size === 0 || page.length < 500 || !last) break;
-        after = runCursor(last);
-      }
-    }
+    for (const step of mine) for (const r of refsOf(step.output)) refs.add(r);
+    if (refs.size > 0) for (const r of await this.checkpointRefs(workflowId)) refs.delete(r);
     return { existed, orphanRefs: [...refs] };
+  }
+
+  /**
+   * The blob references (`sharedMemory` values `{ "$dumplings_blob": ref }`) held by the checkpoint
+   * records of every run of the journal (a graph's of any `workflow` name; every record, a step
+   * index's earlier ones too), but `skip`'s: what the blobs kept outside the journal are checked
+   * against. Reads every checkpoint's state: asked for only when the blobs are external.
+   */
+  protected async checkpointRefs(skip?: string): Promise<Set<string>> {
+    const refs = new Set<string>();
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.journal.listRuns({ limit: 500, ...(after === undefined ? {} : { after }) });
+      for (const run of page) {
+        if (run.runId === skip) continue;
+        for (const step of await this.journal.readSteps(run.runId, { namePrefix: CHECKPOINT_STEP })) {
+          for (const r of refsOf(step.output)) refs.add(r);
+        }
+      }
+      const last = page.at(-1);
+      if (page.length < 500 || !last) return refs;
+      after = runCursor(last);
+    }
+  }
+
+  /** The references of `before` ({@link checkpointRefs}) that no checkpoint holds now. */
+  protected async unreferenced(before: ReadonlySet<string>): Promise<string[]> {
+    if (before.size === 0) return [];
+    const now = await this.checkpointRefs();
+    return [...before].filter((r) => !now.has(r));
   }
 
   /**
@@ -505,14 +537,16 @@ export class JournalColdStore implements ColdStore {
    * The journal's `pruneRuns`: in every run, the records finished before the cutoff that lie before
    * its `keepLast`-th newest checkpoint go (checkpoints, and the side-effect and error records of
    * the node runs before them). `deletedSnapshots` counts every record deleted, `deletedBlobs` the
-   * blobs the journal deleted with their last reference (it names none in `orphanRefs`). The journal
-   * keeps no month tables: `archiveDir` is refused.
+   * blobs the journal deleted with their last reference. With `orphanRefs` (blobs kept outside the
+   * journal), `orphanRefs` names the references the deleted checkpoints held that no checkpoint left
+   * holds (the checkpoints are read before and after); else none. The journal keeps no month tables:
+   * `archiveDir` is refused.
    * @throws {InvalidOptionError} with `archiveDir`
    */
   async prune(
     cutoff: number,
     keepLast: number,
-    options: ColdPruneOptions = {},
+    options: ColdPruneOptions & ColdOrphanOptions = {},
   ): Promise<{ deletedSnapshots: number; orphanRefs: string[]; deletedBlobs: number }> {
     if (options.archiveDir !== undefined) {
       throw new InvalidOptionError(
@@ -521,12 +555,14 @@ export class JournalColdStore implements ColdStore {
         "the journal keeps no month tables to archive: prune deletes old checkpoints in place (copy the database first to keep them)",
       );
     }
+    const before = options.orphanRefs === true ? await this.checkpointRefs() : undefined;
     const out = await this.journal.pruneRuns({
       finishedBefore: cutoff,
       keepLast,
       ...(options.vacuum === undefined ? {} : { vacuum: options.vacuum }),
     });
-    return { deletedSnapshots: out.deletedSteps, orphanRefs: [], deletedBlobs: out.deletedBlobs };
+    const orphanRefs = before === undefined ? [] : await this.unreferenced(before);
+    return { deletedSnapshots: out.deletedSteps, orphanRefs, deletedBlobs: out.deletedBlobs };
   }
 
   // ---- node failures ----

@@ -103,7 +103,7 @@ export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeo
   /**
    * Where large values go instead of the cold store's database: your own {@link BlobStore}
    * (S3, GCS…). Not with `blobDir`.
-   * @default the cold store's own database (a `workflow_blobs` table beside the checkpoints), for a
+   * @default the cold store's own database (the journal's `durable_blobs` table beside the checkpoints), for a
    *   cold store that keeps blobs (`SqliteColdStore`, `PostgresColdStore`)
    */
   blobs?: BlobStore | undefined;
@@ -579,10 +579,20 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
    * @throws {BackendError} when the cold store fails (the hot entry is then left too)
    */
   async delete(workflowId: string): Promise<boolean> {
-    const { existed, orphanRefs } = await this.cold.deleteWorkflow(workflowId);
+    const { existed, orphanRefs } = this.external
+      ? await this.cold.deleteWorkflow(workflowId, { orphanRefs: true })
+      : await this.cold.deleteWorkflow(workflowId);
     if (this.hot) await this.hot.delete(workflowId).catch((e: unknown) => this.hotFailed(e, "delete", workflowId));
     await this.deleteBlobs(orphanRefs);
     return existed;
+  }
+
+  /**
+   * Whether the blobs live outside the cold store and can be deleted (`blobs`/`blobDir`): the cold
+   * store is then asked to name the references its deletes leave unreferenced (`orphanRefs`).
+   */
+  private get external(): boolean {
+    return !(this.blobs instanceof ColdBlobStore) && typeof this.blobs.delete === "function";
   }
 
   private async deleteBlobs(refs: string[]): Promise<number> {
@@ -635,6 +645,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
     const extra = {
       ...(options.vacuum === undefined ? {} : { vacuum: options.vacuum }),
       ...(options.archiveDir === undefined ? {} : { archiveDir: options.archiveDir }),
+      ...(this.external ? { orphanRefs: true } : {}),
     };
     const out = await this.cold.prune(cutoff, keepLast, extra);
     return {
@@ -674,16 +685,17 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   async dropMonth(
     month: string,
     options: { keepLast?: number; archiveTo?: string } = {},
-  ): Promise<Omit<DropMonthResult, "orphanRefs"> & { deletedBlobs: number }> {
+  ): Promise<Omit<DropMonthResult, "orphanRefs" | "deletedBlobs"> & { deletedBlobs: number }> {
     checkOptions("CheckpointStore.dropMonth", options, DROP_OPTIONS);
     if (!this.cold.dropMonth) {
       throw new InvalidOptionError(this.cold.name, "month", "this cold store does not split its snapshots by month");
     }
-    const { orphanRefs, ...out } = await this.cold.dropMonth(month, {
+    const { orphanRefs, deletedBlobs, ...out } = await this.cold.dropMonth(month, {
       keepLast: options.keepLast ?? 1,
       ...(options.archiveTo === undefined ? {} : { archiveTo: options.archiveTo }),
+      ...(this.external ? { orphanRefs: true } : {}),
     });
-    return { ...out, deletedBlobs: await this.deleteBlobs(orphanRefs) };
+    return { ...out, deletedBlobs: (deletedBlobs ?? 0) + (await this.deleteBlobs(orphanRefs)) };
   }
 
   /**

@@ -38,7 +38,13 @@ import {
 } from "../durable/approvals.js";
 import type { ApprovalConflictError } from "../durable/errors.js";
 import { RunNotFoundError } from "../durable/errors.js";
-import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
+import {
+  type Journal,
+  type JournalEvent,
+  RUN_STATUSES,
+  type RunRecord,
+  type StepRecord,
+} from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
 import {
   ExitCode,
@@ -52,17 +58,6 @@ import {
 import { printJson } from "./output.js";
 import { oneOf, parseSpec, specForms } from "./spec.js";
 import { renderTable } from "./table.js";
-
-/** Every run status, for `--status`. */
-const RUN_STATUSES: readonly RunStatus[] = [
-  "pending",
-  "running",
-  "waiting",
-  "blocked",
-  "completed",
-  "failed",
-  "cancelled",
-];
 
 /** Default journal spec. */
 export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";

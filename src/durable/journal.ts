@@ -58,8 +58,8 @@ export type StepStatus = "started" | "completed" | "failed" | "waiting";
  */
 export type RunStatus = "pending" | "running" | "waiting" | "blocked" | "completed" | "failed" | "cancelled";
 
-/** Every {@link RunStatus}, in a run's usual order. */
-const RUN_STATUSES: ReadonlySet<string> = new Set<RunStatus>([
+/** Every {@link RunStatus}, in a run's usual order (internal: `listRuns` and `dumplings runs --status` check against it). */
+export const RUN_STATUSES: readonly RunStatus[] = [
   "pending",
   "running",
   "waiting",
@@ -67,7 +67,7 @@ const RUN_STATUSES: ReadonlySet<string> = new Set<RunStatus>([
   "completed",
   "failed",
   "cancelled",
-]);
+];
 
 /** An error as stored in the journal (JSON). */
 export interface RecordedError {
@@ -314,11 +314,11 @@ export function checkListRuns(
   if (!Number.isSafeInteger(limit) || limit < 1) {
     throw new InvalidOptionError(component, "limit", `must be an integer ≥ 1, got ${String(limit)}`);
   }
-  if (status !== undefined && (typeof status !== "string" || !RUN_STATUSES.has(status))) {
+  if (status !== undefined && (typeof status !== "string" || !RUN_STATUSES.includes(status as RunStatus))) {
     throw new InvalidOptionError(
       component,
       "status",
-      `must be one of ${[...RUN_STATUSES].join(", ")}, got ${typeof status === "string" ? JSON.stringify(status) : typeof status}`,
+      `must be one of ${RUN_STATUSES.join(", ")}, got ${typeof status === "string" ? JSON.stringify(status) : typeof status}`,
     );
   }
   if (workflow !== undefined && typeof workflow !== "string") {

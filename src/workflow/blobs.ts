@@ -423,6 +423,6 @@ export class ColdBlobStore implements BlobStore {
 
   private where(): string {
     if (!this.inDatabase) return `the ${this.cold.name} cold store (it keeps no blobs)`;
-    return `the ${this.cold.name} cold store${this.cold.location ? ` ${this.cold.location}` : ""} (workflow_blobs)`;
+    return `the blobs of the ${this.cold.name} cold store${this.cold.location ? ` ${this.cold.location}` : ""}`;
   }
 }

@@ -103,8 +103,8 @@ export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeo
   /**
    * Where large values go instead of the cold store's database: your own {@link BlobStore}
    * (S3, GCS…). Not with `blobDir`.
-   * @default the cold store's own database (a `workflow_blobs` table beside the checkpoints), for a
-   *   cold store that keeps blobs (`SqliteColdStore`, `PostgresColdStore`)
+   * @default the cold store's own database (the journal's blob table, written with the checkpoints),
+   *   for a cold store that keeps blobs (`SqliteColdStore`, `PostgresColdStore`)
    */
   blobs?: BlobStore | undefined;
   /**

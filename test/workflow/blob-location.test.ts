@@ -337,7 +337,7 @@ for (const kind of ["sqlite", "postgres"] as const) {
       // Without it, a typed error naming where it looked; nothing is lost or written.
       const missing = await (await open({ legacyBlobDirs: [] })).loadLatest("old").catch((e: unknown) => e);
       expect(missing).toBeInstanceOf(BlobError);
-      expect(String((missing as BlobError).message)).toMatch(/workflow_blobs/);
+      expect(String((missing as BlobError).message)).toMatch(/not in the blobs of the (sqlite|postgres) cold store/);
       // The next checkpoint (a resume) writes the value into the store: then every process reads it.
       const latest = (await reader.loadLatest("old"))!;
       await reader.save(next(latest, { ...latest.sharedMemory, resumed: true }), { expectedStep: 0 });

@@ -1,7 +1,7 @@
 /**
  * The contract of a SQL driver as the stores written once for every SQL
- * database see it (the durable journal `SqlJournal`, the workflow cold store
- * `SqlColdStore`). Implemented by {@link SqliteDriver} and
+ * database see it (the durable journal `SqlJournal`, which the workflow stores
+ * run on, and the LangGraph checkpoint storage). Implemented by {@link SqliteDriver} and
  * {@link PostgresDriver}; the dialect differences (placeholders, row locks,
  * plans, DDL) live in the drivers and in each store's per-dialect migrations.
  *

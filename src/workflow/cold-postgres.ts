@@ -48,10 +48,10 @@ export type { PgPoolLike } from "../drivers/postgres.js";
  */
 export interface PostgresColdStoreOptions extends PostgresConnectionOptions {
   /**
-   * Accepted for code written against the SQL cold store, and checked (a
-   * positive integer), but unused: `prune` is the journal's `pruneRuns`, which
-   * deletes each workflow's old records in transactions of its own, at most
-   * 1,000 records each.
+   * Accepted for code written for the previous release's store (which pruned in
+   * batches of this many rows), and checked (a positive integer), but unused:
+   * `prune` is the journal's `pruneRuns`, which deletes each workflow's old
+   * records in transactions of its own, at most 1,000 records each.
    * @deprecated Unused since the store runs on the journal.
    * @default 5000
    */

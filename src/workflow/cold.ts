@@ -1,29 +1,18 @@
 /**
- * The contract of a cold (source-of-truth) checkpoint store, implemented once
- * for SQL databases (`cold-sql.ts`), as `SqliteColdStore` (`cold-sqlite.ts`,
- * the embedded default) and `PostgresColdStore` (`cold-postgres.ts`).
- *
- * Tables (snake_case on disk):
- * - `workflow_snapshots(id, workflow_id, step_index, node_name, state_json, created_at,
- *   UNIQUE(workflow_id, step_index))` — one row per checkpoint. SQLite splits it by
- *   month: rows go to `workflow_snapshots_YYYY_MM` (the UTC month of `created_at`), so a
- *   month can be archived or deleted whole ({@link ColdStore.dropMonth}); reads look in
- *   every month and in the single `workflow_snapshots` table of archives written before
- *   the split;
- * - `workflows` — one summary row per workflow (status, latest step, updated time),
- *   indexed on `(status, updated_at, workflow_id)` for keyset pagination; its
- *   `latest_step` is the compare-and-set token of the workflow;
- * - `workflow_step_errors` — node failures recorded with the step they started from;
- * - `workflow_idempotency` — side-effect records (`started` / `finished` + result);
- * - `workflow_blob_refs` — which snapshot references which blob (for garbage collection);
- * - `workflow_blobs` (component `workflow-blobs`, its own migrations) — the large
- *   `sharedMemory` values themselves, content-addressed (`ref` = `sha256:<hex>`), written in
- *   the transaction of the first checkpoint that references them and deleted in the
- *   transaction that removes the last reference ({@link ColdStore.readBlob});
- * - `workflow_leases` (component `workflow-lease`, its own migrations) — who runs each
- *   workflow now: owner, expiry and fencing token ({@link ColdStore.acquireLease}); and
- *   `workflow_lease_floor`, one row: the highest token of a pruned lease row, which new
- *   rows start above.
+ * The contract of a cold (source-of-truth) checkpoint store. The built-in ones,
+ * `SqliteColdStore` (`cold-sqlite.ts`, the embedded default) and
+ * `PostgresColdStore` (`cold-postgres.ts`), are the workflow store over a durable
+ * journal (`journal-store.ts`): a workflow is a journal run, its checkpoints,
+ * side-effect records and node failures are steps of that run (`durable_steps`),
+ * its large `sharedMemory` values are journal blobs (`durable_blobs`,
+ * content-addressed, written with the first checkpoint that references them and
+ * deleted with the last), and its lease is the run's lease (`durable_runs`). A
+ * `workflow_snapshots` view answers the original design's query for the newest
+ * checkpoint. The tables of earlier releases (`workflows`, `workflow_snapshots`
+ * and its month tables, `workflow_step_errors`, `workflow_idempotency`,
+ * `workflow_blob_refs`, `workflow_blobs`, `workflow_leases`,
+ * `workflow_lease_floor`) are moved into the journal when a store opens them
+ * (`journal-migrate.ts`).
  *
  * **Leases and fencing.** A store that keeps leases (the built-in ones do) lets one
  * worker at a time run a workflow, as a durable run's journal does: `acquireLease`
@@ -38,7 +27,7 @@
  */
 import type { JsonObject, JsonValue } from "../core/json.js";
 
-/** Status of a workflow in the summary table: the state's status, or `failed` after a node threw. */
+/** Status of a workflow in its summary: the state's status, or `failed` after a node threw. */
 export type WorkflowRowStatus = "running" | "waiting" | "finished" | "failed";
 
 /** One snapshot row as stored. */
@@ -374,21 +363,4 @@ export function decodeCursor(text: string): ListCursor {
     // fall through
   }
   throw new RangeError(`malformed listWorkflows cursor ${JSON.stringify(text)}`);
-}
-
-/** The part of a database {@link WorkflowMigrations.present} uses. */
-export interface TableLookup {
-  prepare(sql: string): { get(): unknown };
-}
-
-/**
- * A cold store's versioned tables in the shape both SQL drivers take (one component of a
- * driver's migration ledger: the checkpoints', the leases', the blobs').
- */
-export interface WorkflowMigrations {
-  /** The component's key in the migration ledger, e.g. `workflow`. */
-  component: string;
-  migrations: readonly { version: number; name: string; up: readonly string[] }[];
-  /** SQLite: true when the file holds the original design's archive (migrated, not refused, by a read-only open). */
-  present?(db: TableLookup): boolean;
 }

@@ -23,7 +23,6 @@ const EXEMPT: Record<string, string> = {
   SqliteConnectionOptions: "shared part: checked as part of each SQLite component's options that extend it",
   PostgresConnectionOptions: "shared part: checked as part of each PostgreSQL component's options that extend it",
   RedisConnectionOptions: "shared part: checked as part of each Redis component's options that extend it",
-  SqlColdStoreOptions: "shared part: checked as part of SqliteColdStoreOptions / PostgresColdStoreOptions",
   RunToolCallsOptions: "internal: built by the conversation loop, never by a user",
   ConformanceSuiteOptions: "shared part: checked as part of each conformance suite's options that extend it",
   JournalColdStoreOptions: "internal: the base of SqliteColdStore and PostgresColdStore, never built by a user",

@@ -6,7 +6,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { mkdirSync, readdirSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import Database from "better-sqlite3";
@@ -28,8 +28,7 @@ import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js
 import { ROOT, runJson } from "../cli/run-cli.js";
 import { bigDoc } from "../fixtures/workflow/big-doc.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
-import { tempDir } from "./helpers.js";
-import { PreviousSqliteColdStore } from "./previous-sqlite-store.js";
+import { tempDir, unzipFixture } from "./helpers.js";
 
 const CHILD = path.join(ROOT, "test", "fixtures", "workflow", "blob-child.ts");
 const TSX = pathToFileURL(path.join(ROOT, "node_modules", "tsx", "dist", "loader.mjs")).href;
@@ -373,17 +372,16 @@ describe("a store written by dumplings-ai 0.1 (blobs in a directory, no blob tab
     const home = path.join(appDir, ".dumplingsAI_workflows");
     const file = path.join(home, "workflows.db");
     const doc = big("v01");
-    // Written by the previous release's tables, its blob in the directory beside the file.
-    const writer = await CheckpointStore.open({
-      cold: new PreviousSqliteColdStore(file),
-      blobDir: path.join(home, "blobs"),
-    });
-    await writer.save(createWorkflowState({ workflowId: "v01", sharedMemory: { doc } }), { expectedStep: null });
-    await writer.close();
-    // As 0.1 left the file: no blob component in the ledger, no blob table.
-    const db = new Database(file);
-    db.exec("DROP TABLE workflow_blobs; DELETE FROM dumplings_migrations WHERE component = 'workflow-blobs'");
-    db.close();
+    // Written by the previous release's tables, its blob in the directory beside the file, then left
+    // as 0.1 left the file: no blob component in the ledger, no blob table. Fixtures made at commit
+    // ab998f93 by that release's SQL cold store (`SqlColdStore`, since deleted) with
+    // `blobDir: <home>/blobs`, saving workflow "v01" with `{ doc }`, then `DROP TABLE workflow_blobs`
+    // and its ledger rows deleted: test/fixtures/workflow/prev-0.1-blobdir.db.gz (the file) and
+    // prev-0.1-blobdir.blob.gz (the blob's bytes, kept at blobs/<2 hex>/<sha256 hex>).
+    unzipFixture("prev-0.1-blobdir.db.gz", file);
+    const hex = refOf(doc).slice("sha256:".length);
+    const blobFile = unzipFixture("prev-0.1-blobdir.blob.gz", path.join(home, "blobs", hex.slice(0, 2), hex));
+    expect(blobRef(readFileSync(blobFile))).toBe(refOf(doc));
     const shown = runJson<{ history: { state: { sharedMemory: { doc?: string } } }[] }>(
       ["workflows", "show", "v01", "--store", `sqlite:${file}`],
       { cwd: elsewhere },

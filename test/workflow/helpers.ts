@@ -2,9 +2,10 @@
  * Shared helpers of the workflow tests: temporary directories and stores on
  * real SQLite files.
  */
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { gunzipSync } from "node:zlib";
 import Database from "better-sqlite3";
 import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import type { RedisHotTier } from "../../src/workflow/hot-redis.js";
@@ -20,6 +21,17 @@ export function tempDir(label: string, options: { memory?: boolean } = {}): { di
   const base = options.memory && existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir();
   const dir = mkdtempSync(path.join(base, `dumplings-wf-${label}-`));
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/**
+ * Writes the gunzipped bytes of `test/fixtures/workflow/<name>` (a `.gz` fixture) to `file`,
+ * creating its directory; returns `file`.
+ */
+export function unzipFixture(name: string, file: string): string {
+  const gz = path.join(import.meta.dirname, "..", "fixtures", "workflow", name);
+  mkdirSync(path.dirname(file), { recursive: true });
+  writeFileSync(file, gunzipSync(readFileSync(gz)));
+  return file;
 }
 
 /** A checkpoint store on a fresh SQLite file in `dir`. */

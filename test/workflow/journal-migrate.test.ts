@@ -1,7 +1,7 @@
 /**
  * The one-time move of an earlier release's workflow tables into the durable journal of the same
  * SQLite file (`workflowJournalMigrations`): a file written by the SQL cold store of the previous release
- * (checkpoints, a waiting interrupt, a started side effect, a node failure, lease tokens) and a file
+ * (a fixture: test/fixtures/workflow/prev-moved.db.gz; checkpoints, a waiting interrupt, a started side effect, a node failure, lease tokens) and a file
  * in the original design's layout open as a journal, resume and finish; no fencing token goes back;
  * the old tables are gone and the original design's query reads the newest checkpoint from the
  * `workflow_snapshots` view.
@@ -29,8 +29,7 @@ import {
 } from "../../src/workflow/index.js";
 import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { JournalColdStore } from "../../src/workflow/journal-store.js";
-import { tempDir } from "./helpers.js";
-import { PreviousSqliteColdStore } from "./previous-sqlite-store.js";
+import { tempDir, unzipFixture } from "./helpers.js";
 
 const tmp = tempDir("journal-migrate");
 afterAll(() => tmp.cleanup());
@@ -59,7 +58,6 @@ const tableNames = (file: string) => {
 
 describe("workflow tables of an earlier release move into the journal", () => {
   it("checkpoints, a waiting interrupt, a started side effect, a node failure and lease tokens", async () => {
-    const file = path.join(tmp.dir, `old-${n++}.db`);
     let charged = 0;
     const nodes: Record<string, GraphNode> = {
       draft: () => ({ next: "approve", updates: { draft: "hello" } }),
@@ -72,32 +70,19 @@ describe("workflow tables of an earlier release move into the journal", () => {
         return { next: END, updates: { approved: answer.ok } };
       },
     };
-    // Written by the SQL cold store (the tables of the previous release, before the move).
-    const old = await CheckpointStore.open({ cold: new PreviousSqliteColdStore(file) });
-    const oldRunner = new ResumableGraphRunner({ store: old, nodes });
-    expect((await oldRunner.runOrResume("waits")).status).toBe("waiting");
-    const failing = new ResumableGraphRunner({
-      store: old,
-      nodes: {
-        a: () => ({ next: "b", updates: { n: 1 } }),
-        b: () => {
-          throw new Error("boom");
-        },
-      },
-    });
-    await expect(failing.runOrResume("fails")).rejects.toThrow(/boom/);
-    // A side effect started and never finished (its process died), and a lease taken a few times.
-    await old.cold.idempotencyBegin("effects:0:0", { workflowId: "effects", stepIndex: 0, name: "mail", now: 1234 });
-    const leases = old.cold as Required<Pick<PreviousSqliteColdStore, "acquireLease" | "releaseLease">>;
-    for (let i = 1; i <= 3; i++) {
-      await leases.acquireLease("fails", "w", 30_000);
-      await leases.releaseLease("fails", i + 1);
-    }
-    // A value over the blob threshold (256 KB): kept in the old blob table.
+    // Written by the previous release's SQL cold store (test/fixtures/workflow/prev-moved.db.gz, at
+    // commit ab998f93, `SqlColdStore` with the previous release's migrations, since deleted): "waits"
+    // run with these nodes to the interrupt; "fails" run with nodes a → b, b throwing "boom", then
+    // leased 3 times (tokens 2..4, after the runner's 1); a side effect "effects:0:0" ("mail",
+    // started at 1234) never finished; "big" saved with a 300 KB value (`"b".repeat(300_000)`), kept
+    // in the old blob table.
+    const file = unzipFixture("prev-moved.db.gz", path.join(tmp.dir, `old-${n++}.db`));
     const big = "b".repeat(300_000);
-    await old.save(createWorkflowState({ workflowId: "big", sharedMemory: { big, n: 1 } }), { expectedStep: null });
-    const oldHistory = (await old.history("waits")).map((h) => [h.stepIndex, h.nodeName]);
-    await old.close();
+    const oldHistory = [
+      [0, "__start__"],
+      [1, "draft"],
+      [2, "approve"],
+    ];
     expect(tableNames(file)).toEqual(
       expect.arrayContaining(["table:workflows", "table:workflow_idempotency", "table:workflow_leases"]),
     );

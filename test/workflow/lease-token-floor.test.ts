@@ -7,10 +7,9 @@
  * of the previous release (lease-table version 1, and version 2 with its floor) whose tokens move
  * into the journal without going back.
  *
- * SQLite keeps its workflows in the durable journal: the lease is the run's, and a deleted
+ * Both stores keep their workflows in the durable journal: the lease is the run's, and a deleted
  * workflow is a reset run whose token is raised and whose row stays, so an id's token never goes
- * back without a separate floor. PostgreSQL still keeps the previous release's lease table, whose
- * pruned rows are remembered by the floor.
+ * back without a separate floor.
  */
 import { randomUUID } from "node:crypto";
 import path from "node:path";
@@ -27,8 +26,7 @@ import {
 } from "../../src/workflow/index.js";
 import type { LeasingColdStore } from "../../src/workflow/lease.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
-import { tempDir } from "./helpers.js";
-import { PreviousSqliteColdStore } from "./previous-sqlite-store.js";
+import { tempDir, unzipFixture } from "./helpers.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -224,6 +222,12 @@ for (const backend of backends) {
   });
 }
 
+/**
+ * The files of the previous release are fixtures (test/fixtures/workflow/prev-lease-v1.db.gz,
+ * prev-lease-v2.db.gz), written at commit ab998f93 by that release's SQL cold store
+ * (`SqlColdStore` on SQLite with the migrations `workflow` 1, `workflow-lease` 1–2,
+ * `workflow-blobs`, since deleted) running the steps described in each test, then gzipped.
+ */
 describe("workflow lease tokens: SQLite files of the previous release move into the journal", () => {
   /** Tokens of the previous release's lease table, by id, and its floor (undefined: no floor table). */
   const leasesOf = (file: string) => {
@@ -250,21 +254,9 @@ describe("workflow lease tokens: SQLite files of the previous release move into 
     const tmp = tempDir("lease-floor-v1");
     const file = path.join(tmp.dir, "wf.db");
     try {
-      const old = await CheckpointStore.open({ cold: new PreviousSqliteColdStore(file) });
-      const oldCold = old.cold as ColdStore & LeasingColdStore;
-      for (let i = 0; i < 5; i++) await oldCold.acquireLease("busy", "w", 30_000); // tokens 1..5, held
-      const q = await oldCold.acquireLease("quiet", "w", 30_000);
-      if (!q.acquired) throw new Error("not acquired");
-      await old.save(createWorkflowState({ workflowId: "quiet" }), {
-        expectedStep: null,
-        fencingToken: q.fencingToken,
-      });
-      await old.close();
-      // Back to version 1 of the lease table: no floor table, no ledger entry for version 2.
-      const db = new Database(file);
-      db.exec("DROP TABLE workflow_lease_floor");
-      db.prepare("DELETE FROM dumplings_migrations WHERE component = 'workflow-lease' AND version = 2").run();
-      db.close();
+      // "quiet": a checkpoint written with token 1; "busy": leased 5 times, held (tokens 1..5). Then
+      // back to version 1 of the lease table: floor table dropped, its ledger entry deleted.
+      unzipFixture("prev-lease-v1.db.gz", file);
       expect(leasesOf(file)).toEqual({
         tokens: new Map([
           ["busy", 5],
@@ -282,7 +274,7 @@ describe("workflow lease tokens: SQLite files of the previous release move into 
         expect(next).toMatchObject({ acquired: true, fencingToken: 2 });
         // The token it wrote with before the move passes no fence any more; the new one writes.
         await expect(
-          store.save(createWorkflowState({ workflowId: "quiet" }), { expectedStep: 0, fencingToken: q.fencingToken }),
+          store.save(createWorkflowState({ workflowId: "quiet" }), { expectedStep: 0, fencingToken: 1 }),
         ).rejects.toBeInstanceOf(WorkflowLeaseLostError);
         await store.save({ ...(await store.loadLatest("quiet"))!, stepIndex: 1 }, { expectedStep: 0, fencingToken: 2 });
       } finally {
@@ -299,30 +291,10 @@ describe("workflow lease tokens: SQLite files of the previous release move into 
     const tmp = tempDir("lease-floor-v2");
     const file = path.join(tmp.dir, "wf.db");
     try {
-      const old = await CheckpointStore.open({ cold: new PreviousSqliteColdStore(file) });
-      const oldCold = old.cold as ColdStore & LeasingColdStore;
-      // An id with a checkpoint and a token of its own (1), below the floor to come.
-      const q = await oldCold.acquireLease("quiet", "w", 30_000);
-      if (!q.acquired) throw new Error("not acquired");
-      await old.save(createWorkflowState({ workflowId: "quiet" }), {
-        expectedStep: null,
-        fencingToken: q.fencingToken,
-      });
-      await oldCold.releaseLease("quiet", q.fencingToken);
-      // An id leased 7 times, deleted and pruned: its row goes, the floor keeps its tokens.
-      let last = 0;
-      for (let i = 0; i < 7; i++) {
-        const l = await oldCold.acquireLease("gone", `w${i}`, 30_000);
-        if (!l.acquired) throw new Error("not acquired");
-        last = l.fencingToken;
-        if (i === 0)
-          await old.save(createWorkflowState({ workflowId: "gone" }), { expectedStep: null, fencingToken: last });
-        await oldCold.releaseLease("gone", last);
-      }
-      await old.delete("gone");
-      await sleep(150);
-      await old.prune({ olderThan: 50 });
-      await old.close();
+      // "quiet": a checkpoint and a token of its own (1), below the floor; "gone": leased 7 times
+      // (last token 7), deleted and pruned: its row went, the floor keeps its tokens.
+      unzipFixture("prev-lease-v2.db.gz", file);
+      const last = 7;
       const before = leasesOf(file);
       expect(before.tokens.has("gone")).toBe(false);
       expect(before.floor).toBeGreaterThan(last);

@@ -38,13 +38,7 @@ import {
 } from "../durable/approvals.js";
 import type { ApprovalConflictError } from "../durable/errors.js";
 import { RunNotFoundError } from "../durable/errors.js";
-import {
-  type Journal,
-  type JournalEvent,
-  RUN_STATUSES,
-  type RunRecord,
-  type StepRecord,
-} from "../durable/journal.js";
+import { type Journal, type JournalEvent, RUN_STATUSES, type RunRecord, type StepRecord } from "../durable/journal.js";
 import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
 import {
   ExitCode,

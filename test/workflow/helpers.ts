@@ -87,7 +87,61 @@ export function sqliteColdFixture(hot?: RedisHotTier): ColdStoreFixture<SqliteCo
         .get(workflowId);
       return (row as { n: number }).n;
     },
-    // No bulkInsertSummaries/listPlan: the journal's list is a keyset query on the runs' index plus one
-    // read of each listed run's newest checkpoint, not a single query whose plan explainList returns.
+    // No listPlan: the journal's list is a keyset query on the runs' index plus one read of each listed
+    // run's newest checkpoint, not a single query whose plan explainList returns; the pages are checked.
+    async bulkInsertSummaries(count) {
+      await bulkInsertJournalWorkflows(count, async (statements) => {
+        const conn = db();
+        conn.exec("BEGIN IMMEDIATE");
+        try {
+          await statements(async (sql, values) => conn.prepare(sql).run(...values));
+          conn.exec("COMMIT");
+        } catch (e) {
+          conn.exec("ROLLBACK");
+          throw e;
+        }
+        conn.exec("ANALYZE");
+      });
+    },
   };
+}
+
+/**
+ * The `bulkInsertSummaries` hook of a journal-backed fixture: `count` workflows `bulk-<i>` written
+ * straight into the journal's tables in one transaction (a run of workflow `graph` with one
+ * checkpoint each; statuses cycling running, waiting, finished, failed; times spread over a few
+ * hours). `tx` runs the statements (`?` placeholders) in one transaction.
+ */
+export async function bulkInsertJournalWorkflows(
+  count: number,
+  tx: (statements: (run: (sql: string, values: unknown[]) => Promise<unknown>) => Promise<void>) => Promise<void>,
+  table: (name: string) => string = (n) => `"${n}"`,
+): Promise<void> {
+  const statuses = ["running", "waiting", "completed", "failed"];
+  const batch = 500;
+  await tx(async (run) => {
+    for (let from = 0; from < count; from += batch) {
+      const runs: unknown[] = [];
+      const steps: unknown[] = [];
+      const rowsR: string[] = [];
+      const rowsS: string[] = [];
+      for (let i = from; i < Math.min(count, from + batch); i++) {
+        const t = 1_700_000_000_000 + (i % 9973) * 1000;
+        const id = `bulk-${i}`;
+        const state = JSON.stringify({ workflowId: id, sessionId: `s-${i}`, currentNode: "n", stepIndex: 0 });
+        runs.push(id, statuses[i % 4], t, t);
+        rowsR.push("(?, 'graph', ?, 'null', 0, ?, ?)");
+        steps.push(id, state, t, t);
+        rowsS.push("(?, 0, 'checkpoint:0:n', '-', 'completed', ?, 1, ?, ?, 0, 1)");
+      }
+      await run(
+        `INSERT INTO ${table("durable_runs")} (run_id, workflow, status, input_json, fencing_token, created_at, updated_at) VALUES ${rowsR.join(", ")}`,
+        runs,
+      );
+      await run(
+        `INSERT INTO ${table("durable_steps")} (run_id, seq, name, input_hash, status, output_json, attempt, started_at, finished_at, fencing_token, snapshot) VALUES ${rowsS.join(", ")}`,
+        steps,
+      );
+    }
+  });
 }

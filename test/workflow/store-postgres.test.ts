@@ -10,6 +10,7 @@ import * as vitest from "vitest";
 import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { runColdStoreConformance } from "./cold-store-suite.js";
+import { bulkInsertJournalWorkflows } from "./helpers.js";
 
 runColdStoreConformance(
   "postgres",
@@ -43,6 +44,34 @@ runColdStoreConformance(
           [workflowId],
         );
         return r.rows[0].n as number;
+      },
+      async bulkInsertSummaries(count) {
+        const client = await pool.connect();
+        try {
+          await bulkInsertJournalWorkflows(
+            count,
+            async (statements) => {
+              await client.query("BEGIN");
+              try {
+                await statements(async (sql, values) => {
+                  let n = 0;
+                  await client.query(
+                    sql.replace(/\?/g, () => `$${++n}`),
+                    values,
+                  );
+                });
+                await client.query("COMMIT");
+              } catch (e) {
+                await client.query("ROLLBACK");
+                throw e;
+              }
+              await client.query(`ANALYZE ${t("durable_runs")}`);
+            },
+            t,
+          );
+        } finally {
+          client.release();
+        }
       },
     };
   },

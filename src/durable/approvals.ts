@@ -10,7 +10,7 @@
  */
 import { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
-import type { JsonObject, JsonValue } from "../core/json.js";
+import { isJsonObject, type JsonObject, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { ApprovalConflictError, ApprovalNotPendingError, RunNotFoundError, SignalConflictError } from "./errors.js";
 import type { Journal, RunRecord, SignalRecord, StepRecord } from "./journal.js";
@@ -44,8 +44,6 @@ export interface ApprovalDecision {
 /** The keys an approval signal's value may hold: any other is refused, never dropped. */
 const DECISION_KEYS = optionKeys<ApprovalDecision>({ approved: true, note: true, args: true, reason: true });
 
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
-
 /**
  * Checks the value of an approval signal before anything is recorded: an object `{ approved, note?,
  * args? }` (`reason` the deprecated name of `note`); an unknown key, a wrong type, both `note` and
@@ -58,7 +56,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typ
  */
 export function checkDecision(component: string, value: unknown): ApprovalDecision {
   const shape = "an approval signal's value is { approved: boolean, note?: string, args?: { …corrected arguments } }";
-  if (!isObject(value)) {
+  if (!isJsonObject(value)) {
     throw new InvalidOptionError(
       component,
       "value",
@@ -82,7 +80,7 @@ export function checkDecision(component: string, value: unknown): ApprovalDecisi
     throw new InvalidOptionError(component, "reason", "give note or reason (its old name), not both");
   }
   if (value.args !== undefined) {
-    if (!isObject(value.args)) {
+    if (!isJsonObject(value.args)) {
       throw new InvalidOptionError(
         component,
         "args",
@@ -108,12 +106,12 @@ export function checkDecision(component: string, value: unknown): ApprovalDecisi
  * @returns `{ approved, note?, args? }`
  */
 export function readDecision(value: JsonValue | undefined): { approved: boolean; note?: string; args?: JsonObject } {
-  const v = isObject(value) ? value : {};
+  const v = isJsonObject(value) ? value : {};
   const note = typeof v.note === "string" ? v.note : typeof v.reason === "string" ? v.reason : undefined;
   return {
     approved: v.approved === true,
     ...(note !== undefined ? { note } : {}),
-    ...(isObject(v.args) ? { args: v.args as JsonObject } : {}),
+    ...(isJsonObject(v.args) ? { args: v.args as JsonObject } : {}),
   };
 }
 
@@ -134,7 +132,7 @@ function argsSchemaOf(steps: readonly StepRecord[], toolCallId: string): JsonObj
     const s = steps[i] as StepRecord;
     if (s.name !== name) continue;
     const out = s.output as Partial<ApprovalWait> | undefined;
-    return s.status === "waiting" && isObject(out) && isObject(out.argsSchema) ? out.argsSchema : undefined;
+    return s.status === "waiting" && isJsonObject(out) && isJsonObject(out.argsSchema) ? out.argsSchema : undefined;
   }
   return undefined;
 }
@@ -239,7 +237,7 @@ export async function rethrowDecision(journal: Journal, runId: string, name: str
   if (!(error instanceof SignalConflictError) || !name.startsWith(APPROVAL_PREFIX)) throw error;
   const first = await journal.getSignal(runId, name).catch(() => undefined);
   const v = first?.value;
-  const decision = isObject(v) && typeof v.approved === "boolean" ? decisionView(v) : undefined;
+  const decision = isJsonObject(v) && typeof v.approved === "boolean" ? decisionView(v) : undefined;
   throw new ApprovalConflictError(runId, name, name.slice(APPROVAL_PREFIX.length), decision, first?.sentAt);
 }
 

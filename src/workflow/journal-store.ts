@@ -23,7 +23,7 @@
  * @module
  */
 import { InvalidOptionError } from "../core/errors.js";
-import type { JsonObject, JsonValue } from "../core/json.js";
+import { isJsonObject, type JsonObject, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { JournalIntegrityError, RunCancelledError, StaleFencingTokenError } from "../durable/errors.js";
 import {
@@ -417,7 +417,7 @@ export class JournalColdStore implements ColdStore {
     const state = (last.step.output ?? {}) as JsonObject;
     const parent = state.parent as JsonObject | null | undefined;
     // A checkpoint adopted from the original design's layout (snake_case) names its node its own way.
-    const original = originalSummaryFields(JSON.stringify(state));
+    const original = isJsonObject(state) ? originalSummaryFields(state) : undefined;
     return {
       workflowId: run.runId,
       sessionId: original?.sessionId ?? (typeof state.sessionId === "string" ? state.sessionId : ""),

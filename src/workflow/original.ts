@@ -157,24 +157,17 @@ export function fromOriginalSnapshot(raw: JsonObject, where: { workflowId: strin
 }
 
 /**
- * What a workflow's summary row needs from the newest snapshot of a workflow
+ * What a workflow's summary needs from the newest snapshot of a workflow
  * written in the original layout (which has no summary row). Lenient: a
  * malformed snapshot is reported when it is loaded, not here.
  *
- * @param stateJson - the newest row's `state_json`
- * @returns `{ sessionId, currentNode, finished }`, or `undefined` when the text is not an original-layout snapshot
+ * @param raw - the newest checkpoint's state, parsed
+ * @returns `{ sessionId, currentNode, finished }`, or `undefined` when it is not an original-layout snapshot
  */
 export function originalSummaryFields(
-  stateJson: string,
+  raw: JsonObject,
 ): { sessionId: string; currentNode: string; finished: boolean } | undefined {
-  if (!stateJson.includes('"workflow_id"')) return undefined;
-  let raw: unknown;
-  try {
-    raw = JSON.parse(stateJson);
-  } catch {
-    return undefined;
-  }
-  if (!isJsonObject(raw) || !isOriginalSnapshot(raw) || typeof raw.workflow_id !== "string") return undefined;
+  if (!isOriginalSnapshot(raw) || typeof raw.workflow_id !== "string") return undefined;
   const node = fromOriginalNode(typeof raw.current_node === "string" ? raw.current_node : ORIGINAL_START);
   const finished = raw.is_finished === true || node === END;
   return {

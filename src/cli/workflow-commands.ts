@@ -222,7 +222,11 @@ function showCommand(): Command {
         const wait = pending ? [`waiting: ${pending.reason} (interrupt ${pending.id})`] : [];
         // A store kept in a durable journal: the interrupt is the run's wait for signal interrupt:<id>.
         const journal = store.cold instanceof JournalColdStore ? store.cold.journal : undefined;
-        if (pending && journal) {
+        const run = pending && journal ? await journal.getRun(workflowId) : undefined;
+        if (run?.status === "cancelled") {
+          // A cancelled workflow waits for nothing: its interrupt cannot be answered any more.
+          wait.push(`cancelled: it takes no more steps (its interrupt is not answered)`);
+        } else if (pending && journal) {
           const name = `${INTERRUPT_SIGNAL}${pending.id}`;
           const sent = await journal.getSignal(workflowId, name);
           const spec = storeSpecText(options);

@@ -121,3 +121,44 @@ describe("a cancelled workflow takes no more steps", () => {
     }
   });
 });
+
+describe("dumplings workflows show of a cancelled workflow", () => {
+  it("says it is cancelled and offers no signal to answer its interrupt (a new user followed the hint and got RUN_STATE)", async () => {
+    const { workflowsCommand } = await import("../../src/cli/workflow-commands.js");
+    const { store, journal, close } = await open();
+    const file = (store.cold as SqliteColdStore).location;
+    const nodes: Record<string, GraphNode> = {
+      ask: async (_s, ctx) => {
+        await ctx.interrupt<boolean>({ reason: "ship?" });
+        return { next: END, updates: {} };
+      },
+    };
+    let out = "";
+    try {
+      expect((await new ResumableGraphRunner({ store, nodes }).runOrResume("w3")).status).toBe("waiting");
+      const show = async () => {
+        out = "";
+        const write = process.stdout.write.bind(process.stdout);
+        process.stdout.write = ((chunk: string | Uint8Array) => {
+          out += String(chunk);
+          return true;
+        }) as typeof process.stdout.write;
+        try {
+          await workflowsCommand()
+            .exitOverride()
+            .parseAsync(["show", "w3", "--store", `sqlite:${file}`], { from: "user" });
+        } finally {
+          process.stdout.write = write;
+        }
+        return out;
+      };
+      expect(await show()).toMatch(/answer it: dumplings signal/);
+      await cancel(journal, "w3", { by: "ops@test" });
+      const shown = await show();
+      expect(shown).toMatch(/cancelled: it takes no more steps/);
+      expect(shown).not.toMatch(/answer it/);
+    } finally {
+      await close();
+    }
+  });
+});

@@ -22,12 +22,12 @@
  * @module
  */
 import { Command } from "commander";
-import type { WorkflowRowStatus } from "../workflow/cold.js";
-import { PostgresColdStore } from "../workflow/cold-postgres.js";
-import { SqliteColdStore } from "../workflow/cold-sqlite.js";
+import type { WorkflowRowStatus } from "../durable/checkpoints/contract.js";
+import { RedisHotTier } from "../durable/checkpoints/hot-redis.js";
+import { INTERRUPT_SIGNAL, JournalColdStore } from "../durable/checkpoints/journal-store.js";
+import { PostgresColdStore } from "../durable/checkpoints/postgres.js";
+import { SqliteColdStore } from "../durable/checkpoints/sqlite.js";
 import { WorkflowNotFoundError } from "../workflow/errors.js";
-import { RedisHotTier } from "../workflow/hot-redis.js";
-import { INTERRUPT_SIGNAL, JournalColdStore } from "../workflow/journal-store.js";
 import { CheckpointStore } from "../workflow/store.js";
 import { parseDuration } from "./duration.js";
 import { missingStore, UsageError } from "./errors.js";

@@ -23,7 +23,7 @@
 import { ReplayMismatchError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import type { ColdStore } from "./cold.js";
+import type { ColdStore } from "../durable/checkpoints/contract.js";
 import { UnknownSideEffectError } from "./errors.js";
 
 /** The keys of {@link GuardRunOptions<unknown>}: any other is an `InvalidOptionError`. */

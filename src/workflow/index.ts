@@ -13,12 +13,13 @@
  *
  * @module
  */
-import type { ColdStore as ColdStoreContract } from "./cold.js";
+import type { ColdStore as ColdStoreContract } from "../durable/checkpoints/contract.js";
 
-export { type BlobStore, FsBlobStore } from "./blobs.js";
-export type { WorkflowSummary } from "./cold.js";
-export { PostgresColdStore, type PostgresColdStoreOptions } from "./cold-postgres.js";
-export { SqliteColdStore, type SqliteColdStoreOptions } from "./cold-sqlite.js";
+export { type BlobStore, FsBlobStore } from "../durable/checkpoints/blobs.js";
+export type { WorkflowSummary } from "../durable/checkpoints/contract.js";
+export { RedisHotTier, type RedisHotTierOptions } from "../durable/checkpoints/hot-redis.js";
+export { PostgresColdStore, type PostgresColdStoreOptions } from "../durable/checkpoints/postgres.js";
+export { SqliteColdStore, type SqliteColdStoreOptions } from "../durable/checkpoints/sqlite.js";
 export {
   BlobError,
   LeaseHeldError,
@@ -36,7 +37,6 @@ export {
   WorkflowNotWaitingError,
   WorkflowStateError,
 } from "./errors.js";
-export { RedisHotTier, type RedisHotTierOptions } from "./hot-redis.js";
 export { IdempotencyGuard, type Reconcile, type ReconcileDecision } from "./idempotency.js";
 export {
   type GraphNode,

@@ -18,7 +18,7 @@
  */
 
 import { LeaseHeldError, StaleFencingTokenError } from "../core/errors.js";
-import type { ColdStore } from "./cold.js";
+import type { ColdStore } from "../durable/checkpoints/contract.js";
 
 /** How long a workflow's lease lasts without renewal, ms. */
 export const DEFAULT_WORKFLOW_LEASE_TTL_MS = 30_000;

@@ -40,6 +40,7 @@ import { InvalidOptionError, LeaseHeldError, ReplayMismatchError, StaleFencingTo
 import { assertJson, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { defaultOwner, leaseMs } from "../core/owner.js";
+import { INTERRUPT_SIGNAL, JournalColdStore } from "../durable/checkpoints/journal-store.js";
 import { SignalConflictError } from "../durable/errors.js";
 import type { Journal } from "../durable/journal.js";
 import {
@@ -50,7 +51,6 @@ import {
   WorkflowStateError,
 } from "./errors.js";
 import { IdempotencyGuard, type Reconcile } from "./idempotency.js";
-import { INTERRUPT_SIGNAL, JournalColdStore } from "./journal-store.js";
 import { DEFAULT_WORKFLOW_LEASE_TTL_MS, HeldLease, keepsLeases, type LeasingColdStore } from "./lease.js";
 import {
   type AnyWorkflowStateSchema,

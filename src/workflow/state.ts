@@ -12,12 +12,11 @@
  */
 import { z } from "zod";
 import { assertJson, type JsonObject, type JsonValue, joinPath, MAX_JSON_DEPTH } from "../core/json.js";
+// The pseudo-nodes are named where stored checkpoints are read (a stored `current_node` names them).
+import { END, START } from "../durable/checkpoints/original.js";
 import { WorkflowMigrationError, WorkflowStateError } from "./errors.js";
 
-/** Name of the pseudo-node a new workflow starts at (the runner then runs its entry node). */
-export const START = "__start__";
-/** Name of the pseudo-node a node returns as `next` to finish the workflow. */
-export const END = "__end__";
+export { END, START };
 
 /**
  * True when `v` is a JSON value as `z.json()` defines one (but for an object property that is

@@ -35,7 +35,7 @@ import {
   internalizeBlobs,
   JsonChunks,
   legacyBlobDirs,
-} from "./blobs.js";
+} from "../durable/checkpoints/blobs.js";
 import {
   type ColdStore,
   type DropMonthResult,
@@ -46,10 +46,10 @@ import {
   type StoredSnapshot,
   type WorkflowRowStatus,
   type WorkflowSummary,
-} from "./cold.js";
+} from "../durable/checkpoints/contract.js";
+import type { HotEntry, RedisHotTier } from "../durable/checkpoints/hot-redis.js";
+import { fromOriginalNode, fromOriginalSnapshot, isOriginalSnapshot } from "../durable/checkpoints/original.js";
 import { WorkflowNotFoundError, WorkflowStateError } from "./errors.js";
-import type { HotEntry, RedisHotTier } from "./hot-redis.js";
-import { fromOriginalNode, fromOriginalSnapshot, isOriginalSnapshot } from "./original.js";
 import {
   type AnyWorkflowStateSchema,
   END,

@@ -17,9 +17,9 @@ import { PostgresBackend } from "../../src/backends/postgres.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { BackendError, FormatError } from "../../src/core/errors.js";
 import { StoreNotFoundError } from "../../src/drivers/sql.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 
 const postgresReason = await postgresSkipReason();

@@ -10,9 +10,9 @@ import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
 import { BackendError, InvalidOptionError } from "../../src/core/errors.js";
+import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { makeState } from "../../src/testing/states.js";
-import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { uniqueName } from "./postgres-helpers.js";
 

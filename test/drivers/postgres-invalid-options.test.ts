@@ -10,8 +10,8 @@
 import { describe, expect, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
 import { DumplingsError, InvalidOptionError } from "../../src/core/errors.js";
+import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
-import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
 import { DATABASE_URL } from "../helpers/services.js";
 
 const COMPONENTS: Record<string, (schema: string) => { close(): Promise<void> }> = {

@@ -15,7 +15,7 @@
  * order of `recordError` and `delete`: deadlocks in opens and in writers.)
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
+import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
 import { CheckpointStore } from "../../src/workflow/store.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { adminPool, type ChildResult, explain, fixture, startChild, uniqueName } from "./postgres-helpers.js";

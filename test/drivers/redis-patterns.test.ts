@@ -12,10 +12,10 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisBackend } from "../../src/backends/redis.js";
 import { globEscape } from "../../src/drivers/redis.js";
+import { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { RedisRunStream } from "../../src/durable/stream.js";
 import { makeState } from "../../src/testing/states.js";
-import { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
 const skip = await redisSkipReason();

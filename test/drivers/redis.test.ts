@@ -14,12 +14,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { RedisBackend } from "../../src/backends/redis.js";
 import { BackendError, InvalidOptionError } from "../../src/core/errors.js";
 import { withTimeout } from "../../src/drivers/redis.js";
+import { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
 import type { Journal } from "../../src/durable/journal.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
 import { RedisRunStream } from "../../src/durable/stream.js";
 import { DurableQueue, DurableWorker } from "../../src/durable/worker.js";
 import { makeState } from "../../src/testing/states.js";
-import { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import { type PrivateRedis, redisServerBinary, startRedis } from "../helpers/redis-server.js";
 import { REDIS_URL, redisSkipReason, SERVICES_REQUIRED } from "../helpers/services.js";
 

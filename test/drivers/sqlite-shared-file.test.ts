@@ -14,10 +14,10 @@ import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { SQLiteBackend, SQLiteBusyError } from "../../src/backends/sqlite.js";
 import { SqliteDriver } from "../../src/drivers/sqlite.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { JournalIntegrityError } from "../../src/durable/errors.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { makeState } from "../../src/testing/states.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { createWorkflowState } from "../../src/workflow/state.js";
 import { CheckpointStore } from "../../src/workflow/store.js";
 

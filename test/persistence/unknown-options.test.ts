@@ -14,6 +14,9 @@ import { RedisBackend } from "../../src/backends/redis.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { suggestOption } from "../../src/core/options.js";
 import { DurableAgent, durableTool } from "../../src/durable/agent.js";
+import { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
+import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { defineStep, step } from "../../src/durable/context.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { RedisJournal } from "../../src/durable/journal-redis.js";
@@ -60,9 +63,6 @@ import {
   runJournalConformance,
   startModelServer,
 } from "../../src/testing/index.js";
-import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
-import { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import { IdempotencyGuard } from "../../src/workflow/idempotency.js";
 import { ResumableGraphRunner } from "../../src/workflow/runner.js";
 import { CheckpointStore } from "../../src/workflow/store.js";

@@ -11,8 +11,8 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { RedisRunStream } from "../../src/durable/stream.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { END, ResumableGraphRunner } from "../../src/workflow/index.js";
 import { CheckpointStore } from "../../src/workflow/store.js";
 import { programArgs, ROOT, runCli } from "../cli/run-cli.js";

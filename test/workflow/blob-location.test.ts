@@ -12,9 +12,10 @@ import { pathToFileURL } from "node:url";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
+import { blobRef, ColdBlobStore, FsBlobStore } from "../../src/durable/checkpoints/blobs.js";
+import type { ColdStore } from "../../src/durable/checkpoints/contract.js";
+import { workflowJournalMigrations } from "../../src/durable/checkpoints/migrate.js";
 import { sqlJournalMigrations } from "../../src/durable/journal-sql-schema.js";
-import { blobRef, ColdBlobStore, FsBlobStore } from "../../src/workflow/blobs.js";
-import type { ColdStore } from "../../src/workflow/cold.js";
 import {
   BlobError,
   CheckpointStore,
@@ -24,7 +25,6 @@ import {
   SqliteColdStore,
   type WorkflowState,
 } from "../../src/workflow/index.js";
-import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { ROOT, runJson } from "../cli/run-cli.js";
 import { bigDoc } from "../fixtures/workflow/big-doc.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";

@@ -39,9 +39,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { ConflictError } from "../../src/core/errors.js";
 import { checkOptions, optionKeys } from "../../src/core/options.js";
+import { BLOB_REF_FIELD, blobRef } from "../../src/durable/checkpoints/blobs.js";
+import type { ColdStore } from "../../src/durable/checkpoints/contract.js";
+import type { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
 import { type ConformanceSuiteOptions, type ConformanceTestContext, suiteGroup } from "../../src/testing/test-api.js";
-import { BLOB_REF_FIELD, blobRef } from "../../src/workflow/blobs.js";
-import type { ColdStore } from "../../src/workflow/cold.js";
 import {
   WorkflowConflictError,
   WorkflowLeaseLostError,
@@ -49,7 +50,6 @@ import {
   WorkflowNotFoundError,
   WorkflowStateError,
 } from "../../src/workflow/errors.js";
-import type { RedisHotTier } from "../../src/workflow/hot-redis.js";
 import { IdempotencyGuard } from "../../src/workflow/idempotency.js";
 import { keepsLeases, type LeasingColdStore } from "../../src/workflow/lease.js";
 import { ResumableGraphRunner } from "../../src/workflow/runner.js";

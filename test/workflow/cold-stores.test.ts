@@ -25,12 +25,12 @@ import Database from "better-sqlite3";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { ConflictError } from "../../src/core/errors.js";
+import type { ColdStore, SnapshotWrite } from "../../src/durable/checkpoints/contract.js";
+import { workflowJournalMigrations } from "../../src/durable/checkpoints/migrate.js";
+import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { sqlJournalMigrations } from "../../src/durable/journal-sql-schema.js";
-import type { ColdStore, SnapshotWrite } from "../../src/workflow/cold.js";
-import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import { CheckpointStore, createWorkflowState } from "../../src/workflow/index.js";
-import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { tempDir } from "./helpers.js";
 

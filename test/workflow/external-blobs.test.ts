@@ -11,7 +11,7 @@ import path from "node:path";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
-import { blobRef } from "../../src/workflow/blobs.js";
+import { blobRef } from "../../src/durable/checkpoints/blobs.js";
 import {
   BlobError,
   CheckpointStore,

@@ -7,8 +7,8 @@ import os from "node:os";
 import path from "node:path";
 import { gunzipSync } from "node:zlib";
 import Database from "better-sqlite3";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
-import type { RedisHotTier } from "../../src/workflow/hot-redis.js";
+import type { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { CheckpointStore, type CheckpointStoreOptions } from "../../src/workflow/store.js";
 import type { ColdStoreFixture } from "./cold-store-suite.js";
 

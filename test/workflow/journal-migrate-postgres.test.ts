@@ -16,11 +16,13 @@ import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { StoreNotFoundError } from "../../src/drivers/sql.js";
+import type { ColdStore } from "../../src/durable/checkpoints/contract.js";
+import { JournalColdStore } from "../../src/durable/checkpoints/journal-store.js";
+import { postgresWorkflowJournalMigrations } from "../../src/durable/checkpoints/migrate.js";
 import { hashInput } from "../../src/durable/journal.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql-schema.js";
 import { signal } from "../../src/durable/signals.js";
-import type { ColdStore } from "../../src/workflow/cold.js";
 import {
   CheckpointStore,
   createWorkflowState,
@@ -30,8 +32,6 @@ import {
   ResumableGraphRunner,
   UnknownSideEffectError,
 } from "../../src/workflow/index.js";
-import { postgresWorkflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
-import { JournalColdStore } from "../../src/workflow/journal-store.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { tempDir } from "./helpers.js";
 

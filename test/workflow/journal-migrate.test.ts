@@ -13,11 +13,13 @@ import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
+import { JournalColdStore } from "../../src/durable/checkpoints/journal-store.js";
+import { workflowJournalMigrations } from "../../src/durable/checkpoints/migrate.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { hashInput } from "../../src/durable/journal.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../../src/durable/journal-sql-schema.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { signal } from "../../src/durable/signals.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
 import {
   CheckpointStore,
   createWorkflowState,
@@ -27,8 +29,6 @@ import {
   ResumableGraphRunner,
   UnknownSideEffectError,
 } from "../../src/workflow/index.js";
-import { workflowJournalMigrations } from "../../src/workflow/journal-migrate.js";
-import { JournalColdStore } from "../../src/workflow/journal-store.js";
 import { tempDir, unzipFixture } from "./helpers.js";
 
 const tmp = tempDir("journal-migrate");

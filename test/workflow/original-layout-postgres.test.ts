@@ -13,7 +13,7 @@ import path from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConflictError } from "../../src/core/errors.js";
-import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
+import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
 import { CheckpointStore, END, ResumableGraphRunner, START } from "../../src/workflow/index.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 

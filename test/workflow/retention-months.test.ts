@@ -13,7 +13,7 @@ import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { workflowsCommand } from "../../src/cli/workflow-commands.js";
 import { InvalidOptionError } from "../../src/core/errors.js";
-import { SqliteColdStore, snapshotMonth } from "../../src/workflow/cold-sqlite.js";
+import { SqliteColdStore, snapshotMonth } from "../../src/durable/checkpoints/sqlite.js";
 import {
   CheckpointStore,
   createWorkflowState,
@@ -345,7 +345,7 @@ describe("PostgreSQL keeps one snapshot table", async () => {
     "months() lists no month tables; archiveDir and dropMonth are refused; vacuum full runs",
     async () => {
       const pg = (await import("pg")).default;
-      const { PostgresColdStore } = await import("../../src/workflow/cold-postgres.js");
+      const { PostgresColdStore } = await import("../../src/durable/checkpoints/postgres.js");
       const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
       const schema = `wf_ret_${Math.random().toString(36).slice(2, 12)}`;
       const store = await CheckpointStore.open({

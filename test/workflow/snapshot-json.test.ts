@@ -10,8 +10,8 @@
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { InvalidOptionError, NonJsonValueError } from "../../src/core/errors.js";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
-import { RedisHotTier } from "../../src/workflow/hot-redis.js";
+import { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import {
   CheckpointStore,
   createWorkflowState,

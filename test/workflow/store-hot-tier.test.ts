@@ -5,7 +5,7 @@
  */
 import { randomUUID } from "node:crypto";
 import * as vitest from "vitest";
-import { RedisHotTier } from "../../src/workflow/hot-redis.js";
+import { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 import { runColdStoreConformance } from "./cold-store-suite.js";
 import { sqliteColdFixture } from "./helpers.js";

@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import pg from "pg";
 import * as vitest from "vitest";
-import { PostgresColdStore } from "../../src/workflow/cold-postgres.js";
+import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { runColdStoreConformance } from "./cold-store-suite.js";
 import { bulkInsertJournalWorkflows } from "./helpers.js";

@@ -7,7 +7,7 @@ import path from "node:path";
 import Database from "better-sqlite3";
 import * as vitest from "vitest";
 import { describe, expect, it } from "vitest";
-import { SqliteColdStore } from "../../src/workflow/cold-sqlite.js";
+import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { CheckpointStore, createWorkflowState } from "../../src/workflow/index.js";
 import { runColdStoreConformance } from "./cold-store-suite.js";
 import { sqliteColdFixture, tempDir } from "./helpers.js";

@@ -22,8 +22,8 @@
  *
  * @module
  */
-import { BackendError } from "../core/errors.js";
-import { checkOptions, optionKeys } from "../core/options.js";
+import { BackendError } from "../../core/errors.js";
+import { checkOptions, optionKeys } from "../../core/options.js";
 import {
   positiveMs,
   REDIS_CONNECTION_KEYS,
@@ -32,7 +32,7 @@ import {
   redisScript,
   runScript,
   type ScriptClient,
-} from "../drivers/redis.js";
+} from "../../drivers/redis.js";
 
 /** The keys of {@link RedisHotTierOptions}: any other is an `InvalidOptionError`. */
 const HOT_REDIS_OPTIONS = optionKeys<RedisHotTierOptions>({

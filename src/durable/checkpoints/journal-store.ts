@@ -22,10 +22,10 @@
  *
  * @module
  */
-import { InvalidOptionError } from "../core/errors.js";
-import { isJsonObject, type JsonObject, type JsonValue } from "../core/json.js";
-import { checkOptions, optionKeys } from "../core/options.js";
-import { JournalIntegrityError, RunCancelledError, StaleFencingTokenError } from "../durable/errors.js";
+import { InvalidOptionError } from "../../core/errors.js";
+import { isJsonObject, type JsonObject, type JsonValue } from "../../core/json.js";
+import { checkOptions, optionKeys } from "../../core/options.js";
+import { JournalIntegrityError, RunCancelledError, StaleFencingTokenError } from "../errors.js";
 import {
   hashInput,
   type Journal,
@@ -34,7 +34,7 @@ import {
   runCursor,
   type StepRecord,
   withOutputJson,
-} from "../durable/journal.js";
+} from "../journal.js";
 import type {
   ColdOrphanOptions,
   ColdPruneOptions,
@@ -48,8 +48,8 @@ import type {
   WorkflowLeaseResult,
   WorkflowRowStatus,
   WorkflowSummary,
-} from "./cold.js";
-import { BlobError, WorkflowConflictError, WorkflowLeaseLostError } from "./errors.js";
+} from "./contract.js";
+import { BlobError, WorkflowConflictError } from "./errors.js";
 import { originalSummaryFields } from "./original.js";
 
 /** Prefix of a checkpoint step's name: `checkpoint:<stepIndex>:<node>`. */
@@ -249,7 +249,7 @@ export class JournalColdStore implements ColdStore {
   /**
    * The token to write with: the writer's, checked against the run (current and held, and with
    * `live` not expired by the journal's clock), or the run's current token for an unfenced write.
-   * @throws {WorkflowLeaseLostError}
+   * @throws {StaleFencingTokenError}
    */
   private async tokenFor(run: RunRecord, fencingToken: number | undefined, what: string, live = false) {
     if (run.status === "cancelled") throw await this.cancelled(run);
@@ -261,7 +261,7 @@ export class JournalColdStore implements ColdStore {
   }
 
   /**
-   * Runs a journal write; a stale token becomes {@link WorkflowLeaseLostError} for a fenced write,
+   * Runs a journal write; a stale token becomes {@link StaleFencingTokenError} for a fenced write,
    * a retry (with the new token) for an unfenced one.
    */
   private async fenced<T>(

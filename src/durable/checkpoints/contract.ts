@@ -25,7 +25,7 @@
  *
  * @module
  */
-import type { JsonObject, JsonValue } from "../core/json.js";
+import type { JsonObject, JsonValue } from "../../core/json.js";
 
 /** Status of a workflow in its summary: the state's status, or `failed` after a node threw. */
 export type WorkflowRowStatus = "running" | "waiting" | "finished" | "failed";

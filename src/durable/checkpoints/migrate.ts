@@ -36,9 +36,9 @@
  * @module
  */
 
-import type { JsonValue } from "../core/json.js";
-import type { PgQuery, PostgresMigrations } from "../drivers/postgres.js";
-import { hashInput } from "../durable/journal.js";
+import type { JsonValue } from "../../core/json.js";
+import type { PgQuery, PostgresMigrations } from "../../drivers/postgres.js";
+import { hashInput } from "../journal.js";
 import {
   CHECKPOINT_STEP,
   DEFAULT_GRAPH_WORKFLOW,

@@ -32,8 +32,8 @@ import {
   writeSync,
 } from "node:fs";
 import path from "node:path";
-import { assertJson, isJsonObject, type JsonObject, type JsonValue, setOwn } from "../core/json.js";
-import type { ColdStore } from "./cold.js";
+import { assertJson, isJsonObject, type JsonObject, type JsonValue, setOwn } from "../../core/json.js";
+import type { ColdStore } from "./contract.js";
 import { BlobError } from "./errors.js";
 
 /** Property name that marks a blob reference inside a stored `sharedMemory`. */

@@ -19,13 +19,13 @@
  * @module
  */
 
-import { checkOptions, optionKeys } from "../core/options.js";
-import { wholeOption } from "../drivers/options.js";
-import { type PgLikePool, POSTGRES_CONNECTION_KEYS, type PostgresConnectionOptions } from "../drivers/postgres.js";
-import { PostgresJournal } from "../durable/journal-postgres.js";
-import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../durable/journal-sql-schema.js";
-import { postgresWorkflowJournalMigrations } from "./journal-migrate.js";
+import { checkOptions, optionKeys } from "../../core/options.js";
+import { wholeOption } from "../../drivers/options.js";
+import { type PgLikePool, POSTGRES_CONNECTION_KEYS, type PostgresConnectionOptions } from "../../drivers/postgres.js";
+import { PostgresJournal } from "../journal-postgres.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX } from "../journal-sql-schema.js";
 import { JournalColdStore } from "./journal-store.js";
+import { postgresWorkflowJournalMigrations } from "./migrate.js";
 
 /** The keys of {@link PostgresColdStoreOptions}: any other is an `InvalidOptionError`. */
 const COLD_POSTGRES_OPTIONS = optionKeys<PostgresColdStoreOptions>({
@@ -34,7 +34,7 @@ const COLD_POSTGRES_OPTIONS = optionKeys<PostgresColdStoreOptions>({
 });
 
 /** @deprecated The driver's `PgLikePool` under its 0.1 name. */
-export type { PgPoolLike } from "../drivers/postgres.js";
+export type { PgPoolLike } from "../../drivers/postgres.js";
 
 /**
  * Options of {@link PostgresColdStore}: the PostgreSQL driver's connection

@@ -19,9 +19,14 @@
  *
  * @module
  */
-import { isJsonObject, type JsonObject, type JsonValue } from "../core/json.js";
+
+import { isJsonObject, type JsonObject, type JsonValue } from "../../core/json.js";
 import { WorkflowStateError } from "./errors.js";
-import { END, START } from "./state.js";
+
+/** Name of the pseudo-node a new workflow starts at (the runner then runs its entry node). */
+export const START = "__start__";
+/** Name of the pseudo-node a node returns as `next` to finish the workflow. */
+export const END = "__end__";
 
 /** Name of the first pseudo-node in the original layout (`START` here is `__start__`). */
 export const ORIGINAL_START = "START";

@@ -32,12 +32,12 @@
 
 import { closeSync, mkdirSync, openSync, rmSync } from "node:fs";
 import path from "node:path";
-import { BackendError, InvalidOptionError } from "../core/errors.js";
-import { checkOptions, optionKeys } from "../core/options.js";
-import { SqliteJournal, type SqliteJournalOptions } from "../durable/journal-sqlite.js";
-import type { ColdOrphanOptions, ColdPruneOptions, DropMonthResult, SnapshotMonth } from "./cold.js";
-import { workflowJournalMigrations } from "./journal-migrate.js";
+import { BackendError, InvalidOptionError } from "../../core/errors.js";
+import { checkOptions, optionKeys } from "../../core/options.js";
+import { SqliteJournal, type SqliteJournalOptions } from "../journal-sqlite.js";
+import type { ColdOrphanOptions, ColdPruneOptions, DropMonthResult, SnapshotMonth } from "./contract.js";
 import { JournalColdStore } from "./journal-store.js";
+import { workflowJournalMigrations } from "./migrate.js";
 
 const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
 const DROP_OPTIONS = optionKeys<{ keepLast: number; archiveTo?: string } & ColdOrphanOptions>({

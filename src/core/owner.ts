@@ -6,7 +6,6 @@
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import { InvalidOptionError } from "./errors.js";
-import { checkOptions, optionKeys } from "./options.js";
 
 /**
  * A lease-owner id for a worker of this process: `<hostname>:<pid>:<8 random hex digits>`,
@@ -56,46 +55,4 @@ export function leaseMs(
     option,
     `must be a number of ms from ${min} to ${MAX_LEASE_MS} (about 24.8 days), got ${JSON.stringify(value) ?? String(value)}`,
   );
-}
-
-/** Options of a journal's `acquireLease` (`Journal.acquireLease` in `durable/journal.ts`). */
-export interface AcquireLeaseOptions {
-  /**
-   * Whether a live lease already held by the same `owner` id is taken back (with a new fencing
-   * token, fencing the holder off). `true` suits a holder whose owner id names one execution (a
-   * restarted worker with a stable name takes its lease back at once). `false`: a live lease is
-   * refused to every taker, its own owner included, so the lease belongs to the one execution that
-   * took it: `runDurable` (and so every `DurableWorker` slot) takes leases this way, and a second
-   * execution of a live run under the same owner id waits or gets `LeaseHeldError` instead of
-   * running a step whose first execution is still in progress. @default true
-   */
-  reentrant?: boolean;
-}
-
-const ACQUIRE_LEASE_KEYS = optionKeys<AcquireLeaseOptions>({ reentrant: true });
-
-/**
- * Checks the options of a journal's `acquireLease` (shared by the stores).
- *
- * @param store - the journal's name, for the message
- * @param options - as given (undefined: the defaults)
- * @returns whether a live lease of the same owner is taken back
- * @throws {InvalidOptionError} on an unknown key, options that are not an object, or a `reentrant`
- *   that is not a boolean
- */
-export function leaseReentrant(store: string, options: AcquireLeaseOptions | undefined): boolean {
-  if (options === undefined) return true;
-  if (options === null || typeof options !== "object") {
-    throw new InvalidOptionError(`${store} acquireLease`, "options", `must be an object, got ${String(options)}`);
-  }
-  checkOptions(`${store} acquireLease`, options, ACQUIRE_LEASE_KEYS);
-  const { reentrant } = options;
-  if (reentrant !== undefined && typeof reentrant !== "boolean") {
-    throw new InvalidOptionError(
-      `${store} acquireLease`,
-      "reentrant",
-      `must be true or false, got ${JSON.stringify(reentrant) ?? String(reentrant)}`,
-    );
-  }
-  return reentrant ?? true;
 }

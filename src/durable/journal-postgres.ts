@@ -16,7 +16,6 @@
 
 import { createHash } from "node:crypto";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { type AcquireLeaseOptions, leaseReentrant } from "../core/owner.js";
 import {
   type PgLikePool,
   POSTGRES_CONNECTION_KEYS,
@@ -42,6 +41,7 @@ import {
 } from "./journal.js";
 import { nextOrExisting, SqlJournal, stepRecordValues } from "./journal-sql.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX, sqlJournalMigrations } from "./journal-sql-schema.js";
+import { type AcquireLeaseOptions, leaseReentrant } from "./lease.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_POSTGRES_OPTIONS = optionKeys<PostgresJournalOptions>({

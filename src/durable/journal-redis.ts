@@ -26,7 +26,6 @@ import type { Redis } from "ioredis";
 import { BackendError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { type AcquireLeaseOptions, leaseReentrant } from "../core/owner.js";
 import {
   type IoRedisClient,
   REDIS_CONNECTION_KEYS,
@@ -76,6 +75,7 @@ import {
   snapshotWrite,
   syncedWrite,
 } from "./journal.js";
+import { type AcquireLeaseOptions, leaseReentrant } from "./lease.js";
 
 /** The keys of {@link RedisJournalOptions}: any other is an `InvalidOptionError`. */
 const JOURNAL_REDIS_OPTIONS = optionKeys<RedisJournalOptions>({

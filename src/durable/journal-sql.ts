@@ -26,7 +26,6 @@
  * @module
  */
 import type { JsonValue } from "../core/json.js";
-import { type AcquireLeaseOptions, leaseReentrant } from "../core/owner.js";
 import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
 import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
 import {
@@ -70,6 +69,7 @@ import {
   type WriteStepOptions,
 } from "./journal.js";
 import { DEFAULT_JOURNAL_TABLE_PREFIX } from "./journal-sql-schema.js";
+import { type AcquireLeaseOptions, leaseReentrant } from "./lease.js";
 
 type Row = JournalRow;
 

@@ -30,8 +30,8 @@ import { createHash } from "node:crypto";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import type { AcquireLeaseOptions } from "../core/owner.js";
 import { JournalIntegrityError, RunStateError, StaleFencingTokenError } from "./errors.js";
+import type { AcquireLeaseOptions } from "./lease.js";
 
 export {
   eventFromRow,

@@ -32,9 +32,9 @@ import {
   type Journal,
   type RecordedError,
   type RunRecord,
-  type RunStatus,
   recordError,
 } from "./journal.js";
+import { RunLease } from "./lease.js";
 import type { RunEventStream } from "./stream-contract.js";
 
 const CANCEL_OPTIONS = optionKeys<CancelOptions>({ journal: true, by: true, reason: true });
@@ -135,8 +135,6 @@ export type RunResult =
   | { runId: string; status: "blocked"; error: RecordedError }
   /** An operator cancelled the run: nothing ran. */
   | { runId: string; status: "cancelled" };
-
-const sleepMs = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Whether `fn` is a class (which cannot be called without `new`: a run of it would fail for good). */
 function isClass(fn: unknown): boolean {
@@ -333,60 +331,23 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   const done = finished(run);
   if (done) return done;
 
-  // take the lease (waiting for a live holder to release it or to expire)
-  const deadline = Date.now() + waitBudget;
-  let token: number;
-  let leased: RunStatus | undefined;
-  for (;;) {
-    // not reentrant: a live lease of the same owner id is another execution's (another slot of one worker)
-    const lease = await journal.acquireLease(runId, owner, ttl, { reentrant: false });
-    if (lease.acquired) {
-      token = lease.fencingToken;
-      leased = lease.status;
-      break;
-    }
-    const now = await journal.getRun(runId);
-    const over = now && finished(now);
-    if (over) return over;
-    if (Date.now() >= deadline) throw new LeaseHeldError(runId, lease.owner, lease.expiresAt);
-    // the lease's expiry is on the store's clock
-    const left = lease.expiresAt - (await journal.now());
-    await sleepMs(Math.max(20, Math.min(250, left + 5, deadline - Date.now())));
-  }
-
-  const abort = new AbortController();
-  const heartbeat = setInterval(
-    () => {
-      journal.renewLease(runId, token, ttl).catch((error: unknown) => {
-        if (!(error instanceof StaleFencingTokenError) || abort.signal.aborted) return;
-        // lost the lease: cancelled by an operator, or taken over by another executor
-        cancellationOf(journal, runId).then(
-          (cancelled) => abort.abort(cancelled ?? error),
-          () => abort.abort(error),
-        );
-      });
+  // take the lease (waiting for a live holder to release it or to expire); renewed while the run executes
+  let ended: RunResult | undefined;
+  const lease = await RunLease.take(journal, runId, {
+    owner,
+    ttlMs: ttl,
+    waitMs: waitBudget,
+    cancelCheckMs: options.cancelCheckMs ?? 1000,
+    stopWaiting: async () => {
+      const now = await journal.getRun(runId);
+      ended = now && finished(now);
+      return ended !== undefined;
     },
-    Math.max(10, Math.floor(ttl / 3)),
-  );
-  heartbeat.unref();
-  const checkEvery = options.cancelCheckMs ?? 1000;
-  let checking = false;
-  const cancelCheck =
-    checkEvery > 0 && checkEvery < Math.floor(ttl / 3)
-      ? setInterval(() => {
-          if (checking || abort.signal.aborted) return;
-          checking = true;
-          cancellationOf(journal, runId)
-            .then((cancelled) => {
-              if (cancelled && !abort.signal.aborted) abort.abort(cancelled);
-            })
-            .catch(() => undefined) // a failed read: the next check or renewal tells
-            .finally(() => {
-              checking = false;
-            });
-        }, checkEvery)
-      : undefined;
-  cancelCheck?.unref();
+  });
+  if (!lease) return ended as RunResult;
+  const token = lease.fencingToken;
+  const leased = lease.status;
+  const abort = { signal: lease.signal };
   try {
     // The steps are read while the run's row is checked and marked running (they are read under this
     // executor's lease: no other executor writes them now, and an operator's change fences this one off).
@@ -448,8 +409,6 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
     }
     throw error;
   } finally {
-    clearInterval(heartbeat);
-    if (cancelCheck) clearInterval(cancelCheck);
-    await journal.releaseLease(runId, token).catch(() => undefined);
+    await lease.release();
   }
 }

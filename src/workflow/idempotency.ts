@@ -10,7 +10,7 @@
  * the effect happened is unknown, so a user-supplied `reconcile` function is
  * asked (e.g. "look the payment up by its idempotency key") instead of
  * blindly running it again. Under the runner, a workflow is run by one worker
- * at a time (a lease with a fencing token, see `ColdStore.acquireLease`): the
+ * at a time (a lease with a fencing token, the run lease the runner takes in the journal): the
  * start is recorded only under the worker's current, live lease, so a record
  * another worker finds `started` was left by a holder that died or lost the
  * lease, never by one that is still running it. This is the seed's ToolIdempotentGuard; the
@@ -76,7 +76,7 @@ export interface GuardRunOptions<T> {
   /** Overrides the guard's `reconcile` for this call. */
   reconcile?: Reconcile<T>;
   /**
-   * The caller's lease token on `workflowId` (see `ColdStore.acquireLease`): the start is recorded
+   * The caller's lease token on `workflowId` (the run lease the runner takes in the journal): the start is recorded
    * only while it is the workflow's current lease and that lease has not expired, and a failed
    * effect's record is removed only while it still is. Omitted: no lease check.
    */

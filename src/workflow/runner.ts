@@ -7,9 +7,10 @@
  *   `END`; `updates` are merged shallowly into `sharedMemory` (an `undefined`
  *   value removes the key).
  * - **One worker at a time.** Running, resuming, forking or updating a
- *   workflow first takes its lease in the cold store (an owner, an expiry and
- *   a fencing token, as a durable run's executor holds), renewed every third
- *   of `leaseTtlMs` while the worker runs it and released when it stops. A
+ *   workflow first takes its run's lease in the store's durable journal (the
+ *   very lease a `runDurable` executor holds: owner, expiry, fencing token,
+ *   one execution at a time), renewed every third of `leaseTtlMs` while the
+ *   worker runs it and released when it stops (`durable/lease.ts`). A
  *   second worker finds the lease held and fails fast with
  *   {@link WorkflowLeaseHeldError} before any node runs (or waits up to
  *   `leaseWaitMs`). A holder that died leaves its lease to expire; the next
@@ -43,15 +44,16 @@ import { defaultOwner, leaseMs } from "../core/owner.js";
 import { INTERRUPT_SIGNAL, JournalColdStore } from "../durable/checkpoints/journal-store.js";
 import { SignalConflictError } from "../durable/errors.js";
 import type { Journal } from "../durable/journal.js";
+import { RunLease } from "../durable/lease.js";
 import {
   NodeFailedError,
   UnknownNodeError,
+  UnknownSideEffectError,
   WorkflowNotFoundError,
   WorkflowNotWaitingError,
   WorkflowStateError,
 } from "./errors.js";
 import { IdempotencyGuard, type Reconcile } from "./idempotency.js";
-import { DEFAULT_WORKFLOW_LEASE_TTL_MS, HeldLease, keepsLeases, type LeasingColdStore } from "./lease.js";
 import {
   type AnyWorkflowStateSchema,
   createWorkflowState,
@@ -217,14 +219,15 @@ export interface RunnerOptions<T extends WorkflowState = WorkflowState> {
    */
   leaseWaitMs?: number;
   /**
-   * This worker's lease owner id, shown to other workers in {@link WorkflowLeaseHeldError}. A
-   * holder with the same owner takes the lease back at once (a restarted worker with a stable
-   * name): give each worker its own. @default `<hostname>:<pid>:<random>`, new for each call
+   * This worker's lease owner id, shown to other workers in {@link WorkflowLeaseHeldError}. A lease
+   * belongs to one execution: a live lease is refused to its own owner id too (another call, a
+   * restarted worker with a stable name waits for its predecessor's lease to expire, as a durable
+   * run's does). @default `<hostname>:<pid>:<random>`
    */
   owner?: string;
   /**
-   * `false`: run without a lease (no mutual exclusion between workers: only for a cold store
-   * without leases, when you guarantee one worker per workflow yourself). @default true
+   * `false`: run without a lease (no mutual exclusion between workers: only for a custom cold store
+   * that is not a durable journal, when you guarantee one worker per workflow yourself). @default true
    */
   lease?: boolean;
 }
@@ -272,8 +275,8 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   private readonly entry: string;
   private readonly reconcile: Reconcile<unknown> | undefined;
   private readonly maxSteps: number;
-  /** The cold store's leases, or undefined with `lease: false`. */
-  private readonly leases: LeasingColdStore | undefined;
+  /** The journal whose run leases this runner takes (the store's), or undefined with `lease: false`. */
+  private readonly leases: JournalColdStore | undefined;
   private readonly leaseTtlMs: number;
   private readonly leaseWaitMs: number;
   private readonly owner: string | undefined;
@@ -323,7 +326,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     this.reconcile = options.reconcile;
     this.guard = new IdempotencyGuard({ store: this.store, reconcile: options.reconcile });
     this.maxSteps = options.maxSteps ?? 10_000;
-    this.leaseTtlMs = leaseMs("ResumableGraphRunner", "leaseTtlMs", options.leaseTtlMs, DEFAULT_WORKFLOW_LEASE_TTL_MS);
+    this.leaseTtlMs = leaseMs("ResumableGraphRunner", "leaseTtlMs", options.leaseTtlMs, 30_000);
     // As runDurable's: a held lease is waited for up to twice its TTL (a dead holder's lease expires meanwhile).
     this.leaseWaitMs = leaseMs("ResumableGraphRunner", "leaseWaitMs", options.leaseWaitMs, 2 * this.leaseTtlMs, 0);
     if (options.owner !== undefined && (typeof options.owner !== "string" || options.owner.length === 0)) {
@@ -335,12 +338,12 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     }
     const cold = this.store.cold;
     if (options.lease === false) this.leases = undefined;
-    else if (keepsLeases(cold)) this.leases = cold;
+    else if (cold instanceof JournalColdStore) this.leases = cold;
     else {
       throw new InvalidOptionError(
         "ResumableGraphRunner",
         "lease",
-        `the cold store (${cold.name}) keeps no leases (acquireLease, renewLease, releaseLease), so two workers could run one workflow at once and repeat its side effects: use SqliteColdStore or PostgresColdStore, implement the lease methods of ColdStore, or pass lease: false if you guarantee one worker per workflow yourself`,
+        `the cold store (${cold.name}) is not a durable journal, so it keeps no leases and two workers could run one workflow at once and repeat its side effects: use SqliteColdStore or PostgresColdStore (or a JournalColdStore over your own Journal), or pass lease: false if you guarantee one worker per workflow yourself`,
       );
     }
     if (options.onStep) this.on("step", options.onStep);
@@ -356,8 +359,13 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * call fails fast with {@link WorkflowLeaseHeldError} once the first holds the lease, or, with
    * `leaseWaitMs`, waits for the first to finish (as another worker would).
    */
-  private async held<R>(workflowId: string, fn: (lease: HeldLease | undefined) => Promise<R>): Promise<R> {
-    if (!this.leases) return fn(undefined);
+  private async held<R>(
+    workflowId: string,
+    create: boolean,
+    fn: (lease: RunLease | undefined) => Promise<R>,
+  ): Promise<R> {
+    const cold = this.leases;
+    if (!cold) return fn(undefined);
     const deadline = Date.now() + this.leaseWaitMs;
     for (let other = this.running.get(workflowId); other; other = this.running.get(workflowId)) {
       const theirs = await other.acquired;
@@ -374,11 +382,16 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       await untilDone(other.done, theirs ? left : undefined);
     }
     // The claim: no await between the check above and here.
-    const acquiring = HeldLease.acquire(this.leases, workflowId, {
-      owner: this.owner ?? defaultOwner(),
-      ttlMs: this.leaseTtlMs,
-      waitMs: Math.max(0, deadline - Date.now()),
-    });
+    const acquiring = (async () => {
+      // A missing workflow is refused before anything is created (resume, updateState); a cancelled one too.
+      if (!(await cold.prepareRun(workflowId, create))) throw new WorkflowNotFoundError(workflowId);
+      return (await RunLease.take(cold.journal, workflowId, {
+        owner: this.owner ?? defaultOwner(),
+        ttlMs: this.leaseTtlMs,
+        waitMs: Math.max(0, deadline - Date.now()),
+        subject: "workflow",
+      })) as RunLease;
+    })();
     let finish!: () => void;
     const claim: Claim = {
       acquired: acquiring.then(
@@ -416,6 +429,9 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * @returns `{ status, state, interrupt }`
    * @throws {UnknownNodeError} when a node name is unknown (recorded with the step)
    * @throws {NodeFailedError} when a node throws (recorded; the last good checkpoint stays)
+   * @throws {UnknownSideEffectError} when a node's side effect was started by a worker that died and no
+   *   `reconcile` decides whether it happened (recorded; pass `reconcile` and run again)
+   * @throws {ReplayMismatchError} when a node's guarded calls differ from the recorded ones on replay
    * @throws {WorkflowLeaseHeldError} when another live worker runs the workflow (nothing was run)
    * @throws {WorkflowLeaseLostError} when another worker took the workflow over while this one ran it
    *   (this worker's last checkpoint or side-effect start was refused; nothing was written)
@@ -426,7 +442,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     workflowId: string,
     initial: { sessionId?: string; sharedMemory?: JsonObject } = {},
   ): Promise<GraphRunResult<T>> {
-    return this.held(workflowId, async (lease) => {
+    return this.held(workflowId, true, async (lease) => {
       let state = (await this.store.loadLatest(workflowId)) as T | undefined;
       if (!state) {
         const fresh = createWorkflowState({
@@ -468,14 +484,14 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
   ): Promise<GraphRunResult<T>> {
     checkOptions("resume", options, RESUME_OPTIONS);
     assertJson(value, "resume value");
-    return this.held(workflowId, (lease) => this.deliver(workflowId, value, options, lease));
+    return this.held(workflowId, false, (lease) => this.deliver(workflowId, value, options, lease));
   }
 
   private async deliver(
     workflowId: string,
     value: JsonValue,
     options: { interruptId?: string },
-    lease: HeldLease | undefined,
+    lease: RunLease | undefined,
     signalled = false,
   ): Promise<GraphRunResult<T>> {
     const state = (await this.store.loadLatest(workflowId)) as T | undefined;
@@ -560,7 +576,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       parent: { workflowId, stepIndex },
       updatedAt: Date.now(),
     } as T;
-    return this.held(forkId, async (lease) => {
+    return this.held(forkId, true, async (lease) => {
       const saved = (await this.store.save(fork, { expectedStep: null, nodeName: FORK, ...fence(lease) })) as T;
       if (options.run === false) return result(saved);
       return this.drive(saved, lease);
@@ -581,13 +597,13 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     workflowId: string,
     patch: { updates?: Record<string, JsonValue | undefined>; currentNode?: string },
   ): Promise<T> {
-    return this.held(workflowId, (lease) => this.update(workflowId, patch, lease));
+    return this.held(workflowId, false, (lease) => this.update(workflowId, patch, lease));
   }
 
   private async update(
     workflowId: string,
     patch: { updates?: Record<string, JsonValue | undefined>; currentNode?: string },
-    lease: HeldLease | undefined,
+    lease: RunLease | undefined,
   ): Promise<T> {
     const state = (await this.store.loadLatest(workflowId)) as T | undefined;
     if (!state) throw new WorkflowNotFoundError(workflowId);
@@ -613,7 +629,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     return (await this.store.save(next, { expectedStep: state.stepIndex, nodeName: UPDATE, ...fence(lease) })) as T;
   }
 
-  private async fail(state: T, node: string, error: unknown, lease: HeldLease | undefined): Promise<never> {
+  private async fail(state: T, node: string, error: unknown, lease: RunLease | undefined): Promise<never> {
     await this.store.recordError(
       {
         workflowId: state.workflowId,
@@ -627,7 +643,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     throw error;
   }
 
-  private async drive(state: T, lease: HeldLease | undefined): Promise<GraphRunResult<T>> {
+  private async drive(state: T, lease: RunLease | undefined): Promise<GraphRunResult<T>> {
     for (let steps = 0; ; steps++) {
       if (state.isFinished || state.status === "waiting") return result(state);
       if (lease?.lost) throw lease.lost; // taken over: run nothing more
@@ -653,7 +669,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     }
   }
 
-  private async runNode(state: T, node: string, fn: GraphNode<T>, lease: HeldLease | undefined): Promise<T> {
+  private async runNode(state: T, node: string, fn: GraphNode<T>, lease: RunLease | undefined): Promise<T> {
     const run: NodeRun =
       state.nodeRun && state.nodeRun.node === node ? state.nodeRun : { node, startStep: state.stepIndex, answers: [] };
     const records: HistoryRecord[] = [];
@@ -814,6 +830,9 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       });
       throw lost;
     }
+    // The engine's own refusals keep their documented codes (recorded with the step, the checkpoint stays):
+    // a side effect of unknown outcome without `reconcile`, a replay that diverged from the journal.
+    if (thrown instanceof UnknownSideEffectError || thrown instanceof ReplayMismatchError) return failWith(thrown);
     if (thrown !== undefined || !out) {
       const cause = thrown ?? new TypeError(`the node returned nothing; ${EXPECTED_SHAPE}`);
       return failWith(new NodeFailedError(wf, state.stepIndex, node, cause));
@@ -865,7 +884,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
 /** A call of the runner on a workflow, registered before its first await (see `held`). */
 interface Claim {
   /** Its lease once taken; `undefined` when taking it failed. Never rejects. */
-  acquired: Promise<HeldLease | undefined>;
+  acquired: Promise<RunLease | undefined>;
   /** Resolves once the call has released the lease and left `running`. */
   done: Promise<void>;
 }
@@ -885,7 +904,7 @@ async function untilDone(done: Promise<void>, ms: number | undefined): Promise<v
 const NEVER_ABORTED = new AbortController().signal;
 
 /** The save option that fences a write with the lease's token (none without a lease). */
-function fence(lease: HeldLease | undefined): { fencingToken?: number } {
+function fence(lease: RunLease | undefined): { fencingToken?: number } {
   return lease ? { fencingToken: lease.fencingToken } : {};
 }
 

@@ -163,7 +163,7 @@ export interface CheckpointSaveOptions {
   /** Node that produced the checkpoint, stored in `node_name`. @default state.currentNode */
   nodeName?: string;
   /**
-   * The writer's lease token on the workflow (from the cold store's `acquireLease`; the runner
+   * The writer's lease token on the workflow (its run lease in the journal; the runner
    * passes its own): the checkpoint is written only while it is the workflow's current lease,
    * checked in the cold write's transaction. Omitted: no lease check.
    */

@@ -42,6 +42,7 @@ import { checkOptions, optionKeys } from "../../src/core/options.js";
 import { BLOB_REF_FIELD, blobRef } from "../../src/durable/checkpoints/blobs.js";
 import type { ColdStore } from "../../src/durable/checkpoints/contract.js";
 import type { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
+import { JournalColdStore } from "../../src/durable/checkpoints/journal-store.js";
 import { type ConformanceSuiteOptions, type ConformanceTestContext, suiteGroup } from "../../src/testing/test-api.js";
 import {
   WorkflowConflictError,
@@ -51,7 +52,6 @@ import {
   WorkflowStateError,
 } from "../../src/workflow/errors.js";
 import { IdempotencyGuard } from "../../src/workflow/idempotency.js";
-import { keepsLeases, type LeasingColdStore } from "../../src/workflow/lease.js";
 import { ResumableGraphRunner } from "../../src/workflow/runner.js";
 import { createWorkflowState, END, type WorkflowState } from "../../src/workflow/state.js";
 import { CheckpointStore } from "../../src/workflow/store.js";
@@ -65,6 +65,12 @@ const SUITE_OPTIONS = optionKeys<ColdStoreConformanceOptions>({ test: true, skip
  * {@link ColdStore} contract (they know the store's tables). Each hook closes
  * over this test's store (its file, schema or connection).
  */
+
+/** The deprecated lease methods of a cold store (the runner now leases through the store's journal). */
+type LeasingColdStore = Required<Pick<ColdStore, "acquireLease" | "renewLease" | "releaseLease">>;
+/** Whether the graph runner can lease through this store (a store over a durable journal). */
+const keepsLeases = (cold: ColdStore): boolean => cold instanceof JournalColdStore;
+
 export interface ColdStoreFixture<C extends ColdStore = ColdStore> {
   /** A fresh, empty cold store (a new file, a new schema). The suite opens `CheckpointStore`s over it (which call `init()`). */
   cold: C;

@@ -24,10 +24,11 @@ import {
   SqliteColdStore,
   WorkflowLeaseLostError,
 } from "../../src/workflow/index.js";
-import type { LeasingColdStore } from "../../src/workflow/lease.js";
 import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
 import { tempDir, unzipFixture } from "./helpers.js";
 
+/** The deprecated lease methods of a cold store (kept for one minor version). */
+type LeasingColdStore = Required<Pick<ColdStore, "acquireLease" | "renewLease" | "releaseLease">>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Backend {

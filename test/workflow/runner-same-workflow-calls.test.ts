@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import path from "node:path";
 import pg from "pg";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { JournalColdStore } from "../../src/durable/checkpoints/journal-store.js";
 import {
   CheckpointStore,
   type ColdStore,
@@ -156,9 +157,11 @@ for (const backend of backends) {
     it("with leaseWaitMs the second call waits for the first to finish, then runs with the next token", async () => {
       const r = runner({ leaseWaitMs: 10_000, gated: true });
       const tokens: number[] = [];
-      const acquire = store.cold.acquireLease!.bind(store.cold);
-      store.cold.acquireLease = async (id, owner, ttl) => {
-        const out = await acquire(id, owner, ttl);
+      // the runner takes the run's lease in the store's journal, as runDurable does
+      const { journal } = store.cold as JournalColdStore;
+      const acquire = journal.acquireLease.bind(journal);
+      journal.acquireLease = async (id, owner, ttl, options) => {
+        const out = await acquire(id, owner, ttl, options);
         if (out.acquired) tokens.push(out.fencingToken);
         return out;
       };

@@ -14,10 +14,10 @@
  * `workflow_lease_floor`) are moved into the journal when a store opens them
  * (`journal-migrate.ts`).
  *
- * **Leases and fencing.** A store that keeps leases (the built-in ones do) lets one
- * worker at a time run a workflow, as a durable run's journal does: `acquireLease`
- * takes the lease when it is free, expired (judged by the store's clock) or already
- * the caller's, and increments its fencing token; the writes a worker makes while it
+ * **Leases and fencing.** The graph runner takes a workflow's lease in the journal of a
+ * store over one ({@link JournalColdStore}), as a durable run's executor does
+ * (`durable/lease.ts`): one execution at a time, a new fencing token each time; the
+ * writes a worker makes while it
  * runs the workflow carry that token (`write`, `recordError`, `idempotencyBegin`,
  * `idempotencyAbandon`) and are refused with {@link WorkflowLeaseLostError} (nothing
  * written) once another worker took the lease over, so a worker paused past its lease
@@ -311,15 +311,17 @@ export interface ColdStore {
    * after its row was pruned starts above every token the row had.
    * Expiry is judged by the store's clock and the new lease expires at store now + `ttlMs`.
    * @returns the new token and expiry, or the live holder
+   * @deprecated the graph runner leases through the store's journal (`Journal.acquireLease`); removed in 0.3
    */
   acquireLease?(workflowId: string, owner: string, ttlMs: number): Promise<WorkflowLeaseResult>;
   /**
    * Optional (leases): extends the lease held with `fencingToken` to store now + `ttlMs`.
    * @returns the new expiry (epoch ms, store clock)
    * @throws {WorkflowLeaseLostError} when the token is not current or the lease was released
+   * @deprecated the graph runner leases through the store's journal (`Journal.acquireLease`); removed in 0.3
    */
   renewLease?(workflowId: string, fencingToken: number, ttlMs: number): Promise<number>;
-  /** Optional (leases): drops the lease held with `fencingToken` (nothing when it is stale). */
+  /** Optional (leases): drops the lease held with `fencingToken` (nothing when it is stale). @deprecated the runner leases through the journal; removed in 0.3 */
   releaseLease?(workflowId: string, fencingToken: number): Promise<void>;
   /**
    * Optional capability: the store keeps blobs (large `sharedMemory` values) in its own database,

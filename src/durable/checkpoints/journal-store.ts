@@ -780,7 +780,27 @@ export class JournalColdStore implements ColdStore {
 
   // ---- leases ----
 
-  /** {@inheritDoc ColdStore.acquireLease} (the run's lease; the run is created when missing) */
+  /**
+   * Readies a workflow's run for its lease (the graph runner's, before it takes the run's lease in
+   * {@link journal}): creates the run when it is missing and `create` is true.
+   *
+   * @returns whether the run exists now (`false` only when it was missing and `create` is false:
+   *   nothing was written)
+   * @throws {RunCancelledError} when an operator cancelled the workflow (it takes no more steps)
+   */
+  async prepareRun(workflowId: string, create: boolean): Promise<boolean> {
+    const current = create ? await this.run(workflowId) : await this.journal.getRun(workflowId);
+    if (!current) return false;
+    if (current.status === "cancelled") throw await this.cancelled(current);
+    return true;
+  }
+
+  /**
+   * {@inheritDoc ColdStore.acquireLease} (the run's lease; the run is created when missing)
+   *
+   * @deprecated the graph runner takes the run's lease in the journal (`journal.acquireLease`), as a
+   *   durable run does; removed in 0.3
+   */
   async acquireLease(workflowId: string, owner: string, ttlMs: number): Promise<WorkflowLeaseResult> {
     const current = await this.run(workflowId);
     if (current.status === "cancelled") throw await this.cancelled(current);
@@ -791,7 +811,7 @@ export class JournalColdStore implements ColdStore {
     return { acquired: false, owner: lease.owner, expiresAt: lease.expiresAt, fencingToken: run?.fencingToken ?? 0 };
   }
 
-  /** {@inheritDoc ColdStore.renewLease} */
+  /** {@inheritDoc ColdStore.renewLease} @deprecated use the journal's `renewLease`; removed in 0.3 */
   async renewLease(workflowId: string, fencingToken: number, ttlMs: number): Promise<number> {
     const what = "lease renewal refused";
     const run = await this.journal.getRun(workflowId);
@@ -806,7 +826,7 @@ export class JournalColdStore implements ColdStore {
     }
   }
 
-  /** {@inheritDoc ColdStore.releaseLease} */
+  /** {@inheritDoc ColdStore.releaseLease} @deprecated use the journal's `releaseLease`; removed in 0.3 */
   async releaseLease(workflowId: string, fencingToken: number): Promise<void> {
     if (!(await this.journal.getRun(workflowId))) return;
     await this.journal.releaseLease(workflowId, fencingToken);

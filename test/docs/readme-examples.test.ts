@@ -87,11 +87,8 @@ describe("README examples", () => {
     if (skip) return ctx.skip(skip);
     const dir = mkdtempSync(path.join(tmp, "workflow-"));
     const file = path.join(dir, "workflow.mts");
-    // The README elides the payment client: a stand-in with the same two calls.
-    const payments = `const payments = { refund: async (_order: number, _o: { idempotencyKey: string }) => "receipt-1", find: async (_key: string) => undefined };\n`;
-    const code = localImports(block("new ResumableGraphRunner"));
-    const [imports, ...body] = code.split("\n\n");
-    writeFileSync(file, `${imports}\n${payments}\n${body.join("\n\n")}`);
+    // As written: the README's stand-in payment client included (a copied example runs).
+    writeFileSync(file, localImports(block("new ResumableGraphRunner")));
     try {
       const { stdout } = await node(file, dir, { REDIS_URL }); // execFile's timeout fails the test if it hangs
       expect(stdout).toContain("approve");

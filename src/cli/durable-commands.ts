@@ -36,6 +36,7 @@ import {
   previewJson,
   rethrowDecision,
 } from "../durable/approvals.js";
+import { CHECKPOINT_STEP, INTERRUPT_SIGNAL } from "../durable/checkpoints/journal-store.js";
 import type { ApprovalConflictError } from "../durable/errors.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import { type Journal, type JournalEvent, RUN_STATUSES, type RunRecord, type StepRecord } from "../durable/journal.js";
@@ -332,14 +333,18 @@ export async function sendDecision(
   name: string,
   value: JsonValue,
   queue?: string,
-): Promise<SignalResult> {
+): Promise<SignalResult & { queued: boolean }> {
   // A finished run will never wait again: the journal refuses a signal to it (RunStateError), atomically.
   try {
-    if (!queue) return await signal(runId, name, value, { journal });
+    // A workflow graph's nodes live in its program: no DurableWorker can run it, so it is never queued (the
+    // next runOrResume of its runner continues it with the answer).
+    if (!queue || (await isGraphRun(journal, runId))) {
+      return { ...(await signal(runId, name, value, { journal })), queued: false };
+    }
     const { DurableQueue } = await import("../durable/worker.js");
     const q = new DurableQueue({ journal, queueName: queue });
     try {
-      return await q.signal(runId, name, value);
+      return { ...(await q.signal(runId, name, value)), queued: true };
     } finally {
       await q.close();
     }
@@ -348,11 +353,17 @@ export async function sendDecision(
   }
 }
 
-function resultLine(runId: string, name: string, result: SignalResult, queued: boolean): string {
+/** Whether a run is a workflow graph's (its steps are checkpoints): only its program's runner continues it. */
+async function isGraphRun(journal: Journal, runId: string): Promise<boolean> {
+  return (await journal.readSteps(runId, { namePrefix: CHECKPOINT_STEP, last: 1, outputs: false })).length > 0;
+}
+
+function resultLine(runId: string, name: string, result: SignalResult & { queued: boolean }): string {
   if (!result.wakes)
     return `recorded ${name} for ${runId} (the run is ${result.run.status}; it takes the signal when it gets there)`;
-  return queued
-    ? `released ${runId}: ${name} recorded and the run queued again`
+  if (result.queued) return `released ${runId}: ${name} recorded and the run queued again`;
+  return name.startsWith(INTERRUPT_SIGNAL)
+    ? `released ${runId}: ${name} recorded; the workflow's next runner.runOrResume continues it with this answer`
     : `released ${runId}: ${name} recorded; resume the run with its worker (or pass --queue)`;
 }
 
@@ -461,7 +472,7 @@ function decisionCommand(name: "approve" | "reject"): Command {
           const signalName = approvalSignalName(toolCallId);
           const result = await sendDecision(journal, runId, signalName, value, options.queue);
           if (options.json) printJson({ runId, signal: signalName, value, wakes: result.wakes });
-          else process.stdout.write(`${resultLine(runId, signalName, result, !!options.queue)}\n`);
+          else process.stdout.write(`${resultLine(runId, signalName, result)}\n`);
         } finally {
           await journal.close();
         }
@@ -544,7 +555,7 @@ export function signalCommand(): Command {
       try {
         const result = await sendDecision(journal, runId, name, value, options.queue);
         if (options.json) printJson({ runId, signal: name, value, wakes: result.wakes });
-        else process.stdout.write(`${resultLine(runId, name, result, !!options.queue)}\n`);
+        else process.stdout.write(`${resultLine(runId, name, result)}\n`);
       } finally {
         await journal.close();
       }

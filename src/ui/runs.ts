@@ -284,7 +284,7 @@ ${run.status === "failed" || run.status === "blocked" ? h`<form method="post" ac
     return back(
       c,
       runId,
-      `${approved ? "approved" : "rejected"} ${toolCallId}: ${name} recorded${result.wakes ? (sources.queue ? "; the run is queued again" : "; the run continues when its worker resumes it") : ""}`,
+      `${approved ? "approved" : "rejected"} ${toolCallId}: ${name} recorded${result.wakes ? (result.queued ? "; the run is queued again" : "; the run continues when its worker resumes it") : ""}`,
     );
   };
   /** The form's corrected arguments: none when the field is empty or holds the model's own arguments unchanged. */

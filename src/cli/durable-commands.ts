@@ -292,6 +292,8 @@ export function renderNotes(events: JournalEvent[]): string[] {
     if (e.type === "step_drift")
       lines.push(`drift at step ${e.seq} (${e.name ?? "?"}): ${e.detail ?? "input changed"}`);
     else if (e.type === "run_blocked") lines.push(`blocked: ${e.detail ?? "no reason recorded"}`);
+    else if (e.type === "run_error")
+      lines.push(`worker error at ${when(e.at)} (job attempt ${e.attempt ?? "?"}): ${e.detail ?? "?"}`);
     else if (e.type === "run_cancelled" || e.type === "run_reset" || e.type === "run_retried") {
       const what = e.type === "run_reset" ? `reset to step ${e.seq}` : e.type.slice("run_".length);
       lines.push(`${what} by ${e.by ?? "?"} at ${when(e.at)}${e.detail ? `: ${e.detail}` : ""}`);

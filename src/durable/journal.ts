@@ -177,7 +177,9 @@ export type JournalEventType =
   /** An operator retried a failed or blocked run; `by` says who (`seq`, `name`: the failed step dropped, if any). */
   | "run_retried"
   /** A replayed step's input differs from the recorded one; the recorded result was used (`seq`, `name`, `detail`). */
-  | "step_drift";
+  | "step_drift"
+  /** A worker's job met an error that left the run resumable, e.g. a storage error (`attempt`: the job's, `detail`: code and message). */
+  | "run_error";
 
 /** One audit event (append-only, per run, 0-based `index`). */
 export interface JournalEvent {

@@ -71,6 +71,7 @@ const WORKER_OPTIONS = optionKeys<DurableWorkerOptions>({
   inlineSleepMaxMs: true,
   cancelCheckMs: true,
   onResult: true,
+  onError: true,
 });
 
 /** Data of a queued job. */
@@ -270,6 +271,27 @@ export interface DurableWorkerOptions extends DurableQueueOptions {
   cancelCheckMs?: number;
   /** Called after each job with the run's outcome (logging, metrics). */
   onResult?: (result: RunResult | { runId: string; status: "skipped"; reason: string }) => void;
+  /**
+   * Called for every error a job meets that leaves its run resumable (a storage error: the journal or
+   * its database unreachable, a refused write, a corrupt record), before BullMQ retries the job (with
+   * backoff) or gives up. The same error is recorded in the run's events as `run_error` (`attempt`,
+   * `detail`: code and message) when the journal takes the write. Nothing is printed.
+   */
+  onError?: (event: WorkerErrorEvent) => void;
+}
+
+/** What {@link DurableWorkerOptions.onError} receives. */
+export interface WorkerErrorEvent {
+  /** The run the job executes. */
+  runId: string;
+  /** The error as thrown. */
+  error: unknown;
+  /** Its `code` (`BACKEND_ERROR`, `JOURNAL_INTEGRITY`, …), or `UNKNOWN` for an error without one. */
+  code: string;
+  /** Which attempt of the job met it, from 1. */
+  attempt: number;
+  /** Whether BullMQ will try the job again (false: this was its last attempt; the run stays resumable). */
+  willRetry: boolean;
 }
 
 /**
@@ -337,6 +359,36 @@ export class DurableWorker extends DurableQueue {
   }
 
   private async process(
+    job: Job<DurableJobData>,
+    token: string | undefined,
+  ): Promise<{ runId: string; status: string }> {
+    try {
+      return await this.execute(job, token);
+    } catch (error) {
+      const { DelayedError, UnrecoverableError } = loadBullmq();
+      if (!(error instanceof DelayedError) && !(error instanceof UnrecoverableError)) await this.report(job, error);
+      throw error;
+    }
+  }
+
+  /** Tells {@link DurableWorkerOptions.onError} and the run's events of an error BullMQ is about to retry. */
+  private async report(job: Job<DurableJobData>, error: unknown): Promise<void> {
+    const { runId } = job.data;
+    const code = typeof (error as { code?: unknown })?.code === "string" ? (error as { code: string }).code : "UNKNOWN";
+    const attempt = job.attemptsMade + 1;
+    const willRetry = attempt < (job.opts.attempts ?? 1);
+    try {
+      this.options.onError?.({ runId, error, code, attempt, willRetry });
+    } catch {
+      // a throwing callback must not change how the job is retried
+    }
+    const message = error instanceof Error ? error.message : String(error);
+    await this.journal
+      .appendEvent(runId, { type: "run_error", attempt, detail: `${code}: ${message}`.slice(0, 2000) })
+      .catch(() => undefined); // the journal may be what failed: the callback has it
+  }
+
+  private async execute(
     job: Job<DurableJobData>,
     token: string | undefined,
   ): Promise<{ runId: string; status: string }> {

@@ -264,6 +264,8 @@ const byCode = new Map<string, ExitCodeValue>([
   ["INVALID_CONFIG", ExitCode.usage],
   ["RUN_STATE", ExitCode.usage],
   ["APPROVAL_NOT_PENDING", ExitCode.usage],
+  // a decision or signal already recorded (the first one stands): the run no longer waits on it
+  ["SIGNAL_CONFLICT", ExitCode.usage],
   ["INVALID_OPTION", ExitCode.usage],
   ["STATE_NOT_FOUND", ExitCode.notFound],
   ["INPUT_NOT_FOUND", ExitCode.notFound],

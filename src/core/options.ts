@@ -136,3 +136,41 @@ export function suggestOption(key: string, accepted: readonly string[]): string 
   }
   return best;
 }
+
+/**
+ * An option's value as the caller gave it, for an error message: text quoted (`"5"`), numbers as
+ * written (`NaN`, `Infinity`, `-1`; JSON would print `null` for the first two), `undefined`,
+ * `null`, `5n`, `a function`, a symbol's description, an object or array as JSON (cut at 80 characters).
+ *
+ * @param value - the value given
+ * @returns its text for a message
+ * @example
+ * shownValue(Number.NaN) // "NaN"
+ * shownValue("5") // "\"5\""
+ */
+export function shownValue(value: unknown): string {
+  switch (typeof value) {
+    case "string":
+      return JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
+    case "number":
+    case "boolean":
+    case "undefined":
+    case "symbol":
+      return String(value);
+    case "bigint":
+      return `${value}n`;
+    case "function":
+      return "a function";
+    default: {
+      if (value === null) return "null";
+      let text: string | undefined;
+      try {
+        text = JSON.stringify(value);
+      } catch {
+        text = undefined; // a cycle, a BigInt inside
+      }
+      if (text === undefined) return Object.prototype.toString.call(value);
+      return text.length > 80 ? `${text.slice(0, 80)}…` : text;
+    }
+  }
+}

@@ -6,6 +6,7 @@
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import { InvalidOptionError } from "./errors.js";
+import { shownValue } from "./options.js";
 
 /**
  * A lease-owner id for a worker of this process: `<hostname>:<pid>:<8 random hex digits>`,
@@ -53,6 +54,6 @@ export function leaseMs(
   throw new InvalidOptionError(
     component,
     option,
-    `must be a number of ms from ${min} to ${MAX_LEASE_MS} (about 24.8 days), got ${JSON.stringify(value) ?? String(value)}`,
+    `must be a number of ms from ${min} to ${MAX_LEASE_MS} (about 24.8 days), got ${shownValue(value)}`,
   );
 }

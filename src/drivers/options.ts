@@ -9,6 +9,7 @@
 import { realpathSync } from "node:fs";
 import path from "node:path";
 import { InvalidOptionError } from "../core/errors.js";
+import { shownValue } from "../core/options.js";
 
 /**
  * Resolves a renamed option: the new name's value, else the deprecated old name's.
@@ -64,7 +65,7 @@ export function positiveOption(
   throw new InvalidOptionError(
     component,
     option,
-    `must be a positive number${unit ? ` of ${unit}` : ""}, got ${String(value)}`,
+    `must be a positive number${unit ? ` of ${unit}` : ""}, got ${shownValue(value)}`,
   );
 }
 
@@ -78,11 +79,7 @@ export function positiveOption(
 export function booleanOption(component: string, option: string, value: unknown, fallback: boolean): boolean {
   if (value === undefined) return fallback;
   if (typeof value === "boolean") return value;
-  throw new InvalidOptionError(
-    component,
-    option,
-    `must be true or false, got ${JSON.stringify(value) ?? String(value)}`,
-  );
+  throw new InvalidOptionError(component, option, `must be true or false, got ${shownValue(value)}`);
 }
 
 /**
@@ -94,7 +91,7 @@ export function booleanOption(component: string, option: string, value: unknown,
 export function wholeOption(component: string, option: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value === "number" && Number.isSafeInteger(value) && value > 0) return value;
-  throw new InvalidOptionError(component, option, `must be a positive whole number, got ${String(value)}`);
+  throw new InvalidOptionError(component, option, `must be a positive whole number, got ${shownValue(value)}`);
 }
 
 /**

@@ -29,7 +29,7 @@
 import { createHash } from "node:crypto";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
-import { checkOptions, optionKeys } from "../core/options.js";
+import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import { JournalIntegrityError, RunStateError, StaleFencingTokenError } from "./errors.js";
 import type { AcquireLeaseOptions } from "./lease.js";
 
@@ -424,7 +424,7 @@ const WRITE_STEP_OPTIONS = optionKeys<WriteStepOptions>({
 export function createOnlyWrite(options: WriteStepOptions | undefined): boolean {
   const create = options?.create;
   if (create !== undefined && typeof create !== "boolean") {
-    throw new InvalidOptionError("writeStep", "create", `must be true or false, got ${JSON.stringify(create)}`);
+    throw new InvalidOptionError("writeStep", "create", `must be true or false, got ${shownValue(create)}`);
   }
   return create === true;
 }

@@ -18,7 +18,7 @@
  * @module
  */
 import { InvalidOptionError, LeaseHeldError, StaleFencingTokenError } from "../core/errors.js";
-import { checkOptions, optionKeys } from "../core/options.js";
+import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import { cancellationOf } from "./context.js";
 import type { RunCancelledError } from "./errors.js";
 import type { Journal, LeaseResult, RunStatus } from "./journal.js";
@@ -85,7 +85,7 @@ export function leaseReentrant(store: string, options: AcquireLeaseOptions | und
     throw new InvalidOptionError(
       `${store} acquireLease`,
       "reentrant",
-      `must be true or false, got ${JSON.stringify(reentrant) ?? String(reentrant)}`,
+      `must be true or false, got ${shownValue(reentrant)}`,
     );
   }
   return reentrant ?? true;

@@ -54,7 +54,7 @@ import {
 } from "../core/errors.js";
 import { assertJson, checkStoredJson, jsonShape } from "../core/json.js";
 import type { Message } from "../core/messages.js";
-import { checkOptions, optionKeys } from "../core/options.js";
+import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import {
   AgentConfigSchema,
   AgentRuntimeStateSchema,
@@ -361,7 +361,7 @@ async function doSave(agent: PersistableAgent, key: string | undefined, options:
   checkOptions("saveState", options, SAVE_OPTIONS);
   checkRevisionOption("saveState", "ifRevision", options.ifRevision);
   if (options.force !== undefined && typeof options.force !== "boolean") {
-    throw new InvalidOptionError("saveState", "force", `must be true or false, got ${JSON.stringify(options.force)}`);
+    throw new InvalidOptionError("saveState", "force", `must be true or false, got ${shownValue(options.force)}`);
   }
   const home = agentHome(agent);
   const backend = homeBackend(home, key, options.backend) ?? resolveBackend(options.backend);

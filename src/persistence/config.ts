@@ -37,7 +37,7 @@ import {
 } from "../backends/registry.js";
 import type { StateBackend } from "../backends/types.js";
 import { UnknownBackendError } from "../core/errors.js";
-import { checkOptions, optionKeys } from "../core/options.js";
+import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import type { ToolArgumentSecretsPolicy } from "./credentials.js";
 import { InvalidConfigError } from "./errors.js";
 
@@ -209,7 +209,7 @@ export function configure(options: ConfigureOptions): void {
   const cleared: (keyof typeof ENV)[] = [];
   if (options.enabled !== undefined) {
     if (typeof options.enabled !== "boolean") {
-      throw new InvalidConfigError("enabled", `expected a boolean, got ${JSON.stringify(options.enabled)}`);
+      throw new InvalidConfigError("enabled", `expected a boolean, got ${shownValue(options.enabled)}`);
     }
     next.enabled = options.enabled;
     cleared.push("enabled");

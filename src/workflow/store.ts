@@ -24,7 +24,7 @@
 import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject, type JsonValue } from "../core/json.js";
-import { checkOptions, optionKeys } from "../core/options.js";
+import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import {
   type BlobStore,
   blobRef,
@@ -337,7 +337,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
       throw new InvalidOptionError(
         "CheckpointStore.save",
         "expectedStep",
-        `must be null or a whole number >= 0, got ${JSON.stringify(expected) ?? String(expected)}`,
+        `must be null or a whole number >= 0, got ${shownValue(expected)}`,
       );
     }
     const valid = this.validate({ ...(state as object), schemaVersion: this.schemaVersion }) as WorkflowState;
@@ -742,7 +742,7 @@ function checkBlobOptions(options: CheckpointStoreOptions<AnyWorkflowStateSchema
     }
   }
   if (blobDir !== undefined && (typeof blobDir !== "string" || blobDir === "")) {
-    fail("blobDir", `must be a directory path, got ${JSON.stringify(blobDir) ?? String(blobDir)}`);
+    fail("blobDir", `must be a directory path, got ${shownValue(blobDir)}`);
   }
   if (legacy !== undefined) {
     if (blobs !== undefined || blobDir !== undefined) {

@@ -197,3 +197,36 @@ describe("required options", () => {
     }
   });
 });
+
+// issue 25 item 9: "leaseWaitMs: NaN is reported as got null" (JSON prints NaN and Infinity as null)
+describe("option values are named as given", () => {
+  it("NaN, Infinity, a number as text, a function: each shown as it was passed", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "shown-"));
+    const journal = new SqliteJournal({ path: path.join(dir, "runs.db") });
+    try {
+      for (const [value, shown] of [
+        [Number.NaN, "got NaN"],
+        [Number.POSITIVE_INFINITY, "got Infinity"],
+        ["5000", 'got "5000"'],
+        [() => 1, "got a function"],
+      ] as const) {
+        const error = await thrown(() =>
+          runDurable("r", async () => 1, { journal, input: null, leaseWaitMs: value as never }),
+        );
+        expectOption(error, "runDurable", "leaseWaitMs", new RegExp(shown.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")));
+      }
+      const store = { loadLatest: async () => undefined, cold: {} } as never;
+      expectOption(
+        await thrown(
+          () => new ResumableGraphRunner({ store, nodes: { a: async () => ({ next: "x" }) }, leaseTtlMs: Number.NaN }),
+        ),
+        "ResumableGraphRunner",
+        "leaseTtlMs",
+        /got NaN/,
+      );
+    } finally {
+      await journal.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -100,7 +100,7 @@ describe("durable CLI commands", () => {
       wakes: true,
     });
     const again = await cli("reject", "run-a", "call_42", "--reason", "too late");
-    expect(again.code).toBe(1);
+    expect(again.code).toBe(2); // as the README's table says: the run no longer waits on that call
     expect(again.stderr).toContain("SIGNAL_CONFLICT");
     expect(again.stderr).toContain('tool call "call_42" of run "run-a" was already approved at');
     expect(await runDurable("run-a", workflow, { journal })).toMatchObject({ status: "completed", output: "ran" });

@@ -42,6 +42,7 @@ import { assertJson, type JsonObject, type JsonValue, setOwn } from "../core/jso
 import { checkOptions, optionKeys } from "../core/options.js";
 import { defaultOwner, leaseMs } from "../core/owner.js";
 import { INTERRUPT_SIGNAL, JournalColdStore } from "../durable/checkpoints/journal-store.js";
+import { ORIGINAL_END } from "../durable/checkpoints/original.js";
 import { SignalConflictError } from "../durable/errors.js";
 import type { Journal } from "../durable/journal.js";
 import { RunLease } from "../durable/lease.js";
@@ -72,6 +73,11 @@ function journalOf(store: CheckpointStore<AnyWorkflowStateSchema>): Journal | un
 }
 
 const RESUME_OPTIONS = optionKeys<{ interruptId?: string }>({ interruptId: true });
+/** The keys of `runOrResume`'s `initial`: any other (a seed-style `shared_memory`, a typo) is an `InvalidOptionError`. */
+const INITIAL_OPTIONS = optionKeys<{ sessionId?: string; sharedMemory?: JsonObject }>({
+  sessionId: true,
+  sharedMemory: true,
+});
 const FORK_OPTIONS = optionKeys<{ newWorkflowId?: string; updates?: unknown; run?: boolean }>({
   newWorkflowId: true,
   updates: true,
@@ -425,7 +431,8 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
    * and runs it until it finishes or waits for input.
    *
    * @param workflowId - the workflow id
-   * @param initial - for a new workflow: `sessionId`, `sharedMemory` (ignored when resuming)
+   * @param initial - for a new workflow: `sessionId`, `sharedMemory` (ignored when resuming; any other key,
+   *   e.g. the original design's `shared_memory`, is refused with {@link InvalidOptionError})
    * @returns `{ status, state, interrupt }`
    * @throws {UnknownNodeError} when a node name is unknown (recorded with the step)
    * @throws {NodeFailedError} when a node throws (recorded; the last good checkpoint stays)
@@ -442,6 +449,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     workflowId: string,
     initial: { sessionId?: string; sharedMemory?: JsonObject } = {},
   ): Promise<GraphRunResult<T>> {
+    checkOptions("runOrResume", initial, INITIAL_OPTIONS);
     return this.held(workflowId, true, async (lease) => {
       let state = (await this.store.loadLatest(workflowId)) as T | undefined;
       if (!state) {
@@ -841,17 +849,19 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
     if (shapeProblem !== undefined) {
       return failWith(new NodeFailedError(wf, state.stepIndex, node, new TypeError(shapeProblem)));
     }
-    if (out.next !== END && !this.nodes.has(out.next)) {
-      return failWith(new UnknownNodeError(wf, state.stepIndex, out.next, [...this.nodes.keys()]));
+    // The original design's graphs end with the plain name "END": it ends this one too unless a node has that name.
+    const target = out.next === ORIGINAL_END && !this.nodes.has(ORIGINAL_END) ? END : out.next;
+    if (target !== END && !this.nodes.has(target)) {
+      return failWith(new UnknownNodeError(wf, state.stepIndex, target, [...this.nodes.keys()]));
     }
     let next: T;
     try {
       if (out.updates !== undefined) assertJson(out.updates, `updates of node ${node}`);
-      const finished = out.next === END;
+      const finished = target === END;
       next = this.store.validate({
         ...state,
         stepIndex: state.stepIndex + 1,
-        currentNode: out.next,
+        currentNode: target,
         sharedMemory: merge(state.sharedMemory, out.updates),
         historyRecords: [...state.historyRecords, ...records],
         isFinished: finished,
@@ -873,7 +883,7 @@ export class ResumableGraphRunner<T extends WorkflowState = WorkflowState> exten
       workflowId: wf,
       stepIndex: saved.stepIndex,
       node,
-      next: out.next,
+      next: target,
       durationMs,
       at: Date.now(),
     });

@@ -7,6 +7,7 @@
  */
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { InvalidOptionError } from "../../src/core/errors.js";
 import {
   CheckpointStore,
   END,
@@ -104,6 +105,46 @@ describe("engine errors inside a node are not node failures", () => {
       expect(error).toBeInstanceOf(ReplayMismatchError);
       expect(error).toMatchObject({ code: "REPLAY_MISMATCH" });
       expect((await store.errors("w2-fork")).map((e) => e.error.code)).toEqual(["REPLAY_MISMATCH"]);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+// issue 25 item 8: the original design's graphs end with "END"; its initial state uses snake_case keys
+describe("the seed's graphs and initial state", () => {
+  it('a node returning next: "END" ends the graph when no node has that name; a node named END is run', async () => {
+    const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: path.join(tmp.dir, "end.db") }) });
+    try {
+      const plain = new ResumableGraphRunner({ store, nodes: { a: async () => ({ next: "END", updates: { a: 1 } }) } });
+      expect(await plain.runOrResume("e1")).toMatchObject({ status: "finished", state: { currentNode: END } });
+      let ran = 0;
+      const named = new ResumableGraphRunner({
+        store,
+        nodes: {
+          a: async () => ({ next: "END" }),
+          END: async () => {
+            ran++;
+            return { next: END };
+          },
+        },
+      });
+      expect((await named.runOrResume("e2")).status).toBe("finished");
+      expect(ran).toBe(1);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("runOrResume refuses unknown fields of initial (a seed-style shared_memory), naming the right one; nothing is created", async () => {
+    const store = await CheckpointStore.open({ cold: new SqliteColdStore({ path: path.join(tmp.dir, "initial.db") }) });
+    try {
+      const runner = new ResumableGraphRunner({ store, nodes: { a: async () => ({ next: END }) } });
+      const error = await runner.runOrResume("i1", { shared_memory: { order: 7 } } as never).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(InvalidOptionError);
+      expect((error as Error).message).toMatch(/shared_memory.*did you mean sharedMemory/);
+      expect(await store.loadLatest("i1")).toBeUndefined();
+      expect((await runner.runOrResume("i1", { sharedMemory: { order: 7 } })).state.sharedMemory).toEqual({ order: 7 });
     } finally {
       await store.close();
     }

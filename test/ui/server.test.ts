@@ -83,8 +83,19 @@ function askRunner(): ResumableGraphRunner {
   });
 }
 
-const get = (path: string, headers: Record<string, string> = {}) =>
-  fetch(`${ui.origin}${path}`, { headers: { cookie, ...headers }, redirect: "manual" });
+/**
+ * A GET; retried once when the kept-alive connection was reset under it (the server closed an idle socket
+ * just as fetch reused it: seen only on a loaded machine). A GET is idempotent, so any HTTP client may.
+ */
+const get = async (path: string, headers: Record<string, string> = {}): Promise<Response> => {
+  const once = () => fetch(`${ui.origin}${path}`, { headers: { cookie, ...headers }, redirect: "manual" });
+  try {
+    return await once();
+  } catch (error) {
+    if ((error as { cause?: { code?: string } }).cause?.code !== "ECONNRESET") throw error;
+    return once();
+  }
+};
 const post = (path: string, form: Record<string, string>, headers: Record<string, string> = {}) =>
   fetch(`${ui.origin}${path}`, {
     method: "POST",

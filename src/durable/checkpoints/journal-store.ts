@@ -33,8 +33,11 @@ import {
   type RunStatus,
   runCursor,
   type StepRecord,
+  type WriteStepOptions,
+  withOutputBytes,
   withOutputJson,
 } from "../journal.js";
+import type { SqlJournal } from "../journal-sql.js";
 import type {
   ColdOrphanOptions,
   ColdPruneOptions,
@@ -115,13 +118,19 @@ const RUN_STATUS: Record<WorkflowRowStatus, RunStatus> = {
 
 /** `checkpoint:<k>:<node>` parsed, or undefined for another step. */
 function parseCheckpoint(step: StepRecord): Checkpoint | undefined {
-  if (!step.name.startsWith(CHECKPOINT_STEP) || step.status !== "completed") return undefined;
-  const rest = step.name.slice(CHECKPOINT_STEP.length);
+  const c = parseCheckpointName(step.name, step.status);
+  return c && { ...c, step };
+}
+
+/** A checkpoint step's name (`checkpoint:<k>:<node>`, status `completed`) parsed, or undefined for another step. */
+function parseCheckpointName(name: string, status: string): { stepIndex: number; node: string } | undefined {
+  if (!name.startsWith(CHECKPOINT_STEP) || status !== "completed") return undefined;
+  const rest = name.slice(CHECKPOINT_STEP.length);
   const colon = rest.indexOf(":");
   if (colon < 0) return undefined;
   const stepIndex = Number(rest.slice(0, colon));
   if (!Number.isSafeInteger(stepIndex)) return undefined;
-  return { stepIndex, node: rest.slice(colon + 1), step };
+  return { stepIndex, node: rest.slice(colon + 1) };
 }
 
 /** The newest record of each step index, by step index. */
@@ -306,28 +315,29 @@ export class JournalColdStore implements ColdStore {
   async write(row: SnapshotWrite, expectedLatest: number | null | undefined, fencingToken?: number): Promise<void> {
     const id = row.workflowId;
     const what = `checkpoint ${row.stepIndex} refused`;
-    // The state's JSON text is written as the store serialised it (no parse, no second serialisation);
-    // its value is parsed only when asked for (a waiting state's interrupt, the snapshot flag).
-    const text = row.stateJson;
+    // The state's JSON is written as the store serialised it (no parse, no second serialisation): its
+    // UTF-8 bytes when the store has them (an SQLite journal writes them as the text, which is then never
+    // decoded), else its text; its value is parsed only when asked for (a waiting state's interrupt).
     let parsed: JsonValue | undefined;
     const output = (): JsonValue => {
-      parsed ??= JSON.parse(text) as JsonValue;
+      parsed ??= JSON.parse(row.stateJson) as JsonValue;
       return parsed;
+    };
+    // Blobs the store keeps (`row.blobs`) go in the checkpoint's own write, referenced by it.
+    const options: WriteStepOptions = {
+      snapshot: row.inNode === undefined ? resumesAlone(output()) : !row.inNode,
+      ...(row.blobs
+        ? {
+            blobs: new Map([...row.blobs].map(([ref, bytes]) => [journalRef(ref), bytes])),
+            blobRefs: row.blobRefs.map(journalRef),
+          }
+        : {}),
     };
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
-      // The seq first, then the newest checkpoint: a record another writer commits after the seq is
-      // read takes that seq, so this write is refused (JournalIntegrityError) and both are read again;
-      // read the other way round, a checkpoint committed between the two reads went unseen by the
-      // compare-and-set (two racing creators both "succeeded" on PostgreSQL).
-      const seq = await this.nextSeq(id);
-      const latest = (await this.newest(id, false))?.stepIndex ?? null;
-      if (expectedLatest !== undefined && latest !== expectedLatest) {
-        throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
-      }
-      const record = withOutputJson(
-        Object.defineProperty(
+      const record = (seq: number): StepRecord => {
+        const bare = Object.defineProperty(
           {
             runId: id,
             seq,
@@ -341,22 +351,14 @@ export class JournalColdStore implements ColdStore {
           } as StepRecord,
           "output",
           { get: output, enumerable: true },
-        ),
-        text,
-      );
+        );
+        return row.stateBytes === undefined
+          ? withOutputJson(bare, row.stateJson)
+          : withOutputBytes(bare, row.stateBytes, () => row.stateJson);
+      };
       try {
-        // Blobs the store keeps (`row.blobs`) go in the checkpoint's own write, referenced by it.
-        const blobs = row.blobs
-          ? {
-              blobs: new Map([...row.blobs].map(([ref, bytes]) => [journalRef(ref), bytes])),
-              blobRefs: row.blobRefs.map(journalRef),
-            }
-          : {};
         const out = await this.fenced(id, fencingToken, what, () =>
-          this.journal.writeStep(token, record, {
-            snapshot: row.inNode === undefined ? resumesAlone(output()) : !row.inNode,
-            ...blobs,
-          }),
+          this.append(token, id, record, options, expectedLatest),
         );
         if (out === RETRY) continue;
       } catch (e) {
@@ -367,6 +369,64 @@ export class JournalColdStore implements ColdStore {
       await this.fenced(id, fencingToken, what, () => this.setStatus(token, run, row.status, output));
       return;
     }
+  }
+
+  /**
+   * Writes a checkpoint's record (`make(seq)`) at the workflow's next seq, when its newest checkpoint
+   * is `expectedLatest` (undefined: whichever). An SQL journal on SQLite reads the head and writes the
+   * record in one transaction (`appendStep`); another reads the head ({@link head}), then writes,
+   * refused (JournalIntegrityError) when another writer took the seq meanwhile.
+   * @throws {WorkflowConflictError} when the newest checkpoint is another (nothing written)
+   */
+  private async append(
+    token: number,
+    id: string,
+    make: (seq: number) => StepRecord,
+    options: WriteStepOptions,
+    expectedLatest: number | null | undefined,
+  ): Promise<void> {
+    const journal = this.journal as Journal & Partial<Pick<SqlJournal, "appendStep">>;
+    if (typeof journal.appendStep === "function") {
+      const latestOf = (newest: { name: string; status: string } | undefined) =>
+        (newest && parseCheckpointName(newest.name, newest.status))?.stepIndex ?? null;
+      const out = await journal.appendStep(token, id, make, options, CHECKPOINT_STEP, (newest) => {
+        return expectedLatest === undefined || latestOf(newest) === expectedLatest;
+      });
+      if (out !== undefined) {
+        if ("refused" in out)
+          throw new WorkflowConflictError(id, expectedLatest ?? null, latestOf(out.refused), this.name);
+        return;
+      }
+    }
+    const { seq, latest } = await this.head(id);
+    if (expectedLatest !== undefined && latest !== expectedLatest) {
+      throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
+    }
+    await this.journal.writeStep(token, make(seq), options);
+  }
+
+  /**
+   * The seq a workflow's next record goes to and the step index of its newest checkpoint (null: none).
+   * An SQL journal reads both in one statement that reads no state (`stepHead`); another journal reads
+   * the newest record, then, unless it is a checkpoint's, the newest checkpoint: the seq first, so a
+   * record another writer commits after the seq is read takes that seq, and this write is refused
+   * (JournalIntegrityError) and both are read again; read the other way round, a checkpoint committed
+   * between the two reads would go unseen by the compare-and-set.
+   */
+  private async head(workflowId: string): Promise<{ seq: number; latest: number | null }> {
+    const journal = this.journal as Journal & Partial<Pick<SqlJournal, "stepHead">>;
+    if (typeof journal.stepHead === "function") {
+      const { lastSeq, newest } = await journal.stepHead(workflowId, CHECKPOINT_STEP);
+      const latest = newest === undefined ? undefined : parseCheckpointName(newest.name, newest.status);
+      return { seq: lastSeq === undefined ? 0 : lastSeq + 1, latest: latest?.stepIndex ?? null };
+    }
+    const last = await this.journal.readSteps(workflowId, { last: 1, outputs: false });
+    const seq = nextSeq(last);
+    const step = last[0];
+    // The newest record is the newest checkpoint's (the common case): no second read.
+    if (step === undefined) return { seq, latest: null };
+    const newest = step.name.startsWith(CHECKPOINT_STEP) ? parseCheckpoint(step) : await this.newest(workflowId, false);
+    return { seq, latest: newest?.stepIndex ?? null };
   }
 
   /** The newest checkpoint of a workflow (the last one written), read alone; without its state with `outputs` false. */
@@ -574,8 +634,7 @@ export class JournalColdStore implements ColdStore {
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
-      const seq = await this.nextSeq(id); // before the newest checkpoint is read (see write)
-      const latest = (await this.newest(id, false))?.stepIndex;
+      const { seq, latest } = await this.head(id);
       const step: StepRecord = {
         runId: id,
         seq,

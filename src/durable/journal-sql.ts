@@ -804,22 +804,23 @@ export class SqlJournal implements Journal {
    * @internal Appends a record at the run's next seq (its highest + 1) when `accept` takes the run's
    * newest record whose name starts with `namePrefix` (see {@link stepHead}): a workflow's checkpoint,
    * compared and set. On a driver with {@link SqlDriver.syncTransaction} (SQLite), one transaction under
-   * the file's write lock reads the head, builds the record (`make(seq)`) and writes it, so the write
-   * need not check again that its seq is the next one. Returns the seq written, or `refused` with the
-   * newest record `accept` refused (nothing written); undefined on another driver, where the caller
-   * reads {@link stepHead} and calls {@link writeStep} (checked there).
+   * the file's write lock reads the run, asks `tokenOf` the token to write with (undefined: no write),
+   * reads the head, builds the record (`make(seq, token)`) and writes it, so the write need not check
+   * again that its seq is the next one. Returns the run as read and the seq written; or the run and
+   * `refused`, the newest record `accept` refused; or only the run (undefined: none) when `tokenOf`
+   * gave no token; nothing is written but the record. Undefined on another driver: the caller reads
+   * the run and {@link stepHead} and calls {@link writeStep} (checked there).
    *
-   * @throws {StaleFencingTokenError} when `token` is not the run's (nothing written)
-   * @throws {RunNotFoundError} when there is no run
+   * @throws {StaleFencingTokenError} when the token is not the run's (nothing written)
    */
   async appendStep(
-    token: number,
     runId: string,
-    make: (seq: number) => StepRecord,
+    tokenOf: (run: RunRecord | undefined) => number | undefined,
+    make: (seq: number, token: number) => StepRecord,
     options: WriteStepOptions | undefined,
     namePrefix: string,
     accept: (newest: StepHead["newest"]) => boolean,
-  ): Promise<{ seq: number } | { refused: StepHead["newest"] } | undefined> {
+  ): Promise<{ run: RunRecord | undefined; seq?: number; refused?: StepHead["newest"] } | undefined> {
     if (!this.driver.syncTransaction) return undefined;
     const sync = syncedWrite(this.name, options);
     const blobs = blobWrite(this.name, options);
@@ -829,6 +830,10 @@ export class SqlJournal implements Journal {
       what("write a step of", runId),
       runId,
       (run) => {
+        const row = run(`SELECT * FROM ${this.t.runs} WHERE run_id = $1`, [runId]).rows[0];
+        const record = row === undefined ? undefined : runFromRow(row);
+        const token = tokenOf(record);
+        if (record === undefined || token === undefined) return { run: record };
         // The newest record first: usually the newest of the prefix too (one probe of the key, whose
         // cells a large record makes costly to compare); else the head statement.
         const last = run(`SELECT seq, name, status FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, [
@@ -843,11 +848,11 @@ export class SqlJournal implements Journal {
                   { k: 1, ...last },
                 ])
               : headOf(run(this.headSql, head).rows);
-        if (!accept(newest)) return { refused: newest };
-        const record = make(lastSeq === undefined ? 0 : lastSeq + 1);
-        const values = stepRecordValues(token, record, snapshotWrite(options), bytes);
-        runSync(this.stepStatements(token, record, values, blobs, false, true), run);
-        return { seq: record.seq };
+        if (!accept(newest)) return { run: record, refused: newest };
+        const step = make(lastSeq === undefined ? 0 : lastSeq + 1, token);
+        const values = stepRecordValues(token, step, snapshotWrite(options), bytes);
+        runSync(this.stepStatements(token, step, values, blobs, false, true), run);
+        return { run: record, seq: step.seq };
       },
       sync,
     );

@@ -122,6 +122,18 @@ function parseCheckpoint(step: StepRecord): Checkpoint | undefined {
   return c && { ...c, step };
 }
 
+/**
+ * The token a checkpoint of `run` is written with, decided as {@link JournalColdStore}'s `tokenFor`
+ * decides it without the clock (no error made here: undefined, and `tokenFor` then says why): the
+ * writer's when it is the run's current one and its lease is held, the run's for an unfenced write;
+ * none for a cancelled run.
+ */
+function tokenOf(run: RunRecord, fencingToken: number | undefined): number | undefined {
+  if (run.status === "cancelled") return undefined;
+  if (fencingToken === undefined) return run.fencingToken;
+  return run.fencingToken === fencingToken && run.leaseOwner !== undefined ? fencingToken : undefined;
+}
+
 /** A checkpoint step's name (`checkpoint:<k>:<node>`, status `completed`) parsed, or undefined for another step. */
 function parseCheckpointName(name: string, status: string): { stepIndex: number; node: string } | undefined {
   if (!name.startsWith(CHECKPOINT_STEP) || status !== "completed") return undefined;
@@ -333,76 +345,104 @@ export class JournalColdStore implements ColdStore {
           }
         : {}),
     };
+    const record = (seq: number, token: number): StepRecord => {
+      const bare = Object.defineProperty(
+        {
+          runId: id,
+          seq,
+          name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
+          inputHash: NULL_HASH,
+          status: "completed",
+          attempt: 1,
+          startedAt: row.createdAt,
+          finishedAt: row.createdAt,
+          fencingToken: token,
+        } as StepRecord,
+        "output",
+        { get: output, enumerable: true },
+      );
+      return row.stateBytes === undefined
+        ? withOutputJson(bare, row.stateJson)
+        : withOutputBytes(bare, row.stateBytes, () => row.stateJson);
+    };
     for (let attempt = 0; ; attempt++) {
-      const run = await this.run(id);
-      const token = await this.tokenFor(run, fencingToken, what);
-      const record = (seq: number): StepRecord => {
-        const bare = Object.defineProperty(
-          {
-            runId: id,
-            seq,
-            name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
-            inputHash: NULL_HASH,
-            status: "completed",
-            attempt: 1,
-            startedAt: row.createdAt,
-            finishedAt: row.createdAt,
-            fencingToken: token,
-          } as StepRecord,
-          "output",
-          { get: output, enumerable: true },
-        );
-        return row.stateBytes === undefined
-          ? withOutputJson(bare, row.stateJson)
-          : withOutputBytes(bare, row.stateBytes, () => row.stateJson);
-      };
+      let written: { run: RunRecord; token: number } | undefined;
       try {
         const out = await this.fenced(id, fencingToken, what, () =>
-          this.append(token, id, record, options, expectedLatest),
+          this.append(id, fencingToken, what, record, options, expectedLatest),
         );
         if (out === RETRY) continue;
+        written = out;
       } catch (e) {
         // Another writer took the seq meanwhile: read again (the compare-and-set then decides).
         if (e instanceof JournalIntegrityError && attempt < 5) continue;
         throw e;
       }
+      if (written === undefined) continue; // the run was created meanwhile: write again
+      const { run, token } = written;
       await this.fenced(id, fencingToken, what, () => this.setStatus(token, run, row.status, output));
       return;
     }
   }
 
   /**
-   * Writes a checkpoint's record (`make(seq)`) at the workflow's next seq, when its newest checkpoint
-   * is `expectedLatest` (undefined: whichever). An SQL journal on SQLite reads the head and writes the
-   * record in one transaction (`appendStep`); another reads the head ({@link head}), then writes,
-   * refused (JournalIntegrityError) when another writer took the seq meanwhile.
+   * Writes a checkpoint's record (`make(seq, token)`) at the workflow's next seq, when its newest
+   * checkpoint is `expectedLatest` (undefined: whichever), with the writer's token (checked: current,
+   * held, the run not cancelled) or the run's for an unfenced write. An SQL journal on SQLite reads the
+   * run and the head and writes the record in one transaction (`appendStep`); another journal's run is
+   * read (created when missing), then the head ({@link head}), then the record written, refused
+   * (JournalIntegrityError) when another writer took the seq meanwhile.
+   * @returns the run (as read before the write) and the token written with; undefined when the run had
+   *   to be created first (write again)
    * @throws {WorkflowConflictError} when the newest checkpoint is another (nothing written)
+   * @throws {StaleFencingTokenError} | {RunCancelledError} as {@link tokenFor}
    */
   private async append(
-    token: number,
     id: string,
-    make: (seq: number) => StepRecord,
+    fencingToken: number | undefined,
+    what: string,
+    make: (seq: number, token: number) => StepRecord,
     options: WriteStepOptions,
     expectedLatest: number | null | undefined,
-  ): Promise<void> {
+  ): Promise<{ run: RunRecord; token: number } | undefined> {
+    const latestOf = (newest: { name: string; status: string } | undefined) =>
+      (newest && parseCheckpointName(newest.name, newest.status))?.stepIndex ?? null;
     const journal = this.journal as Journal & Partial<Pick<SqlJournal, "appendStep">>;
     if (typeof journal.appendStep === "function") {
-      const latestOf = (newest: { name: string; status: string } | undefined) =>
-        (newest && parseCheckpointName(newest.name, newest.status))?.stepIndex ?? null;
-      const out = await journal.appendStep(token, id, make, options, CHECKPOINT_STEP, (newest) => {
-        return expectedLatest === undefined || latestOf(newest) === expectedLatest;
-      });
+      let token = 0;
+      const out = await journal.appendStep(
+        id,
+        (run) => {
+          const t = run && tokenOf(run, fencingToken);
+          if (t !== undefined) token = t;
+          return t;
+        },
+        make,
+        options,
+        CHECKPOINT_STEP,
+        (newest) => expectedLatest === undefined || latestOf(newest) === expectedLatest,
+      );
       if (out !== undefined) {
-        if ("refused" in out)
+        if (out.run === undefined) {
+          await this.run(id);
+          return undefined;
+        }
+        if (out.seq !== undefined) return { run: out.run, token };
+        if ("refused" in out) {
           throw new WorkflowConflictError(id, expectedLatest ?? null, latestOf(out.refused), this.name);
-        return;
+        }
+        await this.tokenFor(out.run, fencingToken, what); // says why no token was given (it throws)
+        return undefined;
       }
     }
+    const run = await this.run(id);
+    const token = await this.tokenFor(run, fencingToken, what);
     const { seq, latest } = await this.head(id);
     if (expectedLatest !== undefined && latest !== expectedLatest) {
       throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
     }
-    await this.journal.writeStep(token, make(seq), options);
+    await this.journal.writeStep(token, make(seq, token), options);
+    return { run, token };
   }
 
   /**

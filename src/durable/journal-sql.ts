@@ -48,6 +48,7 @@ import {
   type LeaseResult,
   type ListRunsFilter,
   leaseMs,
+  outputBytes,
   outputColumn,
   type PruneOptions,
   type PruneResult,
@@ -72,6 +73,25 @@ import { DEFAULT_JOURNAL_TABLE_PREFIX } from "./journal-sql-schema.js";
 import { type AcquireLeaseOptions, leaseReentrant } from "./lease.js";
 
 type Row = JournalRow;
+
+/**
+ * @internal What {@link SqlJournal.stepHead} reads: the run's highest seq (undefined without records)
+ * and its newest record of a name prefix (undefined without one).
+ */
+export interface StepHead {
+  lastSeq: number | undefined;
+  newest: { seq: number; name: string; status: string } | undefined;
+}
+
+/** The rows of the head statement ({@link SqlJournal.stepHead}) as a {@link StepHead}. */
+function headOf(rows: readonly Row[]): StepHead {
+  const last = rows.find((r) => Number(r.k) === 0)?.seq;
+  const newest = rows.find((r) => Number(r.k) === 1);
+  return {
+    lastSeq: last === null || last === undefined ? undefined : Number(last),
+    newest: newest && { seq: Number(newest.seq), name: String(newest.name), status: String(newest.status) },
+  };
+}
 
 /** A statement of a {@link SqlSteps} body: its text and values. */
 type SqlStatement = [text: string, values: unknown[]];
@@ -111,7 +131,7 @@ const STEP_UPDATE = `input_hash = excluded.input_hash, status = excluded.status,
  * Step statements take `$1`…`$12`: run id, seq, name, input hash, status, output, error, attempt,
  * started at, finished at, token, snapshot.
  */
-function sqlTexts(t: { runs: string; steps: string; events: string }, now: string) {
+function sqlTexts(t: { runs: string; steps: string; events: string }, now: string, output = "$6") {
   return {
     /** `$1` run id: increments the run's event counter, returns it. */
     countEvent: `UPDATE ${t.runs} SET event_count = event_count + 1 WHERE run_id = $1 RETURNING event_count`,
@@ -127,7 +147,7 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
      * writer's commit: PostgreSQL's READ COMMITTED snapshot may miss a record written meanwhile).
      */
     upsertStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         VALUES ($1, $2, $3, $4, $5, ${output}, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}
          WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'`,
     /**
@@ -137,10 +157,10 @@ function sqlTexts(t: { runs: string; steps: string; events: string }, now: strin
      */
     /** Writes a new step record (checked by the caller); a record already at its seq is never replaced: no row changes. */
     createStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         VALUES ($1, $2, $3, $4, $5, ${output}, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (run_id, seq) DO NOTHING`,
     insertNextStep: `INSERT INTO ${t.steps} (${STEP_COLUMNS})
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
+         SELECT $1, $2, $3, $4, $5, ${output}, $7, $8, $9, $10, $11, $12
          WHERE ${nextOrExisting(t.steps, "$1", "$2")}
          ON CONFLICT (run_id, seq) DO UPDATE SET ${STEP_UPDATE}
          WHERE ${t.steps}.name = excluded.name AND ${t.steps}.status <> 'completed'`,
@@ -211,18 +231,20 @@ function requireToken(runId: string, token: number, row: Row | undefined): Row {
 /**
  * @internal The parameters `$1`…`$12` of a step record's row, in the column order every SQL step
  * statement uses: run id, seq, name, input hash, status, output text, error text, attempt, started
- * at, finished at (ms), fencing token, snapshot (1 or NULL).
+ * at, finished at (ms), fencing token, snapshot (1 or NULL). With `bytes`, an output attached as UTF-8
+ * bytes ({@link outputBytes}) is given as those bytes (a Buffer), for a statement that casts them to text.
  *
  * @throws {NonJsonValueError} when the output is not JSON
  */
-export function stepRecordValues(token: number, record: StepRecord, snapshot = false): unknown[] {
+export function stepRecordValues(token: number, record: StepRecord, snapshot = false, bytes = false): unknown[] {
+  const utf8 = bytes ? outputBytes(record) : undefined;
   return [
     record.runId,
     record.seq,
     record.name,
     record.inputHash,
     record.status,
-    outputColumn(record),
+    utf8 === undefined ? outputColumn(record) : asBuffer(utf8),
     record.error === undefined ? null : JSON.stringify(record.error),
     record.attempt,
     record.startedAt,
@@ -238,6 +260,9 @@ export class SqlJournal implements Journal {
   /** The driver every call goes through. */
   protected readonly driver: SqlDriver;
   private stepCheck: string | undefined;
+  private stepHeadSql: string | undefined;
+  /** Whether the database stores text as UTF-8 and casts bytes to text as they are (SQLite with a UTF-8 file); asked once. */
+  private utf8: boolean | undefined;
   private statementTexts: ReturnType<typeof sqlTexts> | undefined;
   /** The quoted table names. */
   protected readonly t: { runs: string; steps: string; signals: string; events: string; blobRefs: string };
@@ -525,7 +550,8 @@ export class SqlJournal implements Journal {
   async writeStep(token: number, record: StepRecord, options?: WriteStepOptions): Promise<void> {
     const sync = syncedWrite(this.name, options);
     const blobs = blobWrite(this.name, options);
-    const values = stepRecordValues(token, record, snapshotWrite(options));
+    const bytes = outputBytes(record) !== undefined && (await this.utf8Bytes());
+    const values = stepRecordValues(token, record, snapshotWrite(options), bytes);
     const create = createOnlyWrite(options);
     const { runId } = record;
     const label = what("write a step of", runId);
@@ -544,6 +570,23 @@ export class SqlJournal implements Journal {
     );
   }
 
+  /**
+   * Whether an output's UTF-8 bytes may be bound in place of its text: SQLite, whose statements cast
+   * `$6` to TEXT, which takes a blob's bytes as they are as text of the file's encoding, so only in a
+   * UTF-8 file (a new file's; `PRAGMA encoding` asked once). The text is then neither decoded from
+   * the bytes nor encoded again by the driver.
+   */
+  private async utf8Bytes(): Promise<boolean> {
+    if (this.utf8 === undefined) {
+      if (this.driver.name !== "sqlite") this.utf8 = false;
+      else {
+        const { rows } = await this.driver.query("cannot read the database encoding", undefined, "PRAGMA encoding");
+        this.utf8 = String(rows[0]?.encoding).toUpperCase() === "UTF-8";
+      }
+    }
+    return this.utf8;
+  }
+
   /** The statements of {@link writeStep}'s transaction, as a {@link SqlSteps} body. */
   private *stepStatements(
     token: number,
@@ -551,6 +594,7 @@ export class SqlJournal implements Journal {
     values: unknown[],
     blobs: BlobWrite | undefined,
     create = false,
+    next = false,
   ): SqlSteps<void> {
     const { runId, seq } = record;
     const valid = Number.isInteger(seq) && seq >= 0;
@@ -565,7 +609,8 @@ export class SqlJournal implements Journal {
       const run: SqlResult = yield [this.sql.countStepEvent, [runId, token]];
       if (run.rows.length === 1) {
         counted = Number(run.rows[0]?.event_count) - 1;
-        if ((yield [this.sql.insertNextStep, values]).rowCount === 1) {
+        // `next`: the caller read the run's highest seq under this lock (appendStep): a plain insert.
+        if ((yield [next ? this.sql.createStep : this.sql.insertNextStep, values]).rowCount === 1) {
           yield* this.stepRefs(runId, seq, blobs);
           yield* this.eventInsert(runId, type, event, counted);
           return;
@@ -714,7 +759,8 @@ export class SqlJournal implements Journal {
 
   /** Statement texts used on every write, built once (one string each, so the driver's statement cache finds them at once). */
   private get sql() {
-    this.statementTexts ??= sqlTexts(this.t, this.nowSql);
+    // SQLite: the output is cast to TEXT, so a UTF-8 file takes a state's bytes as its text ({@link utf8Bytes}).
+    this.statementTexts ??= sqlTexts(this.t, this.nowSql, this.driver.name === "sqlite" ? "CAST($6 AS TEXT)" : "$6");
     return this.statementTexts;
   }
 
@@ -730,6 +776,86 @@ export class SqlJournal implements Journal {
       LEFT JOIN ${this.t.steps} s ON s.run_id = r.run_id AND s.seq = CAST($2 AS INTEGER)
       WHERE r.run_id = $1${lock}`;
     return this.stepCheck;
+  }
+
+  /**
+   * @internal What a writer appending after a run's newest record of a kind needs (a workflow's
+   * checkpoint, compared and set), in one statement that reads no record's output: the run's highest
+   * seq (`lastSeq`, undefined without records) and the newest record whose name starts with
+   * `namePrefix` (its seq, name and status; undefined without one). Both are read in one snapshot.
+   */
+  async stepHead(runId: string, namePrefix: string): Promise<StepHead> {
+    return headOf(
+      await this.read("read the steps of", runId, this.headSql, [runId, [...namePrefix].length, namePrefix]),
+    );
+  }
+
+  /** The statement of {@link stepHead}: `$1` run id, `$2` the prefix's length in characters, `$3` the prefix. */
+  private get headSql(): string {
+    this.stepHeadSql ??= `SELECT 0 AS k, MAX(seq) AS seq, CAST(NULL AS TEXT) AS name, CAST(NULL AS TEXT) AS status
+      FROM ${this.t.steps} WHERE run_id = $1
+      UNION ALL
+      SELECT * FROM (SELECT 1 AS k, seq, name, status FROM ${this.t.steps}
+        WHERE run_id = $1 AND substr(name, 1, CAST($2 AS INTEGER)) = $3 ORDER BY seq DESC LIMIT 1) AS newest`;
+    return this.stepHeadSql;
+  }
+
+  /**
+   * @internal Appends a record at the run's next seq (its highest + 1) when `accept` takes the run's
+   * newest record whose name starts with `namePrefix` (see {@link stepHead}): a workflow's checkpoint,
+   * compared and set. On a driver with {@link SqlDriver.syncTransaction} (SQLite), one transaction under
+   * the file's write lock reads the run, asks `tokenOf` the token to write with (undefined: no write),
+   * reads the head, builds the record (`make(seq, token)`) and writes it, so the write need not check
+   * again that its seq is the next one. Returns the run as read and the seq written; or the run and
+   * `refused`, the newest record `accept` refused; or only the run (undefined: none) when `tokenOf`
+   * gave no token; nothing is written but the record. Undefined on another driver: the caller reads
+   * the run and {@link stepHead} and calls {@link writeStep} (checked there).
+   *
+   * @throws {StaleFencingTokenError} when the token is not the run's (nothing written)
+   */
+  async appendStep(
+    runId: string,
+    tokenOf: (run: RunRecord | undefined) => number | undefined,
+    make: (seq: number, token: number) => StepRecord,
+    options: WriteStepOptions | undefined,
+    namePrefix: string,
+    accept: (newest: StepHead["newest"]) => boolean,
+  ): Promise<{ run: RunRecord | undefined; seq?: number; refused?: StepHead["newest"] } | undefined> {
+    if (!this.driver.syncTransaction) return undefined;
+    const sync = syncedWrite(this.name, options);
+    const blobs = blobWrite(this.name, options);
+    const bytes = await this.utf8Bytes();
+    const head = [runId, [...namePrefix].length, namePrefix];
+    return this.driver.syncTransaction(
+      what("write a step of", runId),
+      runId,
+      (run) => {
+        const row = run(`SELECT * FROM ${this.t.runs} WHERE run_id = $1`, [runId]).rows[0];
+        const record = row === undefined ? undefined : runFromRow(row);
+        const token = tokenOf(record);
+        if (record === undefined || token === undefined) return { run: record };
+        // The newest record first: usually the newest of the prefix too (one probe of the key, whose
+        // cells a large record makes costly to compare); else the head statement.
+        const last = run(`SELECT seq, name, status FROM ${this.t.steps} WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, [
+          runId,
+        ]).rows[0];
+        const { lastSeq, newest } =
+          last === undefined
+            ? { lastSeq: undefined, newest: undefined }
+            : String(last.name).startsWith(namePrefix)
+              ? headOf([
+                  { k: 0, seq: last.seq },
+                  { k: 1, ...last },
+                ])
+              : headOf(run(this.headSql, head).rows);
+        if (!accept(newest)) return { run: record, refused: newest };
+        const step = make(lastSeq === undefined ? 0 : lastSeq + 1, token);
+        const values = stepRecordValues(token, step, snapshotWrite(options), bytes);
+        runSync(this.stepStatements(token, step, values, blobs, false, true), run);
+        return { run: record, seq: step.seq };
+      },
+      sync,
+    );
   }
 
   /** {@inheritDoc Journal.updateRun} */

@@ -818,8 +818,11 @@ export function hashInput(input: unknown, path = "input"): string {
 /** {@link hashInput} of `null`. */
 const NULL_INPUT_HASH = createHash("sha256").update("null").digest("hex");
 
-/** The JSON text of a record's output, when the code that built the record had it (see {@link withOutputJson}). */
-const outputTexts = new WeakMap<StepRecord, string>();
+/**
+ * The JSON text of a record's output, when the code that built the record had it (see {@link withOutputJson}):
+ * the text, or its UTF-8 bytes with a way to decode them when a store asks for the text.
+ */
+const outputTexts = new WeakMap<StepRecord, string | { bytes: Uint8Array; text: () => string }>();
 
 /**
  * @internal Attaches to `record` the JSON text of its `output`, already
@@ -836,6 +839,31 @@ export function withOutputJson(record: StepRecord, text: string): StepRecord {
 }
 
 /**
+ * @internal {@link withOutputJson} with the text's UTF-8 bytes (a checkpoint's state, serialised
+ * once as bytes): a store that can write the bytes as the text takes them ({@link outputBytes}),
+ * another decodes them, once, through `text` (which must return the same text).
+ *
+ * @returns `record`
+ */
+export function withOutputBytes(record: StepRecord, bytes: Uint8Array, text: () => string): StepRecord {
+  let decoded: string | undefined;
+  outputTexts.set(record, {
+    bytes,
+    text: () => {
+      decoded ??= text();
+      return decoded;
+    },
+  });
+  return record;
+}
+
+/** @internal The UTF-8 bytes of a record's output text attached by {@link withOutputBytes}, if any. */
+export function outputBytes(record: StepRecord): Uint8Array | undefined {
+  const attached = outputTexts.get(record);
+  return typeof attached === "object" ? attached.bytes : undefined;
+}
+
+/**
  * The stored text of a step record's output (shared by the stores): the
  * text attached by {@link withOutputJson}, else the output validated and
  * serialised; `null` when the record has none.
@@ -844,7 +872,7 @@ export function withOutputJson(record: StepRecord, text: string): StepRecord {
  */
 export function outputColumn(record: StepRecord): string | null {
   const text = outputTexts.get(record);
-  if (text !== undefined) return text;
+  if (text !== undefined) return typeof text === "string" ? text : text.text();
   if (record.output === undefined) return null;
   return jsonColumn(record.output, `step "${record.name}" output`);
 }

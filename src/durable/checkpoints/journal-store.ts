@@ -33,8 +33,11 @@ import {
   type RunStatus,
   runCursor,
   type StepRecord,
+  type WriteStepOptions,
+  withOutputBytes,
   withOutputJson,
 } from "../journal.js";
+import type { SqlJournal } from "../journal-sql.js";
 import type {
   ColdOrphanOptions,
   ColdPruneOptions,
@@ -115,13 +118,31 @@ const RUN_STATUS: Record<WorkflowRowStatus, RunStatus> = {
 
 /** `checkpoint:<k>:<node>` parsed, or undefined for another step. */
 function parseCheckpoint(step: StepRecord): Checkpoint | undefined {
-  if (!step.name.startsWith(CHECKPOINT_STEP) || step.status !== "completed") return undefined;
-  const rest = step.name.slice(CHECKPOINT_STEP.length);
+  const c = parseCheckpointName(step.name, step.status);
+  return c && { ...c, step };
+}
+
+/**
+ * The token a checkpoint of `run` is written with, decided as {@link JournalColdStore}'s `tokenFor`
+ * decides it without the clock (no error made here: undefined, and `tokenFor` then says why): the
+ * writer's when it is the run's current one and its lease is held, the run's for an unfenced write;
+ * none for a cancelled run.
+ */
+function tokenOf(run: RunRecord, fencingToken: number | undefined): number | undefined {
+  if (run.status === "cancelled") return undefined;
+  if (fencingToken === undefined) return run.fencingToken;
+  return run.fencingToken === fencingToken && run.leaseOwner !== undefined ? fencingToken : undefined;
+}
+
+/** A checkpoint step's name (`checkpoint:<k>:<node>`, status `completed`) parsed, or undefined for another step. */
+function parseCheckpointName(name: string, status: string): { stepIndex: number; node: string } | undefined {
+  if (!name.startsWith(CHECKPOINT_STEP) || status !== "completed") return undefined;
+  const rest = name.slice(CHECKPOINT_STEP.length);
   const colon = rest.indexOf(":");
   if (colon < 0) return undefined;
   const stepIndex = Number(rest.slice(0, colon));
   if (!Number.isSafeInteger(stepIndex)) return undefined;
-  return { stepIndex, node: rest.slice(colon + 1), step };
+  return { stepIndex, node: rest.slice(colon + 1) };
 }
 
 /** The newest record of each step index, by step index. */
@@ -306,67 +327,146 @@ export class JournalColdStore implements ColdStore {
   async write(row: SnapshotWrite, expectedLatest: number | null | undefined, fencingToken?: number): Promise<void> {
     const id = row.workflowId;
     const what = `checkpoint ${row.stepIndex} refused`;
-    // The state's JSON text is written as the store serialised it (no parse, no second serialisation);
-    // its value is parsed only when asked for (a waiting state's interrupt, the snapshot flag).
-    const text = row.stateJson;
+    // The state's JSON is written as the store serialised it (no parse, no second serialisation): its
+    // UTF-8 bytes when the store has them (an SQLite journal writes them as the text, which is then never
+    // decoded), else its text; its value is parsed only when asked for (a waiting state's interrupt).
     let parsed: JsonValue | undefined;
     const output = (): JsonValue => {
-      parsed ??= JSON.parse(text) as JsonValue;
+      parsed ??= JSON.parse(row.stateJson) as JsonValue;
       return parsed;
     };
-    for (let attempt = 0; ; attempt++) {
-      const run = await this.run(id);
-      const token = await this.tokenFor(run, fencingToken, what);
-      // The seq first, then the newest checkpoint: a record another writer commits after the seq is
-      // read takes that seq, so this write is refused (JournalIntegrityError) and both are read again;
-      // read the other way round, a checkpoint committed between the two reads went unseen by the
-      // compare-and-set (two racing creators both "succeeded" on PostgreSQL).
-      const seq = await this.nextSeq(id);
-      const latest = (await this.newest(id, false))?.stepIndex ?? null;
-      if (expectedLatest !== undefined && latest !== expectedLatest) {
-        throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
-      }
-      const record = withOutputJson(
-        Object.defineProperty(
-          {
-            runId: id,
-            seq,
-            name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
-            inputHash: NULL_HASH,
-            status: "completed",
-            attempt: 1,
-            startedAt: row.createdAt,
-            finishedAt: row.createdAt,
-            fencingToken: token,
-          } as StepRecord,
-          "output",
-          { get: output, enumerable: true },
-        ),
-        text,
+    // Blobs the store keeps (`row.blobs`) go in the checkpoint's own write, referenced by it.
+    const options: WriteStepOptions = {
+      snapshot: row.inNode === undefined ? resumesAlone(output()) : !row.inNode,
+      ...(row.blobs
+        ? {
+            blobs: new Map([...row.blobs].map(([ref, bytes]) => [journalRef(ref), bytes])),
+            blobRefs: row.blobRefs.map(journalRef),
+          }
+        : {}),
+    };
+    const record = (seq: number, token: number): StepRecord => {
+      const bare = Object.defineProperty(
+        {
+          runId: id,
+          seq,
+          name: `${CHECKPOINT_STEP}${row.stepIndex}:${row.nodeName}`,
+          inputHash: NULL_HASH,
+          status: "completed",
+          attempt: 1,
+          startedAt: row.createdAt,
+          finishedAt: row.createdAt,
+          fencingToken: token,
+        } as StepRecord,
+        "output",
+        { get: output, enumerable: true },
       );
+      return row.stateBytes === undefined
+        ? withOutputJson(bare, row.stateJson)
+        : withOutputBytes(bare, row.stateBytes, () => row.stateJson);
+    };
+    for (let attempt = 0; ; attempt++) {
+      let written: { run: RunRecord; token: number } | undefined;
       try {
-        // Blobs the store keeps (`row.blobs`) go in the checkpoint's own write, referenced by it.
-        const blobs = row.blobs
-          ? {
-              blobs: new Map([...row.blobs].map(([ref, bytes]) => [journalRef(ref), bytes])),
-              blobRefs: row.blobRefs.map(journalRef),
-            }
-          : {};
         const out = await this.fenced(id, fencingToken, what, () =>
-          this.journal.writeStep(token, record, {
-            snapshot: row.inNode === undefined ? resumesAlone(output()) : !row.inNode,
-            ...blobs,
-          }),
+          this.append(id, fencingToken, what, record, options, expectedLatest),
         );
         if (out === RETRY) continue;
+        written = out;
       } catch (e) {
         // Another writer took the seq meanwhile: read again (the compare-and-set then decides).
         if (e instanceof JournalIntegrityError && attempt < 5) continue;
         throw e;
       }
+      if (written === undefined) continue; // the run was created meanwhile: write again
+      const { run, token } = written;
       await this.fenced(id, fencingToken, what, () => this.setStatus(token, run, row.status, output));
       return;
     }
+  }
+
+  /**
+   * Writes a checkpoint's record (`make(seq, token)`) at the workflow's next seq, when its newest
+   * checkpoint is `expectedLatest` (undefined: whichever), with the writer's token (checked: current,
+   * held, the run not cancelled) or the run's for an unfenced write. An SQL journal on SQLite reads the
+   * run and the head and writes the record in one transaction (`appendStep`); another journal's run is
+   * read (created when missing), then the head ({@link head}), then the record written, refused
+   * (JournalIntegrityError) when another writer took the seq meanwhile.
+   * @returns the run (as read before the write) and the token written with; undefined when the run had
+   *   to be created first (write again)
+   * @throws {WorkflowConflictError} when the newest checkpoint is another (nothing written)
+   * @throws {StaleFencingTokenError} | {RunCancelledError} as {@link tokenFor}
+   */
+  private async append(
+    id: string,
+    fencingToken: number | undefined,
+    what: string,
+    make: (seq: number, token: number) => StepRecord,
+    options: WriteStepOptions,
+    expectedLatest: number | null | undefined,
+  ): Promise<{ run: RunRecord; token: number } | undefined> {
+    const latestOf = (newest: { name: string; status: string } | undefined) =>
+      (newest && parseCheckpointName(newest.name, newest.status))?.stepIndex ?? null;
+    const journal = this.journal as Journal & Partial<Pick<SqlJournal, "appendStep">>;
+    if (typeof journal.appendStep === "function") {
+      let token = 0;
+      const out = await journal.appendStep(
+        id,
+        (run) => {
+          const t = run && tokenOf(run, fencingToken);
+          if (t !== undefined) token = t;
+          return t;
+        },
+        make,
+        options,
+        CHECKPOINT_STEP,
+        (newest) => expectedLatest === undefined || latestOf(newest) === expectedLatest,
+      );
+      if (out !== undefined) {
+        if (out.run === undefined) {
+          await this.run(id);
+          return undefined;
+        }
+        if (out.seq !== undefined) return { run: out.run, token };
+        if ("refused" in out) {
+          throw new WorkflowConflictError(id, expectedLatest ?? null, latestOf(out.refused), this.name);
+        }
+        await this.tokenFor(out.run, fencingToken, what); // says why no token was given (it throws)
+        return undefined;
+      }
+    }
+    const run = await this.run(id);
+    const token = await this.tokenFor(run, fencingToken, what);
+    const { seq, latest } = await this.head(id);
+    if (expectedLatest !== undefined && latest !== expectedLatest) {
+      throw new WorkflowConflictError(id, expectedLatest, latest, this.name);
+    }
+    await this.journal.writeStep(token, make(seq, token), options);
+    return { run, token };
+  }
+
+  /**
+   * The seq a workflow's next record goes to and the step index of its newest checkpoint (null: none).
+   * An SQL journal reads both in one statement that reads no state (`stepHead`); another journal reads
+   * the newest record, then, unless it is a checkpoint's, the newest checkpoint: the seq first, so a
+   * record another writer commits after the seq is read takes that seq, and this write is refused
+   * (JournalIntegrityError) and both are read again; read the other way round, a checkpoint committed
+   * between the two reads would go unseen by the compare-and-set.
+   */
+  private async head(workflowId: string): Promise<{ seq: number; latest: number | null }> {
+    const journal = this.journal as Journal & Partial<Pick<SqlJournal, "stepHead">>;
+    if (typeof journal.stepHead === "function") {
+      const { lastSeq, newest } = await journal.stepHead(workflowId, CHECKPOINT_STEP);
+      const latest = newest === undefined ? undefined : parseCheckpointName(newest.name, newest.status);
+      return { seq: lastSeq === undefined ? 0 : lastSeq + 1, latest: latest?.stepIndex ?? null };
+    }
+    const last = await this.journal.readSteps(workflowId, { last: 1, outputs: false });
+    const seq = nextSeq(last);
+    const step = last[0];
+    // The newest record is the newest checkpoint's (the common case): no second read.
+    if (step === undefined) return { seq, latest: null };
+    const newest = step.name.startsWith(CHECKPOINT_STEP) ? parseCheckpoint(step) : await this.newest(workflowId, false);
+    return { seq, latest: newest?.stepIndex ?? null };
   }
 
   /** The newest checkpoint of a workflow (the last one written), read alone; without its state with `outputs` false. */
@@ -574,8 +674,7 @@ export class JournalColdStore implements ColdStore {
     for (let attempt = 0; ; attempt++) {
       const run = await this.run(id);
       const token = await this.tokenFor(run, fencingToken, what);
-      const seq = await this.nextSeq(id); // before the newest checkpoint is read (see write)
-      const latest = (await this.newest(id, false))?.stepIndex;
+      const { seq, latest } = await this.head(id);
       const step: StepRecord = {
         runId: id,
         seq,

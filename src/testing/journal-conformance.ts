@@ -28,7 +28,8 @@
  * - **what workflow graphs use**: `readSteps` with a query (`fromSeq`,
  *   `namePrefix`, `last`), snapshot steps and `pruneRuns` (holes never filled:
  *   the next seq is the highest + 1), blobs written with their step and deleted
- *   with their last reference, `listRuns` paged by `runCursor` while runs move.
+ *   with their last reference, `listRuns` newest created first, paged by `runCursor`: a walk lists
+ *   each run exactly once while runs are updated, cancelled, retried and created between its pages.
  *
  * The suite imports no test runner: the caller passes its test functions as
  * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).

@@ -367,9 +367,10 @@ export function runJournalConformance<J extends Journal>(
 
     it("listRuns: newest created first by (createdAt, runId), of a status and a workflow, in pages by runCursor", async () => {
       const j = journal;
+      const base = newRunId();
       const ids: string[] = [];
       for (let i = 0; i < 7; i++) {
-        const id = `${newRunId()}-${i}`;
+        const id = `${base}-${i}`; // one base: runs of one millisecond sort by their index
         ids.push(id);
         await j.createRun({ runId: id, workflow: i % 2 === 0 ? "graph" : "agent", input: i });
         if (i === 2) await sleep(3); // some runs share a millisecond, others do not

@@ -193,7 +193,8 @@ export type RunRow = RunRecord & {
 };
 
 /**
- * Renders the runs table `dumplings runs` prints. A run whose step records or
+ * Renders the runs table `dumplings runs` prints: the journal's newest 1,000 runs, newest created
+ * first (`listRuns`' order; a run keeps its place when it changes). A run whose step records or
  * signals cannot be read (an edited or corrupted journal) is listed with its
  * `readError` (and `UNREADABLE (<CODE>)` in the table) instead of hiding every
  * other run; a failure of the whole store is thrown.
@@ -234,6 +235,7 @@ export async function renderRuns(
       { header: "workflow" },
       { header: "status" },
       { header: "steps", align: "right" },
+      { header: "created" },
       { header: "updated" },
       { header: "waiting for / reason" },
     ],
@@ -242,6 +244,7 @@ export async function renderRuns(
       r.workflow,
       r.status,
       r.steps === null ? "-" : String(r.steps),
+      when(r.createdAt),
       when(r.updatedAt),
       r.waiting,
     ]),

@@ -3,7 +3,8 @@
  * `dumplings workflows`:
  *
  * - `dumplings workflows ls [--status S] [--limit N] [--cursor C]` — list workflows
- *   (newest update first, keyset pagination: the next page's cursor is printed);
+ *   (newest created first, keyset pagination: the next page's cursor is printed; following the
+ *   cursors lists each workflow once while workflows change);
  * - `dumplings workflows show ID` — one workflow's step timeline and recorded errors;
  * - `dumplings workflows rm ID` — delete a workflow from both tiers;
  * - `dumplings workflows prune --older-than 30d [--keep-last N] [--archive-dir DIR] [--vacuum full]` —
@@ -22,6 +23,7 @@
  * @module
  */
 import { Command } from "commander";
+import { InvalidOptionError } from "../core/errors.js";
 import type { WorkflowRowStatus } from "../durable/checkpoints/contract.js";
 import { RedisHotTier } from "../durable/checkpoints/hot-redis.js";
 import { INTERRUPT_SIGNAL, JournalColdStore } from "../durable/checkpoints/journal-store.js";
@@ -154,9 +156,14 @@ async function withStore<T>(options: WorkflowCliOptions, fn: (store: CheckpointS
 const iso = (ms: number) => new Date(ms).toISOString();
 const STATUSES = new Set(["running", "waiting", "finished", "failed"]);
 
+/** The message of a refused `--cursor`, naming the option as the user gave it. */
+function cursorMessage(e: Error): string {
+  return e instanceof InvalidOptionError ? `--cursor ${e.message.slice(e.message.indexOf(": ") + 2)}` : e.message;
+}
+
 function lsCommand(): Command {
   return withStoreOptions(new Command("ls"))
-    .description("list workflows, newest update first")
+    .description("list workflows, newest created first (following --cursor lists each once while they change)")
     .option("--status <status>", "running, waiting, finished or failed")
     .option("--limit <n>", "page size (1..1000)", "50")
     .option("--cursor <cursor>", "cursor printed by the previous page")
@@ -172,7 +179,7 @@ function lsCommand(): Command {
         const page = await store
           .listWorkflows({ status: options.status as WorkflowRowStatus | undefined, limit, cursor: options.cursor })
           .catch((e: unknown) => {
-            throw e instanceof RangeError ? new UsageError(e.message) : e;
+            throw e instanceof RangeError || e instanceof InvalidOptionError ? new UsageError(cursorMessage(e)) : e;
           });
         if (options.json) return printJson(page);
         const table = renderTable(
@@ -181,9 +188,17 @@ function lsCommand(): Command {
             { header: "status" },
             { header: "step", align: "right" },
             { header: "next" },
+            { header: "created" },
             { header: "updated" },
           ],
-          page.items.map((w) => [w.workflowId, w.status, String(w.latestStep), w.currentNode, iso(w.updatedAt)]),
+          page.items.map((w) => [
+            w.workflowId,
+            w.status,
+            String(w.latestStep),
+            w.currentNode,
+            iso(w.createdAt),
+            iso(w.updatedAt),
+          ]),
         );
         process.stdout.write(`${table}\n${page.nextCursor ? `next page: --cursor ${page.nextCursor}\n` : ""}`);
       });

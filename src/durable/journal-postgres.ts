@@ -40,7 +40,7 @@ import {
   type WriteStepOptions,
 } from "./journal.js";
 import { nextOrExisting, SqlJournal, stepRecordValues } from "./journal-sql.js";
-import { DEFAULT_JOURNAL_TABLE_PREFIX, sqlJournalMigrations } from "./journal-sql-schema.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX, RUN_ID_BYTEWISE, sqlJournalMigrations } from "./journal-sql-schema.js";
 import { type AcquireLeaseOptions, leaseReentrant } from "./lease.js";
 
 /** The keys of {@link PostgresJournalOptions}: any other is an `InvalidOptionError`. */
@@ -66,6 +66,7 @@ const MIGRATIONS: PostgresMigrations = {
     table: (n) => `{s}."${n}"`,
     bigint: "BIGINT",
     keyed: "",
+    bytewise: RUN_ID_BYTEWISE.postgres,
   }),
 };
 

@@ -393,16 +393,6 @@ local now = nowms()
 local token = takeover('pending', now, {'output_json', 'error_json', 'waiting_for', 'wake_at'})
 redis.call('RPUSH', KEYS[4], stamp(ARGV[1], now, token, dropped))
 return runreply()`),
-  /** Adds the runs `ARGV[2]..ARGV[3]` of the creation index (`KEYS[1]`) missing from `KEYS[2]` to it. */
-  indexUpdated: redisScript(`
-local ids = redis.call('ZRANGE', KEYS[1], ARGV[2], ARGV[3])
-for _, id in ipairs(ids) do
-  if not redis.call('ZSCORE', KEYS[2], id) then
-    local u = redis.call('HGET', ARGV[1] .. '{' .. id .. '}:run', 'updated_at')
-    if u then redis.call('ZADD', KEYS[2], u, id) end
-  end
-end
-return #ids`),
 } as const;
 
 /** The same bytes as a Buffer (ioredis sends a Buffer as is), not copied. */
@@ -471,14 +461,14 @@ export class RedisJournal implements Journal {
     return `${this.prefix}{${runId}}:${part}`;
   }
 
-  /** The runs by creation time (score: `created_at`). */
+  /** The runs by creation time (score: `created_at`), which {@link listRuns} pages through. */
   private get index() {
     return `${this.prefix}runs`;
   }
 
   /**
-   * The runs by `updated_at` (the score), which {@link listRuns} pages through; kept by every script that
-   * changes a run's `updated_at`. Runs of an earlier release are added to it by {@link indexUpdated}.
+   * The runs by `updated_at` (the score), kept by every script that changes a run's `updated_at` for the
+   * processes of the previous release (a rolling deploy), whose `listRuns` read it; this one does not.
    */
   private get updated() {
     return `${this.prefix}runs:updated`;
@@ -546,13 +536,12 @@ export class RedisJournal implements Journal {
   /**
    * {@inheritDoc Journal.listRuns}
    *
-   * Pages through the `updated_at` index (`runs:updated`) from the cursor down, 200 runs a round trip,
-   * keeping those of the filter: a keyset walk (the runs of the cursor's millisecond that sort before its
-   * id, then the older ones), so a run moved to the front meanwhile shifts nothing.
+   * Pages through the creation index (`runs`, score `created_at`) from the cursor down, 200 runs a round
+   * trip, keeping those of the filter: a keyset walk (the runs of the cursor's millisecond that sort before
+   * its id, then the older ones) on scores that never change.
    */
   async listRuns(filter?: ListRunsFilter): Promise<RunRecord[]> {
     const f = checkListRuns(this.name, filter);
-    await this.indexUpdated();
     const out: RunRecord[] = [];
     const fail = (cause: unknown) => new BackendError("redis", "cannot list runs", { cause });
     /** Reads the runs of `ids` in order, keeps those of the filter; true when the page is full. */
@@ -580,43 +569,21 @@ export class RedisJournal implements Journal {
     for (;;) {
       let max = "+inf";
       if (cursor !== undefined) {
-        const { updatedAt, runId } = cursor;
+        const { createdAt, runId } = cursor;
         const ties = await this.conn.call("cannot list runs", undefined, (c) =>
-          c.zrangebyscore(this.updated, updatedAt, updatedAt),
+          c.zrangebyscore(this.index, createdAt, createdAt),
         );
         if (await take(ties.filter((id) => memberBefore(id, runId)).reverse())) return out;
-        max = `(${updatedAt}`;
+        max = `(${createdAt}`;
       }
       const batch = await this.conn.call("cannot list runs", undefined, (c) =>
-        c.zrevrangebyscore(this.updated, max, "-inf", "WITHSCORES", "LIMIT", 0, 200),
+        c.zrevrangebyscore(this.index, max, "-inf", "WITHSCORES", "LIMIT", 0, 200),
       );
       if (batch.length === 0) return out;
       const ids: string[] = [];
       for (let i = 0; i < batch.length; i += 2) ids.push(String(batch[i]));
       if (await take(ids)) return out;
-      cursor = { updatedAt: Number(batch[batch.length - 1]), runId: String(batch[batch.length - 2]) };
-    }
-  }
-
-  /**
-   * Adds to the `updated_at` index the runs it lacks (runs written by a release before it existed),
-   * when it holds fewer runs than the creation index; 500 runs per script.
-   */
-  private async indexUpdated(): Promise<void> {
-    const [all, indexed] = await this.conn.call("cannot list runs", undefined, (c) =>
-      Promise.all([c.zcard(this.index), c.zcard(this.updated)]),
-    );
-    if (indexed >= all) return;
-    for (let start = 0; start < all; start += 500) {
-      const n = await this.conn.call("cannot list runs", undefined, (c) =>
-        runScript(
-          c,
-          SCRIPTS.indexUpdated,
-          [this.index, this.updated],
-          [this.prefix, String(start), String(start + 499)],
-        ),
-      );
-      if (Number(n) < 500) break;
+      cursor = { createdAt: Number(batch[batch.length - 1]), runId: String(batch[batch.length - 2]) };
     }
   }
 

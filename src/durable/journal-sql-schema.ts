@@ -21,7 +21,19 @@ export interface SqlJournalDialect {
   keyed: string;
   /** Type of a bytes column: `BLOB` (SQLite) or `BYTEA` (PostgreSQL). @default `BYTEA` when `bigint` is `BIGINT`, else `BLOB` */
   bytes?: string;
+  /**
+   * What makes a text column compare byte by byte (UTF-8), as every journal orders run ids:
+   * {@link RUN_ID_BYTEWISE} of the dialect. @default `""` (SQLite's `BINARY`, its default)
+   */
+  bytewise?: string;
 }
+
+/**
+ * How `run_id` is compared in the listing's order and cursor, per database: byte by byte (UTF-8), as
+ * SQLite compares text by default and Redis orders the members of one score, so that a merge of two
+ * listings (the workflow store's `failed`: three statuses) orders ties as the database does.
+ */
+export const RUN_ID_BYTEWISE: Record<"sqlite" | "postgres", string> = { sqlite: "", postgres: ' COLLATE "C"' };
 
 /** One versioned migration of the journal's tables, in the shape both drivers' migration lists take. */
 export interface SqlJournalMigration {
@@ -45,7 +57,12 @@ export interface SqlJournalMigration {
  * - 5: `steps.snapshot` (1 for a snapshot step, else NULL) and a partial index
  *   of the snapshot steps, for {@link Journal.pruneRuns};
  * - 6: `blobs` (content-addressed bytes: `ref` = sha256 hex) and `blob_refs`
- *   (which step record holds which reference), for {@link WriteStepOptions.blobs}.
+ *   (which step record holds which reference), for {@link WriteStepOptions.blobs};
+ * - 7: {@link Journal.listRuns} pages by creation, `(created_at, run_id)`, fixed for a run's life (a
+ *   walk lists each run once while runs change; `run_id` compared byte by byte): its indexes alone, after `status`, after `workflow`,
+ *   and after `workflow` and `status` (the workflow store's filtered listing); version 4's indexes
+ *   by `updated_at` are dropped (nothing reads runs in that order any more, and every lease and
+ *   status change had to update them).
  *
  * @param prefix - prefix of the table names, e.g. `durable_`
  * @param dialect - how the database spells names and types
@@ -59,6 +76,7 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
   const signals = dialect.table(`${prefix}signals`);
   const events = dialect.table(`${prefix}events`);
   const big = dialect.bigint;
+  const id = `run_id${dialect.bytewise ?? ""}`;
   return [
     {
       version: 1,
@@ -127,6 +145,19 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
           run_id TEXT NOT NULL, seq INTEGER NOT NULL, ref TEXT NOT NULL,
           PRIMARY KEY (run_id, seq, ref))${dialect.keyed}`,
         `CREATE INDEX IF NOT EXISTS ${prefix}blob_refs_ref ON ${dialect.table(`${prefix}blob_refs`)} (ref)`,
+      ],
+    },
+    {
+      version: 7,
+      name: "runs listed by (created_at, run_id), of a status, a workflow, or both",
+      up: [
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_created ON ${runs} (created_at, ${id})`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_status_created ON ${runs} (status, created_at, ${id})`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_workflow_created ON ${runs} (workflow, created_at, ${id})`,
+        `CREATE INDEX IF NOT EXISTS ${prefix}runs_workflow_status_created ON ${runs} (workflow, status, created_at, ${id})`,
+        ...["runs_updated", "runs_status_updated", "runs_workflow_updated"].map(
+          (n) => `DROP INDEX IF EXISTS ${dialect.table(`${prefix}${n}`)}`,
+        ),
       ],
     },
   ];

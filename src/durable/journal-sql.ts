@@ -64,12 +64,13 @@ import {
   signalFromRow,
   signalRefused,
   snapshotWrite,
+  sqlListRuns,
   stepFromRow,
   syncedWrite,
   type UpdateRunResult,
   type WriteStepOptions,
 } from "./journal.js";
-import { DEFAULT_JOURNAL_TABLE_PREFIX } from "./journal-sql-schema.js";
+import { DEFAULT_JOURNAL_TABLE_PREFIX, RUN_ID_BYTEWISE } from "./journal-sql-schema.js";
 import { type AcquireLeaseOptions, leaseReentrant } from "./lease.js";
 
 type Row = JournalRow;
@@ -407,35 +408,32 @@ export class SqlJournal implements Journal {
   /**
    * {@inheritDoc Journal.listRuns}
    *
-   * One keyset query on an index of `(updated_at, run_id)` (after `status` or `workflow` when filtered):
-   * `(updated_at, run_id) < cursor`, `ORDER BY updated_at DESC, run_id DESC LIMIT limit`.
+   * One keyset query on an index of `(created_at, run_id)` (after `workflow`, `status` or both when
+   * filtered): `(created_at, run_id) < cursor`, `ORDER BY created_at DESC, run_id DESC LIMIT limit`.
    */
   async listRuns(filter?: ListRunsFilter): Promise<RunRecord[]> {
-    const f = checkListRuns(this.name, filter);
-    const where: string[] = [];
-    const values: unknown[] = [];
-    if (f.status !== undefined) {
-      values.push(f.status);
-      where.push(`status = $${values.length}`);
-    }
-    if (f.workflow !== undefined) {
-      values.push(f.workflow);
-      where.push(`workflow = $${values.length}`);
-    }
-    if (f.after !== undefined) {
-      values.push(f.after.updatedAt, f.after.runId);
-      where.push(`(updated_at, run_id) < ($${values.length - 1}, $${values.length})`);
-    }
-    values.push(f.limit);
-    const { rows } = await this.driver.query(
-      "cannot list runs",
-      undefined,
-      `SELECT * FROM ${this.t.runs}${where.length ? ` WHERE ${where.join(" AND ")}` : ""}
-       ORDER BY updated_at DESC, run_id DESC LIMIT $${values.length}`,
-      values,
+    const { text, values } = sqlListRuns(
+      this.t.runs,
+      checkListRuns(this.name, filter),
+      RUN_ID_BYTEWISE[this.driver.name],
     );
+    const { rows } = await this.driver.query("cannot list runs", undefined, text, values);
     // one bad row is listed with its readError, not a failure of the whole listing
     return rows.map((row) => runFromRow(row, true));
+  }
+
+  /**
+   * The database's plan of {@link listRuns}' query for `filter` (`EXPLAIN`), one line per plan row:
+   * which index serves a listing (diagnostics and tests; the workflow store's `explainList`).
+   * @throws {InvalidOptionError} as {@link listRuns}
+   */
+  explainListRuns(filter?: ListRunsFilter): Promise<string> {
+    const { text, values } = sqlListRuns(
+      this.t.runs,
+      checkListRuns(this.name, filter),
+      RUN_ID_BYTEWISE[this.driver.name],
+    );
+    return this.driver.explain(text, values);
   }
 
   /**

@@ -33,6 +33,7 @@ import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import { JournalIntegrityError, RunStateError, StaleFencingTokenError } from "./errors.js";
 import type { AcquireLeaseOptions } from "./lease.js";
 
+export { type CheckedListRuns, checkListRuns, RUN_STATUSES, runCursor, sqlListRuns } from "./journal-list.js";
 export {
   eventFromRow,
   type JournalRow,
@@ -57,17 +58,6 @@ export type StepStatus = "started" | "completed" | "failed" | "waiting";
  * - `cancelled`: ended by an operator; takes no more steps.
  */
 export type RunStatus = "pending" | "running" | "waiting" | "blocked" | "completed" | "failed" | "cancelled";
-
-/** Every {@link RunStatus}, in a run's usual order (internal: `listRuns` and `dumplings runs --status` check against it). */
-export const RUN_STATUSES: readonly RunStatus[] = [
-  "pending",
-  "running",
-  "waiting",
-  "blocked",
-  "completed",
-  "failed",
-  "cancelled",
-];
 
 /** An error as stored in the journal (JSON). */
 export interface RecordedError {
@@ -277,75 +267,11 @@ export interface ListRunsFilter {
   workflow?: string;
   /** At most this many runs (an integer ≥ 1). @default 1000 */
   limit?: number;
-  /** The {@link runCursor} of the last run of the previous page: only runs listed after it. */
+  /**
+   * The {@link runCursor} of the last run of the previous page: only runs created before it (see
+   * {@link Journal.listRuns}). A cursor of an earlier release (update order) is an `InvalidOptionError`.
+   */
   after?: string;
-}
-
-/** The keys of {@link ListRunsFilter}: any other is an `InvalidOptionError`. */
-const LIST_RUNS_KEYS = optionKeys<ListRunsFilter>({ status: true, workflow: true, limit: true, after: true });
-
-/**
- * The opaque cursor of a run in {@link Journal.listRuns}' order: pass it as `after` to list the runs
- * that follow it (its `updatedAt` and `runId`, encoded; the same in every journal).
- *
- * @param run - a run as listed (only `updatedAt` and `runId` are read)
- * @returns a URL-safe string
- * @example
- * const page = await journal.listRuns({ workflow: "graph", limit: 50 });
- * const next = await journal.listRuns({ workflow: "graph", limit: 50, after: runCursor(page.at(-1)!) });
- */
-export function runCursor(run: Pick<RunRecord, "updatedAt" | "runId">): string {
-  return Buffer.from(JSON.stringify([run.updatedAt, run.runId]), "utf8").toString("base64url");
-}
-
-/**
- * Checks a {@link ListRunsFilter} (shared by the stores) and decodes its cursor.
- * @throws {InvalidOptionError} on an unknown key or a bad value
- */
-export function checkListRuns(
-  store: string,
-  filter: ListRunsFilter | undefined,
-): { status?: RunStatus; workflow?: string; limit: number; after?: { updatedAt: number; runId: string } } {
-  const component = `${store} listRuns`;
-  if (filter === undefined || filter === null) return { limit: 1000 };
-  if (typeof filter !== "object") {
-    throw new InvalidOptionError(component, "filter", "must be an object { status?, workflow?, limit?, after? }");
-  }
-  checkOptions(component, filter, LIST_RUNS_KEYS);
-  const { status, workflow, limit = 1000, after } = filter;
-  if (!Number.isSafeInteger(limit) || limit < 1) {
-    throw new InvalidOptionError(component, "limit", `must be an integer ≥ 1, got ${String(limit)}`);
-  }
-  if (status !== undefined && (typeof status !== "string" || !RUN_STATUSES.includes(status as RunStatus))) {
-    throw new InvalidOptionError(
-      component,
-      "status",
-      `must be one of ${RUN_STATUSES.join(", ")}, got ${typeof status === "string" ? JSON.stringify(status) : typeof status}`,
-    );
-  }
-  if (workflow !== undefined && typeof workflow !== "string") {
-    throw new InvalidOptionError(component, "workflow", `must be a string, got ${typeof workflow}`);
-  }
-  const out: ReturnType<typeof checkListRuns> = { limit };
-  if (status) out.status = status;
-  if (workflow !== undefined) out.workflow = workflow;
-  if (after !== undefined) {
-    let v: unknown;
-    try {
-      v = typeof after === "string" ? JSON.parse(Buffer.from(after, "base64url").toString("utf8")) : undefined;
-    } catch {
-      v = undefined;
-    }
-    if (!Array.isArray(v) || v.length !== 2 || !Number.isSafeInteger(v[0]) || typeof v[1] !== "string") {
-      throw new InvalidOptionError(
-        component,
-        "after",
-        `${JSON.stringify(after)} is not a run cursor: pass runCursor(run) of the last run of the previous page`,
-      );
-    }
-    out.after = { updatedAt: v[0] as number, runId: v[1] };
-  }
-  return out;
 }
 
 /** Fields {@link Journal.updateRun} may change. */
@@ -627,13 +553,17 @@ export interface Journal {
   /** The run, or undefined. */
   getRun(runId: string): Promise<RunRecord | undefined>;
   /**
-   * Runs, newest first by `(updatedAt, runId)` (both descending), optionally of one status and one
-   * workflow, a page at a time: `after` is the {@link runCursor} of the last run of the previous page.
-   * Paging is stable while runs change: a run updated meanwhile may move to the front (and is then
-   * not listed again on the later pages), but no run that stayed put is skipped or listed twice.
+   * Runs, newest created first by `(createdAt, runId)` (both descending), optionally of one status and
+   * one workflow, a page at a time: `after` is the {@link runCursor} of the last run of the previous page.
+   * Both keys are fixed when a run is created, so a run keeps its place however often it changes: a walk
+   * lists each run exactly once while runs are updated between its pages. A run created during the walk
+   * sorts before its first page and is not listed by its later pages (never twice); a run deleted
+   * during the walk is not listed by the pages read after the delete; with `status`, a run is listed
+   * when it has that status as its page is read. (`updatedAt` is not an order: a run updated would move.)
    * @param filter - see {@link ListRunsFilter}
    * @throws {InvalidOptionError} on an unknown key, a `limit` that is not an integer ≥ 1, or an `after`
-   *   that is not a cursor made by {@link runCursor}
+   *   that is not a cursor made by {@link runCursor} (a cursor of an earlier release, which listed by
+   *   update time, included: list again from the first page)
    */
   listRuns(filter?: ListRunsFilter): Promise<RunRecord[]>;
   /**

@@ -28,7 +28,8 @@
  * - **what workflow graphs use**: `readSteps` with a query (`fromSeq`,
  *   `namePrefix`, `last`), snapshot steps and `pruneRuns` (holes never filled:
  *   the next seq is the highest + 1), blobs written with their step and deleted
- *   with their last reference, `listRuns` paged by `runCursor` while runs move.
+ *   with their last reference, `listRuns` newest created first, paged by `runCursor`: a walk lists
+ *   each run exactly once while runs are updated, cancelled, retried and created between its pages.
  *
  * The suite imports no test runner: the caller passes its test functions as
  * `options.test` (see `ConformanceTestApi`; vitest's namespace fits).
@@ -80,6 +81,32 @@ async function withShiftedClock<T>(shiftMs: number, fn: () => Promise<T>): Promi
   } finally {
     Date.now = real;
   }
+}
+
+/** Runs sorted as `listRuns` lists them: newest created first, by `(createdAt, runId)`, ids byte by byte. */
+function newestCreated(runs: RunRecord[]): RunRecord[] {
+  return [...runs].sort(
+    (a, b) => b.createdAt - a.createdAt || Buffer.compare(Buffer.from(b.runId, "utf8"), Buffer.from(a.runId, "utf8")),
+  );
+}
+
+/** Every run id of a `listRuns` walk, page by page (`runCursor` of each page's last run), in order. */
+async function walk(j: Journal, filter: { limit: number; workflow?: string; status?: RunRecord["status"] }) {
+  const out: string[] = [];
+  let after: string | undefined;
+  for (let n = 0; n < 100; n++) {
+    const page = await j.listRuns({ ...filter, ...(after !== undefined ? { after } : {}) });
+    if (page.length === 0) break;
+    expect_(page.length <= filter.limit, `a page of ${page.length} runs, more than ${filter.limit}`);
+    out.push(...page.map((r) => r.runId));
+    after = runCursor(page.at(-1) as RunRecord);
+  }
+  return out;
+}
+
+/** Throws `message` unless `ok` (a check inside a helper, which has no `expect`). */
+function expect_(ok: boolean, message: string): void {
+  if (!ok) throw new Error(message);
 }
 
 /** Takes a lease that must be granted; returns its token. */
@@ -338,40 +365,28 @@ export function runJournalConformance<J extends Journal>(
       }
     });
 
-    it("listRuns: newest first by (updatedAt, runId), of a status and a workflow, in pages by runCursor; stable while runs move", async () => {
+    it("listRuns: newest created first by (createdAt, runId), of a status and a workflow, in pages by runCursor", async () => {
       const j = journal;
+      const base = newRunId();
       const ids: string[] = [];
       for (let i = 0; i < 7; i++) {
-        const id = `${newRunId()}-${i}`;
+        const id = `${base}-${i}`; // one base: runs of one millisecond sort by their index
         ids.push(id);
         await j.createRun({ runId: id, workflow: i % 2 === 0 ? "graph" : "agent", input: i });
         if (i === 2) await sleep(3); // some runs share a millisecond, others do not
       }
       const t3 = await lease(j, ids[3] as string, "A");
       await j.updateRun(t3, ids[3] as string, { status: "completed", output: 3 });
-      const order = (runs: { updatedAt: number; runId: string }[]) =>
-        [...runs].sort((a, b) => b.updatedAt - a.updatedAt || (a.runId < b.runId ? 1 : a.runId > b.runId ? -1 : 0));
-      const stored = await Promise.all(ids.map(async (id) => (await j.getRun(id)) as NonNullable<unknown>));
+      const stored = await Promise.all(ids.map(async (id) => (await j.getRun(id)) as RunRecord));
       const all = await j.listRuns();
-      expect(all.map((r) => r.runId)).toEqual(
-        order(stored as { updatedAt: number; runId: string }[]).map((r) => r.runId),
-      );
-      expect(all[0]?.runId).toBe(ids[3]);
+      expect(all.map((r) => r.runId)).toEqual(newestCreated(stored).map((r) => r.runId));
+      expect(all[0]?.runId).toBe(ids[6]); // the run updated last keeps its place
       for (let i = 1; i < all.length; i++) {
-        expect((all[i - 1] as RunRecord).updatedAt >= (all[i] as RunRecord).updatedAt).toBe(true);
+        expect((all[i - 1] as RunRecord).createdAt >= (all[i] as RunRecord).createdAt).toBe(true);
       }
-      // pages of 2 (and of 1) walk the same list
+      // pages of 1, 2 and 3 walk the same list
       for (const limit of [1, 2, 3]) {
-        const pages: string[] = [];
-        let after: string | undefined;
-        for (let n = 0; n < 20; n++) {
-          const page = await j.listRuns({ limit, ...(after !== undefined ? { after } : {}) });
-          if (page.length === 0) break;
-          expect(page.length).toBeLessThanOrEqual(limit);
-          pages.push(...page.map((r) => r.runId));
-          after = runCursor(page.at(-1) as RunRecord);
-        }
-        expect(pages).toEqual(all.map((r) => r.runId));
+        expect(await walk(j, { limit })).toEqual(all.map((r) => r.runId));
       }
       const graphs = all.filter((r) => r.workflow === "graph").map((r) => r.runId);
       expect((await j.listRuns({ workflow: "graph" })).map((r) => r.runId)).toEqual(graphs);
@@ -383,39 +398,81 @@ export function runJournalConformance<J extends Journal>(
       expect((await j.listRuns({ workflow: "agent", status: "completed" })).map((r) => r.runId)).toEqual([ids[3]]);
       expect(await j.listRuns({ workflow: "graph", status: "completed" })).toEqual([]);
       expect(await j.listRuns({ workflow: "none" })).toEqual([]);
-      // stable while runs change: a page, then a listed run and an unlisted one move to the front
-      const page1 = await j.listRuns({ limit: 3 });
-      await sleep(3);
-      const moved = [page1[0]?.runId as string, all.at(-1)?.runId as string];
-      for (const id of moved) await lease(j, id, "A");
-      const rest: string[] = [];
-      let after = runCursor(page1.at(-1) as RunRecord);
-      for (let n = 0; n < 20; n++) {
-        const page = await j.listRuns({ limit: 2, after });
-        if (page.length === 0) break;
-        rest.push(...page.map((r) => r.runId));
-        after = runCursor(page.at(-1) as RunRecord);
-      }
-      const stayed = all.map((r) => r.runId).filter((id) => !moved.includes(id));
-      const seen = [...page1.map((r) => r.runId), ...rest];
-      for (const id of stayed)
-        expect(
-          seen.filter((x) => x === id),
-          id,
-        ).toHaveLength(1);
-      expect(rest).not.toContain(moved[0]);
-      expect((await j.listRuns({ limit: 2 })).map((r) => r.runId).sort()).toEqual([...moved].sort());
+      expect(await walk(j, { limit: 1, workflow: "graph", status: "pending" })).toEqual(graphs);
       // bad filters
       for (const bad of [
         { limit: 0 },
         { limit: 1.5 },
         { after: "not a cursor" },
         { after: 7 },
+        { after: Buffer.from(JSON.stringify([Date.now(), ids[0]]), "utf8").toString("base64url") }, // update order: 0.4's
         { workflows: "x" },
         { status: "bogus" },
         { status: "" },
       ]) {
         await expect(j.listRuns(bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(InvalidOptionError);
+      }
+    });
+
+    it("listRuns: a walk lists each run exactly once while runs are updated, cancelled, retried and created between its pages", async () => {
+      const j = journal;
+      // the whole journal, then one workflow's runs (each walk on runs of its own)
+      for (const [w, filter] of [
+        ["w1", {}],
+        ["w2", { workflow: "w2" }],
+      ] as const) {
+        const ids: string[] = [];
+        for (let i = 0; i < 9; i++) {
+          const id = `${newRunId()}-${i}`;
+          ids.push(id);
+          await j.createRun({ runId: id, workflow: w, input: i });
+          if (i % 3 === 2) await sleep(3); // some runs share a millisecond, others do not
+        }
+        const before = (await j.listRuns(filter)).map((r) => r.runId);
+        const seen: string[] = [];
+        const touched = new Set<string>(); // changed once each, so every change is legal
+        let after: string | undefined;
+        for (let n = 0; n < 40; n++) {
+          const page = await j.listRuns({ ...filter, limit: 2, ...(after !== undefined ? { after } : {}) });
+          if (page.length === 0) break;
+          seen.push(...page.map((r) => r.runId));
+          after = runCursor(page.at(-1) as RunRecord);
+          await sleep(2); // the updates below get a later time than anything listed so far
+          // a run not listed yet is leased and completed (it was the oldest: its update makes it the newest
+          // changed), a listed one is cancelled, another not listed is retried, and a new run is created
+          const unlisted = ids.filter((id) => !seen.includes(id) && !touched.has(id));
+          const oldest = unlisted.at(-1);
+          if (oldest !== undefined) {
+            touched.add(oldest);
+            const t = await lease(j, oldest, `w${n}`);
+            await j.updateRun(
+              t,
+              oldest,
+              n % 2 === 0
+                ? { status: "completed", output: n }
+                : { status: "failed", error: { name: "E", message: "y" } },
+            );
+          }
+          const listed = seen.filter((id) => ids.includes(id)).at(-1);
+          if (listed !== undefined) await j.cancelRun(listed, "op", "walk").catch(() => undefined);
+          const failed = unlisted.find((id) => id !== oldest);
+          if (failed !== undefined) {
+            touched.add(failed);
+            const t = await lease(j, failed, `x${n}`);
+            await j.updateRun(t, failed, { status: "failed", error: { name: "E", message: "x" } });
+            await j.retryRun(failed, "op");
+          }
+          await j.createRun({ runId: `${newRunId()}-new-${n}`, workflow: w, input: n });
+        }
+        for (const id of ids) {
+          expect(
+            seen.filter((x) => x === id),
+            `${id} in ${JSON.stringify(filter)}`,
+          ).toHaveLength(1);
+        }
+        expect(new Set(seen).size, "no run twice").toBe(seen.length);
+        // the runs of before the walk in their order, whatever was created meanwhile
+        expect(seen.filter((id) => before.includes(id))).toEqual(before.filter((id) => seen.includes(id)));
       }
     });
 

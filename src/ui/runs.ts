@@ -17,23 +17,28 @@ import type { Context, Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { describeWait, operatorName, pendingApprovals, renderNotes, sendDecision } from "../cli/durable-commands.js";
 import { errorParts, isItemFault, UsageError } from "../cli/errors.js";
-import { FormatError } from "../core/errors.js";
+import { FormatError, InvalidOptionError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
 import { decisionValue } from "../durable/approvals.js";
 import { CHECKPOINT_STEP, INTERRUPT_SIGNAL } from "../durable/checkpoints/journal-store.js";
 import { RunNotFoundError } from "../durable/errors.js";
-import type { Journal, JournalEvent, RunRecord, RunStatus, StepRecord } from "../durable/journal.js";
+import {
+  type Journal,
+  type JournalEvent,
+  type RunRecord,
+  type RunStatus,
+  runCursor,
+  type StepRecord,
+} from "../durable/journal.js";
 import { approvalSignalName } from "../durable/signals.js";
 import type { PendingInterrupt } from "../workflow/state.js";
-import { badge, type Html, h, jsonBlock, layout, pageParam, pager, when } from "./html.js";
+import { badge, type Html, h, jsonBlock, layout, when } from "./html.js";
 import type { UiSources } from "./sources.js";
 import { interruptCard, workflowJournal } from "./workflows.js";
 
 const STATUSES: readonly RunStatus[] = ["pending", "running", "waiting", "blocked", "failed", "completed", "cancelled"];
-/** Runs per list page. */
+/** Runs per list page (pages follow the journal's cursor: each run once while runs change). */
 export const RUNS_PER_PAGE = 50;
-/** Newest runs a list reads (the journal lists newest first, without a cursor). */
-export const RUNS_LISTED = 1000;
 /** How often the live feed polls the journal for new events, ms. */
 export const LIVE_POLL_MS = 500;
 
@@ -107,9 +112,17 @@ export function runRoutes(app: Hono, sources: UiSources): void {
     }
     const asked = c.req.query("status");
     const status = STATUSES.find((s) => s === asked);
-    const page = pageParam(c.req.query("page"));
-    const runs = await src.value.listRuns({ ...(status ? { status } : {}), limit: RUNS_LISTED });
-    const shown = runs.slice(page * RUNS_PER_PAGE, (page + 1) * RUNS_PER_PAGE);
+    // Newest created first, a page at a time after the previous page's last run (runCursor): a run keeps
+    // its place while it changes, so following "older" lists each run once.
+    const cursor = c.req.query("cursor") || undefined;
+    const runs = await src.value
+      .listRuns({ ...(status ? { status } : {}), limit: RUNS_PER_PAGE + 1, ...(cursor ? { after: cursor } : {}) })
+      .catch((e: unknown) => {
+        throw e instanceof InvalidOptionError ? new UsageError(e.message) : e;
+      });
+    const shown = runs.slice(0, RUNS_PER_PAGE);
+    const last = shown.at(-1);
+    const next = runs.length > RUNS_PER_PAGE && last ? runCursor(last) : undefined;
     const rows: Html[] = [];
     for (const run of shown) {
       let waiting: string;
@@ -126,10 +139,9 @@ export function runRoutes(app: Hono, sources: UiSources): void {
         waiting = `unreadable: ${message} (${code})`;
       }
       rows.push(
-        h`<tr><td><a href="/runs/${encodeURIComponent(run.runId)}">${run.runId}</a></td><td class="hide-sm">${run.workflow}</td><td>${badge(run.status)}</td><td class="hide-sm small">${when(run.updatedAt)}</td><td class="small">${waiting}</td></tr>`,
+        h`<tr><td><a href="/runs/${encodeURIComponent(run.runId)}">${run.runId}</a></td><td class="hide-sm">${run.workflow}</td><td>${badge(run.status)}</td><td class="hide-sm small">${when(run.createdAt)}</td><td class="hide-sm small">${when(run.updatedAt)}</td><td class="small">${waiting}</td></tr>`,
       );
     }
-    const pages = Math.ceil(runs.length / RUNS_PER_PAGE);
     const tab = (s: RunStatus | undefined, label: string) =>
       h`<a href="/runs${s ? `?status=${s}` : ""}" class="${s === status ? "active" : ""}">${label}</a>`;
     return c.html(
@@ -138,11 +150,10 @@ export function runRoutes(app: Hono, sources: UiSources): void {
         h`<h1>Durable runs <span class="muted small">${src.label}</span></h1>
 <nav class="pager">${tab(undefined, "all")}${STATUSES.map((s) => tab(s, s))}</nav>
 <div class="table-wrap"><table>
-<thead><tr><th>run</th><th class="hide-sm">workflow</th><th>status</th><th class="hide-sm">updated</th><th>waiting for / reason</th></tr></thead>
+<thead><tr><th>run</th><th class="hide-sm">workflow</th><th>status</th><th class="hide-sm">created</th><th class="hide-sm">updated</th><th>waiting for / reason</th></tr></thead>
 <tbody>${rows}</tbody></table></div>
 ${runs.length === 0 ? h`<p class="muted">no runs${status ? ` with status ${status}` : ""}</p>` : ""}
-${pager("/runs", { status }, page, pages, page + 1 < pages)}
-${runs.length >= RUNS_LISTED ? h`<p class="muted small">the newest ${RUNS_LISTED} runs are listed</p>` : ""}`,
+<nav class="pager">${cursor ? h`<a href="/runs${status ? `?status=${status}` : ""}">« newest</a>` : ""}${next ? h`<a rel="next" href="/runs?${new URLSearchParams({ ...(status ? { status } : {}), cursor: next }).toString()}">older ›</a>` : ""}</nav>`,
       ),
     );
   });

@@ -19,6 +19,7 @@
 import type { Context, Hono } from "hono";
 import { sendDecision } from "../cli/durable-commands.js";
 import { UsageError } from "../cli/errors.js";
+import { InvalidOptionError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import type { WorkflowRowStatus } from "../durable/checkpoints/contract.js";
 import { INTERRUPT_SIGNAL, JournalColdStore } from "../durable/checkpoints/journal-store.js";
@@ -157,7 +158,7 @@ export function workflowRoutes(app: Hono, sources: UiSources): void {
     const status = STATUSES.find((s) => s === asked);
     const cursor = c.req.query("cursor") || undefined;
     const page = await src.value.listWorkflows({ status, limit: WORKFLOWS_PER_PAGE, cursor }).catch((e: unknown) => {
-      throw e instanceof RangeError ? new UsageError(e.message) : e;
+      throw e instanceof RangeError || e instanceof InvalidOptionError ? new UsageError(e.message) : e;
     });
     const tab = (s: WorkflowRowStatus | undefined, label: string) =>
       h`<a href="/workflows${s ? `?status=${s}` : ""}" class="${s === status ? "active" : ""}">${label}</a>`;
@@ -167,10 +168,10 @@ export function workflowRoutes(app: Hono, sources: UiSources): void {
         h`<h1>Workflows <span class="muted small">${src.label}</span></h1>
 <nav class="pager">${tab(undefined, "all")}${STATUSES.map((s) => tab(s, s))}</nav>
 <div class="table-wrap"><table>
-<thead><tr><th>workflow</th><th>status</th><th class="num">step</th><th class="hide-sm">next node</th><th class="hide-sm">updated</th></tr></thead>
+<thead><tr><th>workflow</th><th>status</th><th class="num">step</th><th class="hide-sm">next node</th><th class="hide-sm">created</th><th class="hide-sm">updated</th></tr></thead>
 <tbody>${page.items.map(
           (w) =>
-            h`<tr><td><a href="/workflows/${encodeURIComponent(w.workflowId)}">${w.workflowId}</a>${w.parentWorkflowId ? h` <span class="muted small">fork of ${w.parentWorkflowId}</span>` : ""}</td><td>${badge(w.status)}</td><td class="num">${w.latestStep}</td><td class="hide-sm">${w.currentNode}</td><td class="hide-sm small">${when(w.updatedAt)}</td></tr>`,
+            h`<tr><td><a href="/workflows/${encodeURIComponent(w.workflowId)}">${w.workflowId}</a>${w.parentWorkflowId ? h` <span class="muted small">fork of ${w.parentWorkflowId}</span>` : ""}</td><td>${badge(w.status)}</td><td class="num">${w.latestStep}</td><td class="hide-sm">${w.currentNode}</td><td class="hide-sm small">${when(w.createdAt)}</td><td class="hide-sm small">${when(w.updatedAt)}</td></tr>`,
         )}</tbody></table></div>
 ${page.items.length === 0 ? h`<p class="muted">no workflows${status ? ` with status ${status}` : ""}</p>` : ""}
 <nav class="pager">${cursor ? h`<a href="/workflows${status ? `?status=${status}` : ""}">« newest</a>` : ""}${page.nextCursor ? h`<a rel="next" href="/workflows?${new URLSearchParams({ ...(status ? { status } : {}), cursor: page.nextCursor }).toString()}">older ›</a>` : ""}</nav>`,

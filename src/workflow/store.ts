@@ -540,12 +540,18 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   }
 
   /**
-   * Lists workflows, newest update first, with keyset pagination (index-backed, so a page costs
-   * the same at 100,000 workflows as at 10).
+   * Lists workflows, newest created first by `(createdAt, workflowId)` (both descending), with keyset
+   * pagination (index-backed, so a page costs the same at 100,000 workflows as at 10). Both keys are
+   * fixed when a workflow is created, so a walk that follows `nextCursor` lists each workflow exactly
+   * once while workflows run, wait, finish or fail between its pages; one created during the walk is
+   * not listed by its later pages (a new walk shows it first), never twice. With `status`, a workflow
+   * is listed when it has that status as its page is read.
    *
    * @param query - `status` filter, `limit` (default 50, max 1000), `cursor` from the previous page
    * @returns `{ items, nextCursor }` (`nextCursor` undefined on the last page)
-   * @throws {RangeError} on a malformed cursor or limit
+   * @throws {RangeError} on a limit outside 1..1000
+   * @throws {InvalidOptionError} (option `cursor`) on a cursor `listWorkflows` did not make, or one of an
+   *   earlier release (which listed by update time: list again from the first page)
    * @example
    * let page = await store.listWorkflows({ status: "waiting", limit: 100 });
    * while (page.nextCursor) page = await store.listWorkflows({ status: "waiting", limit: 100, cursor: page.nextCursor });
@@ -564,7 +570,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
       items,
       nextCursor:
         rows.length > limit && last
-          ? encodeCursor({ updatedAt: last.updatedAt, workflowId: last.workflowId })
+          ? encodeCursor({ createdAt: last.createdAt, workflowId: last.workflowId })
           : undefined,
     };
   }

@@ -52,7 +52,7 @@ function expectR3RowUnreadable(spec: string, column: string): void {
   expect(rows.find((r) => r.runId === "r1")?.readError).toBeUndefined();
   const text = runCli(["runs", "--journal", spec]);
   expect(text.code).toBe(6);
-  expect(text.stdout).toMatch(/^r3 +w +completed +- +\S+ +UNREADABLE \(FORMAT_ERROR\)$/m);
+  expect(text.stdout).toMatch(/^r3 +w +completed +- +\S+ +\S+ +UNREADABLE \(FORMAT_ERROR\)$/m);
   expect(text.stdout).toMatch(/^r1 +w +completed +1 /m);
 }
 
@@ -79,7 +79,7 @@ function expectR2Unreadable(spec: string): void {
   );
   const text = runCli(["runs", "--journal", spec]);
   expect(text.code).toBe(6);
-  expect(text.stdout).toMatch(/^r2 +w +completed +- +\S+ +UNREADABLE \(FORMAT_ERROR\)$/m);
+  expect(text.stdout).toMatch(/^r2 +w +completed +- +\S+ +\S+ +UNREADABLE \(FORMAT_ERROR\)$/m);
   expect(text.stdout).toMatch(/^r1 +w +completed +1 /m);
 }
 

@@ -1,15 +1,25 @@
 /**
- * A journal written before migrations 4–6 (the DDL of versions 1–3, as released, copied below) opened by
- * this build: the migrations run, the old rows read back, and every new feature works on them.
+ * A journal written before migrations 4–7 (the DDL of versions 1–3, as released, copied below) opened by
+ * this build: the migrations run, the old rows read back, and every new feature works on them. And a
+ * journal of the previous release (versions 1–6, on SQLite and PostgreSQL) gets version 7, the indexes
+ * of the listing by creation: its runs list newest created first, each once while they change.
  */
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
+import { InvalidOptionError } from "../../src/core/errors.js";
+import { PostgresDriver } from "../../src/drivers/postgres.js";
 import { SqliteDriver } from "../../src/drivers/sqlite.js";
 import { runCursor } from "../../src/durable/journal.js";
+import { PostgresJournal } from "../../src/durable/journal-postgres.js";
+import { sqlJournalMigrations } from "../../src/durable/journal-sql-schema.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
+import { DATABASE_URL, postgresSkipReason } from "../helpers/services.js";
+
+const pgSkip = await postgresSkipReason();
 
 /** The journal's migrations 1–3 as released before issue 22 (SQLite spelling, prefix `durable_`). */
 const RELEASED_V3 = [
@@ -95,10 +105,10 @@ describe("SqliteJournal on a file of the previous release (migrations 1–3)", (
         "durable_blob_refs",
         "durable_blobs",
       ]);
-      // listed by updated_at (a: 2000, b: 1999, c: 1998), in pages
+      // listed newest created first (c: 1002, b: 1001, a: 1000; their updated_at run the other way), in pages
       const first = await journal.listRuns({ limit: 2 });
-      expect(first.map((r) => r.runId)).toEqual(["a", "b"]);
-      expect((await journal.listRuns({ after: runCursor(first[1]!) })).map((r) => r.runId)).toEqual(["c"]);
+      expect(first.map((r) => r.runId)).toEqual(["c", "b"]);
+      expect((await journal.listRuns({ after: runCursor(first[1]!) })).map((r) => r.runId)).toEqual(["a"]);
       expect((await journal.readSteps("a", { namePrefix: "checkpoint:", last: 1 })).map((s) => s.seq)).toEqual([2]);
       // a snapshot step with a blob on the old run, then a prune
       const l = await journal.acquireLease("a", "w", 10_000);
@@ -126,6 +136,132 @@ describe("SqliteJournal on a file of the previous release (migrations 1–3)", (
       expect((await journal.readSteps("a")).map((s) => [s.seq, s.snapshot])).toEqual([[3, true]]);
     } finally {
       await journal.close();
+    }
+  });
+});
+
+/** The journal's migrations 1–6: the tables of the previous release (a released version is never edited). */
+const previous = (dialect: Parameters<typeof sqlJournalMigrations>[1]) =>
+  sqlJournalMigrations("durable_", dialect).filter((m) => m.version <= 6);
+
+const LISTING_INDEXES = [
+  "durable_runs_created",
+  "durable_runs_status_created",
+  "durable_runs_workflow_created",
+  "durable_runs_workflow_status_created",
+];
+const UPDATED_INDEXES = ["durable_runs_updated", "durable_runs_status_updated", "durable_runs_workflow_updated"];
+
+/** Five runs r0…r4 of workflow `graph`, created at 1000 + i, updated in the other order (5000 - i). */
+const OLD_RUNS = [0, 1, 2, 3, 4].map((i) => [`r${i}`, 1000 + i, 5000 - i] as const);
+const INSERT_RUN = `INSERT INTO durable_runs (run_id, workflow, status, input_json, fencing_token, created_at, updated_at, event_count)
+  VALUES ($1, 'graph', 'waiting', 'null', 0, $2, $3, 0)`;
+
+/** Checks the listing of {@link OLD_RUNS} on a journal migrated to 7: by creation, each once while runs change. */
+async function listsOldRunsByCreation(journal: SqliteJournal | PostgresJournal): Promise<void> {
+  expect((await journal.listRuns()).map((r) => r.runId)).toEqual(["r4", "r3", "r2", "r1", "r0"]);
+  const seen: string[] = [];
+  let after: string | undefined;
+  for (let n = 0; n < 10; n++) {
+    const page = await journal.listRuns({
+      workflow: "graph",
+      status: "waiting",
+      limit: 2,
+      ...(after ? { after } : {}),
+    });
+    if (page.length === 0) break;
+    seen.push(...page.map((r) => r.runId));
+    after = runCursor(page.at(-1)!);
+    // the oldest run, not listed yet, is leased: its updated_at becomes the newest
+    if (!seen.includes("r0")) await journal.acquireLease("r0", "w", 10_000);
+  }
+  expect(seen).toEqual(["r4", "r3", "r2", "r1", "r0"]);
+  // a cursor of the previous release ([updatedAt, runId]) is refused with a typed error that says what to do
+  const old = Buffer.from(JSON.stringify([4996, "r4"]), "utf8").toString("base64url");
+  const refused = await journal.listRuns({ after: old }).catch((e: unknown) => e);
+  expect(refused).toBeInstanceOf(InvalidOptionError);
+  expect((refused as Error).message).toMatch(/earlier release.*first page/);
+}
+
+describe("a journal of the previous release (migrations 1–6) gets the listing's indexes (7)", () => {
+  it("SQLite: the indexes by creation replace those by update; the listing uses them", async () => {
+    const file = path.join(dir, "v6.db");
+    const old = new SqliteDriver(
+      "sqlite",
+      { path: file },
+      {
+        component: "journal",
+        migrations: previous({ table: (n) => `"${n}"`, bigint: "INTEGER", keyed: " WITHOUT ROWID" }),
+      },
+      { incrementalVacuum: true },
+    );
+    const indexes = (db: SqliteDriver["db"]) =>
+      (db.prepare("SELECT name FROM sqlite_master WHERE type = 'index'").all() as { name: string }[]).map(
+        (r) => r.name,
+      );
+    expect(indexes(old.db)).toEqual(expect.arrayContaining(UPDATED_INDEXES));
+    for (const [id, created, updated] of OLD_RUNS)
+      old.db.prepare(INSERT_RUN.replace(/\$\d/g, "?")).run(id, created, updated);
+    await old.close();
+
+    const journal = new SqliteJournal({ path: file });
+    try {
+      const now = indexes(journal.db);
+      expect(now).toEqual(expect.arrayContaining(LISTING_INDEXES));
+      for (const gone of UPDATED_INDEXES) expect(now).not.toContain(gone);
+      // each filter's query is served by its index, in order (no sort of its own)
+      for (const [filter, index] of [
+        [{}, "durable_runs_created"],
+        [{ status: "waiting" }, "durable_runs_status_created"],
+        [{ workflow: "graph" }, "durable_runs_workflow_created"],
+        [{ workflow: "graph", status: "waiting" }, "durable_runs_workflow_status_created"],
+      ] as const) {
+        const plan = await journal.explainListRuns({
+          ...filter,
+          limit: 3,
+          after: runCursor({ createdAt: 1003, runId: "r3" }),
+        });
+        expect(plan, JSON.stringify(filter)).toMatch(new RegExp(`USING (COVERING )?INDEX ${index}\\b`));
+        expect(plan, JSON.stringify(filter)).not.toMatch(/TEMP B-TREE/);
+      }
+      await listsOldRunsByCreation(journal);
+    } finally {
+      await journal.close();
+    }
+  });
+
+  it.skipIf(pgSkip)("PostgreSQL: the indexes by creation replace those by update", async () => {
+    const schema = `dju_${randomUUID().replaceAll("-", "").slice(0, 16)}`;
+    const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+    try {
+      const old = new PostgresDriver(
+        "postgres",
+        { pool, schema },
+        { component: "journal", migrations: previous({ table: (n) => `{s}."${n}"`, bigint: "BIGINT", keyed: "" }) },
+      );
+      await old.query("seed", undefined, `SELECT 1`, []);
+      const indexes = async () =>
+        (await pool.query("SELECT indexname FROM pg_indexes WHERE schemaname = $1", [schema])).rows.map(
+          (r: { indexname: string }) => r.indexname,
+        );
+      expect(await indexes()).toEqual(expect.arrayContaining(UPDATED_INDEXES));
+      for (const [id, created, updated] of OLD_RUNS) {
+        await pool.query(INSERT_RUN.replace("durable_runs", `"${schema}".durable_runs`), [id, created, updated]);
+      }
+      await old.close();
+      const journal = new PostgresJournal({ pool, schema });
+      try {
+        await journal.listRuns({ limit: 1 }); // the first call migrates
+        const now = await indexes();
+        expect(now).toEqual(expect.arrayContaining(LISTING_INDEXES));
+        for (const gone of UPDATED_INDEXES) expect(now).not.toContain(gone);
+        await listsOldRunsByCreation(journal);
+      } finally {
+        await journal.close();
+      }
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
     }
   });
 });

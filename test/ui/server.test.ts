@@ -282,6 +282,38 @@ describe("pages", () => {
     ]);
   });
 
+  it("pages the runs by the journal's cursor: each run once while runs change and start between the pages", async () => {
+    const ids = Array.from({ length: 120 }, (_, i) => `paging-${String(i).padStart(3, "0")}`);
+    for (const id of ids) await journal.createRun({ runId: id, workflow: "paging", input: null });
+    const seen: string[] = [];
+    let next: string | undefined = "/runs?status=pending";
+    for (let n = 0; next !== undefined && n < 20; n++) {
+      const res = await get(next);
+      expect(res.status).toBe(200);
+      const body = await res.text();
+      seen.push(...[...body.matchAll(/<a href="\/runs\/(paging-[^"]+)">/g)].map((m) => m[1] as string));
+      const link = /<a [^>]*rel="next"[^>]*>|<a [^>]*href="[^"]*"[^>]*rel="next"/.exec(body)?.[0];
+      next = link ? /href="([^"]+)"/.exec(link)?.[1]?.replaceAll("&amp;", "&") : undefined;
+      // between two pages: the oldest run not shown yet is leased and released (it changed last), a new one starts
+      const oldest = ids.filter((id) => !seen.includes(id)).at(-1);
+      if (oldest !== undefined) {
+        const l = await journal.acquireLease(oldest, "w", 10_000);
+        if (l.acquired) await journal.releaseLease(oldest, l.fencingToken);
+      }
+      await journal.createRun({ runId: `paging-new-${n}`, workflow: "paging", input: null });
+    }
+    for (const id of ids)
+      expect(
+        seen.filter((x) => x === id),
+        id,
+      ).toHaveLength(1);
+    expect(new Set(seen).size, "no run twice").toBe(seen.length);
+    // a cursor that is not one is a 400 with the reason
+    const bad = await get("/runs?cursor=garbage");
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain("is not a cursor");
+  });
+
   it("a typed error is its HTTP status with its message", async () => {
     const missing = await get("/sessions/no-such-key");
     expect(missing.status).toBe(404);

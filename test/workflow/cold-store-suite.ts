@@ -37,7 +37,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { ConflictError } from "../../src/core/errors.js";
+import { ConflictError, InvalidOptionError } from "../../src/core/errors.js";
 import { checkOptions, optionKeys } from "../../src/core/options.js";
 import { BLOB_REF_FIELD, blobRef } from "../../src/durable/checkpoints/blobs.js";
 import type { ColdStore } from "../../src/durable/checkpoints/contract.js";
@@ -445,9 +445,58 @@ export function runColdStoreConformance<C extends ColdStore>(
       const waiting = await store.listWorkflows({ status: "waiting", limit: 100 });
       expect(waiting.items.map((w) => w.workflowId).sort()).toEqual(ids.filter((_, i) => i % 3 === 0).sort());
       expect(waiting.nextCursor).toBeUndefined();
-      const times = waiting.items.map((w) => w.updatedAt);
+      const times = waiting.items.map((w) => w.createdAt);
       expect([...times].sort((a, b) => b - a)).toEqual(times);
-      await expect(store.listWorkflows({ cursor: "garbage" })).rejects.toBeInstanceOf(RangeError);
+      await expect(store.listWorkflows({ cursor: "garbage" })).rejects.toBeInstanceOf(InvalidOptionError);
+      // a cursor of an earlier release ([updatedAt, workflowId], update order) is refused, saying what to do
+      const old = Buffer.from(JSON.stringify([10_004, ids[4]]), "utf8").toString("base64url");
+      await expect(store.listWorkflows({ cursor: old })).rejects.toThrow(/earlier release.*first page/);
+    });
+
+    it("a walk of listWorkflows lists each workflow exactly once while workflows take steps and start between its pages", async () => {
+      const store = await open();
+      const prefix = randomUUID();
+      const ids: string[] = [];
+      const states = new Map<string, WorkflowState>();
+      for (let i = 0; i < 10; i++) {
+        const id = `${prefix}-m${String(i).padStart(2, "0")}`;
+        const s: WorkflowState = { ...createWorkflowState({ workflowId: id, now: 10_000 + i }), status: "waiting" };
+        await store.save(s, { expectedStep: null });
+        states.set(id, s);
+        ids.push(id);
+        if (i % 3 === 2) await sleep(3); // some workflows share a millisecond, others do not
+      }
+      for (const status of [undefined, "waiting"] as const) {
+        const seen: string[] = [];
+        let cursor: string | undefined;
+        for (let n = 0; n < 30; n++) {
+          const page = await store.listWorkflows({ limit: 3, cursor, ...(status ? { status } : {}) });
+          seen.push(...page.items.map((w) => w.workflowId));
+          cursor = page.nextCursor;
+          if (cursor === undefined) break;
+          await sleep(2);
+          // the oldest workflow not listed yet runs a node and waits again (its run's status changes twice, its
+          // updatedAt becomes the newest), and a new one starts
+          const oldest = ids.filter((id) => !seen.includes(id)).at(-1);
+          if (oldest !== undefined) {
+            let s = states.get(oldest) as WorkflowState;
+            for (const next of ["running", "waiting"] as const) {
+              const after = step(s, { status: next });
+              await store.save(after, { expectedStep: s.stepIndex });
+              s = after;
+            }
+            states.set(oldest, s);
+          }
+          const fresh = createWorkflowState({ workflowId: `${prefix}-new-${status}-${n}`, now: 1 });
+          await store.save({ ...fresh, status: "waiting" }, { expectedStep: null });
+        }
+        for (const id of ids)
+          expect(
+            seen.filter((x) => x === id),
+            `${id} (status ${status})`,
+          ).toHaveLength(1);
+        expect(new Set(seen).size, "no workflow twice").toBe(seen.length);
+      }
     });
 
     it(
@@ -457,7 +506,7 @@ export function runColdStoreConformance<C extends ColdStore>(
         const store = await open();
         await bulkInsertSummaries(100_000);
         // A journal-backed store lists through the journal's listRuns (its indexes are the journal's own):
-        // its fixture has no plan to read, and the pages below are checked all the same.
+        // explainList gives that query's plan on an SQL journal; the pages below are checked all the same.
         const listPlan = fx.listPlan;
         for (const status of listPlan ? (["waiting", undefined] as const) : []) {
           const plan = await store.cold.explainList(status);
@@ -469,7 +518,7 @@ export function runColdStoreConformance<C extends ColdStore>(
         expect(first.items.every((w) => w.status === "waiting")).toBe(true);
         const second = await store.listWorkflows({ status: "waiting", limit: 3, cursor: first.nextCursor });
         const last = first.items[2];
-        expect(second.items[0]?.updatedAt).toBeLessThanOrEqual(last?.updatedAt ?? Number.NaN);
+        expect(second.items[0]?.createdAt).toBeLessThanOrEqual(last?.createdAt ?? Number.NaN);
         expect(second.items.map((w) => w.workflowId)).not.toContain(last?.workflowId);
       },
       options.largeTestTimeoutMs ?? 120_000,

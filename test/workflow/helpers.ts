@@ -87,8 +87,12 @@ export function sqliteColdFixture(hot?: RedisHotTier): ColdStoreFixture<SqliteCo
         .get(workflowId);
       return (row as { n: number }).n;
     },
-    // No listPlan: the journal's list is a keyset query on the runs' index plus one read of each listed
-    // run's newest checkpoint, not a single query whose plan explainList returns; the pages are checked.
+    // The list is the journal's keyset query on the runs' index (explainList returns its plan), then one
+    // read of each listed run's newest checkpoint: served by the index, in order, no sort of its own.
+    listPlan: {
+      mustMatch: /USING (COVERING )?INDEX durable_runs_workflow_(status_)?created\b/,
+      mustNotMatch: /TEMP B-TREE|SCAN durable_runs(?! USING)/,
+    },
     async bulkInsertSummaries(count) {
       await bulkInsertJournalWorkflows(count, async (statements) => {
         const conn = db();

@@ -26,6 +26,7 @@
  * @module
  */
 import type { JsonObject, JsonValue } from "../../core/json.js";
+import { decodeRunCursor, runCursor } from "../journal-list.js";
 
 /** Status of a workflow in its summary: the state's status, or `failed` after a node threw. */
 export type WorkflowRowStatus = "running" | "waiting" | "finished" | "failed";
@@ -205,9 +206,14 @@ export interface WorkflowFence {
   fencingToken: number;
 }
 
-/** Keyset position for {@link ColdStore.list}. */
+/**
+ * Keyset position for {@link ColdStore.list}: the last workflow of the previous page. A listing is
+ * newest created first by `(createdAt, workflowId)` (both descending; ids compared byte by byte, UTF-8),
+ * two keys that never change, so a walk lists each workflow once while workflows change.
+ */
 export interface ListCursor {
-  updatedAt: number;
+  /** The workflow's `createdAt` (epoch ms). */
+  createdAt: number;
   workflowId: string;
 }
 
@@ -346,23 +352,17 @@ export interface ColdStore {
   close(): Promise<void>;
 }
 
-/** Encodes a keyset cursor as an opaque string. */
+/** Encodes a keyset cursor as an opaque string (a {@link runCursor}: a workflow is a journal run). */
 export function encodeCursor(c: ListCursor): string {
-  return Buffer.from(JSON.stringify([c.updatedAt, c.workflowId]), "utf8").toString("base64url");
+  return runCursor({ createdAt: c.createdAt, runId: c.workflowId });
 }
 
 /**
  * Decodes a cursor produced by {@link encodeCursor}.
- * @throws {RangeError} on a malformed cursor
+ * @throws {InvalidOptionError} (option `cursor` of `listWorkflows`) on a malformed cursor, or one of an
+ *   earlier release (it listed by update time: list again from the first page)
  */
 export function decodeCursor(text: string): ListCursor {
-  try {
-    const v = JSON.parse(Buffer.from(text, "base64url").toString("utf8")) as unknown;
-    if (Array.isArray(v) && typeof v[0] === "number" && typeof v[1] === "string") {
-      return { updatedAt: v[0], workflowId: v[1] };
-    }
-  } catch {
-    // fall through
-  }
-  throw new RangeError(`malformed listWorkflows cursor ${JSON.stringify(text)}`);
+  const { createdAt, runId } = decodeRunCursor("listWorkflows", "cursor", text);
+  return { createdAt, workflowId: runId };
 }

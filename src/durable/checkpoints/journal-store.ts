@@ -109,6 +109,13 @@ const STATUS_OF_RUN: Record<RunStatus, WorkflowRowStatus> = {
   failed: "failed",
   cancelled: "failed",
 };
+/**
+ * The order of a workflow listing, the journal's: newest created first, by `(createdAt, workflowId)`
+ * (both descending, ids compared byte by byte as every journal compares them).
+ */
+const newestCreated = (a: WorkflowSummary, b: WorkflowSummary): number =>
+  b.createdAt - a.createdAt || Buffer.compare(Buffer.from(b.workflowId, "utf8"), Buffer.from(a.workflowId, "utf8"));
+
 const RUN_STATUS: Record<WorkflowRowStatus, RunStatus> = {
   running: "running",
   waiting: "waiting",
@@ -535,20 +542,15 @@ export class JournalColdStore implements ColdStore {
   /**
    * {@inheritDoc ColdStore.list}
    *
-   * The journal's `listRuns({ workflow, status, limit, after })`, newest first by the run's
-   * `(updatedAt, runId)`: a summary's `updatedAt` is its run's (the last change of its status or lease).
-   * Runs without a checkpoint (a lease taken before the first one, a deleted workflow) are not listed.
+   * The journal's `listRuns({ workflow, status, limit, after })`, newest created first by the run's
+   * `(createdAt, runId)`, which never change: a walk lists each workflow once while workflows run,
+   * wait and finish between its pages. Runs without a checkpoint (a lease taken before the first
+   * one, a deleted workflow) are not listed.
    */
   async list(query: { status?: WorkflowRowStatus; limit: number; after?: ListCursor }): Promise<WorkflowSummary[]> {
-    const statuses: (RunStatus | undefined)[] =
-      query.status === undefined
-        ? [undefined]
-        : query.status === "failed"
-          ? ["failed", "blocked", "cancelled"]
-          : [RUN_STATUS[query.status]];
-    const out: WorkflowSummary[] = [];
-    for (const status of statuses) {
-      let after = query.after && runCursor({ updatedAt: query.after.updatedAt, runId: query.after.workflowId });
+    const out = new Map<string, WorkflowSummary>(); // a run whose status changes between two statuses' reads is listed once
+    for (const status of this.statusesOf(query.status)) {
+      let after = query.after && runCursor({ createdAt: query.after.createdAt, runId: query.after.workflowId });
       for (;;) {
         const page = await this.journal.listRuns({
           workflow: this.workflow,
@@ -556,25 +558,41 @@ export class JournalColdStore implements ColdStore {
           ...(status === undefined ? {} : { status }),
           ...(after === undefined ? {} : { after }),
         });
+        let found = 0;
         for (const run of page) {
-          if (run.status === "pending") continue;
+          if (run.status === "pending" || out.has(run.runId)) continue;
           const s = await this.summaryOf(run);
-          if (s) out.push(s);
+          if (s) {
+            out.set(s.workflowId, s);
+            found++;
+          }
         }
         const last = page.at(-1);
-        if (page.length < query.limit || !last || out.length >= query.limit) break;
+        if (page.length < query.limit || !last || found >= query.limit) break;
         after = runCursor(last);
       }
     }
-    out.sort((a, b) =>
-      b.updatedAt !== a.updatedAt ? b.updatedAt - a.updatedAt : a.workflowId < b.workflowId ? 1 : -1,
-    );
-    return out.slice(0, query.limit);
+    return [...out.values()].sort(newestCreated).slice(0, query.limit);
   }
 
-  /** {@inheritDoc ColdStore.explainList} */
+  /** The journal statuses a listing's `status` reads (`failed`: failed, blocked and cancelled runs). */
+  private statusesOf(status: WorkflowRowStatus | undefined): (RunStatus | undefined)[] {
+    if (status === undefined) return [undefined];
+    return status === "failed" ? ["failed", "blocked", "cancelled"] : [RUN_STATUS[status]];
+  }
+
+  /**
+   * {@inheritDoc ColdStore.explainList}
+   *
+   * The `listRuns` call, then, on an SQL journal, the database's plan of its query (the first
+   * status's, for `failed`).
+   */
   async explainList(status?: WorkflowRowStatus): Promise<string> {
-    return `journal ${this.name}: listRuns({ workflow: ${JSON.stringify(this.workflow)}${status ? `, status: ${RUN_STATUS[status]}` : ""} })`;
+    const first = this.statusesOf(status)[0];
+    const filter = { workflow: this.workflow, ...(first === undefined ? {} : { status: first }), limit: 51 };
+    const call = `journal ${this.name}: listRuns(${JSON.stringify(filter)})`;
+    const sql = this.journal as Journal & { explainListRuns?: (f: typeof filter) => Promise<string> };
+    return typeof sql.explainListRuns === "function" ? `${call}\n${await sql.explainListRuns(filter)}` : call;
   }
 
   /**

@@ -40,6 +40,7 @@
 
 import { z } from "zod";
 import { validateKey } from "../backends/keys.js";
+import { isBackendNotFound, readFailure } from "../backends/not-found.js";
 import { lendTexts, reclaimTexts } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
 import { checkRevisionOption } from "../backends/write-options.js";
@@ -510,7 +511,7 @@ async function readState(
     if (s === undefined || s === null) throw new StateNotFoundError(key, backendLabel(backend));
     return { state: normalizeForeignState(s, label), revision: undefined };
   } catch (e) {
-    wrap(backend, `cannot load ${JSON.stringify(key)}`, key, e);
+    wrap(backend, `cannot load ${JSON.stringify(key)}`, key, readFailure(e, key, backendLabel(backend)));
   }
 }
 
@@ -568,7 +569,8 @@ export async function loadState<A extends PersistableAgent = PersistableAgent>(
  *
  * @param key - the key
  * @param options - `backend`
- * @returns true when something was deleted, false when nothing was stored
+ * @returns true when something was deleted, false when nothing was stored (also when a custom
+ *   backend's `delete` throws its own not-found error: `code: "ENOENT"` or a `FileNotFoundError`)
  * @throws {InvalidKeyError} for a bad key
  * @throws {BackendError} wrapping a driver failure
  * @example
@@ -581,6 +583,7 @@ export async function deleteState(key: string, options: BackendOptions = {}): Pr
   try {
     return Boolean(await backend.delete(k));
   } catch (e) {
+    if (isBackendNotFound(e)) return false; // a custom backend's own not-found error: nothing was stored
     wrap(backend, `cannot delete ${JSON.stringify(k)}`, k, e);
   }
 }
@@ -623,7 +626,7 @@ export async function* iterHistory(key: string, options: BackendOptions = {}): A
     try {
       yield* backend.iterHistory(k);
     } catch (e) {
-      wrap(backend, `cannot read the history of ${JSON.stringify(k)}`, k, e);
+      wrap(backend, `cannot read the history of ${JSON.stringify(k)}`, k, readFailure(e, k, backendLabel(backend)));
     }
     return;
   }

@@ -33,6 +33,7 @@ import { type AgentConfig, type AgentConfigInput, AgentConfigSchema, type AgentS
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 import {
   autoSave,
+  continueStoredSession,
   exportStateString,
   type LoadOptions,
   loadState,
@@ -111,7 +112,10 @@ export type { ToolHook, ToolHookEvent } from "./tools.js";
 
 /** Options of the agent constructors: the `[CONFIG]` fields plus identity and initial state. */
 export interface AgentOptions extends AgentConfigInput {
-  /** Agent name (`[META] agent_name`; the key under the `name` key strategy). @default "agent" */
+  /**
+   * Agent name (`[META] agent_name`; the key under the `name` key strategy, where a fresh agent
+   * continues the session already stored under its name: see `configure({ keyStrategy })`). @default "agent"
+   */
   name?: string;
   /** Agent identity. @default a random v4 UUID */
   uuid?: string;
@@ -434,6 +438,13 @@ export class BaseAgent extends EventEmitter {
       tools: effectiveTools(this.tools),
       hooks: this.hooks,
       persist: async (): Promise<boolean> => (isEnabled() ? autoSave(this) : true),
+      // Under keyStrategy "name", a fresh agent whose name holds a stored session continues it.
+      prepare: async (): Promise<void> => {
+        if (!isEnabled()) return;
+        await continueStoredSession(this, (state) =>
+          this.restoreState(state, { hooks: this.hooks, unresolvedHooks: this.unresolvedHookNames }),
+        );
+      },
     };
   }
 

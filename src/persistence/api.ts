@@ -695,6 +695,86 @@ function report(agent: PersistableAgent, error: unknown): void {
 }
 
 /**
+ * Under `keyStrategy: "name"`, lets a fresh agent continue the session stored under its name
+ * instead of conflicting with it at every save: run by the agent before each outermost turn while
+ * persistence is enabled (`BaseAgent` does). It does nothing when the strategy is `uuid` or the
+ * agent already has a home (it was loaded or saved: its saves go there). Otherwise it reads the
+ * session stored under `agent.name` on the default backend:
+ *
+ * - nothing stored: nothing to do (the turn's save creates it);
+ * - a session of the agent's protocol whose history starts with the agent's own (a fresh agent's
+ *   is usually empty): the agent continues it — `adopt` restores its history, task id and
+ *   persistent fields (the agent keeps its own config, hooks, uuid and tools), and its saves append
+ *   to that session under compare-and-set, as after `loadState`;
+ * - anything else (another conversation, another protocol): nothing is merged or overwritten; the
+ *   agent's own conversation is saved at once under its uuid as key, where its later saves go,
+ *   and a `persistWarning` (`SESSION_KEY_TAKEN`) names both keys.
+ *
+ * Never throws: a failure (the backend down) is reported as auto-save reports one
+ * (`persistError`, logged once) and the turn goes on.
+ *
+ * @internal used by `BaseAgent` (its turns' `prepare`)
+ * @param agent - the agent
+ * @param adopt - restores the stored state into the agent (history, task id, persistent fields)
+ * @returns once decided
+ * @example
+ * configure({ enabled: true, backend: "sqlite", keyStrategy: "name" });
+ * const agent = new BaseAgent({ name: "support" }); // "support" was saved yesterday
+ * await agent.conversationWithTool("and the refund?"); // the model sees yesterday's conversation
+ */
+export async function continueStoredSession(
+  agent: PersistableAgent,
+  adopt: (state: AgentState) => void,
+): Promise<void> {
+  if (currentSettings("keyStrategy").keyStrategy !== "name" || agentHome(agent) !== undefined) return;
+  try {
+    await serialize(agent, async () => {
+      if (agentHome(agent) !== undefined) return;
+      let key: string;
+      try {
+        key = validateKey(agent.name);
+      } catch {
+        return; // the turn's save reports the bad key
+      }
+      const backend = resolveBackend(undefined);
+      let stored: { state: AgentState; revision: number | undefined };
+      try {
+        stored = await readState(backend, key);
+      } catch (e) {
+        if (e instanceof StateNotFoundError) return;
+        throw e;
+      }
+      const protocol = agent.toState(HEADER_ONLY).meta.protocol;
+      if (stored.state.meta.protocol === protocol && startsWith(stored.state.history, agent.history)) {
+        adopt(stored.state);
+        recordLoaded(agent, backend, key, agent.history, stored.revision);
+        return;
+      }
+      const own = validateKey(agent.uuid);
+      await doSave(agent, own, {});
+      const warning: PersistenceWarning = {
+        code: "SESSION_KEY_TAKEN",
+        name: key,
+        message: `key ${JSON.stringify(key)} (the name of agent ${agent.uuid}) holds another conversation; this agent's conversation is saved under its uuid, key ${JSON.stringify(own)}`,
+      };
+      agent.emit("persistWarning", warning);
+      defaultWarn(warning);
+    });
+  } catch (error) {
+    report(agent, error);
+  }
+}
+
+/** Whether `history` starts with the messages of `prefix` (equal as JSON). */
+function startsWith(history: readonly Message[], prefix: readonly Message[]): boolean {
+  if (prefix.length > history.length) return false;
+  for (let i = 0; i < prefix.length; i++) {
+    if (history[i] !== prefix[i] && JSON.stringify(history[i]) !== JSON.stringify(prefix[i])) return false;
+  }
+  return true;
+}
+
+/**
  * Saves the agent as auto-save does after a turn: to its last key and
  * backend (else the default backend and the key strategy's key), with
  * compare-and-set against the revision it last loaded or saved. Runs

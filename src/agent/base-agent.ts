@@ -55,6 +55,7 @@ import {
   unregisteredHookWarning,
 } from "../persistence/classes.js";
 import { isEnabled } from "../persistence/config.js";
+import { assertNoCredentials } from "../persistence/credentials.js";
 import { conversationWithTool, streamTurn, type TurnOptions, type TurnResult } from "./conversation.js";
 import {
   findPendingToolCalls,
@@ -135,6 +136,9 @@ export interface AgentConstructor<T extends BaseAgent = BaseAgent> {
   readonly persistentFields?: readonly string[];
   readonly persistentSchema?: z.ZodObject | undefined;
 }
+
+/** Above 0 while `fromState` constructs an agent from a stored state (no credential check at construction). */
+let restoring = 0;
 
 /** Properties of `BaseAgent` that a subclass may not declare as persistent fields (they are saved already). */
 const RESERVED_FIELDS = new Set([
@@ -272,6 +276,9 @@ export class BaseAgent extends EventEmitter {
    * @param options - config fields (`prompt`, `apiProvider`, `apiKeyEnv`, `modelName`, `maxTokens`, `stream`,
    *   `fcModel`, `toolTimeout` in seconds, `toolMaxWorkers`) plus `name`, `uuid`, `history`, `currentTaskId`, `hooks`
    * @throws {InvalidStateError} naming the field (`config.maxTokens`, `history[2]`, …) for an invalid option
+   * @throws {CredentialError} (`CREDENTIAL_REFUSED`) naming `config.apiKeyEnv`, `config.apiProvider` or
+   *   `config.modelName` when it looks like a credential (`apiKeyEnv: "sk-…"`: the key where the NAME of
+   *   its env var belongs), or when `apiKeyEnv` is not an env-var name; the value is never in the message
    */
   constructor(options: AgentOptions = {}) {
     super();
@@ -279,6 +286,9 @@ export class BaseAgent extends EventEmitter {
     const { name, uuid, history, currentTaskId, hooks, ...config } = options;
     const parsed = AgentConfigSchema.safeParse(config);
     if (!parsed.success) throw configError(parsed.error, "config");
+    // A key where the NAME of its env var belongs is refused now, not at the first save. A stored
+    // state is restored as it is (fromState): its save refuses it, naming the field.
+    if (restoring === 0) assertNoCredentials(parsed.data);
     this.config = parsed.data;
     if (name !== undefined && typeof name !== "string") throw new InvalidStateError("name", "must be a string");
     this.name = name ?? "agent";
@@ -598,7 +608,13 @@ export class BaseAgent extends EventEmitter {
         `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${this.name} speaks ${this.protocol}`,
       );
     }
-    const agent = new this({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    let agent: T;
+    restoring++;
+    try {
+      agent = new this({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    } finally {
+      restoring--;
+    }
     agent.restoreState(state, options);
     return agent;
   }

@@ -2,7 +2,8 @@
  * `dumplings edit KEY`: the session opens in $EDITOR as .duas and the edit is saved back with every
  * check (strict decode, credential check, compare-and-set against the revision opened); a refused
  * edit writes nothing and keeps the edited text in a file it names (issue 25, item 8). The editor is
- * a small real program that edits the file as a person would.
+ * a small real program that edits the file as a person would. Its sibling, `dumplings import` of a
+ * `.duas` file, applies the same credential check.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -123,4 +124,20 @@ describe.each(["file", "sqlite"] as const)("dumplings edit on the %s backend", (
     expect(await backend.read?.("weather")).toBeUndefined();
     await backend.close?.();
   });
+});
+
+it("dumplings import checks a .duas file's config as saveState does: a credential is refused, nothing written", async () => {
+  const dir = path.join(tmp, `import-${n++}`);
+  const file = path.join(tmp, `leaky-${n}.duas`);
+  writeFileSync(
+    file,
+    new BaseAgent({ name: "leaky", apiKeyEnv: "OPENAI_API_KEY" })
+      .exportStateString()
+      .replace("api_key_env = OPENAI_API_KEY", "api_key_env = sk-test-FAKE-0000000000000000"),
+  );
+  const r = runCli(["import", file, "--dir", dir]);
+  expect(r.code).toBe(2);
+  expect(r.stderr).toContain("CREDENTIAL_REFUSED");
+  expect(r.stderr).not.toContain("sk-test-FAKE");
+  expect(await new FileBackend({ baseDir: dir }).listKeys()).toEqual([]);
 });

@@ -702,11 +702,11 @@ function report(agent: PersistableAgent, error: unknown): void {
  * session stored under `agent.name` on the default backend:
  *
  * - nothing stored: nothing to do (the turn's save creates it);
- * - a session of the agent's protocol whose history starts with the agent's own (a fresh agent's
- *   is usually empty): the agent continues it — `adopt` restores its history, task id and
+ * - a session of the agent's class (and protocol) whose history starts with the agent's own (a fresh
+ *   agent's is usually empty): the agent continues it — `adopt` restores its history, task id and
  *   persistent fields (the agent keeps its own config, hooks, uuid and tools), and its saves append
  *   to that session under compare-and-set, as after `loadState`;
- * - anything else (another conversation, another protocol): nothing is merged or overwritten; the
+ * - anything else (another conversation, another class or protocol): nothing is merged or overwritten; the
  *   agent's own conversation is saved at once under its uuid as key, where its later saves go,
  *   and a `persistWarning` (`SESSION_KEY_TAKEN`) names both keys.
  *
@@ -744,8 +744,12 @@ export async function continueStoredSession(
         if (e instanceof StateNotFoundError) return;
         throw e;
       }
-      const protocol = agent.toState(HEADER_ONLY).meta.protocol;
-      if (stored.state.meta.protocol === protocol && startsWith(stored.state.history, agent.history)) {
+      const { meta } = agent.toState(HEADER_ONLY);
+      if (
+        stored.state.meta.protocol === meta.protocol &&
+        stored.state.meta.class === meta.class &&
+        startsWith(stored.state.history, agent.history)
+      ) {
         adopt(stored.state);
         recordLoaded(agent, backend, key, agent.history, stored.revision);
         return;

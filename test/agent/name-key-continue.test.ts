@@ -18,6 +18,7 @@ import { loadState, saveState } from "../../src/persistence/api.js";
 import type { PersistenceWarning } from "../../src/persistence/classes.js";
 import { configure } from "../../src/persistence/config.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
+import { NotesAgent } from "../fixtures/classes/notes-agent.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-name-key-"));
 let server: ModelServer;
@@ -105,6 +106,43 @@ describe.each(["sqlite", "file"] as const)("keyStrategy name on the %s backend",
     // nothing of either conversation is lost: the stored one untouched, the new one under the uuid
     expect(contents((await loadState("support", { backend })).history)).toEqual(["someone else's"]);
     expect(contents((await loadState(mine.uuid, { backend })).history)).toEqual(["my own start", "go on", "answer"]);
+    await backend.close?.();
+  });
+
+  it("a subclass continues with its persistent fields; a session of another class is not taken over", async () => {
+    const backend = open();
+    configure({ enabled: true, backend, keyStrategy: "name" });
+    const notes = new NotesAgent({
+      name: "notes",
+      apiProvider: `${server.url}/chat/completions`,
+      modelName: "scripted",
+      apiKeyEnv: "",
+    });
+    notes.notes = ["buy milk"];
+    await saveState(notes, "notes", { backend });
+    const again = new NotesAgent({
+      name: "notes",
+      apiProvider: `${server.url}/chat/completions`,
+      modelName: "scripted",
+      apiKeyEnv: "",
+    });
+    server.push({ text: "noted" });
+    await again.conversationWithTool("remember eggs");
+    expect(again.notes).toEqual(["buy milk"]);
+    expect((await loadState<NotesAgent>("notes", { backend })).history).toHaveLength(2);
+    // a plain BaseAgent of that name: the NotesAgent session is left as it is
+    const warnings: PersistenceWarning[] = [];
+    const plain = agentNamed("notes");
+    plain.on("persistWarning", (w: PersistenceWarning) => warnings.push(w));
+    server.push({ text: "hello" });
+    await plain.conversationWithTool("hi");
+    expect(warnings.map((w) => w.code)).toEqual(["SESSION_KEY_TAKEN"]);
+    expect(plain.history.map((m) => (m as { content?: unknown }).content)).toEqual(["hi", "hello"]);
+    const stored = await loadState<NotesAgent>("notes", { backend });
+    expect(stored).toBeInstanceOf(NotesAgent);
+    expect(stored.notes).toEqual(["buy milk"]);
+    expect(contents(stored.history)).toEqual(["remember eggs", "noted"]);
+    expect(contents((await loadState(plain.uuid, { backend })).history)).toEqual(["hi", "hello"]);
     await backend.close?.();
   });
 });

@@ -33,6 +33,7 @@ import { type AgentConfig, type AgentConfigInput, AgentConfigSchema, type AgentS
 import { FORMAT_VERSION, packageVersion } from "../core/version.js";
 import {
   autoSave,
+  continueStoredSession,
   exportStateString,
   type LoadOptions,
   loadState,
@@ -54,6 +55,7 @@ import {
   unregisteredHookWarning,
 } from "../persistence/classes.js";
 import { isEnabled } from "../persistence/config.js";
+import { assertNoCredentials } from "../persistence/credentials.js";
 import { conversationWithTool, streamTurn, type TurnOptions, type TurnResult } from "./conversation.js";
 import {
   findPendingToolCalls,
@@ -111,7 +113,10 @@ export type { ToolHook, ToolHookEvent } from "./tools.js";
 
 /** Options of the agent constructors: the `[CONFIG]` fields plus identity and initial state. */
 export interface AgentOptions extends AgentConfigInput {
-  /** Agent name (`[META] agent_name`; the key under the `name` key strategy). @default "agent" */
+  /**
+   * Agent name (`[META] agent_name`; the key under the `name` key strategy, where a fresh agent
+   * continues the session already stored under its name: see `configure({ keyStrategy })`). @default "agent"
+   */
   name?: string;
   /** Agent identity. @default a random v4 UUID */
   uuid?: string;
@@ -131,6 +136,9 @@ export interface AgentConstructor<T extends BaseAgent = BaseAgent> {
   readonly persistentFields?: readonly string[];
   readonly persistentSchema?: z.ZodObject | undefined;
 }
+
+/** Above 0 while `fromState` constructs an agent from a stored state (no credential check at construction). */
+let restoring = 0;
 
 /** Properties of `BaseAgent` that a subclass may not declare as persistent fields (they are saved already). */
 const RESERVED_FIELDS = new Set([
@@ -268,6 +276,9 @@ export class BaseAgent extends EventEmitter {
    * @param options - config fields (`prompt`, `apiProvider`, `apiKeyEnv`, `modelName`, `maxTokens`, `stream`,
    *   `fcModel`, `toolTimeout` in seconds, `toolMaxWorkers`) plus `name`, `uuid`, `history`, `currentTaskId`, `hooks`
    * @throws {InvalidStateError} naming the field (`config.maxTokens`, `history[2]`, …) for an invalid option
+   * @throws {CredentialError} (`CREDENTIAL_REFUSED`) naming `config.apiKeyEnv`, `config.apiProvider` or
+   *   `config.modelName` when it looks like a credential (`apiKeyEnv: "sk-…"`: the key where the NAME of
+   *   its env var belongs), or when `apiKeyEnv` is not an env-var name; the value is never in the message
    */
   constructor(options: AgentOptions = {}) {
     super();
@@ -275,6 +286,9 @@ export class BaseAgent extends EventEmitter {
     const { name, uuid, history, currentTaskId, hooks, ...config } = options;
     const parsed = AgentConfigSchema.safeParse(config);
     if (!parsed.success) throw configError(parsed.error, "config");
+    // A key where the NAME of its env var belongs is refused now, not at the first save. A stored
+    // state is restored as it is (fromState): its save refuses it, naming the field.
+    if (restoring === 0) assertNoCredentials(parsed.data);
     this.config = parsed.data;
     if (name !== undefined && typeof name !== "string") throw new InvalidStateError("name", "must be a string");
     this.name = name ?? "agent";
@@ -434,6 +448,13 @@ export class BaseAgent extends EventEmitter {
       tools: effectiveTools(this.tools),
       hooks: this.hooks,
       persist: async (): Promise<boolean> => (isEnabled() ? autoSave(this) : true),
+      // Under keyStrategy "name", a fresh agent whose name holds a stored session continues it.
+      prepare: async (): Promise<void> => {
+        if (!isEnabled()) return;
+        await continueStoredSession(this, (state) =>
+          this.restoreState(state, { hooks: this.hooks, unresolvedHooks: this.unresolvedHookNames }),
+        );
+      },
     };
   }
 
@@ -587,7 +608,13 @@ export class BaseAgent extends EventEmitter {
         `the state of agent ${JSON.stringify(state.meta.agentName)} uses protocol ${state.meta.protocol}, but ${this.name} speaks ${this.protocol}`,
       );
     }
-    const agent = new this({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    let agent: T;
+    restoring++;
+    try {
+      agent = new this({ ...state.config, name: state.meta.agentName, uuid: state.meta.agentUuid });
+    } finally {
+      restoring--;
+    }
     agent.restoreState(state, options);
     return agent;
   }

@@ -100,6 +100,12 @@ export interface TurnRuntime {
    * false when the save failed.
    */
   persist?: (kind: "turn" | "checkpoint") => Promise<boolean>;
+  /**
+   * Runs once before each outermost turn (after the previous turn of the agent ended), before the
+   * history is read: the persistence layer continues a stored session there (see `continueStoredSession`).
+   * Must never throw: failures are the persistence layer's to report.
+   */
+  prepare?: () => Promise<void>;
   /** Builds the model (tests and the durable layer may inject one). @default {@link createLanguageModel} from the config */
   model?: () => LanguageModel;
 }
@@ -291,6 +297,13 @@ export async function conversationWithTool(
   const tail = previous.then(() => mine);
   turnLocks.set(host, tail);
   await previous;
+  try {
+    if (runtime.prepare) await runtime.prepare();
+  } catch (e) {
+    release();
+    if (turnLocks.get(host) === tail) turnLocks.delete(host);
+    throw e;
+  }
   depths.set(host, 1);
   const taskId = randomUUID();
   host.currentTaskId = taskId;

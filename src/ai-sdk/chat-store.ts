@@ -33,6 +33,7 @@
 import { createHash } from "node:crypto";
 import type { ModelMessage, UIMessage } from "ai";
 import { validateKey } from "../backends/keys.js";
+import { isBackendNotFound } from "../backends/not-found.js";
 import { backendFromSpec } from "../backends/spec.js";
 import { backendLabel, envelopeState } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
@@ -280,7 +281,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
         state = (await store.load(key)) ?? undefined;
       }
     } catch (e) {
-      if (e instanceof DumplingsError && e.code === "STATE_NOT_FOUND") return undefined;
+      if ((e instanceof DumplingsError && e.code === "STATE_NOT_FOUND") || isBackendNotFound(e)) return undefined;
       wrap(`cannot load chat ${JSON.stringify(chatId)}`, key, e);
     }
     if (state === undefined || state === null) return undefined;

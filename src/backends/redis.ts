@@ -40,6 +40,15 @@
  * stored as `~` + base64(gzip(JSON)); plain messages always start with `{`,
  * and a reader decodes both, whatever its own option.
  *
+ * The original design's Redis backend (dumplingsAI 0.4.0) stored one STRING per
+ * session at `duas:{key}`, the whole state as JSON (its snake_case `meta`,
+ * `config`, `state` and the `history` array, or the current camelCase shape).
+ * Such an entry is read by every read path (`read`, `load`, `readHeader`,
+ * `iterHistory`) as revision `1`, and listed by `listKeys`; the next write
+ * converts it to the layout above in the same atomic script, at revision 2 or
+ * above (under compare-and-set: a writer that read it at revision 1 while
+ * another converted it gets a `ConflictError`); `delete` removes it.
+ *
  * Needs Redis >= 6 (`SCAN … TYPE`). Not supported: Redis Cluster (the two
  * keys of a session are not hash-tagged, and SCAN would see one node only).
  *
@@ -47,9 +56,10 @@
  */
 import { gunzipSync, gzipSync } from "node:zlib";
 import { BackendError, ConflictError, FormatError, InvalidStateError, StateNotFoundError } from "../core/errors.js";
-import { assertJson } from "../core/json.js";
+import { assertJson, parseStoredJson } from "../core/json.js";
 import type { Message, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { fromOriginalRecord, isOriginalRecord } from "../core/original.js";
 import { AgentConfigSchema, AgentRuntimeStateSchema, type AgentState, StateMetaSchema } from "../core/state.js";
 import { instanceIdentity, urlIdentity } from "../drivers/options.js";
 import {
@@ -139,6 +149,17 @@ export interface RedisBackendOptions extends RedisConnectionOptions<RedisLikeCli
   compressMinBytes?: number;
 }
 
+/**
+ * The revision an entry of the original design (a STRING, see the module comment) reads as; the write
+ * that converts it makes 2 or above, so a writer still holding 1 gets a `ConflictError`.
+ */
+const SEED_REVISION = 1;
+
+/** Whether a MULTI reply's error is Redis' WRONGTYPE (a STRING where a HASH was read). */
+function isWrongType(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith("WRONGTYPE");
+}
+
 /** Storage format of the header hash (`fmt` field). */
 const STORAGE_FORMAT = "1";
 /** Marker of a compressed history element (plain messages are JSON objects, starting with `{`). */
@@ -161,10 +182,15 @@ const DEADLINE_MARGIN_MS = 250;
  * KEYS[3] the revision floor (a string key): a new session starts above it, so a writer holding a
  * revision of a deleted (or, with a TTL, expired) session can never match the new one (ABA). With a
  * TTL every write raises it to its revision, since an expiry cannot.
+ * A STRING at KEYS[1] is an entry of the original design (see the module comment): revision 1 for the
+ * compare-and-set, no history list (an append is "full"); a full write replaces it, at revision 2 or
+ * above (so a writer still holding 1 conflicts).
  * Returns {"ok", revision} | {"conflict", revision or -1} | {"full"} | {"late"}.
  */
 const WRITE_SCRIPT = `
-local h = redis.call('HMGET', KEYS[1], 'rev', 'count', 'gen', 'tail')
+local seed = redis.call('TYPE', KEYS[1]).ok == 'string'
+local h
+if seed then h = {'1', false, false, false} else h = redis.call('HMGET', KEYS[1], 'rev', 'count', 'gen', 'tail') end
 local rev = h[1] and tonumber(h[1]) or nil
 if ARGV[9] ~= '0' then
   local t = redis.call('TIME')
@@ -187,6 +213,7 @@ if base >= 0 then
   if base > 0 and h[4] ~= ARGV[10] then return {'full'} end
 else
   redis.call('DEL', KEYS[2])
+  if seed then redis.call('DEL', KEYS[1]) end
   rewrite = true
 end
 for i = 12, #ARGV, 1000 do
@@ -194,9 +221,10 @@ for i = 12, #ARGV, 1000 do
 end
 local floor = nil
 local newrev
-if rev then newrev = rev + 1 else
+if rev and not seed then newrev = rev + 1 else
   floor = tonumber(redis.call('GET', KEYS[3])) or 0
   newrev = floor + 1
+  if seed and newrev < 2 then newrev = 2 end
 end
 if rewrite then gen = newrev end
 redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4],
@@ -218,9 +246,11 @@ return {'ok', newrev}
 
 /*
  * KEYS[1] header, KEYS[2] history. ARGV[1] start, ARGV[2] stop (LRANGE indexes; start > stop: header only).
- * Returns false when missing, else {{fmt, rev, count, gen, meta, config, state}, items}.
+ * Returns false when missing, {"seed", text} for a STRING (an entry of the original design), else
+ * {{fmt, rev, count, gen, meta, config, state}, items}.
  */
 const READ_SCRIPT = `
+if redis.call('TYPE', KEYS[1]).ok == 'string' then return {'seed', redis.call('GET', KEYS[1])} end
 local h = redis.call('HMGET', KEYS[1], 'fmt', 'rev', 'count', 'gen', 'meta', 'config', 'state')
 if not h[2] then return false end
 local start = tonumber(ARGV[1])
@@ -232,7 +262,8 @@ return {h, items}
 
 /* KEYS[1] header, KEYS[2] history, KEYS[3] revision floor (raised to the deleted revision). Returns 1 when the header existed. */
 const DELETE_SCRIPT = `
-local rev = tonumber(redis.call('HGET', KEYS[1], 'rev'))
+local rev = nil
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then rev = tonumber(redis.call('HGET', KEYS[1], 'rev')) end
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
 if rev and rev > (tonumber(redis.call('GET', KEYS[3])) or 0) then redis.call('SET', KEYS[3], rev) end
@@ -369,17 +400,20 @@ export class RedisBackend implements StateBackend {
   async listKeys(): Promise<string[]> {
     const keys = new Set<string>();
     const match = `${globEscape(this.keyPrefix)}*`;
-    let cursor = "0";
-    do {
-      const [next, batch] = await this.call("cannot list keys", undefined, () =>
-        this.conn.client.scan(cursor, "MATCH", match, "COUNT", 1000, "TYPE", "hash"),
-      );
-      cursor = String(next);
-      for (const k of batch) {
-        const rest = String(k).slice(this.keyPrefix.length);
-        if (String(k).startsWith(this.keyPrefix) && rest.length > 0 && !rest.includes("/")) keys.add(rest);
-      }
-    } while (cursor !== "0");
+    // the headers (hashes), then the original design's entries (strings, see the module comment)
+    for (const type of ["hash", "string"]) {
+      let cursor = "0";
+      do {
+        const [next, batch] = await this.call("cannot list keys", undefined, () =>
+          this.conn.client.scan(cursor, "MATCH", match, "COUNT", 1000, "TYPE", type),
+        );
+        cursor = String(next);
+        for (const k of batch) {
+          const rest = String(k).slice(this.keyPrefix.length);
+          if (String(k).startsWith(this.keyPrefix) && rest.length > 0 && !rest.includes("/")) keys.add(rest);
+        }
+      } while (cursor !== "0");
+    }
     return [...keys];
   }
 
@@ -490,11 +524,16 @@ export class RedisBackend implements StateBackend {
         ])
         .exec();
       if (results?.length !== 2) throw new Error("MULTI/EXEC was aborted");
+      // a STRING: an entry of the original design, read (atomically) by the script
+      if (isWrongType(results[0]![0]))
+        return await this.run(SCRIPTS.read, [this.headerKey(key), this.historyKey(key)], [0, -1]);
       for (const [error] of results) if (error) throw error;
       const header = results[0]![1] as unknown[];
       return header[1] === null || header[1] === undefined ? null : [header, results[1]![1]];
     });
     if (reply === null || reply === undefined || reply === false) return undefined;
+    const seed = this.seedEntry(key, reply);
+    if (seed !== undefined) return { state: seed, revision: SEED_REVISION };
     const [rawHeader, items] = reply as [unknown[], unknown[]];
     const header = this.decodeHeader(key, rawHeader);
     if (!Array.isArray(items) || items.length !== header.count) {
@@ -528,6 +567,11 @@ export class RedisBackend implements StateBackend {
       this.run(SCRIPTS.read, [this.headerKey(key), this.historyKey(key)], [1, 0]),
     );
     if (reply === null || reply === undefined || reply === false) return undefined;
+    const seed = this.seedEntry(key, reply);
+    if (seed !== undefined) {
+      const { history, ...rest } = seed;
+      return { header: { ...rest, meta: { ...rest.meta, messageCount: history.length } }, revision: SEED_REVISION };
+    }
     const header = this.decodeHeader(key, (reply as [unknown[], unknown[]])[0]);
     const { history: _, ...rest } = this.assemble(key, header, []);
     return { header: { ...rest, meta: { ...rest.meta, messageCount: header.count } }, revision: header.rev };
@@ -557,6 +601,16 @@ export class RedisBackend implements StateBackend {
       if (reply === null || reply === undefined || reply === false) {
         if (header === undefined) throw new StateNotFoundError(key, this.name);
         throw new ConflictError(key, header.rev, null, this.name);
+      }
+      const seed = this.seedEntry(key, reply);
+      if (seed !== undefined) {
+        // an entry of the original design: whole in one string, so read whole (revision 0)
+        if (header !== undefined) throw new ConflictError(key, header.rev, SEED_REVISION, this.name);
+        if (options.revision !== undefined && options.revision !== SEED_REVISION) {
+          throw new ConflictError(key, options.revision, SEED_REVISION, this.name);
+        }
+        yield* seed.history;
+        return;
       }
       const [rawHeader, items] = reply as [unknown[], unknown[]];
       const now = this.decodeHeader(key, rawHeader);
@@ -618,6 +672,56 @@ export class RedisBackend implements StateBackend {
       }
     }
     return decodeStoredMessage(key, file, json, protocol, index);
+  }
+
+  /**
+   * The state of an entry of the original design (a STRING: the whole state as JSON) when `reply` of
+   * the read script is one, else undefined. Its `meta`/`config`/`state` may be spelled as the original
+   * wrote them (snake_case) or in the current shape; everything is checked as a load checks it.
+   *
+   * @throws {FormatError} naming the key when the entry is not such a state
+   */
+  private seedEntry(key: string, reply: unknown): AgentState | undefined {
+    if (!Array.isArray(reply) || reply[0] !== "seed") return undefined;
+    const file = `redis:${this.headerKey(key)}`;
+    const label = `stored state of ${JSON.stringify(key)} (a string in the original design's layout)`;
+    const whole = parseStoredJson(reply[1], { file, label });
+    const obj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+    if (!obj(whole) || !obj(whole.meta) || !obj(whole.config) || !Array.isArray(whole.history)) {
+      throw new FormatError(`${label} is not a state (meta, config and history)`, { file });
+    }
+    let { meta, config } = whole;
+    let state: unknown = whole.state ?? {};
+    if (!obj(state)) throw new FormatError(`${label}: state is not an object`, { file });
+    if (isOriginalRecord(meta)) {
+      try {
+        ({ meta, config, state } = fromOriginalRecord({ meta, config, state }, label) as unknown as {
+          meta: Record<string, unknown>;
+          config: Record<string, unknown>;
+          state: Record<string, unknown>;
+        });
+      } catch (cause) {
+        throw new FormatError((cause as Error).message, { file, cause });
+      }
+    }
+    const history = whole.history;
+    if (meta.messageCount === undefined) meta = { ...meta, messageCount: history.length };
+    const parsed = {
+      meta: parseHeaderField(key, file, "meta", JSON.stringify(meta), StateMetaSchema),
+      config: parseHeaderField(key, file, "config", JSON.stringify(config), AgentConfigSchema),
+      state: parseHeaderField(key, file, "state", JSON.stringify(state), AgentRuntimeStateSchema),
+    };
+    if (parsed.meta.messageCount !== history.length) {
+      throw new FormatError(
+        `${label} is corrupt: message_count is ${parsed.meta.messageCount} but the history holds ${history.length} messages`,
+        { file },
+      );
+    }
+    const protocol = parsed.meta.protocol;
+    return {
+      ...parsed,
+      history: history.map((m, i) => decodeStoredMessage(key, file, JSON.stringify(m), protocol, i)),
+    };
   }
 
   private decodeHeader(key: string, raw: unknown[]): Header {

@@ -17,6 +17,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import type { Command } from "commander";
 import { validateKey } from "../backends/keys.js";
+import { readFailure } from "../backends/not-found.js";
 import type { SQLiteBackend } from "../backends/sqlite.js";
 import type { ClippedValue, StateBackend } from "../backends/types.js";
 import { ConflictError, FormatError, StateNotFoundError, UnknownBackendError } from "../core/errors.js";
@@ -238,6 +239,27 @@ export async function closeBackend(backend: StateBackend): Promise<void> {
 }
 
 /**
+ * Runs one read of a backend: its own not-found error (`ENOENT`, `FileNotFoundError`) becomes a
+ * {@link StateNotFoundError}, as the library's read paths report it; any other error is thrown as it is.
+ */
+async function reading<T>(
+  backend: StateBackend,
+  key: string,
+  label: string | undefined,
+  read: () => T | Promise<T>,
+): Promise<T> {
+  try {
+    return await read();
+  } catch (e) {
+    throw readFailure(e, key, labelOf(backend, label));
+  }
+}
+
+function labelOf(backend: StateBackend, label: string | undefined): string {
+  return label ?? (typeof backend.name === "string" && backend.name !== "" ? backend.name : "custom");
+}
+
+/**
  * Loads the raw stored state of a key through the storage contract (no
  * class resolution: the CLI never imports a user's module to inspect data).
  *
@@ -250,8 +272,8 @@ export async function closeBackend(backend: StateBackend): Promise<void> {
  */
 export async function loadRaw(backend: StateBackend, key: string, label?: string): Promise<AgentState> {
   validateKey(key);
-  const state = await backend.load(key);
-  if (state === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+  const state = await reading(backend, key, label, () => backend.load(key));
+  if (state === undefined || state === null) throw new StateNotFoundError(key, label ?? backend.name);
   return state;
 }
 
@@ -289,8 +311,8 @@ export async function readHeaderOf(
 ): Promise<Omit<AgentState, "history">> {
   validateKey(key);
   if (typeof backend.readHeader === "function") {
-    const found = await backend.readHeader(key);
-    if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+    const found = await reading(backend, key, label, () => backend.readHeader?.(key));
+    if (found === undefined || found === null) throw new StateNotFoundError(key, label ?? backend.name);
     return found.header;
   }
   const { history, ...header } = await loadRaw(backend, key, label);
@@ -417,11 +439,10 @@ export async function openSession(
   validateKey(key);
   if (typeof backend.readHeader === "function" && typeof backend.iterHistory === "function") {
     for (let attempt = 1; ; attempt++) {
-      const found = await backend.readHeader(
-        key,
-        options.clipAt === undefined ? undefined : { clipAt: options.clipAt },
+      const found = await reading(backend, key, label, () =>
+        backend.readHeader?.(key, options.clipAt === undefined ? undefined : { clipAt: options.clipAt }),
       );
-      if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+      if (found === undefined || found === null) throw new StateNotFoundError(key, label ?? backend.name);
       const revision = found.revision;
       if (options.revision !== undefined && revision !== undefined && revision !== options.revision) {
         throw new ConflictError(key, options.revision, revision, backend.name);
@@ -432,7 +453,8 @@ export async function openSession(
         // Started now: a save between the header and the history is a ConflictError before any message.
         first = await stream.next();
       } catch (e) {
-        if (!(e instanceof ConflictError) || options.revision !== undefined) throw e;
+        if (!(e instanceof ConflictError) || options.revision !== undefined)
+          throw readFailure(e, key, labelOf(backend, label));
         // A session saved faster than a header and a first page can be read in turn: read it whole instead
         // (one saved state, in memory).
         if (attempt >= READ_ATTEMPTS) return whole(backend, key, label);
@@ -455,8 +477,8 @@ export async function openSession(
 /** The whole stored state, loaded at once (with its revision when the backend keeps revisions). */
 async function whole(backend: StateBackend, key: string, label: string | undefined): Promise<SessionView> {
   if (typeof backend.read === "function") {
-    const found = await backend.read(key);
-    if (found === undefined) throw new StateNotFoundError(key, label ?? backend.name);
+    const found = await reading(backend, key, label, () => backend.read?.(key));
+    if (found === undefined || found === null) throw new StateNotFoundError(key, label ?? backend.name);
     const { history, ...header } = found.state;
     return { header, history: toAsync(history), streamed: false, revision: found.revision };
   }

@@ -51,6 +51,12 @@ export const COMMANDS: readonly LazyCommand[] = [
     load: async () => (await import("./commands/export.js")).exportCommand(),
   },
   {
+    name: "edit",
+    term: "edit [options] <key>",
+    description: "open a stored session in $VISUAL/$EDITOR as .duas and save the edit back (checked, compare-and-set)",
+    load: async () => (await import("./commands/edit.js")).editCommand(),
+  },
+  {
     name: "import",
     term: "import [options] <files...>",
     description: "import .duas, .duas.gz, OpenAI-format JSONL or JSON message arrays (one session per file)",

@@ -47,7 +47,11 @@
  *
  * Every line ends with `\n` (the last one too). Sections appear exactly once,
  * in this order. Before `[HISTORY]`, blank lines and lines starting with `#`
- * or `;` are comments; a comment never follows a value on the same line.
+ * or `;` are comments. A `#` preceded by whitespace after a value starts an
+ * inline comment (`api_key_env = API_KEY   # a note`, as the original design's
+ * example writes them), except inside a JSON string literal; the writer
+ * never writes one (it quotes every string holding `#`), so its values are
+ * never cut.
  * Every key is required except `revision`, `generation`, `key`,
  * `history_crc32`, `header_crc32` (and FileBackend's `history_bytes`,
  * `prior_commit`) and the `field.*` keys; unknown and duplicate keys are
@@ -956,6 +960,36 @@ function jsonStringEnd(text: string, start: number): number {
   return -1;
 }
 
+/**
+ * The value text of a header line without its inline comment: a `#` preceded
+ * by whitespace (`api_key_env = API_KEY   # the name, never the key`) starts a
+ * comment, as in the original design's files; the value before it must not be
+ * empty (`prompt = #tag` keeps `#tag`). In a JSON string literal (a quoted
+ * value, or any string inside a `[STATE]` JSON value) `#` is text. The writer
+ * quotes every string holding `#`, so what it writes is never cut.
+ *
+ * @param rest - the text after `=`
+ * @param json - a `[STATE]` value (JSON, or the original design's plain text): strings in it are skipped
+ * @returns `rest` up to the comment (or whole)
+ */
+function withoutInlineComment(rest: string, json: boolean): string {
+  const hash = rest.indexOf("#");
+  if (hash < 0) return rest;
+  const start = rest.length - rest.trimStart().length;
+  const quotes = json || rest.charCodeAt(start) === 0x22;
+  for (let i = start; i < rest.length; i++) {
+    const c = rest.charCodeAt(i);
+    if (quotes && c === 0x22) {
+      const end = jsonStringEnd(rest, i);
+      if (end < 0) return rest; // unterminated: the value's own check reports it
+      i = end - 1;
+    } else if (c === 0x23 && i > start && (rest.charCodeAt(i - 1) === 0x20 || rest.charCodeAt(i - 1) === 0x09)) {
+      return rest.slice(0, i);
+    }
+  }
+  return rest;
+}
+
 /** A value of a header line summarised by {@link LongValueSummary}. */
 export interface ValueSummary {
   /** The value's first `clipAt` UTF-16 code units: decoded for a string, the JSON text for a JSON value. */
@@ -1289,6 +1323,7 @@ export class DuasLineParser {
       key = t.slice(0, eq).trim();
       rest = t.slice(eq + 1);
     }
+    rest = withoutInlineComment(rest, section === "STATE");
     const seenKey = `${section}.${key}`;
     const previous = this.seen.get(seenKey);
     if (previous !== undefined) this.fail(`duplicate key ${key} in [${section}] (first on line ${previous})`);

@@ -78,18 +78,25 @@ export class FormatError extends DumplingsError {
   }
 }
 
-/** No state is stored under the key. */
+/**
+ * No state is stored under the key. A custom backend may say so by returning
+ * `undefined` or by throwing its own not-found error (one with `code: "ENOENT"`,
+ * or named `FileNotFoundError` as the original design's backends raise it):
+ * every read path reports either as this error, the backend's own as `cause`.
+ */
 export class StateNotFoundError extends DumplingsError {
   readonly key: string;
   readonly backend: string | undefined;
   /**
    * @param key - the missing key
    * @param backend - name of the backend that was asked
+   * @param options - `cause`: the backend's own not-found error, when it threw one
    */
-  constructor(key: string, backend?: string) {
+  constructor(key: string, backend?: string, options?: { cause?: unknown }) {
     super(
       "STATE_NOT_FOUND",
       `[dumplings${backend ? `:${backend}` : ""}] no state stored under key ${JSON.stringify(key)}`,
+      options?.cause === undefined ? undefined : { cause: options.cause },
     );
     this.key = key;
     this.backend = backend;

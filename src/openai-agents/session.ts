@@ -30,6 +30,7 @@
 import { randomUUID } from "node:crypto";
 import type { AgentInputItem, Session } from "@openai/agents-core";
 import { validateKey } from "../backends/keys.js";
+import { isBackendNotFound } from "../backends/not-found.js";
 import { backendFromSpec } from "../backends/spec.js";
 import { backendLabel, envelopeState } from "../backends/stored.js";
 import type { StateBackend, WriteResult } from "../backends/types.js";
@@ -315,7 +316,8 @@ export class DumplingsSession implements Session {
       try {
         header = await store.readHeader(this.key);
       } catch (e) {
-        this.#wrap("cannot read", e);
+        if (!isBackendNotFound(e)) this.#wrap("cannot read", e);
+        header = undefined; // the backend's own not-found error: nothing stored
       }
       const revision = header === undefined ? null : (header.revision ?? undefined);
       if (
@@ -343,7 +345,7 @@ export class DumplingsSession implements Session {
         state = (await store.load(this.key)) ?? undefined;
       }
     } catch (e) {
-      if (e instanceof DumplingsError && e.code === "STATE_NOT_FOUND") return none;
+      if ((e instanceof DumplingsError && e.code === "STATE_NOT_FOUND") || isBackendNotFound(e)) return none;
       this.#wrap("cannot read", e);
     }
     if (state === undefined || state === null) return none;

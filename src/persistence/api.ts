@@ -40,6 +40,7 @@
 
 import { z } from "zod";
 import { validateKey } from "../backends/keys.js";
+import { isBackendNotFound, readFailure } from "../backends/not-found.js";
 import { lendTexts, reclaimTexts } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
 import { checkRevisionOption } from "../backends/write-options.js";
@@ -510,7 +511,7 @@ async function readState(
     if (s === undefined || s === null) throw new StateNotFoundError(key, backendLabel(backend));
     return { state: normalizeForeignState(s, label), revision: undefined };
   } catch (e) {
-    wrap(backend, `cannot load ${JSON.stringify(key)}`, key, e);
+    wrap(backend, `cannot load ${JSON.stringify(key)}`, key, readFailure(e, key, backendLabel(backend)));
   }
 }
 
@@ -568,7 +569,8 @@ export async function loadState<A extends PersistableAgent = PersistableAgent>(
  *
  * @param key - the key
  * @param options - `backend`
- * @returns true when something was deleted, false when nothing was stored
+ * @returns true when something was deleted, false when nothing was stored (also when a custom
+ *   backend's `delete` throws its own not-found error: `code: "ENOENT"` or a `FileNotFoundError`)
  * @throws {InvalidKeyError} for a bad key
  * @throws {BackendError} wrapping a driver failure
  * @example
@@ -581,6 +583,7 @@ export async function deleteState(key: string, options: BackendOptions = {}): Pr
   try {
     return Boolean(await backend.delete(k));
   } catch (e) {
+    if (isBackendNotFound(e)) return false; // a custom backend's own not-found error: nothing was stored
     wrap(backend, `cannot delete ${JSON.stringify(k)}`, k, e);
   }
 }
@@ -623,7 +626,7 @@ export async function* iterHistory(key: string, options: BackendOptions = {}): A
     try {
       yield* backend.iterHistory(k);
     } catch (e) {
-      wrap(backend, `cannot read the history of ${JSON.stringify(k)}`, k, e);
+      wrap(backend, `cannot read the history of ${JSON.stringify(k)}`, k, readFailure(e, k, backendLabel(backend)));
     }
     return;
   }
@@ -689,6 +692,90 @@ function report(agent: PersistableAgent, error: unknown): void {
     seen.add(message);
     console.error(`[dumplings] auto-save of agent ${JSON.stringify(agent.name)} failed: ${message}`);
   }
+}
+
+/**
+ * Under `keyStrategy: "name"`, lets a fresh agent continue the session stored under its name
+ * instead of conflicting with it at every save: run by the agent before each outermost turn while
+ * persistence is enabled (`BaseAgent` does). It does nothing when the strategy is `uuid` or the
+ * agent already has a home (it was loaded or saved: its saves go there). Otherwise it reads the
+ * session stored under `agent.name` on the default backend:
+ *
+ * - nothing stored: nothing to do (the turn's save creates it);
+ * - a session of the agent's class (and protocol) whose history starts with the agent's own (a fresh
+ *   agent's is usually empty): the agent continues it — `adopt` restores its history, task id and
+ *   persistent fields (the agent keeps its own config, hooks, uuid and tools), and its saves append
+ *   to that session under compare-and-set, as after `loadState`;
+ * - anything else (another conversation, another class or protocol): nothing is merged or overwritten; the
+ *   agent's own conversation is saved at once under its uuid as key, where its later saves go,
+ *   and a `persistWarning` (`SESSION_KEY_TAKEN`) names both keys.
+ *
+ * Never throws: a failure (the backend down) is reported as auto-save reports one
+ * (`persistError`, logged once) and the turn goes on.
+ *
+ * @internal used by `BaseAgent` (its turns' `prepare`)
+ * @param agent - the agent
+ * @param adopt - restores the stored state into the agent (history, task id, persistent fields)
+ * @returns once decided
+ * @example
+ * configure({ enabled: true, backend: "sqlite", keyStrategy: "name" });
+ * const agent = new BaseAgent({ name: "support" }); // "support" was saved yesterday
+ * await agent.conversationWithTool("and the refund?"); // the model sees yesterday's conversation
+ */
+export async function continueStoredSession(
+  agent: PersistableAgent,
+  adopt: (state: AgentState) => void,
+): Promise<void> {
+  if (currentSettings("keyStrategy").keyStrategy !== "name" || agentHome(agent) !== undefined) return;
+  try {
+    await serialize(agent, async () => {
+      if (agentHome(agent) !== undefined) return;
+      let key: string;
+      try {
+        key = validateKey(agent.name);
+      } catch {
+        return; // the turn's save reports the bad key
+      }
+      const backend = resolveBackend(undefined);
+      let stored: { state: AgentState; revision: number | undefined };
+      try {
+        stored = await readState(backend, key);
+      } catch (e) {
+        if (e instanceof StateNotFoundError) return;
+        throw e;
+      }
+      const { meta } = agent.toState(HEADER_ONLY);
+      if (
+        stored.state.meta.protocol === meta.protocol &&
+        stored.state.meta.class === meta.class &&
+        startsWith(stored.state.history, agent.history)
+      ) {
+        adopt(stored.state);
+        recordLoaded(agent, backend, key, agent.history, stored.revision);
+        return;
+      }
+      const own = validateKey(agent.uuid);
+      await doSave(agent, own, {});
+      const warning: PersistenceWarning = {
+        code: "SESSION_KEY_TAKEN",
+        name: key,
+        message: `key ${JSON.stringify(key)} (the name of agent ${agent.uuid}) holds another conversation; this agent's conversation is saved under its uuid, key ${JSON.stringify(own)}`,
+      };
+      agent.emit("persistWarning", warning);
+      defaultWarn(warning);
+    });
+  } catch (error) {
+    report(agent, error);
+  }
+}
+
+/** Whether `history` starts with the messages of `prefix` (equal as JSON). */
+function startsWith(history: readonly Message[], prefix: readonly Message[]): boolean {
+  if (prefix.length > history.length) return false;
+  for (let i = 0; i < prefix.length; i++) {
+    if (history[i] !== prefix[i] && JSON.stringify(history[i]) !== JSON.stringify(prefix[i])) return false;
+  }
+  return true;
 }
 
 /**

@@ -92,8 +92,12 @@ export type HookFunction = (...args: any[]) => unknown;
 
 /** A non-fatal problem found while saving or loading (a hook that cannot be named or found). */
 export interface PersistenceWarning {
-  /** `HOOK_NOT_FOUND` (load) or `HOOK_NOT_REGISTERED` (save). */
-  code: "HOOK_NOT_FOUND" | "HOOK_NOT_REGISTERED";
+  /**
+   * `HOOK_NOT_FOUND` (load), `HOOK_NOT_REGISTERED` (save), or `SESSION_KEY_TAKEN`: under
+   * `keyStrategy: "name"`, the agent's name holds another conversation, so this agent's is saved
+   * under its uuid (named in the message) instead (see `continueStoredSession`).
+   */
+  code: "HOOK_NOT_FOUND" | "HOOK_NOT_REGISTERED" | "SESSION_KEY_TAKEN";
   /** Human-readable text, saying how to fix it. */
   message: string;
   /** The hook's saved `module:export` name, or the function's own name when unregistered. */

@@ -75,7 +75,13 @@ export interface ConfigureOptions {
   baseDir?: string;
   /** Database file of the `sqlite` backend. @default "./.dumplingsAI_sessions.db" (env `DUMPLINGS_PERSISTENCE_DB`) */
   dbPath?: string;
-  /** Default key of an agent: its `uuid` or its `name`. @default "uuid" (env `DUMPLINGS_PERSISTENCE_KEY`) */
+  /**
+   * Default key of an agent: its `uuid` or its `name`. With `name` and auto-save on, a fresh agent
+   * whose name already holds a session continues that session (it is read before the agent's first
+   * turn; a session that does not continue the agent's own history leaves the agent saving under its
+   * uuid, with a `SESSION_KEY_TAKEN` warning): see `continueStoredSession`.
+   * @default "uuid" (env `DUMPLINGS_PERSISTENCE_KEY`)
+   */
   keyStrategy?: KeyStrategy;
   /**
    * The only modules that loading may `import()` to find a saved class or

@@ -215,3 +215,112 @@ describe("every read path takes the original file", () => {
     await backend.close?.();
   });
 });
+
+describe("the original design's own example, with its inline # notes (issue 25)", () => {
+  const EXAMPLE_HISTORY: Message[] = [
+    { role: "system", content: "你是一个天气助手..." },
+    { role: "user", content: "hi" },
+    {
+      role: "assistant",
+      content: "hello",
+      tool_calls: [{ id: "call_1", type: "function", function: { name: "echo", arguments: '{"text":"yo"}' } }],
+    },
+    { role: "tool", tool_call_id: "call_1", name: "echo", content: "echo:yo" },
+  ];
+  const EXAMPLE: AgentState = {
+    meta: {
+      formatVersion: "1.0",
+      schemaVersion: "0.4.0",
+      agentUuid: "abc123...",
+      agentName: "weather",
+      protocol: "openai",
+      class: "examples.api.agents_config:WeatherAgent",
+      savedAt: "2026-07-31T10:30:00+08:00",
+      messageCount: 4,
+    },
+    config: {
+      prompt: "你是一个天气助手...",
+      apiProvider: "https://api.example.com/v1/chat/completions",
+      apiKeyEnv: "API_KEY",
+      modelName: "qwen3.5-plus",
+      maxTokens: 4096,
+      stream: true,
+      fcModel: true,
+      toolTimeout: 60,
+      toolMaxWorkers: 8,
+    },
+    state: { currentTaskId: "tid-abc123", hooks: ["examples.api.agents_config:audit_hook"], fields: {} },
+    history: EXAMPLE_HISTORY,
+  };
+
+  it("the fixture is the original's text: its notes are there", () => {
+    const text = fixture("example-0.4.duas");
+    expect(text).toMatch(/^schema_version = 0\.4\.0 +# \S/m);
+    expect(text).toMatch(/^api_key_env = API_KEY +# \S/m);
+  });
+
+  it("loads with every value without its note: api_key_env = API_KEY, schema_version = 0.4.0", () => {
+    const state = decodeState(fixture("example-0.4.duas"), { source: "example-0.4.duas" });
+    expect(state.config.apiKeyEnv).toBe("API_KEY");
+    expect(state.meta.schemaVersion).toBe("0.4.0");
+    expect(state).toEqual(EXAMPLE);
+    expect(decodeState(encodeState(state))).toEqual(EXAMPLE);
+  });
+
+  it("the file backend's load, read and readHeader, and dumplings show, read it the same", async () => {
+    const dir = freshDir();
+    copyFileSync(new URL("example-0.4.duas", FIXTURES), path.join(dir, "weather.duas"));
+    const backend = new FileBackend({ baseDir: dir });
+    try {
+      expect(await backend.load("weather")).toEqual(EXAMPLE);
+      expect((await backend.read("weather"))?.state).toEqual(EXAMPLE);
+      expect((await backend.readHeader("weather"))?.header.config.apiKeyEnv).toBe("API_KEY");
+    } finally {
+      await backend.close?.();
+    }
+    const shown = JSON.stringify(runJson(["show", "weather", "--dir", dir]));
+    expect(shown).toContain('"API_KEY"');
+    expect(shown).not.toContain("不存明文");
+  });
+
+  it("a note after any kind of value, and a # that is not a note", () => {
+    const canonical = encodeState(EXPECTED);
+    const edit = (pairs: [string, string][]) => {
+      let text = canonical;
+      for (const [from, to] of pairs) {
+        expect(text).toContain(`${from}\n`);
+        text = text.replace(`${from}\n`, `${to}\n`);
+      }
+      return decodeState(text);
+    };
+    const noted = edit([
+      ["model_name = gpt-4o-mini", "model_name = gpt-4o-mini\t# tab before the note"],
+      ["max_tokens = 4096", "max_tokens = 4096   # a number"],
+      ["stream = false", "stream = false # a boolean"],
+      ["prompt = You are a helpful weather assistant.", 'prompt = "a # b"   # a quoted value'],
+      ['current_task_id = "tid-abc123"', 'current_task_id = "t #1" # JSON'],
+      ["hooks = []", 'hooks = ["m:a #b"]  # JSON with a # inside'],
+    ]);
+    expect(noted.config).toMatchObject({ modelName: "gpt-4o-mini", maxTokens: 4096, stream: false, prompt: "a # b" });
+    expect(noted.state).toMatchObject({ currentTaskId: "t #1", hooks: ["m:a #b"] });
+    // no whitespace before #, or nothing before it: the # is the value's
+    const kept = edit([
+      ["model_name = gpt-4o-mini", "model_name = a#b"],
+      ["prompt = You are a helpful weather assistant.", "prompt = #tag"],
+    ]);
+    expect(kept.config).toMatchObject({ modelName: "a#b", prompt: "#tag" });
+    // values the writer writes stay exact: a string holding # is quoted, never cut
+    const values = ["a # b", "x\t#y", "#", " # ", "k #", "a  #b # c"];
+    for (const v of values) {
+      const state: AgentState = {
+        ...EXPECTED,
+        meta: { ...EXPECTED.meta, agentName: v },
+        config: { ...EXPECTED.config, prompt: v, modelName: v },
+        state: { currentTaskId: v, hooks: [], fields: { note: v, list: [v, { k: v }] } },
+        history: [{ role: "user", content: v }],
+      };
+      state.meta.messageCount = 1;
+      expect(decodeState(encodeState(state))).toEqual(state);
+    }
+  });
+});

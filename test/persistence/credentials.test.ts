@@ -18,6 +18,7 @@ import {
   exportStateString,
   FileBackend,
   loadState,
+  loadStateString,
   MemoryBackend,
   type Message,
   MissingSecretError,
@@ -67,10 +68,47 @@ const allowed: [field: "apiKeyEnv" | "apiProvider" | "modelName", value: string]
   ["modelName", "skill-model"],
 ];
 
+describe("credential check at construction (issue 25)", () => {
+  it("new BaseAgent / AnthropicAgent refuse each refused value with a CredentialError naming the field; a stored state is restored as it is and its save refuses it", async () => {
+    for (const [field, value] of refused) {
+      for (const make of [
+        () => new BaseAgent({ name: "leaky", apiKeyEnv: "OPENAI_API_KEY", [field]: value }),
+        () => new AnthropicAgent({ name: "leaky", apiKeyEnv: "ANTHROPIC_API_KEY", [field]: value }),
+      ]) {
+        const e = (() => {
+          try {
+            make();
+          } catch (x) {
+            return x;
+          }
+        })();
+        expect(e, `${field} = ${value}`).toBeInstanceOf(CredentialError);
+        expect((e as CredentialError).code).toBe("CREDENTIAL_REFUSED");
+        expect((e as CredentialError).field).toBe(`config.${field}`);
+        expect((e as Error).message).not.toContain(value);
+      }
+    }
+    // A hand-edited file with a key in api_key_env still loads (so it can be fixed); saving it is refused.
+    const backend = new FileBackend({ baseDir: mkdtempSync(path.join(tmp, "f-")) });
+    const text = exportStateString(new BaseAgent({ name: "edited", apiKeyEnv: "OPENAI_API_KEY" })).replace(
+      "api_key_env = OPENAI_API_KEY",
+      `api_key_env = ${SECRET}`,
+    );
+    expect(text).toContain(SECRET);
+    const agent = await loadStateString(text);
+    expect(agent.config.apiKeyEnv).toBe(SECRET);
+    const e = await saveState(agent, "edited", { backend }).catch((x) => x);
+    expect(e).toBeInstanceOf(CredentialError);
+    expect(await backend.listKeys()).toEqual([]);
+  });
+});
+
 describe("credential check on save", () => {
   it.each(refused)("refuses %s = %j with a CredentialError naming the field, writing nothing", async (field, value) => {
     const backend = new FileBackend({ baseDir: mkdtempSync(path.join(tmp, "f-")) });
-    const agent = new BaseAgent({ name: "leaky", apiKeyEnv: "OPENAI_API_KEY", [field]: value });
+    // refused at construction (above): set afterwards, the save still refuses it
+    const agent = new BaseAgent({ name: "leaky", apiKeyEnv: "OPENAI_API_KEY" });
+    agent.config[field] = value;
     const e = await saveState(agent, "agent-23", { backend }).catch((x) => x);
     expect(e).toBeInstanceOf(CredentialError);
     expect(e.code).toBe("CREDENTIAL_REFUSED");

@@ -9,13 +9,15 @@
  *
  * Every file is read and checked before anything is written, so a typo in
  * the third file does not leave the first two imported; an existing key is
- * refused unless `--overwrite`.
+ * refused unless `--overwrite`. A `.duas` file's config is checked as
+ * `saveState` checks one: a credential-looking value is a `CredentialError`.
  *
  * @module
  */
 import { Command, InvalidArgumentError } from "commander";
 import { validateKey } from "../../backends/keys.js";
 import type { Protocol } from "../../core/messages.js";
+import { assertNoCredentials } from "../../persistence/credentials.js";
 import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
 import { KeyExistsError, UsageError } from "../errors.js";
 import { type ImportInput, readImportInput, STDIN } from "../inputs.js";
@@ -93,6 +95,8 @@ export function importCommand(): Command {
           );
         }
         byKey.set(key, file);
+        // a .duas file is stored as it is: checked here as saveState checks a config (nothing written yet)
+        if (input.kind === "duas") assertNoCredentials(input.state.config);
         inputs.push({ input, key });
       }
       const { backend, label } = await openBackendAsync(options);

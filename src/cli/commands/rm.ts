@@ -5,6 +5,7 @@
  */
 import { Command } from "commander";
 import { validateKey } from "../../backends/keys.js";
+import { isBackendNotFound } from "../../backends/not-found.js";
 import { StateNotFoundError } from "../../core/errors.js";
 import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
 import { ExitCode, errorLine } from "../errors.js";
@@ -40,7 +41,14 @@ export function rmCommand(): Command {
         const deleted: string[] = [];
         const missing: string[] = [];
         for (const key of keys) {
-          if (await backend.delete(key)) deleted.push(key);
+          // a custom backend's own not-found error (ENOENT, FileNotFoundError) says nothing was stored, as false does
+          const removed = await Promise.resolve()
+            .then(() => backend.delete(key))
+            .catch((e: unknown) => {
+              if (isBackendNotFound(e)) return false;
+              throw e;
+            });
+          if (removed) deleted.push(key);
           else missing.push(key);
         }
         const failure =

@@ -26,8 +26,8 @@
  * @module
  */
 import type { JsonValue } from "../core/json.js";
-import type { SqlDriver, SqlQuery, SqlResult, SqlRunSync } from "../drivers/sql.js";
-import { JournalIntegrityError, RunNotFoundError, SignalConflictError, StaleFencingTokenError } from "./errors.js";
+import type { SqlDriver, SqlQuery, SqlResult } from "../drivers/sql.js";
+import { JournalIntegrityError, SignalConflictError } from "./errors.js";
 import {
   type BlobWrite,
   blobWrite,
@@ -49,7 +49,6 @@ import {
   type ListRunsFilter,
   leaseMs,
   outputBytes,
-  outputColumn,
   type PruneOptions,
   type PruneResult,
   RETRYABLE_RUN_STATUSES,

@@ -32,8 +32,10 @@ import { checkOptions, optionKeys } from "../core/options.js";
 import {
   positiveMs,
   REDIS_CONNECTION_KEYS,
+  REDIS_SOURCE_OF_TRUTH_KEYS,
   RedisConnection,
   type RedisConnectionOptions,
+  type RedisSourceOfTruthOptions,
   redisScript,
   renamedOption,
   runScript,
@@ -52,6 +54,7 @@ const READ_TEXT_OPTIONS = optionKeys<ReadTextOptions>({ steps: true, seq: true, 
 /** The keys of {@link RedisRunStreamOptions}: any other is an `InvalidOptionError`. */
 const STREAM_OPTIONS = optionKeys<RedisRunStreamOptions>({
   ...REDIS_CONNECTION_KEYS,
+  ...REDIS_SOURCE_OF_TRUTH_KEYS,
   prefix: true,
   maxLength: true,
   blockMs: true,
@@ -166,7 +169,7 @@ export class MemoryRunStream implements RunEventStream {
  * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
  * `commandTimeoutMs`; README, "Redis connection options") and the stream's own.
  */
-export interface RedisRunStreamOptions extends RedisConnectionOptions {
+export interface RedisRunStreamOptions extends RedisConnectionOptions, RedisSourceOfTruthOptions {
   /** Prefix of every key of the stream. @default "dumplings:stream:" */
   keyPrefix?: string;
   /** @deprecated Use `keyPrefix` (the same; giving both with different values is an `InvalidOptionError`). */
@@ -227,6 +230,7 @@ export class RedisRunStream implements RunEventStream {
     this.conn = new RedisConnection<Redis>({ ...rest, keyPrefix } as RedisConnectionOptions<Redis>, {
       label: "run stream",
       keyPrefix: "dumplings:stream:",
+      sourceOfTruth: true,
     });
     this.prefix = this.conn.keyPrefix;
     this.maxLength = maxLength ?? 10_000;

@@ -187,8 +187,10 @@ export interface RedisRunStreamOptions extends RedisConnectionOptions, RedisSour
 }
 
 // ARGV: data, max length, ttl in ms ('0': none), then the origin's field/value pairs (r runId, s seq, a attempt,
-// t fencing token)
+// t fencing token). All or nothing: the TTL command runs once before the first write (it fails there as it
+// would later, on an ACL or a bad TTL), so a refused append has appended nothing.
 const APPEND_SCRIPT = redisScript(`
+if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end
 local n = redis.call('INCR', KEYS[2])
 local fields = { 'd', ARGV[1] }
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end

@@ -152,6 +152,16 @@ describe.skipIf(noBinary)("a Redis that may evict keys is refused by the stores 
       expect(e, s.name).toBeInstanceOf(InvalidOptionError);
       expect(String((e as Error).message)).toMatch(/maxmemory-policy volatile-lru/);
     }
+    // an injected client of the backend's small shape (no config, no info): INFO through a script
+    const raw2 = admin(noConfig.url);
+    const client = {
+      evalsha: (...a: Parameters<Redis["evalsha"]>) => raw2.evalsha(...a),
+      eval: (...a: Parameters<Redis["eval"]>) => raw2.eval(...a),
+      scan: (...a: [string, "MATCH", string, "COUNT", number, "TYPE", string]) => raw2.scan(...a),
+    };
+    const injected = new RedisBackend({ client });
+    await expect(injected.save("k2", makeState(history))).rejects.toThrow(/option allowEviction.*volatile-lru/);
+    expect(await raw2.exists("duas:k2")).toBe(0);
   });
 
   it("allowEviction is a boolean of each source-of-truth store, not of the cache", () => {
@@ -293,6 +303,10 @@ describe.skipIf(noBinary)("a session save is checked against its header, and all
     expect(e1).toBeInstanceOf(BackendError);
     expect(String((e1 as Error).message)).toMatch(/can't run this command/);
     expect(await raw.exists(`${keyPrefix}new`, `${keyPrefix}new/history`)).toBe(0);
+    // the run stream's append too: refused, nothing appended (a retry would have doubled the event)
+    const stream = track(new RedisRunStream({ url, keyPrefix, ttlMs: 60_000 }));
+    await expect(stream.append("r1", { type: "token", text: "a" })).rejects.toBeInstanceOf(BackendError);
+    expect(await raw.exists(`${keyPrefix}{r1}:events`, `${keyPrefix}{r1}:n`)).toBe(0);
 
     // an existing session (written by a user allowed to set TTLs), appended to by the refused one
     const full = track(new RedisBackend({ url: server.url, keyPrefix, ttlMs: 60_000 }));

@@ -66,9 +66,11 @@ import {
   globEscape,
   positiveMs,
   REDIS_CONNECTION_KEYS,
+  REDIS_SOURCE_OF_TRUTH_KEYS,
   RedisConnection,
   type RedisConnectionOptions,
   type RedisScript,
+  type RedisSourceOfTruthOptions,
   redisScript,
   runScript,
 } from "../drivers/redis.js";
@@ -138,7 +140,7 @@ export type { RedisConnectionOptions };
  * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
  * `commandTimeoutMs`; README, "Redis connection options") and the backend's own.
  */
-export interface RedisBackendOptions extends RedisConnectionOptions<RedisLikeClient> {
+export interface RedisBackendOptions extends RedisConnectionOptions<RedisLikeClient>, RedisSourceOfTruthOptions {
   /** Prefix of every Redis key the backend touches. @default "duas:" */
   keyPrefix?: string;
   /** Time to live of a session in ms, applied to all of its keys at every write; absent = no expiry. */
@@ -185,7 +187,12 @@ const DEADLINE_MARGIN_MS = 250;
  * A STRING at KEYS[1] is an entry of the original design (see the module comment): revision 1 for the
  * compare-and-set, no history list (an append is "full"); a full write replaces it, at revision 2 or
  * above (so a writer still holding 1 conflicts).
- * Returns {"ok", revision} | {"conflict", revision or -1} | {"full"} | {"late"}.
+ * Returns {"ok", revision} | {"conflict", revision or -1} | {"full"} | {"late"} | {"corrupt", header count, list length}.
+ * An append onto a list whose length is not the header's count (evicted, cut by hand) is refused
+ * ("corrupt"); a full rewrite replaces the list whole. All or nothing: every check and read (the
+ * list's length against the header's count, the revision
+ * floor, the TTL command on the header, which fails as its later calls would, on an ACL or a bad TTL)
+ * comes before the first write, so a script that fails has written nothing.
  */
 const WRITE_SCRIPT = `
 local seed = redis.call('TYPE', KEYS[1]).ok == 'string'
@@ -206,12 +213,18 @@ if ARGV[2] ~= '1' and exp ~= '' then
 end
 local base = tonumber(ARGV[3])
 local gen = h[3] and tonumber(h[3]) or 0
-local rewrite = false
+local count = h[2] and tonumber(h[2]) or -1
+local len = redis.call('LLEN', KEYS[2])
+if base >= 0 and rev and not seed and len ~= count then return {'corrupt', count, len} end
 if base >= 0 then
-  local count = h[2] and tonumber(h[2]) or -1
   if rev == nil or count ~= base then return {'full'} end
   if base > 0 and h[4] ~= ARGV[10] then return {'full'} end
-else
+end
+local floor = tonumber(redis.call('GET', KEYS[3])) or 0
+local ttl = tonumber(ARGV[8])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[8]) else redis.call('PERSIST', KEYS[1]) end
+local rewrite = false
+if base < 0 then
   redis.call('DEL', KEYS[2])
   if seed then redis.call('DEL', KEYS[1]) end
   rewrite = true
@@ -219,10 +232,8 @@ end
 for i = 12, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-local floor = nil
 local newrev
 if rev and not seed then newrev = rev + 1 else
-  floor = tonumber(redis.call('GET', KEYS[3])) or 0
   newrev = floor + 1
   if seed and newrev < 2 then newrev = 2 end
 end
@@ -231,11 +242,9 @@ redis.call('HSET', KEYS[1], 'fmt', '${STORAGE_FORMAT}', 'meta', ARGV[4],
   'rev', newrev, 'count', ARGV[7], 'gen', gen, 'tail', ARGV[11])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'state', ARGV[6]) end
-local ttl = tonumber(ARGV[8])
 if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  if floor == nil then floor = tonumber(redis.call('GET', KEYS[3])) or 0 end
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  redis.call('PEXPIRE', KEYS[2], ARGV[8])
   if newrev > floor then redis.call('SET', KEYS[3], newrev) end
 else
   redis.call('PERSIST', KEYS[1])
@@ -295,6 +304,7 @@ interface Header {
 /** The keys of {@link RedisBackendOptions}: any other is an `InvalidOptionError`. */
 const REDIS_OPTIONS = optionKeys<RedisBackendOptions>({
   ...REDIS_CONNECTION_KEYS,
+  ...REDIS_SOURCE_OF_TRUTH_KEYS,
   ttlMs: true,
   compressHistory: true,
   compressMinBytes: true,
@@ -339,6 +349,7 @@ export class RedisBackend implements StateBackend {
     this.conn = new RedisConnection(options, {
       label: "backend",
       keyPrefix: "duas:",
+      sourceOfTruth: true,
       onReady: () => {
         this.clockOffsetMs = undefined; // maybe another server now: measure again
       },
@@ -470,7 +481,7 @@ export class RedisBackend implements StateBackend {
       ];
       const reply = (await this.call(what, key, () =>
         this.run(SCRIPTS.write, [this.headerKey(key), this.historyKey(key), this.floorKey()], args),
-      )) as [string, number?];
+      )) as [string, number?, number?];
       switch (reply[0]) {
         case "ok":
           this.configs.remember(key, Number(reply[1]), state.config, config);
@@ -482,6 +493,11 @@ export class RedisBackend implements StateBackend {
         }
         case "full":
           return "full";
+        case "corrupt":
+          throw new FormatError(
+            `stored history of ${JSON.stringify(key)} has ${Number(reply[2])} messages, header says ${Number(reply[1])}: the list was evicted by Redis (maxmemory-policy) or changed by hand; nothing was written. Delete the key, or save with force: true to replace it`,
+            { file: `redis:${this.historyKey(key)}` },
+          );
         case "late":
           throw new BackendError(
             this.name,

@@ -280,7 +280,11 @@ export class InvalidStateError extends DumplingsError {
  * A store or driver option is not acceptable: a schema name PostgreSQL cannot
  * hold, a malformed connection URL, a timeout that is not a positive number of
  * ms, a table prefix SQLite cannot hold. Thrown by the constructor, before any
- * connection is made; nothing is stored.
+ * connection is made; nothing is stored. Two are found on connecting, by the
+ * first call (nothing read or written): a Redis database number the server
+ * refuses (option `url`), and a Redis that may evict keys under a store that
+ * is the source of truth (option `allowEviction`, README "Redis as the source
+ * of truth").
  *
  * Code: `INVALID_OPTION`.
  *

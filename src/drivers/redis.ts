@@ -35,7 +35,14 @@
  *   as `cause`;
  * - **scripts**: {@link redisScript} / {@link runScript} run a Lua script by
  *   its SHA (one round trip, the script text sent only when Redis does not
- *   know it yet).
+ *   know it yet);
+ * - **eviction**: a component that is the source of truth (sessions, the
+ *   durable journal, run streams, the LangGraph checkpointer) checks the
+ *   server's `maxmemory-policy` once per connection, before its first command
+ *   ({@link RedisSourceOfTruthOptions}): anything but `noeviction` is refused
+ *   with an {@link InvalidOptionError} (option `allowEviction`), or accepted
+ *   with a process warning (`DUMPLINGS_REDIS_EVICTION`) when `allowEviction`
+ *   is true. A cache (the checkpoint hot tier) does not check.
  *
  * @module
  */
@@ -112,6 +119,35 @@ export const REDIS_CONNECTION_KEYS: OptionKeyList<RedisConnectionOptions> = {
   commandTimeoutMs: true,
 };
 
+/**
+ * The option of a Redis component that is the source of truth of what it
+ * stores (`RedisBackend`, `RedisJournal`, `RedisRunStream`, the LangGraph
+ * `RedisSaverStorage`): Redis configured to evict keys under memory pressure
+ * (any `maxmemory-policy` but `noeviction`) would silently lose runs,
+ * sessions, histories and stream events, and a durable run whose keys
+ * vanished could run its completed steps again.
+ */
+export interface RedisSourceOfTruthOptions {
+  /**
+   * Accept a server whose `maxmemory-policy` is not `noeviction`: the
+   * component works and emits one process warning (`process.emitWarning`,
+   * code `DUMPLINGS_REDIS_EVICTION`) per connection instead of refusing.
+   * When false, the first call on such a server (and each call until the
+   * policy is `noeviction`) fails with an {@link InvalidOptionError} (option
+   * `allowEviction`) and nothing is read or written. The policy is read with
+   * `CONFIG GET maxmemory-policy`, else (managed Redis, `CONFIG` disabled or
+   * renamed) from `INFO memory`; when neither answers, nothing is refused.
+   * @default false
+   */
+  allowEviction?: boolean;
+}
+
+/** The keys of {@link RedisSourceOfTruthOptions}, for the option check of each source-of-truth component. */
+export const REDIS_SOURCE_OF_TRUTH_KEYS: OptionKeyList<RedisSourceOfTruthOptions> = { allowEviction: true };
+
+/** `code` of the process warning a source-of-truth component emits when `allowEviction` accepts an evicting server. */
+export const EVICTION_WARNING_CODE = "DUMPLINGS_REDIS_EVICTION";
+
 /** How a component wants its own client made (not user options: each component fixes these). */
 export interface RedisConnectionSettings {
   /** What the component is, for messages: `backend`, `journal`, `hot tier`… */
@@ -135,6 +171,19 @@ export interface RedisConnectionSettings {
   onReady?: () => void;
   /** Treat the injected `client` as the component's own: listen to it and close it on `close()` (duplicates the component made). */
   adopt?: boolean;
+  /**
+   * The component is the source of truth of its data: check `maxmemory-policy` before the first command
+   * of each connection and honour the `allowEviction` option ({@link RedisSourceOfTruthOptions}).
+   * @default false
+   */
+  sourceOfTruth?: boolean;
+}
+
+/** The commands the eviction check may use, all optional (an injected client may have only some). */
+interface PolicyReader {
+  config?(sub: string, name: string): Promise<unknown>;
+  info?(section: string): Promise<unknown>;
+  eval?(script: string, numKeys: number): Promise<unknown>;
 }
 
 /** The events and state of an ioredis client the driver uses, all optional so any injected shape fits. */
@@ -297,15 +346,31 @@ export class RedisConnection<C = IoRedisClient> {
   /** Set when a connect wait timed out; cleared by the next "ready". Calls meanwhile fail at once. */
   private unreachable = false;
   private closed = false;
+  /** Source of truth only: refuse (`"refuse"`) or warn (`"warn"`) on an evicting server; undefined: no check. */
+  private readonly eviction: "refuse" | "warn" | undefined;
+  /** The eviction check of the current connection once it passed (kept until the next reconnect). */
+  private policyChecked: Promise<void> | undefined;
 
   /**
    * @param options - see {@link RedisConnectionOptions}
    * @param settings - see {@link RedisConnectionSettings}
-   * @throws {InvalidOptionError} on a malformed URL (option or `REDIS_URL`), a timeout that is not a positive number of ms, a key prefix that is not a string
+   * @throws {InvalidOptionError} on a malformed URL (option or `REDIS_URL`), a timeout that is not a positive number of ms, a key prefix that is not a string, an `allowEviction` that is not a boolean
    */
-  constructor(options: RedisConnectionOptions<C> | undefined, settings: RedisConnectionSettings) {
+  constructor(
+    options: (RedisConnectionOptions<C> & RedisSourceOfTruthOptions) | undefined,
+    settings: RedisConnectionSettings,
+  ) {
     const o = options ?? {};
     this.label = settings.label;
+    const allow = o.allowEviction;
+    if (allow !== undefined && typeof allow !== "boolean") {
+      throw new InvalidOptionError(
+        NAME,
+        "allowEviction",
+        `must be true or false, got ${JSON.stringify(allow) ?? String(allow)}`,
+      );
+    }
+    this.eviction = settings.sourceOfTruth ? (allow ? "warn" : "refuse") : undefined;
     const prefix = o.keyPrefix ?? settings.keyPrefix;
     if (typeof prefix !== "string") {
       throw new InvalidOptionError(NAME, "keyPrefix", `must be a string, got ${String(prefix)}`);
@@ -337,11 +402,14 @@ export class RedisConnection<C = IoRedisClient> {
    * @param key - the key involved, if any
    * @param fn - the Redis work
    * @throws {BackendError} when Redis fails, is unreachable or does not answer in time, or the connection is closed
+   * @throws {InvalidOptionError} (option `allowEviction`) when the component is a source of truth, the
+   *   server's `maxmemory-policy` is not `noeviction` and `allowEviction` is not true (nothing was run)
    */
   async call<T>(what: string, key: string | undefined, fn: (client: C) => Promise<T>): Promise<T> {
     if (this.closed) throw new BackendError(NAME, `${what}: the ${this.label} is closed`, { key });
     try {
       await this.ready();
+      if (this.eviction) await this.checkEviction();
       return await (this.own ? fn(this.client) : withTimeout(fn(this.client), this.commandTimeoutMs));
     } catch (e) {
       if (e instanceof DumplingsError) throw e;
@@ -464,6 +532,58 @@ export class RedisConnection<C = IoRedisClient> {
 
   // ---- internals ----
 
+  /**
+   * The eviction check of a source of truth, once per connection: reads the server's `maxmemory-policy`
+   * and refuses (or warns about) anything but `noeviction`. A refusal is not kept, so a server fixed
+   * meanwhile is accepted at the next call.
+   */
+  private checkEviction(): Promise<void> {
+    this.policyChecked ??= this.readPolicy().then((policy) => {
+      if (policy === undefined || policy === "noeviction") return;
+      const where = this.url === undefined ? "the Redis server" : `Redis at ${redactUrl(this.url)}`;
+      const why = `${where} has maxmemory-policy ${policy}: under memory pressure it deletes keys, and the ${this.label}'s data would vanish without an error (a durable run could run its completed steps again, a session lose its history). Set maxmemory-policy noeviction on the server`;
+      if (this.eviction === "warn") {
+        process.emitWarning(`[dumplings:redis] ${why}; allowEviction: true accepts it`, {
+          code: EVICTION_WARNING_CODE,
+        });
+        return;
+      }
+      this.policyChecked = undefined;
+      throw new InvalidOptionError(
+        NAME,
+        "allowEviction",
+        `${why}, or pass allowEviction: true to accept eviction with a warning; nothing was read or written`,
+      );
+    });
+    return this.policyChecked;
+  }
+
+  /** `maxmemory-policy`: `CONFIG GET`, else `INFO memory` (managed Redis may disable `CONFIG`); undefined when neither answers. */
+  private async readPolicy(): Promise<string | undefined> {
+    const c = this.client as PolicyReader;
+    const bounded = <T>(p: Promise<T>) => (this.own ? p : withTimeout(p, this.commandTimeoutMs));
+    try {
+      if (typeof c.config === "function") {
+        const r = await bounded(c.config("GET", "maxmemory-policy"));
+        if (Array.isArray(r) && typeof r[1] === "string" && r[1] !== "") return r[1];
+      }
+    } catch {
+      // CONFIG disabled or renamed: INFO below
+    }
+    try {
+      const info =
+        typeof c.info === "function"
+          ? await bounded(c.info("memory"))
+          : typeof c.eval === "function"
+            ? await bounded(c.eval("return redis.call('INFO', 'memory')", 0))
+            : undefined;
+      const m = typeof info === "string" ? /^maxmemory_policy:(\S+)/m.exec(info) : null;
+      return m?.[1];
+    } catch {
+      return undefined; // neither answers: not refused
+    }
+  }
+
   private create(target: RedisTarget, settings: RedisConnectionSettings): Redis {
     const { Redis } = loadIoredis();
     const retries = settings.maxRetriesPerRequest === undefined ? 0 : settings.maxRetriesPerRequest;
@@ -495,6 +615,7 @@ export class RedisConnection<C = IoRedisClient> {
     });
     redis.on("ready", () => {
       this.unreachable = false;
+      this.policyChecked = undefined; // maybe another server (or its configuration) now: check again
       onReady?.();
     });
   }

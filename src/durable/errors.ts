@@ -246,12 +246,17 @@ export class RetryBudgetExhaustedError extends DumplingsError {
   }
 }
 
-/** A journal write broke the journal's invariants (a gap in sequence numbers, or a rewrite of a completed step). Nothing was written. */
+/**
+ * A journal write broke the journal's invariants (a gap in sequence numbers, or a rewrite of a completed
+ * step), or the journal lost part of a run (Redis evicted its keys: `createRun` of a run the journal
+ * knew, a lease on a run whose step records vanished). Nothing was written, and no step ran again.
+ */
 export class JournalIntegrityError extends DumplingsError {
   readonly runId: string;
+  /** The step at fault; -1 when the fault is the whole run's (its keys vanished). */
   readonly seq: number;
   constructor(runId: string, seq: number, message: string) {
-    super("JOURNAL_INTEGRITY", `[dumplings:durable] run "${runId}" step #${seq}: ${message}`);
+    super("JOURNAL_INTEGRITY", `[dumplings:durable] run "${runId}"${seq < 0 ? "" : ` step #${seq}`}: ${message}`);
     this.runId = runId;
     this.seq = seq;
   }

@@ -32,8 +32,10 @@ import { checkOptions, optionKeys } from "../core/options.js";
 import {
   positiveMs,
   REDIS_CONNECTION_KEYS,
+  REDIS_SOURCE_OF_TRUTH_KEYS,
   RedisConnection,
   type RedisConnectionOptions,
+  type RedisSourceOfTruthOptions,
   redisScript,
   renamedOption,
   runScript,
@@ -52,6 +54,7 @@ const READ_TEXT_OPTIONS = optionKeys<ReadTextOptions>({ steps: true, seq: true, 
 /** The keys of {@link RedisRunStreamOptions}: any other is an `InvalidOptionError`. */
 const STREAM_OPTIONS = optionKeys<RedisRunStreamOptions>({
   ...REDIS_CONNECTION_KEYS,
+  ...REDIS_SOURCE_OF_TRUTH_KEYS,
   prefix: true,
   maxLength: true,
   blockMs: true,
@@ -166,7 +169,7 @@ export class MemoryRunStream implements RunEventStream {
  * every Redis component (`client`, `url`, `keyPrefix`, `connectTimeoutMs`,
  * `commandTimeoutMs`; README, "Redis connection options") and the stream's own.
  */
-export interface RedisRunStreamOptions extends RedisConnectionOptions {
+export interface RedisRunStreamOptions extends RedisConnectionOptions, RedisSourceOfTruthOptions {
   /** Prefix of every key of the stream. @default "dumplings:stream:" */
   keyPrefix?: string;
   /** @deprecated Use `keyPrefix` (the same; giving both with different values is an `InvalidOptionError`). */
@@ -184,8 +187,10 @@ export interface RedisRunStreamOptions extends RedisConnectionOptions {
 }
 
 // ARGV: data, max length, ttl in ms ('0': none), then the origin's field/value pairs (r runId, s seq, a attempt,
-// t fencing token)
+// t fencing token). All or nothing: the TTL command runs once before the first write (it fails there as it
+// would later, on an ACL or a bad TTL), so a refused append has appended nothing.
 const APPEND_SCRIPT = redisScript(`
+if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end
 local n = redis.call('INCR', KEYS[2])
 local fields = { 'd', ARGV[1] }
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
@@ -227,6 +232,7 @@ export class RedisRunStream implements RunEventStream {
     this.conn = new RedisConnection<Redis>({ ...rest, keyPrefix } as RedisConnectionOptions<Redis>, {
       label: "run stream",
       keyPrefix: "dumplings:stream:",
+      sourceOfTruth: true,
     });
     this.prefix = this.conn.keyPrefix;
     this.maxLength = maxLength ?? 10_000;

@@ -19,7 +19,7 @@
  */
 import type { Redis } from "ioredis";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { RedisConnection, type RedisConnectionOptions } from "../drivers/redis.js";
+import { RedisConnection, type RedisConnectionOptions, type RedisSourceOfTruthOptions } from "../drivers/redis.js";
 import type { BlobKind, BlobRow, CheckpointQuery, CheckpointRow, SaverStorage, WriteRow } from "./storage.js";
 
 /** Default key prefix of the Redis store. */
@@ -29,9 +29,11 @@ export const DEFAULT_LANGGRAPH_REDIS_PREFIX = "dumplings:langgraph:";
  * Options of the Redis store: `url` (default `REDIS_URL`, else
  * `redis://127.0.0.1:6379`) or an injected `client`, `keyPrefix` (default
  * `dumplings:langgraph:`), `connectTimeoutMs`, `commandTimeoutMs`. See
- * {@link RedisConnectionOptions}.
+ * {@link RedisConnectionOptions}. The store is the checkpointer's only copy
+ * of its threads, so it refuses a server that may evict keys unless
+ * `allowEviction` is true ({@link RedisSourceOfTruthOptions}).
  */
-export interface RedisSaverStoreOptions extends RedisConnectionOptions {}
+export interface RedisSaverStoreOptions extends RedisConnectionOptions, RedisSourceOfTruthOptions {}
 
 const KEYS = optionKeys<RedisSaverStoreOptions>({
   client: true,
@@ -39,6 +41,7 @@ const KEYS = optionKeys<RedisSaverStoreOptions>({
   keyPrefix: true,
   connectTimeoutMs: true,
   commandTimeoutMs: true,
+  allowEviction: true,
 });
 
 function encode(header: readonly unknown[], parts: readonly Uint8Array[]): Buffer {
@@ -81,6 +84,7 @@ export class RedisSaverStorage implements SaverStorage {
     this.redis = new RedisConnection<Redis>(options as RedisConnectionOptions<Redis>, {
       label: "LangGraph checkpointer",
       keyPrefix: DEFAULT_LANGGRAPH_REDIS_PREFIX,
+      sourceOfTruth: true,
     });
     this.conn = this.redis;
     this.prefix = this.redis.keyPrefix;

@@ -49,12 +49,13 @@ export interface PrivateRedis {
 /**
  * Starts `redis-server --port N --save "" --appendonly no` and waits until it accepts connections.
  * @param port - port to use (default: a free one)
+ * @param args - more configuration, e.g. `["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]`
  */
-export async function startRedis(port?: number): Promise<PrivateRedis> {
+export async function startRedis(port?: number, args: readonly string[] = []): Promise<PrivateRedis> {
   const p = port ?? (await freePort());
   const child = spawn(
     "redis-server",
-    ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", ...args],
     {
       stdio: "ignore",
     },

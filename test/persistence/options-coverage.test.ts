@@ -23,6 +23,8 @@ const EXEMPT: Record<string, string> = {
   SqliteConnectionOptions: "shared part: checked as part of each SQLite component's options that extend it",
   PostgresConnectionOptions: "shared part: checked as part of each PostgreSQL component's options that extend it",
   RedisConnectionOptions: "shared part: checked as part of each Redis component's options that extend it",
+  RedisSourceOfTruthOptions:
+    "shared part: checked as part of the options of each Redis store that is the source of truth (backend, journal, run stream, LangGraph store), which extend it",
   RunToolCallsOptions: "internal: built by the conversation loop, never by a user",
   ConformanceSuiteOptions: "shared part: checked as part of each conformance suite's options that extend it",
   JournalColdStoreOptions: "internal: the base of SqliteColdStore and PostgresColdStore, never built by a user",

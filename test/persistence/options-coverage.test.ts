@@ -28,6 +28,7 @@ const EXEMPT: Record<string, string> = {
   RunToolCallsOptions: "internal: built by the conversation loop, never by a user",
   ConformanceSuiteOptions: "shared part: checked as part of each conformance suite's options that extend it",
   JournalColdStoreOptions: "internal: the base of SqliteColdStore and PostgresColdStore, never built by a user",
+  RunLeaseOptions: "internal: built by runDurable and the graph runner from their own checked options, never by a user",
   PragmaOptions: "better-sqlite3's own pragma() options, described structurally: not an options object of ours",
 };
 

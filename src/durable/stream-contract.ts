@@ -45,9 +45,10 @@ export interface SubscribeOptions {
    * - the run has finished (`completed`, `failed`, `cancelled`): the events after `after` are delivered,
    *   then the subscription ends; if the stream holds none of the run's events (expired by `ttlMs`, or
    *   deleted) it throws a `RunStreamError` (`reason: "gone"`) at once;
-   * - the run is `running` but its lease expired by the journal's clock (`leaseExpiresAt < journal.now()`:
-   *   the process running it died): the events held are delivered, then a `RunStreamError`
-   *   (`reason: "producer-lost"`), within about the lease TTL plus one poll of the producer's death;
+   * - the run is `running` but its lease expired by the journal's clock more than 1 s ago
+   *   (`leaseExpiresAt + 1000 < journal.now()`: the process running it died, and no process waiting on the
+   *   lease took the run over at its expiry): the events held are delivered, then a `RunStreamError`
+   *   (`reason: "producer-lost"`), within the lease TTL + 1 s + one poll of the producer's death;
    * - the run is `pending`, `waiting` (for a signal, an approval or a timer) or `blocked`: the subscription
    *   stays open, since the run appends again when it resumes (end it with `signal`).
    *

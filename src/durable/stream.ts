@@ -110,6 +110,12 @@ function checkGap(runId: string, after: number, events: readonly RunStreamEvent[
 }
 
 const FINISHED = new Set(["completed", "failed", "cancelled"]);
+/**
+ * How long (ms, journal clock) a running run's lease must have been expired before its producer counts as
+ * lost: a process waiting on the lease (another `runDurable`, a worker's retry) takes the run over within
+ * milliseconds of the expiry, and its readers must not be told the run died.
+ */
+const PRODUCER_GRACE_MS = 1000;
 
 /**
  * What a subscription with `journal` does when no event came (see {@link SubscribeOptions.journal}):
@@ -125,7 +131,8 @@ async function settle(
   if (!run) return undefined;
   const finished = FINISHED.has(run.status);
   const lost =
-    run.status === "running" && (run.leaseExpiresAt === undefined || run.leaseExpiresAt < (await journal.now()));
+    run.status === "running" &&
+    (run.leaseExpiresAt === undefined || run.leaseExpiresAt + PRODUCER_GRACE_MS < (await journal.now()));
   if (!finished && !lost) return undefined;
   // every event of a run is appended before the journal records its end: read them now
   const events = await stream.read(runId, after);

@@ -214,6 +214,24 @@ async function killNewReaders(before: Set<string>): Promise<number> {
   throw new Error("no reader connection found");
 }
 
+async function read(ui: ReadableStream<UIMessageChunk>, onChunk: (c: UIMessageChunk) => void) {
+  const chunks: UIMessageChunk[] = [];
+  const tapped = ui.pipeThrough(
+    new TransformStream<UIMessageChunk, UIMessageChunk>({
+      transform(c, ctl) {
+        chunks.push(c);
+        onChunk(c);
+        ctl.enqueue(c);
+      },
+    }),
+  );
+  let message: UIMessage | undefined;
+  for await (const m of readUIMessageStream({ stream: tapped, terminateOnError: false, onError: () => undefined }))
+    message = m;
+  return { chunks, message };
+}
+const textOf = (m: UIMessage | undefined) => (m?.parts ?? []).map((p) => (p.type === "text" ? p.text : "")).join("");
+
 const until = (e: RunStreamEvent) => (e.data as { type?: string }).type === "end";
 
 describe.skipIf(!!redisSkip)("RedisRunStream: connection loss, trimming, expiry", () => {
@@ -338,6 +356,11 @@ describe.skipIf(!!redisSkip)("a producer SIGKILLed mid-stream", () => {
     const runId = `sigkill-${randomUUID().slice(0, 8)}`;
     const leaseTtlMs = 600;
     const sub = collect(stream, runId, { journal, signal: AbortSignal.timeout(20_000) });
+    // what a useChat client reads of it (AbortSignal.timeout: ends the old code's endless wait)
+    const ui = read(
+      runUIMessageStream(stream, runId, { journal, pollMs: 100, signal: AbortSignal.timeout(20_000) }),
+      () => undefined,
+    );
     const child = startChild(fixture("stream-child.ts"), {
       STORE: "sqlite",
       TARGET: path.join(dir, "journal.db"),
@@ -357,30 +380,17 @@ describe.skipIf(!!redisSkip)("a producer SIGKILLed mid-stream", () => {
     expect(r.events.map((e) => (e.data as { text?: string }).text).filter(Boolean)).toEqual(["Hello, "]);
     expect(r.error).toBeInstanceOf(RunStreamError);
     expect(r.error).toMatchObject({ code: "RUN_STREAM", reason: "producer-lost", runId });
-    // lease TTL + one poll (blockMs 200) + the journal read, with a margin for a loaded machine
-    expect(after).toBeLessThan(leaseTtlMs + 200 + 1000);
+    // lease TTL + the 1 s grace (a takeover at the expiry wins) + one poll (blockMs 200), with a margin for a loaded machine
+    expect(after).toBeLessThan(leaseTtlMs + 1000 + 200 + 1000);
+    const { chunks } = await ui;
+    expect(chunks.filter((c) => c.type === "error")).toEqual([
+      { type: "error", errorText: expect.stringMatching(/the process running the run stopped/) },
+    ]);
+    expect(chunks.at(-1)).toEqual({ type: "finish" });
   });
 });
 
 describe.skipIf(!!redisSkip)("runUIMessageStream (what a useChat client reads)", () => {
-  async function read(ui: ReadableStream<UIMessageChunk>, onChunk: (c: UIMessageChunk) => void) {
-    const chunks: UIMessageChunk[] = [];
-    const tapped = ui.pipeThrough(
-      new TransformStream<UIMessageChunk, UIMessageChunk>({
-        transform(c, ctl) {
-          chunks.push(c);
-          onChunk(c);
-          ctl.enqueue(c);
-        },
-      }),
-    );
-    let message: UIMessage | undefined;
-    for await (const m of readUIMessageStream({ stream: tapped, terminateOnError: false, onError: () => undefined }))
-      message = m;
-    return { chunks, message };
-  }
-  const textOf = (m: UIMessage | undefined) => (m?.parts ?? []).map((p) => (p.type === "text" ? p.text : "")).join("");
-
   it("a kill of the reader's connection mid-answer: the message ends whole, with no error", async () => {
     const stream = redisStream();
     const runId = `ui-kill-${randomUUID().slice(0, 8)}`;

@@ -62,6 +62,7 @@ import { createUIMessageStreamResponse, type UIMessageChunk } from "ai";
 import { InvalidOptionError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
+import { RunStreamError } from "../durable/errors.js";
 import type { Journal, RunStatus, StepRecord } from "../durable/journal.js";
 import type { RunEventStream, RunStreamEvent } from "../durable/stream-contract.js";
 
@@ -501,6 +502,10 @@ export function runUIMessageStream(
           processed = e.index;
         }
         let status = journal ? await readJournal(journal, false) : undefined;
+        if (status !== undefined && ENDED.has(status) && processed === 0) {
+          // runDurable ends every stream it writes with a run-end event: an ended run's empty stream expired or was deleted
+          throw new RunStreamError(runId, "gone", `holds none of its events although the run is ${status}`);
+        }
         const endedAt = state.endStatus();
         if (!journal && endedAt) state.finishWithoutJournal(endedAt, out);
         state.draftHeld(out);
@@ -508,7 +513,15 @@ export function runUIMessageStream(
         if (journal && status !== undefined && !ACTIVE.has(status)) return finish(status);
         if (endedAt) return finish(endedAt);
         // live
-        const events = stream.subscribe(runId, { after: processed, signal: abort.signal })[Symbol.asyncIterator]();
+        // with a journal that tells time, the subscription itself ends with a RunStreamError when the run's producer is lost
+        const watch = journal && typeof (journal as Partial<Journal>).now === "function";
+        const events = stream
+          .subscribe(runId, {
+            after: processed,
+            signal: abort.signal,
+            ...(watch ? { journal: journal as unknown as Pick<Journal, "getRun" | "now"> } : {}),
+          })
+          [Symbol.asyncIterator]();
         let next = events.next();
         try {
           for (;;) {
@@ -550,6 +563,12 @@ export function runUIMessageStream(
       main()
         .catch((error: unknown) => {
           if (stopped) return;
+          if (error instanceof RunStreamError) {
+            // what the run's stream can no longer give is no server detail: say it, and end the message
+            controller.enqueue({ type: "error", errorText: STREAM_ERRORS[error.reason] });
+            controller.enqueue({ type: "finish" });
+            return;
+          }
           controller.enqueue({ type: "error", errorText: (options.onError ?? defaultOnError)(error) });
         })
         .finally(() => {
@@ -568,6 +587,15 @@ export function runUIMessageStream(
 }
 
 const defaultOnError = () => "An error occurred.";
+
+/** The `errorText` of a stream that can no longer give the answer (a {@link RunStreamError}). */
+const STREAM_ERRORS: Record<RunStreamError["reason"], string> = {
+  trimmed:
+    "the run's side channel no longer holds the start of the answer (trimmed by maxLength); the answer is in the run's journal",
+  gone: "the run's side channel expired or was deleted; the answer is in the run's journal",
+  "producer-lost":
+    "the process running the run stopped (its lease expired); the answer goes on when a worker takes the run over",
+};
 
 /**
  * The answer of the resume endpoint `useChat({ resume: true })` calls

@@ -25,6 +25,7 @@ export type DumplingsErrorCode =
   | "INVALID_STATE"
   | "INVALID_OPTION"
   | "MISSING_PEER"
+  | "RUN_STREAM"
   | (string & {});
 
 /**
@@ -75,6 +76,54 @@ export class FormatError extends DumplingsError {
     this.file = details.file;
     this.line = details.line;
     this.version = details.version;
+  }
+}
+
+/**
+ * A run's side channel no longer holds what was asked of it. Code `RUN_STREAM`; `reason` says why:
+ * - `"trimmed"`: the events after the reader's cursor were trimmed (a `RedisRunStream` keeps the last
+ *   `maxLength` events of a run): `after` is the cursor, `firstIndex` the first event still held;
+ * - `"gone"`: the run has finished and its stream holds none of its events (expired by `ttlMs`, or deleted);
+ * - `"producer-lost"`: the run is `running` but its lease expired by the journal's clock (the process running
+ *   it died): no event will come until another worker takes the run over; subscribe again to follow it.
+ *
+ * The run's text is in its journal: `readText(stream, runId, { journal })` while the stream holds it, else
+ * the recorded step outputs (`journal.readSteps(runId)`). Thrown by `readText` (trimmed) and by `subscribe`
+ * (all three; `gone` and `producer-lost` need its `journal` option). A {@link FormatError}, as `readText`'s
+ * refusal of a trimmed stream always was. Exported from the root entry (`import { RunStreamError } from "dumplings-ai"`).
+ *
+ * @example
+ * try { for await (const e of stream.subscribe(runId, { journal })) show(e); }
+ * catch (e) { if (e instanceof RunStreamError) showText(await readText(stream, runId, { journal }).catch(() => "")); }
+ */
+export class RunStreamError extends FormatError {
+  readonly runId: string;
+  /** Why the stream cannot answer. */
+  readonly reason: "trimmed" | "gone" | "producer-lost";
+  /** The reader's cursor (the last index it had; 0 from the start). */
+  readonly after: number;
+  /** `"trimmed"`: the first index the stream still holds. */
+  readonly firstIndex: number | undefined;
+  /**
+   * @param runId - the run
+   * @param reason - `trimmed`, `gone` or `producer-lost`
+   * @param message - what the stream no longer holds (the journal hint is appended)
+   * @param details - `after` (the reader's cursor, default 0), `firstIndex` (trimmed: the first index held)
+   */
+  constructor(
+    runId: string,
+    reason: RunStreamError["reason"],
+    message: string,
+    details: { after?: number; firstIndex?: number } = {},
+  ) {
+    super(
+      `[dumplings:durable] the side channel of run ${JSON.stringify(runId)} ${message}; the run's text is in its journal (readText(stream, runId, { journal }) while the stream holds it, else the step outputs of journal.readSteps(runId))`,
+    );
+    (this as { code: string }).code = "RUN_STREAM";
+    this.runId = runId;
+    this.reason = reason;
+    this.after = details.after ?? 0;
+    this.firstIndex = details.firstIndex;
   }
 }
 

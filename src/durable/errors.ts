@@ -8,7 +8,8 @@ import { DumplingsError } from "../core/errors.js";
 import type { JsonObject } from "../core/json.js";
 
 // The lease and replay errors are shared with the workflow runner: one class per concept, in core.
-export { LeaseHeldError, ReplayMismatchError, StaleFencingTokenError } from "../core/errors.js";
+// A side channel that no longer holds what was asked: a FormatError, so it lives with it (exported from the root entry).
+export { LeaseHeldError, ReplayMismatchError, RunStreamError, StaleFencingTokenError } from "../core/errors.js";
 
 /** A second signal was sent for a name that already has one: exactly one signal is taken per wait. */
 export class SignalConflictError extends DumplingsError {

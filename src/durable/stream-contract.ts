@@ -7,6 +7,7 @@
  * @module
  */
 import type { JsonValue } from "../core/json.js";
+import type { Journal } from "./journal.js";
 
 /**
  * Which part of a run appended an event: the step attempt (`seq`, `attempt`;
@@ -38,6 +39,23 @@ export interface SubscribeOptions {
   signal?: AbortSignal;
   /** Stop after delivering an event for which this returns true (e.g. `{ type: "end" }`). */
   until?: (event: RunStreamEvent) => boolean;
+  /**
+   * The run's journal, so that the subscription knows when no event will come. Read at the start and
+   * after every poll that brought no event (`blockMs` of a `RedisRunStream`, 1 s for a `MemoryRunStream`):
+   * - the run has finished (`completed`, `failed`, `cancelled`): the events after `after` are delivered,
+   *   then the subscription ends; if the stream holds none of the run's events (expired by `ttlMs`, or
+   *   deleted) it throws a `RunStreamError` (`reason: "gone"`) at once;
+   * - the run is `running` but its lease expired by the journal's clock more than 1 s ago
+   *   (`leaseExpiresAt + 1000 < journal.now()`: the process running it died, and no process waiting on the
+   *   lease took the run over at its expiry): the events held are delivered, then a `RunStreamError`
+   *   (`reason: "producer-lost"`), within the lease TTL + 1 s + one poll of the producer's death;
+   * - the run is `pending`, `waiting` (for a signal, an approval or a timer) or `blocked`: the subscription
+   *   stays open, since the run appends again when it resumes (end it with `signal`).
+   *
+   * Without it, a subscription ends only by `until` or `signal`: it waits forever on the stream of a
+   * finished run, an expired stream or a dead producer.
+   */
+  journal?: Pick<Journal, "getRun" | "now">;
 }
 
 /** A per-run event stream. */

@@ -26,9 +26,9 @@
  */
 import { EventEmitter } from "node:events";
 import type { Redis } from "ioredis";
-import { FormatError } from "../core/errors.js";
+import { BackendError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
-import { checkOptions, optionKeys } from "../core/options.js";
+import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import {
   positiveMs,
   REDIS_CONNECTION_KEYS,
@@ -41,11 +41,12 @@ import {
   runScript,
 } from "../drivers/redis.js";
 import { currentRun, currentStep } from "./context.js";
+import { RunStreamError } from "./errors.js";
 import type { Journal, StepRecord } from "./journal.js";
 import type { EventOrigin, RunEventStream, RunStreamEvent, SubscribeOptions } from "./stream-contract.js";
 
 /** The keys of {@link SubscribeOptions}: any other is an `InvalidOptionError`. */
-const SUBSCRIBE_OPTIONS = optionKeys<SubscribeOptions>({ after: true, signal: true, until: true });
+const SUBSCRIBE_OPTIONS = optionKeys<SubscribeOptions>({ after: true, signal: true, until: true, journal: true });
 /** The keys of {@link RebuildTextOptions}: any other is an `InvalidOptionError`. */
 const REBUILD_OPTIONS = optionKeys<RebuildTextOptions>({ steps: true, seq: true, type: true });
 /** The keys of {@link ReadTextOptions}: any other is an `InvalidOptionError`. */
@@ -80,6 +81,88 @@ function originOf(runId: string, origin: EventOrigin | undefined): EventOrigin |
 
 type Tags = Omit<RunStreamEvent, "index" | "data">;
 
+/** Validates the options of a subscription. @throws {InvalidOptionError} */
+function checkSubscribe(options: SubscribeOptions): void {
+  checkOptions("subscribe", options, SUBSCRIBE_OPTIONS);
+  const { after, journal } = options;
+  if (after !== undefined && (typeof after !== "number" || !Number.isInteger(after) || after < 0)) {
+    throw new InvalidOptionError("subscribe", "after", `must be a non-negative integer, got ${shownValue(after)}`);
+  }
+  if (
+    journal !== undefined &&
+    (journal === null ||
+      typeof journal !== "object" ||
+      typeof journal.getRun !== "function" ||
+      typeof journal.now !== "function")
+  ) {
+    throw new InvalidOptionError("subscribe", "journal", "must be a journal (with getRun and now)");
+  }
+}
+
+/** `events` (read after `after`) must start at `after + 1`: else the events between were trimmed. */
+function checkGap(runId: string, after: number, events: readonly RunStreamEvent[]): void {
+  const first = events[0]?.index;
+  if (first !== undefined && first > after + 1) {
+    throw new RunStreamError(
+      runId,
+      "trimmed",
+      `no longer holds events ${after + 1} to ${first - 1} (it keeps the last maxLength events of a run; the reader's cursor is ${after}, the first event held is ${first})`,
+      { after, firstIndex: first },
+    );
+  }
+}
+
+const FINISHED = new Set(["completed", "failed", "cancelled"]);
+/**
+ * How long (ms, journal clock) a running run's lease must have been expired before its producer counts as
+ * lost: a process waiting on the lease (another `runDurable`, a worker's retry) takes the run over within
+ * milliseconds of the expiry, and its readers must not be told the run died.
+ */
+const PRODUCER_GRACE_MS = 1000;
+
+/**
+ * What a subscription with `journal` does when no event came (see {@link SubscribeOptions.journal}):
+ * `undefined` to keep waiting, else the events still to deliver and how the subscription ends after them.
+ */
+async function settle(
+  stream: Pick<RunEventStream, "read">,
+  runId: string,
+  after: number,
+  journal: NonNullable<SubscribeOptions["journal"]>,
+): Promise<{ events: RunStreamEvent[]; error?: RunStreamError } | undefined> {
+  const run = await journal.getRun(runId);
+  if (!run) return undefined;
+  const finished = FINISHED.has(run.status);
+  const lost =
+    run.status === "running" &&
+    (run.leaseExpiresAt === undefined || run.leaseExpiresAt + PRODUCER_GRACE_MS < (await journal.now()));
+  if (!finished && !lost) return undefined;
+  // every event of a run is appended before the journal records its end: read them now
+  const events = await stream.read(runId, after);
+  checkGap(runId, after, events);
+  if (lost) {
+    const error = new RunStreamError(
+      runId,
+      "producer-lost",
+      `gets no more events: the run is running but its lease expired${run.leaseExpiresAt === undefined ? "" : ` at ${new Date(run.leaseExpiresAt).toISOString()}`} (journal clock) with no live holder, so the process running it died (subscribe again to follow a worker that takes it over)`,
+      { after: events.at(-1)?.index ?? after },
+    );
+    return { events, error };
+  }
+  if (events.length === 0 && (await stream.read(runId, 0, 1)).length === 0) {
+    return {
+      events,
+      error: new RunStreamError(
+        runId,
+        "gone",
+        `holds none of its events although the run is ${run.status} (the stream expired by ttlMs, or was deleted)`,
+        { after },
+      ),
+    };
+  }
+  return { events };
+}
+
 /** The tag fields of an event appended to `runId` (only those that are set). */
 function tagsOf(runId: string, origin: EventOrigin | undefined): Tags {
   if (!origin) return {};
@@ -92,6 +175,9 @@ function tagsOf(runId: string, origin: EventOrigin | undefined): Tags {
   }
   return out;
 }
+
+/** How often (ms) a {@link MemoryRunStream} subscription with `journal` reads the run while no event comes. */
+const MEMORY_POLL_MS = 1000;
 
 /**
  * In-process side channel (one machine, one process).
@@ -129,27 +215,39 @@ export class MemoryRunStream implements RunEventStream {
     return out;
   }
 
-  /** {@inheritDoc RunEventStream.subscribe} */
+  /**
+   * {@inheritDoc RunEventStream.subscribe}
+   * @throws {RunStreamError} with `journal`: the finished run's stream is gone, or its producer was lost
+   * @throws {InvalidOptionError} on an unknown option, an `after` that is not a non-negative integer, a `journal` that is not one
+   */
   async *subscribe(runId: string, options: SubscribeOptions = {}): AsyncIterable<RunStreamEvent> {
-    checkOptions("subscribe", options, SUBSCRIBE_OPTIONS);
+    checkSubscribe(options);
+    const { journal, signal, until } = options;
     let after = options.after ?? 0;
     for (;;) {
-      if (options.signal?.aborted) return;
+      if (signal?.aborted) return;
       const events = await this.read(runId, after);
-      for (const e of events) {
+      // with a journal, look at the run whenever nothing is left to deliver (at the start, after each poll)
+      const end = events.length === 0 && journal ? await settle(this, runId, after, journal) : undefined;
+      for (const e of end ? end.events : events) {
         yield e;
         after = e.index;
-        if (options.until?.(e)) return;
+        if (until?.(e)) return;
       }
+      if (end?.error) throw end.error;
+      if (end) return;
       if (events.length === 0) {
         await new Promise<void>((resolve) => {
+          let timer: ReturnType<typeof setTimeout> | undefined;
           const done = () => {
+            clearTimeout(timer);
             this.emitter.off(runId, done);
-            options.signal?.removeEventListener("abort", done);
+            signal?.removeEventListener("abort", done);
             resolve();
           };
           this.emitter.on(runId, done);
-          options.signal?.addEventListener("abort", done);
+          signal?.addEventListener("abort", done);
+          if (journal) timer = setTimeout(done, MEMORY_POLL_MS);
         });
       }
     }
@@ -217,6 +315,8 @@ export class RedisRunStream implements RunEventStream {
   private readonly blockMs: number;
   private readonly ttlMs: number | undefined;
   private readonly readers = new Set<RedisConnection<Redis>>();
+  /** Set by `close()`: subscriptions stop instead of reconnecting. */
+  private closed = false;
 
   /**
    * @param options - `client` or `url`, `keyPrefix` (default `dumplings:stream:`), `maxLength` (default 10000), `blockMs` (default 1000),
@@ -277,26 +377,76 @@ export class RedisRunStream implements RunEventStream {
     return entries.map(parseEntry);
   }
 
-  /** {@inheritDoc RunEventStream.subscribe} @throws {BackendError} when Redis fails */
+  /**
+   * {@inheritDoc RunEventStream.subscribe}
+   *
+   * A lost connection (killed, reset, timed out) is replaced by a fresh one, after a backoff (50 ms,
+   * doubling, at most 1 s), and the subscription goes on from its cursor: no event is lost or repeated.
+   * It gives up when it has not read for `connectTimeoutMs` since the first failure (plus the last
+   * connection attempt, itself bounded by `connectTimeoutMs`).
+   *
+   * @throws {BackendError} when Redis fails with an error reply, or stays unreachable past that budget
+   * @throws {RunStreamError} when the events after the cursor were trimmed (`reason: "trimmed"`); with
+   *   `journal`, when the finished run's stream is gone or its producer was lost
+   * @throws {InvalidOptionError} on an unknown option, an `after` that is not a non-negative integer, a `journal` that is not one
+   */
   async *subscribe(runId: string, options: SubscribeOptions = {}): AsyncIterable<RunStreamEvent> {
-    checkOptions("subscribe", options, SUBSCRIBE_OPTIONS);
+    checkSubscribe(options);
+    const { journal, signal, until } = options;
     // A blocked XREAD answers within blockMs: bound it by that plus the command timeout.
-    const reader = this.conn.duplicate({ commandTimeout: this.blockMs + this.conn.commandTimeoutMs });
-    this.readers.add(reader);
+    const open = () => {
+      const r = this.conn.duplicate({ commandTimeout: this.blockMs + this.conn.commandTimeoutMs });
+      this.readers.add(r);
+      return r;
+    };
+    let reader = open();
     let after = options.after ?? 0;
+    let idle = journal !== undefined; // with a journal, look at the run before blocking at all
+    let failingSince: number | undefined;
+    let backoff = 50;
     try {
-      while (!options.signal?.aborted) {
-        const from = after === 0 ? "0-0" : `${after}-1`;
-        const res = (await reader.call(`cannot read the stream of run "${runId}"`, runId, (c) =>
-          c.call("XREAD", "BLOCK", this.blockMs, "STREAMS", this.key(runId), from),
-        )) as [string, [string, string[]][]][] | null;
-        for (const [, entries] of res ?? []) {
-          for (const entry of entries) {
-            const e = parseEntry(entry);
+      while (!signal?.aborted) {
+        const end = idle && journal ? await settle(this, runId, after, journal) : undefined;
+        if (end) {
+          for (const e of end.events) {
             yield e;
-            after = e.index;
-            if (options.until?.(e)) return;
+            if (until?.(e)) return;
           }
+          if (end.error) throw end.error;
+          return;
+        }
+        const from = after === 0 ? "0-0" : `${after}-1`;
+        let res: [string, [string, string[]][]][] | null;
+        try {
+          res = (await reader.call(`cannot read the stream of run "${runId}"`, runId, (c) =>
+            c.call("XREAD", "BLOCK", this.blockMs, "STREAMS", this.key(runId), from),
+          )) as [string, [string, string[]][]][] | null;
+        } catch (e) {
+          if (signal?.aborted || this.closed || !lostConnection(e)) throw e;
+          failingSince ??= Date.now();
+          if (Date.now() - failingSince >= this.conn.connectTimeoutMs) {
+            throw new BackendError(
+              "redis",
+              `cannot read the stream of run "${runId}": the subscription's connection was lost and not replaced within connectTimeoutMs (${this.conn.connectTimeoutMs} ms); its cursor was ${after}`,
+              { key: runId, cause: e },
+            );
+          }
+          this.readers.delete(reader);
+          reader.disconnect();
+          await pause(backoff, signal);
+          backoff = Math.min(backoff * 2, 1000);
+          reader = open();
+          continue;
+        }
+        failingSince = undefined;
+        backoff = 50;
+        const events = (res ?? []).flatMap(([, entries]) => entries.map(parseEntry));
+        checkGap(runId, after, events);
+        idle = events.length === 0;
+        for (const e of events) {
+          yield e;
+          after = e.index;
+          if (until?.(e)) return;
         }
       }
     } finally {
@@ -314,9 +464,29 @@ export class RedisRunStream implements RunEventStream {
 
   /** Closes the connections this stream created (an injected client is left open). Idempotent. */
   async close(): Promise<void> {
+    this.closed = true;
     for (const r of this.readers) r.disconnect();
     await this.conn.close();
   }
+}
+
+/** Whether a failed read lost its connection (killed, reset, timed out), rather than Redis refusing the command. */
+function lostConnection(e: unknown): boolean {
+  if (!(e instanceof BackendError) || e.cause === undefined) return false;
+  return !(e.cause instanceof Error && e.cause.name === "ReplyError");
+}
+
+/** Waits `ms`, or less when `signal` aborts. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done);
+  });
 }
 
 function parseEntry([id, fields]: [string, string[]]): RunStreamEvent {
@@ -464,15 +634,15 @@ export function rebuildText(events: readonly RunStreamEvent[], options: RebuildT
  *
  * A stream whose first events were trimmed (a {@link RedisRunStream} keeps the
  * last `maxLength` events of a run) is refused rather than rebuilt without its
- * beginning: a `FormatError`. With `journal`, read the recorded step outputs
- * instead (they hold the whole text).
+ * beginning: a `RunStreamError` (`reason: "trimmed"`, a `FormatError`). With
+ * `journal`, read the recorded step outputs instead (they hold the whole text).
  *
  * @param stream - the run's side channel
  * @param runId - the run
  * @param options - `journal` (or `steps`), `seq` (one step's text), `type` (default `"token"`)
  * @returns the text (empty when the run streamed nothing)
  * @throws {BackendError} when the stream or the journal fails
- * @throws {FormatError} when the stream no longer holds the run's first events (trimmed)
+ * @throws {RunStreamError} (a `FormatError`, `reason: "trimmed"`) when the stream no longer holds the run's first events
  * @example
  * await runDurable("chat-1", agent.workflow(), { journal, stream, input: { messages } });
  * await readText(stream, "chat-1", { journal }); // "Hello, world" even if the first llm attempt died mid-stream
@@ -481,12 +651,7 @@ export async function readText(stream: RunEventStream, runId: string, options: R
   checkOptions("readText", options, READ_TEXT_OPTIONS);
   const { journal, ...rest } = options;
   const events = await stream.read(runId);
-  const first = events[0]?.index;
-  if (first !== undefined && first > 1) {
-    throw new FormatError(
-      `the side channel of run ${JSON.stringify(runId)} starts at event ${first}: its first ${first - 1} events were trimmed (the stream keeps the last maxLength events of a run), so its text cannot be rebuilt from it`,
-    );
-  }
+  checkGap(runId, 0, events);
   const steps = rest.steps ?? (journal ? await journal.readSteps(runId) : undefined);
   return rebuildText(events, { ...rest, ...(steps ? { steps } : {}) });
 }

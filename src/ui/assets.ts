@@ -120,6 +120,12 @@ export const APP_JS = `
         var text = d && typeof d === "object" && typeof d.text === "string" ? d.text : JSON.stringify(d) + "\\n";
         out.textContent += text;
       });
+      ts.addEventListener("end", function () { ts.close(); });
+      ts.addEventListener("stream-error", function (e) {
+        var err; try { err = JSON.parse(e.data); } catch (_) { err = {}; }
+        out.textContent += "\n[" + (err.reason || "error") + "] " + (err.message || "");
+        ts.close();
+      });
     }
   });
 })();

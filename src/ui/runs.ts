@@ -17,7 +17,7 @@ import type { Context, Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { describeWait, operatorName, pendingApprovals, renderNotes, sendDecision } from "../cli/durable-commands.js";
 import { errorParts, isItemFault, UsageError } from "../cli/errors.js";
-import { FormatError, InvalidOptionError } from "../core/errors.js";
+import { FormatError, InvalidOptionError, RunStreamError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
 import { decisionValue } from "../durable/approvals.js";
 import { CHECKPOINT_STEP, INTERRUPT_SIGNAL } from "../durable/checkpoints/journal-store.js";
@@ -423,8 +423,24 @@ ${run.status === "failed" || run.status === "blocked" ? h`<form method="post" ac
       const abort = new AbortController();
       stream.onAbort(() => abort.abort());
       await stream.writeSSE({ event: "hello", data: JSON.stringify({ after }), retry: 1000 });
-      for await (const e of source.subscribe(runId, { after, signal: abort.signal })) {
-        await stream.writeSSE({ event: "token", id: String(e.index), data: JSON.stringify(e) });
+      // With the journal, the subscription ends when the run has (or its stream is gone, or its process died):
+      // say so with an `end` or `stream-error` event (the page then stops reconnecting).
+      const journal = sources.journal.value;
+      try {
+        for await (const e of source.subscribe(runId, {
+          after,
+          signal: abort.signal,
+          ...(journal ? { journal } : {}),
+        })) {
+          await stream.writeSSE({ event: "token", id: String(e.index), data: JSON.stringify(e) });
+        }
+        if (!abort.signal.aborted) await stream.writeSSE({ event: "end", data: "{}" });
+      } catch (e) {
+        if (!(e instanceof RunStreamError)) throw e;
+        await stream.writeSSE({
+          event: "stream-error",
+          data: JSON.stringify({ code: e.code, reason: e.reason, message: e.message }),
+        });
       }
     });
   });

@@ -13,7 +13,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { Message } from "../../src/core/messages.js";
 import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
+import { step } from "../../src/durable/context.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
+import { runDurable } from "../../src/durable/run.js";
 import { approvalSignalName } from "../../src/durable/signals.js";
 import { MemoryRunStream } from "../../src/durable/stream.js";
 import { createUiApp, MAX_FORM_BYTES } from "../../src/ui/app.js";
@@ -355,6 +357,52 @@ describe("live feeds", () => {
     for (const text of ["Hel", "lo, ", "world"]) await stream.append(RUN_ID, { type: "token", text });
     const ids = await readSse(`/runs/${RUN_ID}/stream`, { "last-event-id": "1" }, 2);
     expect(ids).toEqual(["2", "3"]);
+  });
+
+  /** The whole SSE body of a feed that ends by itself (else the read is cut after `ms`: `closed` false). */
+  async function readToEnd(path: string, ms = 5000): Promise<{ text: string; closed: boolean }> {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), ms);
+    const r = await fetch(`${ui.origin}${path}`, { headers: { cookie }, signal: abort.signal });
+    let text = "";
+    try {
+      const reader = r.body!.getReader();
+      const decoder = new TextDecoder();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return { text, closed: true };
+        text += decoder.decode(value, { stream: true });
+      }
+    } catch {
+      return { text, closed: false };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  it("the side channel of a finished run ends with an `end` event; a finished run whose stream is gone says so", async () => {
+    const runId = "ui-finished-stream";
+    const result = await runDurable(
+      runId,
+      async () => {
+        await step("say", async () => {
+          await stream.append(runId, { type: "token", text: "Hi" });
+          return "Hi";
+        });
+        return "Hi";
+      },
+      { journal, stream, input: {} },
+    );
+    expect(result.status).toBe("completed");
+    const done = await readToEnd(`/runs/${runId}/stream`);
+    expect(done.closed).toBe(true);
+    expect([...done.text.matchAll(/^id: (\d+)$/gm)].map((m) => m[1])).toEqual(["1", "2"]);
+    expect(done.text).toMatch(/^event: end$/m);
+    await stream.delete(runId);
+    const gone = await readToEnd(`/runs/${runId}/stream`);
+    expect(gone.closed).toBe(true);
+    expect(gone.text).toMatch(/^event: stream-error$/m);
+    expect(gone.text).toContain('"reason":"gone"');
   });
 });
 

@@ -656,6 +656,23 @@ export class BaseAgent extends EventEmitter {
       if (declared.has(k)) self[k] = v;
       else this.undeclaredFields[k] = v;
     }
+    // A history the provider would reject (a tool result without its call, a malformed call, an empty
+    // assistant turn) is reported now, not at the first request; the next turn repairs it before sending.
+    // Calls without results are not reported: they are a turn cut by a crash (see pendingToolCalls).
+    const problems = repairHistory(this.protocol, this.history, "rerun").actions.filter(
+      (a) => a.kind !== "interrupted-result-added",
+    );
+    if (problems.length > 0) {
+      const listed = problems
+        .slice(0, 5)
+        .map((a) => `${a.kind} at message ${a.index}${a.toolCallId ? ` (${a.toolCallId})` : ""}`)
+        .join(", ");
+      (options.onWarning ?? defaultWarn)({
+        code: "HISTORY_INVALID",
+        name: this.name,
+        message: `[dumplings] the history of agent ${JSON.stringify(this.name)} would be rejected by the provider as stored: ${listed}${problems.length > 5 ? `, and ${problems.length - 5} more` : ""}; the next turn sends it repaired (agent.repairHistory() fixes it now)`,
+      });
+    }
   }
 
   /**

@@ -95,12 +95,15 @@ export interface PersistenceWarning {
   /**
    * `HOOK_NOT_FOUND` (load), `HOOK_NOT_REGISTERED` (save), or `SESSION_KEY_TAKEN`: under
    * `keyStrategy: "name"`, the agent's name holds another conversation, so this agent's is saved
-   * under its uuid (named in the message) instead (see `continueStoredSession`).
+   * under its uuid (named in the message) instead (see `continueStoredSession`); or `HISTORY_INVALID`
+   * (load): the stored history holds what the provider would reject (a tool result without its call, a
+   * malformed call, an empty assistant turn); the next turn sends it repaired, `agent.repairHistory()`
+   * fixes it at once.
    */
-  code: "HOOK_NOT_FOUND" | "HOOK_NOT_REGISTERED" | "SESSION_KEY_TAKEN";
+  code: "HOOK_NOT_FOUND" | "HOOK_NOT_REGISTERED" | "SESSION_KEY_TAKEN" | "HISTORY_INVALID";
   /** Human-readable text, saying how to fix it. */
   message: string;
-  /** The hook's saved `module:export` name, or the function's own name when unregistered. */
+  /** The hook's saved `module:export` name, or the function's own name when unregistered; the agent's name for `HISTORY_INVALID`. */
   name: string;
 }
 

@@ -107,7 +107,10 @@ export interface ChatStore<M extends ChatMessage = ChatMessage> {
   /** The backend. */
   readonly store: StateBackend;
   /**
-   * Stores the chat's messages (the whole list; only what changed is written).
+   * Stores the chat's messages (the whole list; only what changed is written). A `UIMessage` whose
+   * `id` appears earlier in the list is a re-sent message (a retry, an edit, a regeneration): it
+   * replaces the earlier one and the messages between them are dropped, as the AI SDK's `useChat`
+   * does, so a message is never stored twice.
    *
    * @param chatId - the chat id (a key: no `/`, `\`, control characters, leading `.`; ≤ 200 bytes with the prefix)
    * @param messages - the chat's messages, in order
@@ -170,6 +173,50 @@ interface Track {
    */
   first: Envelope | undefined;
   last: Envelope | undefined;
+}
+
+/**
+ * The chat a list of messages stands for when a message is re-sent: a `UIMessage` whose `id` appears
+ * earlier in the list replaces that earlier message, and the messages between the two are dropped (the
+ * AI SDK's own identity rule: `useChat`'s `sendMessage({ messageId })` edits a message and
+ * `regenerate()` replaces an answer, each discarding what followed it). So a route that appends the
+ * request's message to the stored chat (`[...stored, message]`) never stores a retried or edited message
+ * twice. Messages without a string `id` (`ModelMessage`s) are kept as they are.
+ *
+ * @returns `messages` itself when no id repeats, else a new array
+ */
+function withoutResent<M>(messages: readonly M[]): readonly M[] {
+  const idOf = (m: unknown): string | undefined => {
+    const id = m !== null && typeof m === "object" ? (m as { id?: unknown }).id : undefined;
+    return typeof id === "string" && id !== "" ? id : undefined;
+  };
+  const seen = new Set<string>();
+  let repeated = false;
+  for (const m of messages) {
+    const id = idOf(m);
+    if (id === undefined) continue;
+    if (seen.has(id)) {
+      repeated = true;
+      break;
+    }
+    seen.add(id);
+  }
+  if (!repeated) return messages;
+  const out: M[] = [];
+  const at = new Map<string, number>();
+  for (const m of messages) {
+    const id = idOf(m);
+    const earlier = id === undefined ? undefined : at.get(id);
+    if (earlier !== undefined) {
+      for (const dropped of out.splice(earlier)) {
+        const d = idOf(dropped);
+        if (d !== undefined) at.delete(d);
+      }
+    }
+    if (id !== undefined) at.set(id, out.length);
+    out.push(m);
+  }
+  return out;
 }
 
 /** Chats whose stored state one store instance remembers (least recently used forgotten first). */
@@ -333,7 +380,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
       const key = keyOf(chatId);
       if (!Array.isArray(messages)) throw new InvalidStateError("messages", "messages must be an array");
       // Encode (and check) everything before any I/O: bad input never changes stored data.
-      const history = Array.from(messages, (m, i) => envelope(m, i));
+      const history = Array.from(withoutResent(messages), (m, i) => envelope(m, i));
       const fingerprints = history.map(fingerprint);
       return serial(chatId, async () => {
         const state = envelopeState(chatId, CHAT_CLASS, history);

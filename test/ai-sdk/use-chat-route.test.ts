@@ -14,7 +14,6 @@ import { afterAll, afterEach, expect, it } from "vitest";
 import { type ChatStore, createChatStore } from "../../src/ai-sdk/index.js";
 import { MemoryBackend } from "../../src/backends/memory.js";
 import type { StateBackend, WriteResult } from "../../src/backends/types.js";
-import { ConflictError } from "../../src/core/errors.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
 
 const root = path.resolve(import.meta.dirname, "..", "..");

@@ -907,8 +907,10 @@ function scanPlain(
     );
   }
   // Only files written by FileBackend (they carry a revision) can have an uncommitted tail after the
-  // message_count-th line. Any other file is read whole, with decodeState's rules (no extra lines).
-  return { header, headerEnd, end: header.revision === undefined ? buf.length : pos, first, last, commit, written };
+  // message_count-th line. Any other file (hand-written, or one whose checksum lines were removed by
+  // hand) is read whole, with decodeState's rules (no extra lines).
+  const whole = header.revision === undefined || header.handWritten === true;
+  return { header, headerEnd, end: whole ? buf.length : pos, first, last, commit, written };
 }
 
 /**

@@ -895,6 +895,12 @@ export interface ParsedHeader {
   prior?: PriorCommit;
   /** 1-based line number of the `[HISTORY]` line. */
   historyLine: number;
+  /**
+   * True for a file a writer sealed whose two checksum lines were removed by hand: a hand-written
+   * file, read whole (every history line counts, as `message_count` must say), its writer's bookkeeping
+   * dropped.
+   */
+  handWritten?: boolean;
 }
 
 type Section = "" | "META" | "CONFIG" | "STATE" | "HISTORY";
@@ -1467,12 +1473,23 @@ export class DuasLineParser {
       );
     }
     const revision = this.meta.revision as number | undefined;
-    const generation = this.meta.generation as string | undefined;
-    const key = this.meta.key as string | undefined;
     const historyCrc32 = this.meta.historyCrc32 as string | undefined;
     const checksum = this.meta.headerCrc32 as string | undefined;
-    const historyBytes = this.meta.historyBytes as number | undefined;
-    const priorValue = this.meta.priorCommit as string | undefined;
+    // A header whose two checksum lines were both removed by hand is a hand-written file (the format is
+    // hand-editable): the writer's bookkeeping beside them (generation, key, history_bytes, prior_commit)
+    // describes a file that no longer exists and is dropped; every history line is read and the next
+    // save rewrites the file whole. One checksum line without the other is an edited or cut file.
+    const sealed = checksum !== undefined || historyCrc32 !== undefined;
+    const unsealed =
+      !sealed &&
+      (this.meta.generation !== undefined ||
+        this.meta.key !== undefined ||
+        this.meta.historyBytes !== undefined ||
+        this.meta.priorCommit !== undefined);
+    const generation = sealed ? (this.meta.generation as string | undefined) : undefined;
+    const key = sealed ? (this.meta.key as string | undefined) : undefined;
+    const historyBytes = sealed ? (this.meta.historyBytes as number | undefined) : undefined;
+    const priorValue = sealed ? (this.meta.priorCommit as string | undefined) : undefined;
     delete this.meta.revision;
     delete this.meta.generation;
     delete this.meta.key;
@@ -1521,6 +1538,7 @@ export class DuasLineParser {
       if (historyCrc32 !== undefined) header.historyCrc32 = historyCrc32;
       if (historyBytes !== undefined) header.historyBytes = historyBytes;
       if (prior !== undefined) header.prior = prior;
+      if (unsealed) header.handWritten = true;
     } catch (e) {
       if (e instanceof InvalidStateError) this.fail(e.message, { cause: e, line: lineOf(e.path) });
       throw e;

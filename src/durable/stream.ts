@@ -394,9 +394,18 @@ export class RedisRunStream implements RunEventStream {
     checkSubscribe(options);
     const { journal, signal, until } = options;
     // A blocked XREAD answers within blockMs: bound it by that plus the command timeout.
+    // Only a subscription whose connection has been up is reconnected: one that never connected (Redis
+    // down, known down) fails at once, as every other call does.
+    let connected = false;
     const open = () => {
       const r = this.conn.duplicate({ commandTimeout: this.blockMs + this.conn.commandTimeoutMs });
       this.readers.add(r);
+      const client = r.client as unknown as { status?: string; once?: (event: string, fn: () => void) => void };
+      if (client.status === "ready") connected = true;
+      else
+        client.once?.("ready", () => {
+          connected = true;
+        });
       return r;
     };
     let reader = open();
@@ -422,7 +431,7 @@ export class RedisRunStream implements RunEventStream {
             c.call("XREAD", "BLOCK", this.blockMs, "STREAMS", this.key(runId), from),
           )) as [string, [string, string[]][]][] | null;
         } catch (e) {
-          if (signal?.aborted || this.closed || !lostConnection(e)) throw e;
+          if (signal?.aborted || this.closed || !connected || !lostConnection(e)) throw e;
           failingSince ??= Date.now();
           if (Date.now() - failingSince >= this.conn.connectTimeoutMs) {
             throw new BackendError(

@@ -36,10 +36,11 @@ export interface UiAppOptions {
  * @returns 400 for a usage error, 404 for a not-found one, 409 for a conflict, else 500
  */
 export function statusFor(error: unknown): 400 | 404 | 409 | 500 {
+  // a conflict first: the CLI exits 2 for some (a decision already taken), the web says 409
+  if (error instanceof DumplingsError && (error.code === "CONFLICT" || error.code.endsWith("_CONFLICT"))) return 409;
   const exit = exitCodeFor(error);
   if (exit === 2) return 400;
   if (exit === 3) return 404;
-  if (error instanceof DumplingsError && (error.code === "CONFLICT" || error.code.endsWith("_CONFLICT"))) return 409;
   return 500;
 }
 

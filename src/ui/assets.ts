@@ -123,7 +123,7 @@ export const APP_JS = `
       ts.addEventListener("end", function () { ts.close(); });
       ts.addEventListener("stream-error", function (e) {
         var err; try { err = JSON.parse(e.data); } catch (_) { err = {}; }
-        out.textContent += "\n[" + (err.reason || "error") + "] " + (err.message || "");
+        out.textContent += "\\n[" + (err.reason || "error") + "] " + (err.message || "");
         ts.close();
       });
     }

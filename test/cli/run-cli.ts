@@ -28,10 +28,10 @@ function newestMtime(dir: string): number {
  * forces one.
  *
  * @param name - path below `src/` without extension, e.g. `cli/index`
+ * @param forced - `tsx` or `dist` to choose (default: `DUMPLINGS_TEST_CLI`)
  */
-export function programArgs(name: string): string[] {
+export function programArgs(name: string, forced = process.env.DUMPLINGS_TEST_CLI): string[] {
   const built = path.join(ROOT, "dist", `${name}.js`);
-  const forced = process.env.DUMPLINGS_TEST_CLI;
   const useBuilt =
     forced === "dist" || (forced !== "tsx" && existsSync(built) && statSync(built).mtimeMs >= newestSourceMtime());
   // tsx by absolute URL: a test may run the CLI in a directory of its own, where `--import tsx` would not resolve
@@ -58,18 +58,20 @@ export interface CliResult {
  *
  * @param args - command-line arguments
  * @param options - extra environment (the DUMPLINGS_* variables of the parent are removed first), cwd,
- *   `input`: what the command reads on stdin (default: nothing, stdin closed)
+ *   `input`: what the command reads on stdin (default: nothing, stdin closed), `sources`: run `src/` through
+ *   tsx even when `dist/` is built (a `--import` fixture that registers into the source modules needs it)
  */
 export function runCli(
   args: string[],
-  options: { env?: Record<string, string>; cwd?: string; input?: string | Buffer } = {},
+  options: { env?: Record<string, string>; cwd?: string; input?: string | Buffer; sources?: boolean } = {},
 ): CliResult {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (v !== undefined && !k.startsWith("DUMPLINGS_")) env[k] = v;
   }
   Object.assign(env, options.env ?? {});
-  const result = spawnSync(process.execPath, [...COMMAND, ...args], {
+  const command = options.sources ? programArgs("cli/index", "tsx") : COMMAND;
+  const result = spawnSync(process.execPath, [...command, ...args], {
     cwd: options.cwd ?? ROOT,
     env,
     input: options.input ?? "",

@@ -81,7 +81,8 @@ describe("the CLI and the inspector", () => {
   const fixture = pathToFileURL(path.join(ROOT, "test", "fixtures", "backends", "seed-file-backend.ts")).href;
   const cli = (dir: string, args: string[]) =>
     runCli([...args, "--backend", "seedfile"], {
-      env: { NODE_OPTIONS: `--import=${tsx} --import=${fixture}`, DUMPLINGS_TEST_CLI: "tsx", SEED_BACKEND_DIR: dir },
+      env: { NODE_OPTIONS: `--import=${tsx} --import=${fixture}`, SEED_BACKEND_DIR: dir },
+      sources: true, // the fixture registers into the source modules: the CLI must run them, not dist/
     });
 
   it("dumplings show, ls and rm: STATE_NOT_FOUND (exit 3), a vanished key listed as unreadable", async () => {

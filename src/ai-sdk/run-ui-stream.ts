@@ -48,6 +48,16 @@
  *   the text of its last step: it cannot be told from a failed model call
  *   without the journal.
  *
+ * **Stopped answers.** `stopRunResponse` appends a `{ type: "run-stop" }`
+ * marker, then cancels the run. A reader that reaches the marker asks the
+ * journal: `cancelled` — the message ends with the text streamed before the
+ * marker (committed steps and the attempt that was streaming, as one text
+ * part each), then `finish`, without an `error` chunk, and nothing after the
+ * marker counts; `completed`, `failed`, `waiting` or `blocked` — the stop lost
+ * the race, the marker is void and the events after it are read as usual;
+ * `pending`/`running` — the reader waits (the cancel lands right after the
+ * marker). Without `journal` the marker ends the message.
+ *
  * **Live tokens, optionally.** With `drafts: true`, the tokens of attempts not
  * yet committed are also sent as they arrive, as *transient* data chunks
  * (`data-dumplings-draft`), which the AI SDK passes to `useChat`'s `onData`
@@ -450,7 +460,9 @@ const TIMEOUT = Symbol("timeout");
  * follows them live, and closes with `finish` when the run ends (its
  * `run-end` event; with `journal`, also when the run waits for a signal or a
  * timer). A run that ends `failed`, `blocked` or `cancelled` sends an `error`
- * chunk (`"the run failed"`, `"the run was cancelled"`, …) before `finish`.
+ * chunk (`"the run failed"`, `"the run was cancelled"`, …) before `finish`,
+ * except a run stopped by `stopRunResponse`: its message ends with the text
+ * streamed before the stop, then `finish` (see the module comment).
  *
  * The answer is one assistant message (`messageId`, by default the run id)
  * holding one text part per model call, each sent once the call's attempt is

@@ -1,8 +1,9 @@
 /**
  * Stop from any instance: the README's durable chat routes (POST /api/chat,
  * GET /api/chat/:id/stream, POST /api/chat/:id/stop) served by two real HTTP
- * servers (node:http, instances A and B) that share one SQLite journal file,
- * one SQLite chat store file and one Redis side channel, each through its own
+ * servers (node:http, instances A and B) that share one journal (a SQLite
+ * file, then a PostgreSQL schema), one SQLite chat store file and one Redis
+ * side channel, each through its own
  * journal, store and RedisRunStream objects. The answer runs on A, whose
  * executor is held on a gate mid-answer (its next token's append waits); a
  * reader follows it on A's POST stream and another on B's resume route; the
@@ -29,6 +30,7 @@ import type { JsonValue } from "../../src/core/json.js";
 import { DurableAgent } from "../../src/durable/agent.js";
 import { currentRun, step } from "../../src/durable/context.js";
 import type { Journal } from "../../src/durable/journal.js";
+import { PostgresJournal } from "../../src/durable/journal-postgres.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
 import {
@@ -40,7 +42,7 @@ import {
   type SubscribeOptions,
 } from "../../src/durable/stream.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
-import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
+import { DATABASE_URL, postgresSkipReason, REDIS_URL, redisSkipReason } from "../helpers/services.js";
 
 const TEXT = "A durable answer outlives the request that asked for it, and a stop ends it anywhere.";
 /** Tokens the executor streams before the gate holds it (4 characters each). */
@@ -50,6 +52,7 @@ const PARTIAL = TEXT.slice(0, 4 * BEFORE_GATE);
 const root = path.resolve(import.meta.dirname, "..", "..");
 const src = (entry: string) => JSON.stringify(pathToFileURL(path.join(root, "src", entry)).href);
 const redisSkip = await redisSkipReason();
+const pgSkip = await postgresSkipReason();
 const local = path.join(import.meta.dirname, `.generated-${randomUUID()}`);
 mkdirSync(local);
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-stop-route-"));
@@ -204,126 +207,165 @@ async function readAll(stream: ReadableStream<UIMessageChunk>) {
   return { chunks, message };
 }
 
-describe.skipIf(!!redisSkip)(
-  `stop from any instance: two servers, one SQLite journal, one Redis side channel${redisSkip ? ` (skipped: ${redisSkip})` : ""}`,
-  () => {
-    it("the stop sent to B returns while A's executor is held; every reader ends with the partial text; the run is cancelled; the partial answer is the chat's message", async () => {
-      const keyPrefix = `test:stop-route:${randomUUID()}:`;
-      const journalFile = path.join(dir, `journal-${randomUUID()}.db`);
-      const chatsFile = path.join(dir, `chats-${randomUUID()}.db`);
-      const provider = createOpenAICompatible({ name: "local", baseURL: model.url, apiKey: "k" });
-      const makeRoutes = await readmeRoutes();
-      const instance = async (gated: boolean) => {
-        const journal = new SqliteJournal({ path: journalFile });
-        const redis = new RedisRunStream({ url: REDIS_URL, keyPrefix, blockMs: 100 });
-        const stream = gated ? new GatedStream(redis, BEFORE_GATE) : redis;
-        const store = new SQLiteBackend({ dbPath: chatsFile });
-        const chats = createChatStore<UIMessage>({ store });
-        closers.push(async () => {
-          await redis.close();
-          await journal.close();
-          await store.close?.();
-        });
-        const agent = new DurableAgent({ model: provider("scripted") });
-        const url = await serve(makeRoutes(chats, agent, journal, stream));
-        return { journal, stream, chats, url };
+/** The journal both instances share: each opens its own object on one SQLite file or one PostgreSQL schema. */
+const journalKinds: { name: string; skip: string | undefined; open: () => () => Journal }[] = [
+  {
+    name: "SQLite",
+    skip: undefined,
+    open: () => {
+      const file = path.join(dir, `journal-${randomUUID()}.db`);
+      return () => {
+        const journal = new SqliteJournal({ path: file });
+        closers.push(() => journal.close());
+        return journal;
       };
-      const a = await instance(true);
-      const b = await instance(false);
-      const gate = a.stream as GatedStream;
-
-      const chatId = `c-${randomUUID().slice(0, 8)}`;
-      const q = `q-${randomUUID().slice(0, 8)}`;
-      const runId = `chat:${chatId}:1`;
-      const question: UIMessage = { id: "u1", role: "user", parts: [{ type: "text", text: `[${q}] why?` }] };
-
-      // the answer starts on A; its client reads A's POST stream
-      const onA = new DefaultChatTransport<UIMessage>({ api: `${a.url}/api/chat` });
-      const first = await onA.sendMessages({
-        chatId,
-        messages: [question],
-        abortSignal: undefined,
-        trigger: "submit-message",
-        messageId: undefined,
-      });
-      const readerA = readAll(first);
-      // A's executor streams BEFORE_GATE tokens, then its next token waits on the gate
-      await until(() => gate.held === 1, "A's executor to be held on the gate");
-      const streamed = async () =>
-        (await b.stream.read(runId))
-          .map((e) => e.data as { type?: string; text?: string })
-          .filter((d) => d.type === "token")
-          .map((d) => d.text)
-          .join("");
-      expect(await streamed()).toBe(PARTIAL);
-
-      // another client reads the answer through B's resume route
-      const onB = new DefaultChatTransport<UIMessage>({ api: `${b.url}/api/chat` });
-      const resumed = await onB.reconnectToStream({ chatId });
-      expect(resumed).not.toBeNull();
-      const readerB = readAll(resumed as ReadableStream<UIMessageChunk>);
-
-      // the stop, sent to B: it answers while A's executor is still held on the gate
-      const stop = await fetch(`${b.url}/api/chat/${chatId}/stop`, { method: "POST" });
-      expect(gate.opened).toBe(false);
-      expect(gate.held).toBe(1);
-      expect(stop.status).toBe(200);
-      const body = (await stop.json()) as { runId: string; status: string; stopped: boolean; message: UIMessage };
-      expect(body).toMatchObject({ runId, status: "cancelled", stopped: true });
-      expect(body.message.id).toBe(runId);
-      expect(body.message.role).toBe("assistant");
-      expect(textOf(body.message)).toBe(PARTIAL);
-      // the executor has not ended the run's stream (it is still held): the stop did not wait for it
-      expect((await b.stream.read(runId)).some((e) => (e.data as { type?: string }).type === "run-end")).toBe(false);
-
-      // both readers end with the partial text and a finish, no error (before the executor moves again)
-      for (const reader of [readerB, readerA]) {
-        const { chunks, message } = await reader;
-        expect(chunks.at(-1)).toStrictEqual({ type: "finish" });
-        expect(chunks.filter((c) => c.type === "error")).toStrictEqual([]);
-        expect(message?.id).toBe(runId);
-        expect(textOf(message)).toBe(PARTIAL);
-        expect(message).toEqual(body.message);
-      }
-      expect(gate.opened).toBe(false);
-
-      // the journal (read through A): cancelled, with who and why
-      expect((await a.journal.getRun(runId))?.status).toBe("cancelled");
-      const cancelled = (await a.journal.readEvents(runId)).filter((e) => e.type === "run_cancelled");
-      expect(cancelled).toHaveLength(1);
-
-      // the partial answer is the chat's assistant message, read through A's store
-      expect(await a.chats.load(chatId)).toStrictEqual([question, body.message]);
-      // nothing is active any more: both resume routes answer 204
-      expect(await onA.reconnectToStream({ chatId })).toBeNull();
-      expect(await onB.reconnectToStream({ chatId })).toBeNull();
-
-      // the executor moves again: it notices the cancellation, ends its run, and calls the model no more
-      gate.openGate();
-      await until(
-        async () =>
-          (await b.stream.read(runId)).some(
-            (e) => JSON.stringify(e.data) === JSON.stringify({ type: "run-end", status: "cancelled" }),
-          ),
-        "A's executor to end the run",
-      );
-      await new Promise((r) => setTimeout(r, 100));
-      expect(requestsByQuestion.get(q)).toBe(1);
-      expect((await a.journal.getRun(runId))?.status).toBe("cancelled");
-      expect(await b.chats.load(chatId)).toStrictEqual([question, body.message]);
-      // a token the executor streamed after the stop counts for nobody: a replay ends as the readers did
-      expect((await streamed()).length).toBeGreaterThan(PARTIAL.length);
-      const replay = await readAll(runUIMessageStream(b.stream, runId, { journal: b.journal }));
-      expect(replay.message).toEqual(body.message);
-
-      // stopping again: the chat's last message is the answer (204), and the helper answers what happened
-      expect((await fetch(`${b.url}/api/chat/${chatId}/stop`, { method: "POST" })).status).toBe(204);
-      const again = await stopRunResponse(b.stream, runId, { journal: b.journal, chats: b.chats, chatId });
-      expect(await again.json()).toStrictEqual({ runId, status: "cancelled", stopped: false, message: null });
-      expect(await b.chats.load(chatId)).toStrictEqual([question, body.message]);
-    });
+    },
   },
-);
+  {
+    name: "PostgreSQL",
+    skip: pgSkip,
+    open: () => {
+      const schema = `stop_${randomUUID().replaceAll("-", "").slice(0, 16)}`;
+      let first = true;
+      return () => {
+        const journal = new PostgresJournal({ url: DATABASE_URL, schema });
+        if (first) {
+          first = false;
+          closers.push(async () => {
+            const dropper = new PostgresJournal({ url: DATABASE_URL, schema });
+            await dropper.dropSchema();
+            await dropper.close();
+          });
+        }
+        closers.push(() => journal.close());
+        return journal;
+      };
+    },
+  },
+];
+
+for (const kind of journalKinds) {
+  const skip = redisSkip ?? kind.skip;
+  describe.skipIf(!!skip)(
+    `stop from any instance: two servers, one ${kind.name} journal, one Redis side channel${skip ? ` (skipped: ${skip})` : ""}`,
+    () => {
+      it("the stop sent to B returns while A's executor is held; every reader ends with the partial text; the run is cancelled; the partial answer is the chat's message", async () => {
+        const keyPrefix = `test:stop-route:${randomUUID()}:`;
+        const openJournal = kind.open();
+        const chatsFile = path.join(dir, `chats-${randomUUID()}.db`);
+        const provider = createOpenAICompatible({ name: "local", baseURL: model.url, apiKey: "k" });
+        const makeRoutes = await readmeRoutes();
+        const instance = async (gated: boolean) => {
+          const journal = openJournal();
+          const redis = new RedisRunStream({ url: REDIS_URL, keyPrefix, blockMs: 100 });
+          const stream = gated ? new GatedStream(redis, BEFORE_GATE) : redis;
+          const store = new SQLiteBackend({ dbPath: chatsFile });
+          const chats = createChatStore<UIMessage>({ store });
+          closers.push(async () => {
+            await redis.close();
+            await store.close?.();
+          });
+          const agent = new DurableAgent({ model: provider("scripted") });
+          const url = await serve(makeRoutes(chats, agent, journal, stream));
+          return { journal, stream, chats, url };
+        };
+        const a = await instance(true);
+        const b = await instance(false);
+        const gate = a.stream as GatedStream;
+
+        const chatId = `c-${randomUUID().slice(0, 8)}`;
+        const q = `q-${randomUUID().slice(0, 8)}`;
+        const runId = `chat:${chatId}:1`;
+        const question: UIMessage = { id: "u1", role: "user", parts: [{ type: "text", text: `[${q}] why?` }] };
+
+        // the answer starts on A; its client reads A's POST stream
+        const onA = new DefaultChatTransport<UIMessage>({ api: `${a.url}/api/chat` });
+        const first = await onA.sendMessages({
+          chatId,
+          messages: [question],
+          abortSignal: undefined,
+          trigger: "submit-message",
+          messageId: undefined,
+        });
+        const readerA = readAll(first);
+        // A's executor streams BEFORE_GATE tokens, then its next token waits on the gate
+        await until(() => gate.held === 1, "A's executor to be held on the gate");
+        const streamed = async () =>
+          (await b.stream.read(runId))
+            .map((e) => e.data as { type?: string; text?: string })
+            .filter((d) => d.type === "token")
+            .map((d) => d.text)
+            .join("");
+        expect(await streamed()).toBe(PARTIAL);
+
+        // another client reads the answer through B's resume route
+        const onB = new DefaultChatTransport<UIMessage>({ api: `${b.url}/api/chat` });
+        const resumed = await onB.reconnectToStream({ chatId });
+        expect(resumed).not.toBeNull();
+        const readerB = readAll(resumed as ReadableStream<UIMessageChunk>);
+
+        // the stop, sent to B: it answers while A's executor is still held on the gate
+        const stop = await fetch(`${b.url}/api/chat/${chatId}/stop`, { method: "POST" });
+        expect(gate.opened).toBe(false);
+        expect(gate.held).toBe(1);
+        expect(stop.status).toBe(200);
+        const body = (await stop.json()) as { runId: string; status: string; stopped: boolean; message: UIMessage };
+        expect(body).toMatchObject({ runId, status: "cancelled", stopped: true });
+        expect(body.message.id).toBe(runId);
+        expect(body.message.role).toBe("assistant");
+        expect(textOf(body.message)).toBe(PARTIAL);
+        // the executor has not ended the run's stream (it is still held): the stop did not wait for it
+        expect((await b.stream.read(runId)).some((e) => (e.data as { type?: string }).type === "run-end")).toBe(false);
+
+        // both readers end with the partial text and a finish, no error (before the executor moves again)
+        for (const reader of [readerB, readerA]) {
+          const { chunks, message } = await reader;
+          expect(chunks.at(-1)).toStrictEqual({ type: "finish" });
+          expect(chunks.filter((c) => c.type === "error")).toStrictEqual([]);
+          expect(message?.id).toBe(runId);
+          expect(textOf(message)).toBe(PARTIAL);
+          expect(message).toEqual(body.message);
+        }
+        expect(gate.opened).toBe(false);
+
+        // the journal (read through A): cancelled, with who and why
+        expect((await a.journal.getRun(runId))?.status).toBe("cancelled");
+        const cancelled = (await a.journal.readEvents(runId)).filter((e) => e.type === "run_cancelled");
+        expect(cancelled).toHaveLength(1);
+
+        // the partial answer is the chat's assistant message, read through A's store
+        expect(await a.chats.load(chatId)).toStrictEqual([question, body.message]);
+        // nothing is active any more: both resume routes answer 204
+        expect(await onA.reconnectToStream({ chatId })).toBeNull();
+        expect(await onB.reconnectToStream({ chatId })).toBeNull();
+
+        // the executor moves again: it notices the cancellation, ends its run, and calls the model no more
+        gate.openGate();
+        await until(
+          async () =>
+            (await b.stream.read(runId)).some(
+              (e) => JSON.stringify(e.data) === JSON.stringify({ type: "run-end", status: "cancelled" }),
+            ),
+          "A's executor to end the run",
+        );
+        await new Promise((r) => setTimeout(r, 100));
+        expect(requestsByQuestion.get(q)).toBe(1);
+        expect((await a.journal.getRun(runId))?.status).toBe("cancelled");
+        expect(await b.chats.load(chatId)).toStrictEqual([question, body.message]);
+        // a token the executor streamed after the stop counts for nobody: a replay ends as the readers did
+        expect((await streamed()).length).toBeGreaterThan(PARTIAL.length);
+        const replay = await readAll(runUIMessageStream(b.stream, runId, { journal: b.journal }));
+        expect(replay.message).toEqual(body.message);
+
+        // stopping again: the chat's last message is the answer (204), and the helper answers what happened
+        expect((await fetch(`${b.url}/api/chat/${chatId}/stop`, { method: "POST" })).status).toBe(204);
+        const again = await stopRunResponse(b.stream, runId, { journal: b.journal, chats: b.chats, chatId });
+        expect(await again.json()).toStrictEqual({ runId, status: "cancelled", stopped: false, message: null });
+        expect(await b.chats.load(chatId)).toStrictEqual([question, body.message]);
+      });
+    },
+  );
+}
 
 describe("stopRunResponse, one process (MemoryRunStream, SQLite journal)", () => {
   /** A run whose step streams `words` as `type` events, then waits for `gate` (as a model call that is slow). */

@@ -3,14 +3,15 @@
  * GET /api/chat/:id/stream, POST /api/chat/:id/stop) served by two real HTTP
  * servers (node:http, instances A and B) that share one journal (a SQLite
  * file, then a PostgreSQL schema), one SQLite chat store file and one Redis
- * side channel, each through its own
- * journal, store and RedisRunStream objects. The answer runs on A, whose
- * executor is held on a gate mid-answer (its next token's append waits); a
- * reader follows it on A's POST stream and another on B's resume route; the
- * stop is sent to B. The stop returns while A's executor is still held; both
- * readers end with the partial text and a `finish`; the run is `cancelled`
- * in the journal (by and reason recorded); the partial answer is the chat's
- * assistant message; the model is not called again.
+ * side channel, each through its own journal, store and RedisRunStream
+ * objects. The answer runs on A, whose executor is held on a gate mid-answer
+ * (its next token's append waits); a reader follows it on A's POST stream and
+ * another on B's resume route; the stop is sent to B. The stop returns while
+ * A's executor is still held; both readers end with the partial text and a
+ * `finish`; the run is `cancelled` in the journal (one `run_cancelled`
+ * event); the partial answer is the chat's assistant message; the model is
+ * not called again. Then, in one process: each option, a stop before any
+ * text, a stop that lost the race (void), ended runs and bad options.
  */
 import { randomUUID } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";

@@ -13,6 +13,9 @@
  *   side channel as a UI message stream that `useChat({ resume: true })` can
  *   resume (a full replay, then live; no text of an abandoned attempt), and
  *   the resume endpoint's answer (the stream, or 204 when no run is active).
+ * - {@link stopRunResponse}: the stop endpoint's answer: cancels the run from
+ *   any process, ends every reader's message with the partial answer, and
+ *   keeps that answer in the chat store.
  * - {@link toModelMessages} / {@link fromModelMessages}: convert an agent's
  *   history (OpenAI chat or Anthropic messages) to AI SDK model messages and back.
  *
@@ -49,3 +52,4 @@ export {
   resumeRunResponse,
   runUIMessageStream,
 } from "./run-ui-stream.js";
+export { stopRunResponse } from "./stop-run.js";

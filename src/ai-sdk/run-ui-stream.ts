@@ -48,6 +48,16 @@
  *   the text of its last step: it cannot be told from a failed model call
  *   without the journal.
  *
+ * **Stopped answers.** `stopRunResponse` appends a `{ type: "run-stop" }`
+ * marker, then cancels the run. A reader that reaches the marker asks the
+ * journal: `cancelled` — the message ends with the text streamed before the
+ * marker (committed steps and the attempt that was streaming, as one text
+ * part each), then `finish`, without an `error` chunk, and nothing after the
+ * marker counts; `completed`, `failed`, `waiting` or `blocked` — the stop lost
+ * the race, the marker is void and the events after it are read as usual;
+ * `pending`/`running` — the reader waits (the cancel lands right after the
+ * marker). Without `journal` the marker ends the message.
+ *
  * **Live tokens, optionally.** With `drafts: true`, the tokens of attempts not
  * yet committed are also sent as they arrive, as *transient* data chunks
  * (`data-dumplings-draft`), which the AI SDK passes to `useChat`'s `onData`
@@ -147,6 +157,12 @@ const ACTIVE: ReadonlySet<RunStatus> = new Set(["pending", "running"]);
 /** A status after which the run will not run again without an operator. */
 const ENDED: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
 
+/**
+ * `data.type` of the marker `stopRunResponse` appends to a run's side channel before it cancels the run
+ * (`{ type: "run-stop", by, reason? }`, no origin): the answer ends there if the run ends `cancelled`.
+ */
+export const STOP_EVENT = "run-stop";
+
 /** The `errorText` of a run that ended without completing. */
 const ENDINGS: Record<string, string> = {
   failed: "the run failed",
@@ -198,10 +214,14 @@ class RunTextAssembler {
   private openPart: string | undefined;
   private parts = 0;
   private ended: string | undefined;
+  /** A stop marker (`run-stop`) was read: its fate is `pending` until the journal tells (`honored`/`void`). */
+  private stop: "pending" | "honored" | "void" | undefined;
+  /** The events read after a pending stop marker (added if the stop turns out void). */
+  private afterStop: RunStreamEvent[] = [];
 
-  /** The status of the run's `run-end` event, once read. */
+  /** The status of the run's `run-end` event, once read (`cancelled` once a stop is honored). */
   endStatus(): string | undefined {
-    return this.ended;
+    return this.ended ?? (this.stop === "honored" ? "cancelled" : undefined);
   }
 
   constructor(
@@ -220,9 +240,52 @@ class RunTextAssembler {
     return this.held().some((s) => s.laterSeen);
   }
 
+  /** Whether a stop marker was read and the journal has not yet said whether the run was cancelled. */
+  stopPending(): boolean {
+    return this.stop === "pending";
+  }
+
+  /** Whether the answer ended at a stop marker (the run was cancelled by a stop: no error chunk). */
+  stopHonored(): boolean {
+    return this.stop === "honored";
+  }
+
+  /**
+   * The stop took effect (the run is cancelled): the text held up to the marker — committed steps and
+   * the step that streamed when the stop came — is sent, and nothing after the marker counts.
+   */
+  honorStop(out: UIMessageChunk[]): void {
+    this.stop = "honored";
+    this.afterStop = [];
+    for (const s of this.held()) {
+      if (s.latest) this.commit(s, s.latest, out);
+      else this.drop(s, out);
+    }
+  }
+
+  /** The run ended otherwise (the stop lost the race): the events after the marker count as usual. */
+  voidStop(out: UIMessageChunk[], live: boolean): void {
+    this.stop = "void";
+    const later = this.afterStop;
+    this.afterStop = [];
+    for (const e of later) this.add(e, out, live);
+  }
+
   add(e: RunStreamEvent, out: UIMessageChunk[], live: boolean): void {
+    if (this.stop === "honored") return; // the answer ended at the stop marker
+    if (this.stop === "pending") {
+      this.afterStop.push(e);
+      return;
+    }
     const data = objectOf(e.data);
     if (!data) return;
+    if (data.type === STOP_EVENT && e.seq === undefined) {
+      if (this.stop === "void") return; // the run ended otherwise: a later stop changes nothing
+      this.stop = "pending";
+      // without a journal the marker is the end: nothing can tell a stop that lost the race
+      if (!this.useJournal) this.honorStop(out);
+      return;
+    }
     let seq = e.seq;
     let attempt = e.attempt;
     if (seq === undefined) {
@@ -397,7 +460,9 @@ const TIMEOUT = Symbol("timeout");
  * follows them live, and closes with `finish` when the run ends (its
  * `run-end` event; with `journal`, also when the run waits for a signal or a
  * timer). A run that ends `failed`, `blocked` or `cancelled` sends an `error`
- * chunk (`"the run failed"`, `"the run was cancelled"`, …) before `finish`.
+ * chunk (`"the run failed"`, `"the run was cancelled"`, …) before `finish`,
+ * except a run stopped by `stopRunResponse`: its message ends with the text
+ * streamed before the stop, then `finish` (see the module comment).
  *
  * The answer is one assistant message (`messageId`, by default the run id)
  * holding one text part per model call, each sent once the call's attempt is
@@ -469,13 +534,26 @@ export function runUIMessageStream(
           state.add(e, out, live);
           processed = e.index;
         }
+        const status = run?.status;
+        if (state.stopPending()) {
+          // a stop was asked: the journal says whether it took effect (the run is cancelled) or lost the race
+          if (status === "cancelled") {
+            state.commitFromJournal(records, out);
+            state.honorStop(out);
+          } else if (status !== undefined && !ACTIVE.has(status)) {
+            state.voidStop(out, live);
+            state.commitFromJournal(records, out);
+          }
+          // still running: nothing is committed (a step's text may go on past the marker)
+          return status;
+        }
         state.commitFromJournal(records, out);
-        return run?.status;
+        return status;
       };
       const finish = (status: string | undefined) => {
         state.dropHeld(out);
         state.closeOutside(out);
-        if (status && status !== "completed" && status !== "waiting") {
+        if (status && status !== "completed" && status !== "waiting" && !state.stopHonored()) {
           out.push({ type: "error", errorText: ENDINGS[status] ?? `the run ended ${status}` });
         }
         out.push({ type: "finish" });
@@ -532,7 +610,13 @@ export function runUIMessageStream(
             clearTimeout(timer);
             if (stopped) return;
             if (got !== TIMEOUT) {
-              if (got.done) return;
+              if (got.done) {
+                // a subscription with the journal ends when the run has finished: end the message too
+                if (!journal) return;
+                status = await readJournal(journal, true);
+                emit(out);
+                return finish(status ?? state.endStatus());
+              }
               next = events.next();
               const e = got.value;
               if (e.index <= processed) continue; // already read with the journal
@@ -546,7 +630,7 @@ export function runUIMessageStream(
                 continue;
               }
               emit(out);
-              if (!endStatus && !state.wantsJournal()) continue;
+              if (!endStatus && !state.wantsJournal() && !state.stopPending()) continue;
             }
             if (!journal) continue;
             status = await readJournal(journal, true);

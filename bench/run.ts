@@ -403,10 +403,10 @@ function progress<T>(label: string, f: () => Promise<T>): Promise<T> {
 async function chatSaves(pool: Message[], live: BackendSpec[]): Promise<ChatSaveResult[]> {
   const out: ChatSaveResult[] = [];
   const ctxOf = () => newContext(REDIS_URL, DATABASE_URL);
-  for (const shape of ["UIMessage", "ModelMessage"] as const) {
+  for (const shape of ["UIMessage", "ModelMessage", "saveState"] as const) {
     for (const spec of live) {
       out.push(
-        await progress(`chat save, 5,000 vs 10 ${shape}s: ${spec.label}`, () =>
+        await progress(`chat save, 5,000 vs 10 messages (${shape}): ${spec.label}`, () =>
           chatSaveScenario(spec, ctxOf, pool, { shape, saves: quick ? 20 : 60, short: 10, long: 5000 }),
         ),
       );

@@ -604,8 +604,8 @@ export function cliStartupScenario(cli: string, options: { runs?: number } = {})
 export interface ChatSaveResult {
   store: string;
   family: BackendSpec["family"];
-  /** `UIMessage` (ids) or `ModelMessage` (no ids). */
-  shape: "UIMessage" | "ModelMessage";
+  /** `UIMessage` (ids) or `ModelMessage` (no ids) through a chat store; or OpenAI messages through `saveState`. */
+  shape: "UIMessage" | "ModelMessage" | "saveState";
   saves: number;
   short: number;
   long: number;
@@ -619,6 +619,7 @@ function chatMessage(shape: ChatSaveResult["shape"], i: number, pool: Message[])
   const m = pool[i % pool.length] as { content?: unknown };
   const text = `${i}: ${typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? "")}`.slice(0, 300);
   const role = i % 2 === 0 ? "user" : "assistant";
+  if (shape === "saveState") return { role, content: text };
   return shape === "UIMessage"
     ? { id: `msg-${i}`, role, parts: [{ type: "text", text }] }
     : { role, content: [{ type: "text", text }] };
@@ -629,7 +630,8 @@ function chatMessage(shape: ChatSaveResult["shape"], i: number, pool: Message[])
  * objects every time, nothing shared with what the store saw), one message longer than the last.
  * Two chats on fresh stores of `spec`, `short` and `long` messages long (that first save is not
  * measured); then `saves` times, in lockstep: add one message to each, parse a fresh copy (not
- * measured) and time `chats.save(id, parsed)`.
+ * measured) and time `chats.save(id, parsed)`. Shape `saveState`: an agent whose history is replaced
+ * by the parsed copy (`history.splice(0, history.length, ...parsed)`, not measured), then `saveState`.
  */
 export async function chatSaveScenario(
   spec: BackendSpec,
@@ -638,6 +640,7 @@ export async function chatSaveScenario(
   opts: { shape: ChatSaveResult["shape"]; saves: number; short: number; long: number },
 ): Promise<ChatSaveResult> {
   const { createChatStore } = await import("../src/ai-sdk/chat-store.js");
+  type ChatMessage = import("../src/ai-sdk/chat-store.js").ChatMessage;
   const sides = [opts.short, opts.long].map((length) => ({
     length,
     ctx: ctxOf(),
@@ -646,25 +649,42 @@ export async function chatSaveScenario(
     text: "",
   }));
   try {
-    const chats = [];
+    const saves: ((body: unknown[]) => Promise<number>)[] = [];
     for (const side of sides) {
-      side.backend = await spec.make(side.ctx);
+      const backend = await spec.make(side.ctx);
+      side.backend = backend;
       const messages = Array.from({ length: side.length }, (_, i) => chatMessage(opts.shape, i, pool));
       side.text = JSON.stringify(messages);
-      const store = createChatStore({ store: side.backend });
-      await store.save("bench-chat", JSON.parse(side.text));
-      chats.push(store);
+      if (opts.shape === "saveState") {
+        const agent = newBenchAgent(promptText(1024));
+        agent.history.push(...(JSON.parse(side.text) as Message[]));
+        await agent.saveState("bench-chat", { backend });
+        saves.push(async (body) => {
+          agent.history.splice(0, agent.history.length, ...(body as Message[]));
+          const t0 = performance.now();
+          const r = await agent.saveState("bench-chat");
+          const us = (performance.now() - t0) * 1000;
+          if (r.written !== 1) throw new Error(`saveState wrote ${r.written} messages, not 1`);
+          return us;
+        });
+      } else {
+        const store = createChatStore({ store: backend });
+        await store.save("bench-chat", JSON.parse(side.text));
+        saves.push(async (body) => {
+          const t0 = performance.now();
+          const r = await store.save("bench-chat", body as ChatMessage[]);
+          const us = (performance.now() - t0) * 1000;
+          if (r.written !== 1) throw new Error(`chat save wrote ${r.written} messages, not 1`);
+          return us;
+        });
+      }
     }
     for (let i = 0; i < opts.saves; i++) {
-      for (const [k, store] of chats.entries()) {
+      for (const [k, save] of saves.entries()) {
         const side = sides[k]!;
         const next = JSON.stringify(chatMessage(opts.shape, side.length + i, pool));
         side.text = `${side.text.slice(0, -1)},${next}]`;
-        const body = JSON.parse(side.text);
-        const t0 = performance.now();
-        const r = await store.save("bench-chat", body);
-        side.times.push((performance.now() - t0) * 1000);
-        if (r.written !== 1) throw new Error(`chat save wrote ${r.written} messages, not 1`);
+        side.times.push(await save(JSON.parse(side.text)));
       }
     }
   } finally {
@@ -675,7 +695,7 @@ export async function chatSaveScenario(
     }
   }
   return {
-    store: `chat save: ${spec.label}`,
+    store: `${opts.shape === "saveState" ? "saveState" : "chat save"}: ${spec.label}`,
     family: spec.family,
     shape: opts.shape,
     saves: opts.saves,

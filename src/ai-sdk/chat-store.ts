@@ -42,8 +42,8 @@
  *
  * A save of a chat this instance never loaded or saved reads the stored chat
  * first (to append rather than rewrite). What is remembered per chat is its
- * revision, a SHA-256 and the id per message, for the 1000 chats used most
- * recently (an older one is read again before its next save). A backend with
+ * revision, a SHA-256 and the id per message (and the set of those ids), for
+ * the 1000 chats used most recently (an older one is read again before its next save). A backend with
  * only the four seed methods gets whole-state `save`s.
  *
  * @module

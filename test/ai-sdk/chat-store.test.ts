@@ -376,6 +376,23 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
         expect(reads).toBe(0);
       }
       expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(all);
+      // The stored prefix is left unencoded until a backend reads it: a backend that writes all of it
+      // (here: one that drops `baseLength`, so it rewrites) reads and stores every message.
+      const rewriting = new Proxy(backend, {
+        get(target, prop) {
+          if (prop === "write") {
+            return (key: string, state: never, options: WriteOptions = {}) =>
+              target.write?.(key, state, { ...options, baseLength: undefined });
+          }
+          const v = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+      const rewriter = createChatStore<UIMessage>({ store: rewriting });
+      await rewriter.read(id);
+      const more = [...all, message(40), message(41)];
+      expect(await rewriter.save(id, JSON.parse(JSON.stringify(more)))).toMatchObject({ written: 42, rewritten: true });
+      expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(more);
     },
   );
 

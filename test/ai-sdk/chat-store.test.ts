@@ -2,7 +2,8 @@
  * `createChatStore` on every built-in backend: UIMessage and ModelMessage
  * chats (hand-made with every part type, and the bundled conversations
  * converted) round-trip deep-equal with their types; a chat that grew by one
- * message writes one message; a changed older message rewrites the chat.
+ * message writes one message, also from freshly parsed arrays, without reading the stored messages'
+ * content; an edit, a regeneration or a removal (the AI SDK's message identity) rewrites the chat.
  */
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -249,7 +250,8 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
     expect(first).toMatchObject({ written: 3, rewritten: true });
     for (let n = 4; n <= messages.length; n++) {
       // every request brings fresh objects (as JSON from useChat), keys possibly in another order
-      // (the AI SDK rebuilds messages): detection is by content, not identity or key order
+      // (the AI SDK rebuilds messages): stored messages are found by id, the last stored one by content
+      // (its canonical JSON, whatever the key order), never by object identity
       const next = n % 2 === 0 ? reversedKeys(messages.slice(0, n)) : structuredClone(messages.slice(0, n));
       const r = await chats.save(id, next);
       expect(r).toMatchObject({ written: 1, rewritten: false });

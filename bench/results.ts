@@ -5,7 +5,14 @@
  * @module
  */
 import type { BenchStore } from "./registry.js";
-import type { CheckpointResult, CpuResult, DurableResult, PromptResult, StartupResult } from "./scenarios.js";
+import type {
+  ChatSaveResult,
+  CheckpointResult,
+  CpuResult,
+  DurableResult,
+  PromptResult,
+  StartupResult,
+} from "./scenarios.js";
 
 /** One measured (store, scenario) pair. */
 export interface Result {
@@ -40,4 +47,6 @@ export interface ScenarioResults {
   checkpoint: CheckpointResult | undefined;
   /** Start-up of the built `dumplings` CLI (absent when dist/ is not built). */
   startup: StartupResult[];
+  /** One more message to a 5,000-message chat against one more to a 10-message chat (`createChatStore`). */
+  chat: ChatSaveResult[];
 }

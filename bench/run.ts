@@ -31,6 +31,10 @@
  * from a least-squares line through the windows (their per-save cost grows
  * linearly with the history), which the tables mark with `~`.
  *
+ * Chat saves from request bodies: `createChatStore(...).save` of a freshly
+ * parsed array one message longer each time, 5,000 messages against 10, on
+ * every backend (`--chat-only`: that scenario alone, with its target).
+ *
  * Options: `--quick` (N = 1,000 only, the bundled data, fewer repeats;
  * targets are then checked at N = 1,000, indicatively), `--only <regex>`
  * (stores whose name matches it, case-insensitive; the extra scenarios run
@@ -52,8 +56,10 @@ import { renderChart } from "./chart.js";
 import { allStores, type BackendSpec, type BenchContext, type BenchStore, backendSpecs } from "./registry.js";
 import type { Result, ScenarioResults } from "./results.js";
 import {
+  type ChatSaveResult,
   type CheckpointResult,
   type CpuResult,
+  chatSaveScenario,
   checkpointScenario,
   cliStartupScenario,
   cpuPerSave,
@@ -75,7 +81,8 @@ import { checkTargets, earlierTargets, type TargetCheck } from "./targets.js";
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
 const only = argValue("--only");
-const runScenarios = !only || args.includes("--scenarios");
+const runScenarios = !only || args.includes("--scenarios") || args.includes("--chat-only");
+const chatOnly = args.includes("--chat-only");
 const jsonOut = argValue("--json") ?? "bench/results/latest.json";
 // The committed charts (docs/) are the full run's; a quick run draws its own under bench/results/.
 const chartOut = argValue("--chart") ?? (quick ? "bench/results/save-time-quick.svg" : "docs/bench-save-time.svg");
@@ -392,14 +399,45 @@ function progress<T>(label: string, f: () => Promise<T>): Promise<T> {
   );
 }
 
+/** One more message to a 5,000-message chat against a 10-message one, fresh parsed arrays, every live backend. */
+async function chatSaves(pool: Message[], live: BackendSpec[]): Promise<ChatSaveResult[]> {
+  const out: ChatSaveResult[] = [];
+  const ctxOf = () => newContext(REDIS_URL, DATABASE_URL);
+  for (const shape of ["UIMessage", "ModelMessage", "saveState"] as const) {
+    for (const spec of live) {
+      out.push(
+        await progress(`chat save, 5,000 vs 10 messages (${shape}): ${spec.label}`, () =>
+          chatSaveScenario(spec, ctxOf, pool, { shape, saves: quick ? 20 : 60, short: 10, long: 5000 }),
+        ),
+      );
+    }
+  }
+  return out;
+}
+
+function chatTable(rows: ChatSaveResult[]): string {
+  const lines = [
+    "| store | messages | saves | p50 µs, 10 messages | p50 µs, 5,000 messages | ratio |",
+    "| --- | --- | ---: | ---: | ---: | ---: |",
+  ];
+  for (const r of rows) {
+    lines.push(
+      `| ${r.store} | ${r.shape} | ${r.saves} | ${fmt(r.shortP50)} | ${fmt(r.longP50)} | ${(r.longP50 / r.shortP50).toFixed(2)}× |`,
+    );
+  }
+  return lines.join("\n");
+}
+
 async function extraScenarios(
   pool: Message[],
   up: { redis: boolean; postgres: boolean },
   specs: BackendSpec[],
 ): Promise<ScenarioResults> {
-  const out: ScenarioResults = { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [] };
+  const out: ScenarioResults = { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [], chat: [] };
   const live = specs.filter((s) => !s.needs || up[s.needs]);
   const ctxOf = () => newContext(REDIS_URL, DATABASE_URL);
+  out.chat = await chatSaves(pool, live);
+  if (chatOnly) return out;
   // 50 MB prompt: a few dozen one-message saves (fewer with --quick) on a 100-message history.
   for (const spec of live) {
     out.prompt.push(
@@ -501,6 +539,7 @@ async function main(): Promise<void> {
   const scenarios: [string, Message[][]][] = SIZES.map((n) => [`synthetic N=${n}`, [syntheticConversation(n, pool)]]);
   const realName = `real conversations (${bundled.length})`;
   scenarios.push([realName, bundled.map((c) => c.messages)]);
+  if (chatOnly) scenarios.length = 0; // the chat scenario alone
 
   const up = { redis: await reachable(REDIS_URL, 6379), postgres: await reachable(DATABASE_URL, 5432) };
   const matches = (s: BenchStore) => !only || new RegExp(only, "i").test(s.name);
@@ -535,7 +574,7 @@ async function main(): Promise<void> {
   }
   const scenarioResults: ScenarioResults = runScenarios
     ? await extraScenarios(pool, up, await backendSpecs())
-    : { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [] };
+    : { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [], chat: [] };
 
   const atN = `synthetic N=${SIZES[SIZES.length - 1]}`;
   const mainRows = results.filter(
@@ -550,6 +589,10 @@ async function main(): Promise<void> {
   if (scenarioResults.prompt.length > 0) {
     console.log("\n## Save cost with a 50 MB prompt\n");
     console.log(promptTable(scenarioResults.prompt));
+  }
+  if (scenarioResults.chat.length > 0) {
+    console.log("\n## Chat saves from request bodies (fresh JSON.parse arrays)\n");
+    console.log(chatTable(scenarioResults.chat));
   }
   if (scenarioResults.cpu.length > 0) {
     console.log("\n## CPU per save on tmpfs\n");

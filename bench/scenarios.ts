@@ -596,3 +596,112 @@ export function cliStartupScenario(cli: string, options: { runs?: number } = {})
     rmSync(empty, { recursive: true, force: true });
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Chat saves from request bodies
+
+/** One more message to a long chat against one more to a short chat, through `createChatStore`. */
+export interface ChatSaveResult {
+  store: string;
+  family: BackendSpec["family"];
+  /** `UIMessage` (ids) or `ModelMessage` (no ids) through a chat store; or OpenAI messages through `saveState`. */
+  shape: "UIMessage" | "ModelMessage" | "saveState";
+  saves: number;
+  short: number;
+  long: number;
+  /** µs, p50 of a one-message save of a freshly parsed array of `short` / `long` messages. */
+  shortP50: number;
+  longP50: number;
+}
+
+/** A chat message of the given shape, about 300 bytes of text from the data set. */
+function chatMessage(shape: ChatSaveResult["shape"], i: number, pool: Message[]): unknown {
+  const m = pool[i % pool.length] as { content?: unknown };
+  const text = `${i}: ${typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? "")}`.slice(0, 300);
+  const role = i % 2 === 0 ? "user" : "assistant";
+  if (shape === "saveState") return { role, content: text };
+  return shape === "UIMessage"
+    ? { id: `msg-${i}`, role, parts: [{ type: "text", text }] }
+    : { role, content: [{ type: "text", text }] };
+}
+
+/**
+ * Chat saves as a `useChat` route makes them: each request body is parsed afresh (`JSON.parse`: new
+ * objects every time, nothing shared with what the store saw), one message longer than the last.
+ * Two chats on fresh stores of `spec`, `short` and `long` messages long (that first save is not
+ * measured); then `saves` times, in lockstep: add one message to each, parse a fresh copy (not
+ * measured) and time `chats.save(id, parsed)`. Shape `saveState`: an agent whose history is replaced
+ * by the parsed copy (`history.splice(0, history.length, ...parsed)`, not measured), then `saveState`.
+ */
+export async function chatSaveScenario(
+  spec: BackendSpec,
+  ctxOf: () => BenchContext,
+  pool: Message[],
+  opts: { shape: ChatSaveResult["shape"]; saves: number; short: number; long: number },
+): Promise<ChatSaveResult> {
+  const { createChatStore } = await import("../src/ai-sdk/chat-store.js");
+  type ChatMessage = import("../src/ai-sdk/chat-store.js").ChatMessage;
+  const sides = [opts.short, opts.long].map((length) => ({
+    length,
+    ctx: ctxOf(),
+    backend: undefined as StateBackend | undefined,
+    times: [] as number[],
+    text: "",
+  }));
+  try {
+    const saves: ((body: unknown[]) => Promise<number>)[] = [];
+    for (const side of sides) {
+      const backend = await spec.make(side.ctx);
+      side.backend = backend;
+      const messages = Array.from({ length: side.length }, (_, i) => chatMessage(opts.shape, i, pool));
+      side.text = JSON.stringify(messages);
+      if (opts.shape === "saveState") {
+        const agent = newBenchAgent(promptText(1024));
+        agent.history.push(...(JSON.parse(side.text) as Message[]));
+        await agent.saveState("bench-chat", { backend });
+        saves.push(async (body) => {
+          agent.history.splice(0, agent.history.length, ...(body as Message[]));
+          const t0 = performance.now();
+          const r = await agent.saveState("bench-chat");
+          const us = (performance.now() - t0) * 1000;
+          if (r.written !== 1) throw new Error(`saveState wrote ${r.written} messages, not 1`);
+          return us;
+        });
+      } else {
+        const store = createChatStore({ store: backend });
+        await store.save("bench-chat", JSON.parse(side.text));
+        saves.push(async (body) => {
+          const t0 = performance.now();
+          const r = await store.save("bench-chat", body as ChatMessage[]);
+          const us = (performance.now() - t0) * 1000;
+          if (r.written !== 1) throw new Error(`chat save wrote ${r.written} messages, not 1`);
+          return us;
+        });
+      }
+    }
+    for (let i = 0; i < opts.saves; i++) {
+      for (const [k, save] of saves.entries()) {
+        const side = sides[k]!;
+        const next = JSON.stringify(chatMessage(opts.shape, side.length + i, pool));
+        side.text = `${side.text.slice(0, -1)},${next}]`;
+        side.times.push(await save(JSON.parse(side.text)));
+      }
+    }
+  } finally {
+    for (const side of sides) {
+      await side.backend?.close?.();
+      await spec.cleanup?.(side.ctx);
+      rmSync(side.ctx.dir, { recursive: true, force: true });
+    }
+  }
+  return {
+    store: `${opts.shape === "saveState" ? "saveState" : "chat save"}: ${spec.label}`,
+    family: spec.family,
+    shape: opts.shape,
+    saves: opts.saves,
+    short: opts.short,
+    long: opts.long,
+    shortP50: median(sides[0]!.times),
+    longP50: median(sides[1]!.times),
+  };
+}

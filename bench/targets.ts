@@ -207,6 +207,34 @@ export function checkTargets(results: Result[], scenarios: ScenarioResults, opts
       "×",
     ),
   );
+  for (const f of FAMILIES) {
+    const r = scenarios.chat.find((x) => x.family === f && x.shape === "UIMessage");
+    out.push(
+      check(
+        "chat-save-5000",
+        `chat save ${f}`,
+        `one more UIMessage to a ${r?.long ?? 5000}-message chat / to a ${r?.short ?? 10}-message chat (fresh JSON.parse arrays), p50 =`,
+        div(r?.longP50, r?.shortP50),
+        "<=",
+        3,
+        "×",
+      ),
+    );
+  }
+  for (const f of FAMILIES) {
+    const r = scenarios.chat.find((x) => x.family === f && x.shape === "saveState");
+    out.push(
+      check(
+        "parsed-save-5000",
+        `saveState ${f}`,
+        `one more message to a ${r?.long ?? 5000}-message history replaced by parsed copies / to a ${r?.short ?? 10}-message one, p50 =`,
+        div(r?.longP50, r?.shortP50),
+        "<=",
+        3,
+        "×",
+      ),
+    );
+  }
   for (const command of ["dumplings --help", "dumplings ls (empty store)"]) {
     const r = scenarios.startup.find((x) => x.command === command);
     out.push(

@@ -16,17 +16,35 @@
  * compare-and-set against the revision this store instance last loaded or
  * saved for the chat, with `baseLength` = the number of leading messages
  * known to be stored unchanged, so a chat that grew by one message writes
- * one message. "Unchanged" is checked by content, not identity (messages
- * arrive as new objects with every HTTP request): each message's canonical
- * JSON (keys sorted) is compared with what was stored — O(messages) CPU,
- * O(new messages) writes. A changed older message (an edited or regenerated
- * message, a removed one) is detected and the whole chat is rewritten in
- * one atomic write (`rewritten: true`), never refused: the caller's array is
- * the chat. A save of a chat this instance never loaded or saved reads the
- * stored chat first (to append rather than rewrite). What is remembered per
- * chat is its revision and a SHA-256 per message, for the 1000 chats used
- * most recently (an older one is read again before its next save). A backend with only the
- * four seed methods gets whole-state `save`s.
+ * one message, and the work is O(new messages) even though every request
+ * brings the whole chat as new objects (`req.json()`).
+ *
+ * What counts as a change (the AI SDK's message identity: `useChat` treats a
+ * message with the same `id` as the same message; `sendMessage({ messageId })`
+ * edits a message and drops what followed it, `regenerate()` replaces an
+ * answer by a message with a new id, a streamed answer, a tool output or an
+ * approval changes the last message in place):
+ * - a stored message other than the last one is unchanged when the message
+ *   at its position has the same `id` (a non-empty string); its content is not
+ *   read (one id comparison per message: no encoding, no hashing);
+ * - the last stored message, and every message without an id (a
+ *   `ModelMessage`), is compared by content: the SHA-256 of its encoded
+ *   canonical JSON (keys sorted, so key order does not matter) against what
+ *   was stored (for a `ModelMessage` chat that is O(messages) CPU per save);
+ * - anything else is a change: a shorter chat (a removed message or an edit
+ *   that dropped what followed), another id at a stored position (a
+ *   regeneration, an inserted or removed message), a changed last message.
+ *   The whole chat is then rewritten in one atomic write (`rewritten: true`),
+ *   never refused: the caller's array is the chat.
+ * So an older message changed in place with its id kept (a client's
+ * `setMessages` edit) is not written; give it a new id, or `delete` and save
+ * the chat, to store it.
+ *
+ * A save of a chat this instance never loaded or saved reads the stored chat
+ * first (to append rather than rewrite). What is remembered per chat is its
+ * revision, a SHA-256 and the id per message (and the set of those ids), for
+ * the 1000 chats used most recently (an older one is read again before its next save). A backend with
+ * only the four seed methods gets whole-state `save`s.
  *
  * @module
  */
@@ -48,7 +66,7 @@ import {
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState } from "../core/state.js";
-import { canonicalJson, decodeTagged, encodeTagged } from "../core/tagged-json.js";
+import { canonicalJson, decodeTagged, encodeTagged, TAG } from "../core/tagged-json.js";
 
 /** The `meta.class` of a stored chat. */
 export const CHAT_CLASS = "dumplings-ai/ai-sdk:Chat";
@@ -112,6 +130,13 @@ export interface ChatStore<M extends ChatMessage = ChatMessage> {
    * replaces the earlier one and the messages between them are dropped, as the AI SDK's `useChat`
    * does, so a message is never stored twice.
    *
+   * What is a change (the AI SDK's message identity; see the module comment): a stored message other
+   * than the last is unchanged when the message at its position has the same `id` (its content is not
+   * read, so the save costs O(new messages) with fresh objects from `JSON.parse`); the last stored
+   * message and messages without an id (`ModelMessage`s) are compared by content. A shorter chat,
+   * another id at a stored position or a changed last message rewrites the whole chat atomically
+   * (`rewritten: true`). An older message changed in place with its id kept is not written.
+   *
    * @param chatId - the chat id (a key: no `/`, `\`, control characters, leading `.`; ≤ 200 bytes with the prefix)
    * @param messages - the chat's messages, in order
    * @returns `{ revision, written, rewritten }`
@@ -166,6 +191,10 @@ interface Track {
   revision: number | undefined;
   /** SHA-256 of the canonical JSON of each stored envelope, in order. */
   fingerprints: string[];
+  /** The `id` of each stored message (a non-empty string), or undefined for a message without one. */
+  ids: (string | undefined)[];
+  /** The set of `ids` when every stored message has a distinct id (built on first use), else null. */
+  idSet?: Set<string> | null;
   /**
    * The first and last stored envelopes as stored (their key order): sent in place of the caller's
    * copies when appending, since a backend checks those messages byte for byte ("stored unchanged"
@@ -186,10 +215,6 @@ interface Track {
  * @returns `messages` itself when no id repeats, else a new array
  */
 function withoutResent<M>(messages: readonly M[]): readonly M[] {
-  const idOf = (m: unknown): string | undefined => {
-    const id = m !== null && typeof m === "object" ? (m as { id?: unknown }).id : undefined;
-    return typeof id === "string" && id !== "" ? id : undefined;
-  };
   const seen = new Set<string>();
   let repeated = false;
   for (const m of messages) {
@@ -219,6 +244,70 @@ function withoutResent<M>(messages: readonly M[]): readonly M[] {
   return out;
 }
 
+/** A message's identity: its `id` when that is a non-empty string (a `UIMessage`), else undefined. */
+function idOf(m: unknown): string | undefined {
+  const id = m !== null && typeof m === "object" ? (m as { id?: unknown }).id : undefined;
+  return typeof id === "string" && id !== "" ? id : undefined;
+}
+
+/** The id of a stored message, read from its envelope (undefined for a tag-wrapped or id-less one). */
+function envelopeId(e: Envelope): string | undefined {
+  const v = e?.[CHAT_FIELD];
+  if (v === null || typeof v !== "object" || Array.isArray(v) || Object.hasOwn(v, TAG)) return undefined;
+  return idOf(v);
+}
+
+/** Whether `m` is an object whose `role` is a chat role (the fast path of {@link roleOf}). */
+function hasRole(m: unknown): boolean {
+  if (m === null || typeof m !== "object" || Array.isArray(m)) return false;
+  const role = (m as { role?: unknown }).role;
+  return role === "user" || role === "assistant" || role === "system" || role === "tool";
+}
+
+/**
+ * Checks every message's role ({@link InvalidStateError} naming the first bad one) and tells whether
+ * `messages` provably re-sends no id, known from what is stored with one id comparison per stored
+ * message and a set look-up per later one: the stored messages all have distinct ids, `messages`
+ * starts with those very ids in order, and no later message repeats a stored id or another later
+ * one. False means "not proven" (then {@link withoutResent} looks at every id).
+ */
+function checkMessages(track: Track | undefined, messages: readonly unknown[]): boolean {
+  let proven = track !== undefined;
+  let set: Set<string> | null | undefined;
+  if (track !== undefined) {
+    if (track.idSet === undefined) {
+      const all = new Set<string>();
+      for (const id of track.ids) if (id !== undefined) all.add(id);
+      track.idSet = all.size === track.ids.length ? all : null;
+    }
+    set = track.idSet;
+    if (set === null || messages.length < track.ids.length) proven = false;
+  }
+  const ids = proven ? (track as Track).ids : [];
+  const n = ids.length;
+  // A message with a stored message's id at its position is that message (its role, like its content,
+  // is the stored one and is not read). The first one that is not ends the proof; every message is then checked.
+  for (let i = 0; i < n; i++) {
+    const m = messages[i] as { id?: unknown } | null | undefined;
+    if (m?.id !== ids[i]) {
+      for (let j = 0; j < messages.length; j++) if (!hasRole(messages[j])) roleOf(messages[j], j);
+      return false;
+    }
+  }
+  let later: Set<string> | undefined;
+  for (let i = n; i < messages.length; i++) {
+    const m = messages[i];
+    if (!hasRole(m)) roleOf(m, i);
+    if (!proven) continue;
+    const id = idOf(m);
+    if (id === undefined) continue;
+    later ??= new Set();
+    if ((set as Set<string>).has(id) || later.has(id)) proven = false;
+    else later.add(id);
+  }
+  return proven;
+}
+
 /** Chats whose stored state one store instance remembers (least recently used forgotten first). */
 const MAX_TRACKED_CHATS = 1000;
 
@@ -228,15 +317,22 @@ function fingerprint(envelope: Envelope): string {
     .digest("base64");
 }
 
-function trackOf(revision: number | undefined, history: Envelope[], fingerprints?: string[]): Track {
-  return { revision, fingerprints: fingerprints ?? history.map(fingerprint), first: history[0], last: history.at(-1) };
+function trackOf(revision: number | undefined, history: readonly Envelope[]): Track {
+  return {
+    revision,
+    fingerprints: history.map(fingerprint),
+    ids: history.map(envelopeId),
+    first: history[0],
+    last: history.at(-1),
+  };
 }
 
 type Envelope = { role: string; content: null; tool_call_id?: string; [CHAT_FIELD]: JsonValue };
 
 const ROLES = new Set(["system", "user", "assistant", "tool"]);
 
-function envelope(message: unknown, index: number): Envelope {
+/** Checks that `message` is an object with a chat role; returns the role. */
+function roleOf(message: unknown, index: number): string {
   if (message === null || typeof message !== "object" || Array.isArray(message)) {
     throw new InvalidStateError(`messages[${index}]`, "a chat message must be an object");
   }
@@ -247,6 +343,11 @@ function envelope(message: unknown, index: number): Envelope {
       `role ${JSON.stringify(role)} is not one of system, user, assistant, tool`,
     );
   }
+  return role;
+}
+
+function envelope(message: unknown, index: number): Envelope {
+  const role = roleOf(message, index);
   const out: Envelope = { role, content: null, [CHAT_FIELD]: null };
   if (role === "tool") {
     const content = (message as { content?: unknown }).content;
@@ -256,6 +357,97 @@ function envelope(message: unknown, index: number): Envelope {
   }
   out[CHAT_FIELD] = encodeTagged(message, `messages[${index}]`, index);
   return out;
+}
+
+/**
+ * One save's messages, encoded on demand: a message the stored prefix accounts for is never encoded
+ * or hashed (see {@link storedPrefix}).
+ */
+class Pending {
+  readonly #envelopes = new Map<number, Envelope>();
+  readonly #fingerprints = new Map<number, string>();
+  constructor(readonly messages: readonly unknown[]) {}
+  envelope(i: number): Envelope {
+    let e = this.#envelopes.get(i);
+    if (e === undefined) {
+      e = envelope(this.messages[i], i);
+      this.#envelopes.set(i, e);
+    }
+    return e;
+  }
+  fingerprint(i: number): string {
+    let f = this.#fingerprints.get(i);
+    if (f === undefined) {
+      f = fingerprint(this.envelope(i));
+      this.#fingerprints.set(i, f);
+    }
+    return f;
+  }
+  /** Encodes messages `from` … end (so an encoding error surfaces before any write). */
+  encodeFrom(from: number): void {
+    for (let i = from; i < this.messages.length; i++) this.envelope(i);
+  }
+  /** Every message encoded: the history of a whole rewrite. */
+  all(): Envelope[] {
+    return this.messages.map((_, i) => this.envelope(i));
+  }
+  /** Fingerprints of every message. */
+  allFingerprints(): string[] {
+    return this.messages.map((_, i) => this.fingerprint(i));
+  }
+  /**
+   * The history of an append on `base` stored messages: the stored first and last envelopes at 0 and
+   * `base - 1` (a backend checks them byte for byte), the new messages encoded, and the messages in
+   * between encoded only if a backend reads them (it does not when it appends; it would on a rewrite).
+   */
+  appended(track: Track, base: number): Envelope[] {
+    const out: Envelope[] = new Array(this.messages.length);
+    for (let i = base; i < out.length; i++) out[i] = this.envelope(i);
+    if (base === 0) return out;
+    out[0] = track.first as Envelope;
+    out[base - 1] = track.last as Envelope;
+    if (base <= 2) return out;
+    const lazy = (prop: string | symbol): number | undefined => {
+      if (typeof prop !== "string") return undefined;
+      const i = Number(prop);
+      return Number.isInteger(i) && i > 0 && i < base - 1 && String(i) === prop ? i : undefined;
+    };
+    return new Proxy(out, {
+      get: (target, prop, receiver) => {
+        const i = lazy(prop);
+        if (i !== undefined && target[i] === undefined) target[i] = this.envelope(i);
+        return Reflect.get(target, prop, receiver);
+      },
+      has: (target, prop) => lazy(prop) !== undefined || Reflect.has(target, prop),
+      getOwnPropertyDescriptor: (target, prop) => {
+        const i = lazy(prop);
+        if (i !== undefined && target[i] === undefined) target[i] = this.envelope(i);
+        return Reflect.getOwnPropertyDescriptor(target, prop);
+      },
+    });
+  }
+}
+
+/**
+ * How many leading messages of `pending` are the stored chat unchanged (then only the rest is
+ * written), or undefined when the stored chat is not a prefix of them (then the chat is rewritten).
+ * The rule (the AI SDK's message identity): a stored message other than the last is unchanged when
+ * the message at its position has the same `id` (a non-empty string) — its content is not compared;
+ * the last stored message, and every message without an id (`ModelMessage`s), is compared by content
+ * (SHA-256 of its canonical encoded JSON).
+ */
+function storedPrefix(track: Track, pending: Pending, idsMatch: boolean): number | undefined {
+  const n = track.fingerprints.length;
+  const messages = pending.messages;
+  if (track.revision === undefined || messages.length < n) return undefined;
+  const ids = track.ids;
+  // `idsMatch` ({@link checkMessages}): every stored message has an id, and the same one is at its position.
+  for (let i = idsMatch ? Math.max(0, n - 1) : 0; i < n; i++) {
+    const id = ids[i];
+    if (id !== undefined && i < n - 1 && id === idOf(messages[i])) continue;
+    if (pending.fingerprint(i) !== track.fingerprints[i]) return undefined;
+  }
+  return n;
 }
 
 /**
@@ -379,18 +571,22 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
       }
       const key = keyOf(chatId);
       if (!Array.isArray(messages)) throw new InvalidStateError("messages", "messages must be an array");
-      // Encode (and check) everything before any I/O: bad input never changes stored data.
-      const history = Array.from(withoutResent(messages), (m, i) => envelope(m, i));
-      const fingerprints = history.map(fingerprint);
+      // Check (and encode what the save will write) before any I/O: bad input never changes stored data.
+      const seen = typeof store.write === "function" ? tracks.get(chatId) : undefined;
+      const proven = checkMessages(seen, messages);
+      const list = proven ? messages : withoutResent(messages);
+      const pending = new Pending(list);
+      const seenBase = seen === undefined ? undefined : storedPrefix(seen, pending, proven);
+      pending.encodeFrom(seenBase ?? 0);
       return serial(chatId, async () => {
-        const state = envelopeState(chatId, CHAT_CLASS, history);
         if (typeof store.write !== "function") {
+          const history = pending.all();
           try {
-            await store.save(key, state);
+            await store.save(key, envelopeState(chatId, CHAT_CLASS, history));
           } catch (e) {
             wrap(`cannot save chat ${JSON.stringify(chatId)}`, key, e);
           }
-          remember(chatId, trackOf(undefined, history, fingerprints));
+          remember(chatId, trackOf(undefined, history));
           return { written: history.length, rewritten: true };
         }
         let track = tracks.get(chatId);
@@ -404,39 +600,54 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
           // Another request saved the chat since the caller read it. Saving again exactly what is stored
           // (a step re-run after a crash) is a no-op; anything else would drop that request's turn.
           const same =
-            track.fingerprints.length === fingerprints.length &&
-            track.fingerprints.every((f, i) => f === fingerprints[i]);
+            track.fingerprints.length === list.length &&
+            track.fingerprints.every((f, i) => f === pending.fingerprint(i));
           if (same) return { revision: track.revision, written: 0, rewritten: false };
           throw new ConflictError(key, expected ?? null, track.revision ?? null, backendLabel(store));
         }
-        const n = track.fingerprints.length;
-        let baseLength: number | undefined;
-        if (track.revision !== undefined && history.length >= n) {
-          baseLength = n;
-          for (let i = 0; i < n; i++) {
-            if (fingerprints[i] !== track.fingerprints[i]) {
-              baseLength = undefined;
-              break;
-            }
-          }
-        }
-        if (baseLength !== undefined && baseLength === history.length) {
+        const baseLength = track === seen ? seenBase : storedPrefix(track, pending, false);
+        if (baseLength !== undefined && baseLength === list.length) {
           return { revision: track.revision, written: 0, rewritten: false }; // nothing changed
         }
-        if (baseLength !== undefined && baseLength > 0 && track.first !== undefined && track.last !== undefined) {
-          history[0] = track.first; // the same content, as stored
-          history[baseLength - 1] = track.last;
-        }
+        const history = baseLength === undefined ? pending.all() : pending.appended(track, baseLength);
         let result: Awaited<ReturnType<NonNullable<StateBackend["write"]>>>;
         try {
           // No revision known: "create only" (never overwrite a chat stored meanwhile); a backend
           // without `read` cannot tell us the revision, so its writes are plain upserts.
           const expectedRevision = track.revision ?? (typeof store.read === "function" ? null : undefined);
-          result = await store.write(key, state, { expectedRevision, baseLength });
+          result = await store.write(key, envelopeState(chatId, CHAT_CLASS, history), {
+            expectedRevision,
+            baseLength,
+          });
         } catch (e) {
           wrap(`cannot save chat ${JSON.stringify(chatId)}`, key, e);
         }
-        remember(chatId, trackOf(result.revision, history, fingerprints));
+        if (baseLength !== undefined && !result.rewritten && tracks.get(chatId) === track) {
+          // Appended: the stored prefix is the tracked one (its fingerprints and ids are kept as they are).
+          for (let i = baseLength; i < list.length; i++) {
+            track.fingerprints.push(pending.fingerprint(i));
+            const id = envelopeId(pending.envelope(i));
+            track.ids.push(id);
+            const set = track.idSet;
+            if (set) {
+              if (id !== undefined && !set.has(id)) set.add(id);
+              else track.idSet = null; // no longer every id distinct
+            }
+          }
+          track.revision = result.revision;
+          track.last = pending.envelope(list.length - 1);
+          if (baseLength === 0) track.first = pending.envelope(0);
+          remember(chatId, track);
+        } else {
+          const all = pending.all();
+          remember(chatId, {
+            revision: result.revision,
+            fingerprints: pending.allFingerprints(),
+            ids: all.map(envelopeId),
+            first: all[0],
+            last: all.at(-1),
+          });
+        }
         return { revision: result.revision, written: result.written, rewritten: result.rewritten };
       });
     },

@@ -13,13 +13,18 @@
  *
  * Append detection — "detected, not assumed": a save sends
  * `baseLength = stored.length` only when the history still starts with
- * exactly the stored objects (`history[i] === stored[i]` for every stored
- * position, O(n) pointer comparisons, no serialisation) and the last stored
- * message still has its fingerprint's structure and values (`sameJsonShape`,
- * O(its nodes), not O(its bytes): a 50 MB tool output is not serialised again
- * at every save; catches the common in-place edit of the latest message, e.g.
- * a streamed answer completed in place).
- * Anything else — a shorter history, a replaced, removed or inserted
+ * the stored messages: at each stored position the very stored object
+ * (`history[i] === stored[i]`, O(1)) or an object that serialises to its
+ * exact JSON text (`sameJsonShape` against the stored object: same keys in
+ * the same order, equal values; O(its nodes), no serialisation — a history
+ * replaced by parsed copies, e.g. rebuilt from a request body, appends
+ * instead of rewriting, and its copies are adopted so the next save compares
+ * pointers again), and the last stored message still has its fingerprint's
+ * structure and values (`sameJsonShape`, O(its nodes), not O(its bytes): a
+ * 50 MB tool output is not serialised again at every save; catches the
+ * common in-place edit of the latest message, e.g. a streamed answer
+ * completed in place).
+ * Anything else — a shorter history, a changed, removed or inserted
  * message — sends no `baseLength`, so the backend rewrites the whole
  * history. Rule for users: treat stored messages as immutable and replace a
  * message object to edit it (`history[i] = { ...history[i], content }`);
@@ -137,8 +142,20 @@ export function computeBaseLength(track: Track, history: readonly Message[]): nu
   const stored = track.stored;
   const n = stored.length;
   if (history.length < n) return undefined;
-  if (n > 0 && (history[n - 1] !== stored[n - 1] || !sameJsonShape(history[n - 1], track.lastShape))) return undefined;
-  return samePrefix(history, stored, n - 1) ? n : undefined;
+  if (n > 0 && !sameJsonShape(history[n - 1], track.lastShape)) return undefined;
+  if (samePrefix(history, stored, n - 1)) {
+    if (n > 0) stored[n - 1] = history[n - 1] as Message; // the same text (a copy of the last one adopted)
+    return n;
+  }
+  // Another object at a stored position (a history replaced by parsed copies, e.g. from a request
+  // body): unchanged when it serialises to the very text of the stored object (`sameJsonShape`: same
+  // keys in the same order, equal values; O(its nodes), no serialisation). Then the copies are adopted,
+  // so the next save finds them by identity again.
+  for (let i = 0; i < n - 1; i++) {
+    if (history[i] !== stored[i] && !sameJsonShape(history[i], stored[i])) return undefined;
+  }
+  for (let i = 0; i < n; i++) stored[i] = history[i] as Message;
+  return n;
 }
 
 /**

@@ -2,7 +2,8 @@
  * `createChatStore` on every built-in backend: UIMessage and ModelMessage
  * chats (hand-made with every part type, and the bundled conversations
  * converted) round-trip deep-equal with their types; a chat that grew by one
- * message writes one message; a changed older message rewrites the chat.
+ * message writes one message, also from freshly parsed arrays, without reading the stored messages'
+ * content; an edit, a regeneration or a removal (the AI SDK's message identity) rewrites the chat.
  */
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -249,7 +250,8 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
     expect(first).toMatchObject({ written: 3, rewritten: true });
     for (let n = 4; n <= messages.length; n++) {
       // every request brings fresh objects (as JSON from useChat), keys possibly in another order
-      // (the AI SDK rebuilds messages): detection is by content, not identity or key order
+      // (the AI SDK rebuilds messages): stored messages are found by id, the last stored one by content
+      // (its canonical JSON, whatever the key order), never by object identity
       const next = n % 2 === 0 ? reversedKeys(messages.slice(0, n)) : structuredClone(messages.slice(0, n));
       const r = await chats.save(id, next);
       expect(r).toMatchObject({ written: 1, rewritten: false });
@@ -267,9 +269,9 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
     expect(await fresh.save(id, structuredClone(grown))).toMatchObject({ written: 0, rewritten: false });
     expect(writes.length).toBe(before);
 
-    // an older message edited (a regenerated answer): detected, the chat is rewritten
+    // an older answer replaced by another message (a new id, as `regenerate()` gives): the chat is rewritten
     const edited = structuredClone(grown);
-    (edited[1] as UIMessage).parts = [{ type: "text", text: "regenerated" }];
+    edited[1] = { ...(edited[1] as UIMessage), id: "regenerated-1", parts: [{ type: "text", text: "regenerated" }] };
     const r = await fresh.save(id, edited);
     expect(r.rewritten).toBe(true);
     expect(r.written).toBe(edited.length);
@@ -280,6 +282,121 @@ describe.each(harnesses)("createChatStore on $name", (h) => {
     expect(await storedCount(backend, key)).toBe(2);
     expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(cut);
   });
+
+  it.skipIf(h.skip)(
+    "AI SDK message identity: an edit, a regeneration and a removal each rewrite the chat, atomically and exactly",
+    async () => {
+      const chats = createChatStore<UIMessage>({ store: backend });
+      const id = `identity-${randomUUID()}`;
+      const text = (i: number, t = `message ${i}`): UIMessage => ({
+        id: `m${i}`,
+        role: i % 2 === 0 ? "user" : "assistant",
+        parts: [{ type: "text", text: t }],
+      });
+      const base = Array.from({ length: 6 }, (_, i) => text(i));
+      const reload = async () => createChatStore<UIMessage>({ store: backend }).load(id);
+      expect(await chats.save(id, base)).toMatchObject({ written: 6, rewritten: true });
+
+      // edit: `sendMessage({ text, messageId: "m2" })` keeps m2's id, changes it and drops what followed
+      const edited = [...structuredClone(base.slice(0, 2)), text(2, "edited question")];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(edited)))).toMatchObject({ written: 3, rewritten: true });
+      expect(await reload()).toStrictEqual(edited);
+      // the same edit re-sent with the stale tail (`[...stored, message]` in a route): the re-sent id replaces
+      const grown = [...edited, text(3, "answer to the edit")];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(grown)))).toMatchObject({ written: 1, rewritten: false });
+      const resent = [...grown, text(2, "edited twice")];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(resent)))).toMatchObject({ written: 3, rewritten: true });
+      expect(await reload()).toStrictEqual([...edited.slice(0, 2), text(2, "edited twice")]);
+
+      // the last stored message changed in place, same id (a streamed answer completed, a tool result or
+      // an approval added to it): compared by content, so rewritten
+      const partial = [...edited.slice(0, 2), text(2, "edited twice"), text(3, "partial ans")];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(partial)))).toMatchObject({ written: 1, rewritten: false });
+      const completed = [...partial.slice(0, 3), text(3, "partial answer, now complete")];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(completed)))).toMatchObject({
+        written: 4,
+        rewritten: true,
+      });
+      expect(await reload()).toStrictEqual(completed);
+
+      // regeneration: `regenerate()` replaces the last answer with a new message (a new id)
+      const regenerated = [...completed.slice(0, 3), { ...text(3, "another answer"), id: "m3-regenerated" }];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(regenerated)))).toMatchObject({
+        written: 4,
+        rewritten: true,
+      });
+      expect(await reload()).toStrictEqual(regenerated);
+
+      // removal of a message in the middle, then one more: not a prefix of the stored chat, so rewritten
+      const removed = [regenerated[0], regenerated[2], regenerated[3], text(4)] as UIMessage[];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(removed)))).toMatchObject({ written: 4, rewritten: true });
+      expect(await reload()).toStrictEqual(removed);
+      // a shorter chat (the last message removed)
+      const cut = removed.slice(0, 2);
+      expect(await chats.save(id, JSON.parse(JSON.stringify(cut)))).toMatchObject({ written: 2, rewritten: true });
+      expect(await reload()).toStrictEqual(cut);
+
+      // documented: an older message (not the last stored) changed in place with its id kept is the same
+      // message to the AI SDK, and to the store: not rewritten (the stored copy stays)
+      const longer = [...cut, text(5), text(6)];
+      expect(await chats.save(id, longer)).toMatchObject({ written: 2, rewritten: false });
+      const sameId = [text(0, "changed, same id"), ...longer.slice(1), text(7)];
+      expect(await chats.save(id, JSON.parse(JSON.stringify(sameId)))).toMatchObject({ written: 1, rewritten: false });
+      expect(await reload()).toStrictEqual([...longer, text(7)]);
+    },
+  );
+
+  it.skipIf(h.skip)(
+    "a save of a freshly parsed chat writes only the new message and never reads the stored messages' content",
+    async () => {
+      const { backend: spy, writes } = recorded(backend);
+      const chats = createChatStore<UIMessage>({ store: spy });
+      const id = `fresh-${randomUUID()}`;
+      const message = (i: number): UIMessage => ({
+        id: `msg-${i}`,
+        role: i % 2 === 0 ? "user" : "assistant",
+        parts: [{ type: "text", text: `text ${i}` }],
+      });
+      const all = Array.from({ length: 40 }, (_, i) => message(i));
+      await chats.save(id, JSON.parse(JSON.stringify(all.slice(0, 30))));
+      for (let n = 31; n <= 40; n++) {
+        // a request body: fresh objects, whose stored messages' parts must not be read (O(new) work)
+        const body = JSON.parse(JSON.stringify(all.slice(0, n))) as UIMessage[];
+        let reads = 0;
+        for (const m of body.slice(0, n - 2)) {
+          const parts = m.parts;
+          Object.defineProperty(m, "parts", {
+            enumerable: true,
+            get: () => {
+              reads++;
+              return parts;
+            },
+          });
+        }
+        expect(await chats.save(id, body)).toMatchObject({ written: 1, rewritten: false });
+        expect(writes.at(-1)?.options?.baseLength).toBe(n - 1);
+        expect(reads).toBe(0);
+      }
+      expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(all);
+      // The stored prefix is left unencoded until a backend reads it: a backend that writes all of it
+      // (here: one that drops `baseLength`, so it rewrites) reads and stores every message.
+      const rewriting = new Proxy(backend, {
+        get(target, prop) {
+          if (prop === "write") {
+            return (key: string, state: never, options: WriteOptions = {}) =>
+              target.write?.(key, state, { ...options, baseLength: undefined });
+          }
+          const v = Reflect.get(target, prop, target);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+      const rewriter = createChatStore<UIMessage>({ store: rewriting });
+      await rewriter.read(id);
+      const more = [...all, message(40), message(41)];
+      expect(await rewriter.save(id, JSON.parse(JSON.stringify(more)))).toMatchObject({ written: 42, rewritten: true });
+      expect(await createChatStore({ store: backend }).load(id)).toStrictEqual(more);
+    },
+  );
 
   it.skipIf(h.skip)("two stores saving one chat: the stale one gets ConflictError and nothing is lost", async () => {
     const id = `race-${randomUUID()}`;

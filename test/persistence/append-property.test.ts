@@ -1,7 +1,7 @@
 /**
  * Property: whatever a program does to an agent's history between saves
  * (append, replace a message, remove one, truncate, edit the last message in
- * place), the append detection never stores a wrong history — after every
+ * place, replace the whole history by parsed copies), the append detection never stores a wrong history — after every
  * save, loading gives exactly the agent's history ("detected, not assumed").
  * Runs on the memory and SQLite backends (both implement append-only writes).
  */
@@ -22,6 +22,7 @@ type Op =
   | { kind: "remove"; at: number }
   | { kind: "truncate"; to: number }
   | { kind: "editLast"; text: string }
+  | { kind: "reparse" }
   | { kind: "save" };
 
 const text = fc.string({ maxLength: 12, unit: "binary" });
@@ -31,6 +32,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("remove" as const), at: fc.nat(40) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("truncate" as const), to: fc.nat(40) }) },
   { weight: 1, arbitrary: text.map((t) => ({ kind: "editLast" as const, text: t })) },
+  { weight: 2, arbitrary: fc.constant({ kind: "reparse" as const }) },
   { weight: 4, arbitrary: fc.constant({ kind: "save" as const }) },
 );
 
@@ -61,6 +63,9 @@ describe.each(backends)("append detection on %s", (_name, make) => {
               break;
             case "truncate":
               h.length = Math.min(h.length, o.to);
+              break;
+            case "reparse": // the history replaced by parsed copies (as rebuilt from a request body)
+              h.splice(0, h.length, ...(JSON.parse(JSON.stringify(h)) as Message[]));
               break;
             case "editLast":
               if (h.length > 0) (h[h.length - 1] as { content: string }).content = o.text;

@@ -87,6 +87,19 @@ class Worker {
           resolve(l);
         },
       });
+      // A worker that exits without the line says why at once (its stderr), instead of a bare timeout.
+      this.exited.then(
+        ({ code, signal, stderr }) => {
+          if (this.lines.some((l) => l.startsWith(prefix))) return;
+          clearTimeout(timer);
+          reject(
+            new Error(
+              `the worker exited (${signal ?? code}) before a "${prefix}" line; got ${JSON.stringify(this.lines)}; stderr: ${stderr}`,
+            ),
+          );
+        },
+        () => undefined,
+      );
     });
   }
 

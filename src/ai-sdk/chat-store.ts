@@ -261,7 +261,7 @@ function envelopeId(e: Envelope): string | undefined {
 function hasRole(m: unknown): boolean {
   if (m === null || typeof m !== "object" || Array.isArray(m)) return false;
   const role = (m as { role?: unknown }).role;
-  return role === "user" || role === "assistant" || role === "system" || role === "tool";
+  return typeof role === "string" && ROLES.has(role);
 }
 
 /**
@@ -317,10 +317,10 @@ function fingerprint(envelope: Envelope): string {
     .digest("base64");
 }
 
-function trackOf(revision: number | undefined, history: readonly Envelope[]): Track {
+function trackOf(revision: number | undefined, history: readonly Envelope[], fingerprints?: string[]): Track {
   return {
     revision,
-    fingerprints: history.map(fingerprint),
+    fingerprints: fingerprints ?? history.map(fingerprint),
     ids: history.map(envelopeId),
     first: history[0],
     last: history.at(-1),
@@ -639,14 +639,7 @@ export function createChatStore<M extends ChatMessage = ChatMessage>(options: Ch
           if (baseLength === 0) track.first = pending.envelope(0);
           remember(chatId, track);
         } else {
-          const all = pending.all();
-          remember(chatId, {
-            revision: result.revision,
-            fingerprints: pending.allFingerprints(),
-            ids: all.map(envelopeId),
-            first: all[0],
-            last: all.at(-1),
-          });
+          remember(chatId, trackOf(result.revision, pending.all(), pending.allFingerprints()));
         }
         return { revision: result.revision, written: result.written, rewritten: result.rewritten };
       });

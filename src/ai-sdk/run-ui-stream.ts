@@ -73,7 +73,7 @@ import { InvalidOptionError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { RunStreamError } from "../durable/errors.js";
-import type { Journal, RunStatus, StepRecord } from "../durable/journal.js";
+import { ENDED_RUN_STATUSES, type Journal, type RunStatus, type StepRecord } from "../durable/journal.js";
 import type { RunEventStream, RunStreamEvent } from "../durable/stream-contract.js";
 
 /** The `data` of a `data-dumplings-draft` chunk (sent only with `drafts: true`). */
@@ -155,7 +155,6 @@ const RESPONSE_OPTIONS = optionKeys<ResumeRunResponseOptions>({
 /** A run status in which the run still executes (or is about to). */
 const ACTIVE: ReadonlySet<RunStatus> = new Set(["pending", "running"]);
 /** A status after which the run will not run again without an operator. */
-const ENDED: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
 
 /**
  * `data.type` of the marker `stopRunResponse` appends to a run's side channel before it cancels the run
@@ -580,7 +579,7 @@ export function runUIMessageStream(
           processed = e.index;
         }
         let status = journal ? await readJournal(journal, false) : undefined;
-        if (status !== undefined && ENDED.has(status) && processed === 0) {
+        if (status !== undefined && ENDED_RUN_STATUSES.has(status) && processed === 0) {
           // runDurable ends every stream it writes with a run-end event: an ended run's empty stream expired or was deleted
           throw new RunStreamError(runId, "gone", `holds none of its events although the run is ${status}`);
         }
@@ -718,7 +717,7 @@ export async function resumeRunResponse(
   if (runId === undefined || runId === null || runId === "") return new Response(null, { status: 204 });
   if (rest.journal) {
     const run = await rest.journal.getRun(runId);
-    if (!run || ENDED.has(run.status)) return new Response(null, { status: 204 });
+    if (!run || ENDED_RUN_STATUSES.has(run.status)) return new Response(null, { status: 204 });
   }
   return createUIMessageStreamResponse({
     stream: runUIMessageStream(stream, runId, rest),

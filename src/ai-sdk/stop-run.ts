@@ -31,7 +31,7 @@
 import { readUIMessageStream, type UIMessage, type UIMessageChunk } from "ai";
 import { ConflictError, InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import type { Journal, RunStatus } from "../durable/journal.js";
+import { ENDED_RUN_STATUSES, type Journal, type RunStatus } from "../durable/journal.js";
 import { cancel } from "../durable/run.js";
 import type { RunEventStream } from "../durable/stream-contract.js";
 import type { ChatStore } from "./chat-store.js";
@@ -71,9 +71,6 @@ const OPTIONS = optionKeys<StopRunResponseOptions>({
   type: true,
   headers: true,
 });
-
-/** Statuses in which a run can no longer be stopped. */
-const ENDED: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
 
 const optionalString = (name: keyof StopRunResponseOptions, value: unknown) => {
   if (value !== undefined && (typeof value !== "string" || value === "")) {
@@ -151,7 +148,7 @@ export async function stopRunResponse(
   if (!run) return new Response(null, { status: 204 });
   const answer = (body: { status: RunStatus; stopped: boolean; message: UIMessage | null }) =>
     Response.json({ runId, ...body }, headers ? { headers } : {});
-  if (ENDED.has(run.status)) return answer({ status: run.status, stopped: false, message: null });
+  if (ENDED_RUN_STATUSES.has(run.status)) return answer({ status: run.status, stopped: false, message: null });
 
   // the marker first: a reader that finds the run cancelled in the journal has the marker to read
   await stream.append(runId, {

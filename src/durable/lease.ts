@@ -239,9 +239,10 @@ export class RunLease {
     if (this.abort.signal.aborted) return;
     let reason: StaleFencingTokenError | RunCancelledError = error;
     try {
-      const run = await this.journal.getRun(this.runId);
-      if (run?.status === "cancelled") reason = (await cancellationOf(this.journal, this.runId)) ?? error;
+      const cancelled = await cancellationOf(this.journal, this.runId);
+      if (cancelled) reason = cancelled;
       else if (this.subject === "workflow") {
+        const run = await this.journal.getRun(this.runId);
         reason = new StaleFencingTokenError({
           workflowId: this.runId,
           what: "lease renewal refused",

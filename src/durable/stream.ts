@@ -42,7 +42,7 @@ import {
 } from "../drivers/redis.js";
 import { currentRun, currentStep } from "./context.js";
 import { RunStreamError } from "./errors.js";
-import type { Journal, StepRecord } from "./journal.js";
+import { ENDED_RUN_STATUSES, type Journal, type StepRecord } from "./journal.js";
 import type { EventOrigin, RunEventStream, RunStreamEvent, SubscribeOptions } from "./stream-contract.js";
 
 /** The keys of {@link SubscribeOptions}: any other is an `InvalidOptionError`. */
@@ -112,7 +112,6 @@ function checkGap(runId: string, after: number, events: readonly RunStreamEvent[
   }
 }
 
-const FINISHED = new Set(["completed", "failed", "cancelled"]);
 /**
  * How long (ms, journal clock) a running run's lease must have been expired before its producer counts as
  * lost: a process waiting on the lease (another `runDurable`, a worker's retry) takes the run over within
@@ -132,7 +131,7 @@ async function settle(
 ): Promise<{ events: RunStreamEvent[]; error?: RunStreamError } | undefined> {
   const run = await journal.getRun(runId);
   if (!run) return undefined;
-  const finished = FINISHED.has(run.status);
+  const finished = ENDED_RUN_STATUSES.has(run.status);
   const lost =
     run.status === "running" &&
     (run.leaseExpiresAt === undefined || run.leaseExpiresAt + PRODUCER_GRACE_MS < (await journal.now()));

@@ -2079,7 +2079,8 @@ export class FileBackend implements StateBackend {
     if (gz) stream.on("error", (e) => input.destroy(e));
     // Same rules as decodeState over the whole text: lines split on "\n" only, strict UTF-8 per line,
     // the last line must end with "\n", message_count and history_crc32 checked at the end. Only a
-    // FileBackend file (it has a revision) may carry an uncommitted tail after its message_count lines.
+    // FileBackend file (it has a revision, and its checksum lines) may carry an uncommitted tail after its
+    // message_count lines.
     let any = start > 0;
     let pinned = start > 0;
     try {
@@ -2090,6 +2091,7 @@ export class FileBackend implements StateBackend {
           header !== undefined &&
           !gz &&
           header.revision !== undefined &&
+          header.handWritten !== true &&
           parser.messages >= header.meta.messageCount
         ) {
           parser.end();

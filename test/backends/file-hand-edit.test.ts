@@ -12,7 +12,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { BaseAgent } from "../../src/agent/base-agent.js";
 import { FileBackend } from "../../src/backends/file.js";
 import { FormatError } from "../../src/core/errors.js";
-import { loadState } from "../../src/persistence/api.js";
+import { iterHistory, loadState } from "../../src/persistence/api.js";
+import { runCli } from "../cli/run-cli.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "dumplings-hand-edit-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -59,6 +60,16 @@ describe("a backend-written file edited by hand", () => {
     expect(error).toBeInstanceOf(FormatError);
     expect((error as FormatError).message).toMatch(/message_count is 2 but \[HISTORY\] holds 3 messages/);
     expect((error as FormatError).line).toBeGreaterThan(1);
+    // every read path says so: the streaming one (iterHistory, dumplings show) too, never a silent drop
+    const streamed = await (async () => {
+      for await (const _ of iterHistory("k", { backend })) {
+        // read it all
+      }
+    })().catch((e: unknown) => e);
+    expect(streamed).toBeInstanceOf(FormatError);
+    const shown = runCli(["show", "k", "--backend", `file:${path.dirname(file)}`]);
+    expect(shown.code).toBe(4);
+    expect(shown.stderr).toMatch(/message_count is 2 but \[HISTORY\] holds 3 messages/);
     edit(file, (lines) => lines.map((l) => l.replace(/^message_count = 2\b/, "message_count = 3")));
     const agent = await loadState<BaseAgent>("k", { backend });
     expect(agent.history.at(-1)).toEqual({ role: "user", content: "added by hand" });

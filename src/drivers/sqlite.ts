@@ -699,3 +699,33 @@ function bind(v: unknown): unknown {
   if (typeof v === "boolean") return v ? 1 : 0;
   return v;
 }
+
+/**
+ * The statements that rebuild table `name` (SQLite) with `columns` as an ordinary rowid table: a copy
+ * with the rows, the old table dropped (its indexes with it: create them again after), the copy
+ * renamed. Run between `PRAGMA legacy_alter_table = ON` and `OFF`, so that a view naming the table is
+ * neither rewritten nor checked while the table is missing. For a table first created `WITHOUT ROWID`
+ * whose rows can be large: in such a table a row lives in its key's b-tree, and SQLite reads a row that
+ * overflows its page whole at each key comparison of a seek (https://sqlite.org/withoutrowid.html §4).
+ *
+ * @param table - quotes a table name (`(n) => \`"${n}"\``)
+ * @param name - the table's name
+ * @param columns - its column and key definitions, as in `CREATE TABLE name (columns)`
+ * @param names - its column names, comma-separated (copied as they are)
+ * @returns the statements, in order
+ */
+export function rebuildAsRowid(
+  table: (name: string) => string,
+  name: string,
+  columns: string,
+  names: string,
+): string[] {
+  const copy = table(`${name}_rowid`);
+  return [
+    `DROP TABLE IF EXISTS ${copy}`,
+    `CREATE TABLE ${copy} (${columns})`,
+    `INSERT INTO ${copy} (${names}) SELECT ${names} FROM ${table(name)}`,
+    `DROP TABLE ${table(name)}`,
+    `ALTER TABLE ${copy} RENAME TO ${table(name)}`,
+  ];
+}

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { rebuildAsRowid } from "../drivers/sqlite.js";
 import type { Journal, JournalEvent, WriteStepOptions } from "./journal.js";
 
 /** Prefix of the journal's table names unless a store says otherwise. */
@@ -63,6 +64,13 @@ export interface SqlJournalMigration {
  *   and after `workflow` and `status` (the workflow store's filtered listing); version 4's indexes
  *   by `updated_at` are dropped (nothing reads runs in that order any more, and every lease and
  *   status change had to update them).
+ * - 8: on SQLite, `steps` and `signals` become ordinary (rowid) tables keyed by a unique index: in a
+ *   `WITHOUT ROWID` table a row lives in its key's b-tree, and SQLite reads a row that overflows its
+ *   page (a 100 KB checkpoint) whole at every key comparison of a seek, so the newest-step probe
+ *   and each insert cost about a millisecond, not microseconds ("WITHOUT ROWID tables work best when
+ *   rows are small", https://sqlite.org/withoutrowid.html §4). Each table is copied, dropped and the
+ *   copy renamed, with `legacy_alter_table` so a view over it (`workflow_snapshots`) is kept as it
+ *   is, not checked against the table being swapped. Nothing to do on PostgreSQL (no such clause).
  *
  * @param prefix - prefix of the table names, e.g. `durable_`
  * @param dialect - how the database spells names and types
@@ -159,6 +167,34 @@ export function sqlJournalMigrations(prefix: string, dialect: SqlJournalDialect)
           (n) => `DROP INDEX IF EXISTS ${dialect.table(`${prefix}${n}`)}`,
         ),
       ],
+    },
+    {
+      version: 8,
+      name: "steps and signals in rowid tables (large rows are not read whole by a key seek)",
+      up:
+        dialect.keyed === ""
+          ? []
+          : [
+              "PRAGMA legacy_alter_table = ON",
+              ...rebuildAsRowid(
+                dialect.table,
+                `${prefix}steps`,
+                `run_id TEXT NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL, input_hash TEXT NOT NULL,
+          status TEXT NOT NULL, output_json TEXT, error_json TEXT, attempt INTEGER NOT NULL,
+          started_at ${big} NOT NULL, finished_at ${big}, fencing_token ${big} NOT NULL, snapshot INTEGER,
+          PRIMARY KEY (run_id, seq)`,
+                "run_id, seq, name, input_hash, status, output_json, error_json, attempt, started_at, finished_at, fencing_token, snapshot",
+              ),
+              `CREATE INDEX IF NOT EXISTS ${prefix}steps_snapshot ON ${steps} (run_id, seq) WHERE snapshot = 1`,
+              ...rebuildAsRowid(
+                dialect.table,
+                `${prefix}signals`,
+                `run_id TEXT NOT NULL, name TEXT NOT NULL, value_json TEXT NOT NULL, sent_at ${big} NOT NULL,
+          PRIMARY KEY (run_id, name)`,
+                "run_id, name, value_json, sent_at",
+              ),
+              "PRAGMA legacy_alter_table = OFF",
+            ],
     },
   ];
 }

@@ -17,7 +17,15 @@
  * @module
  */
 import type { SqlDriver, SqlQuery } from "../drivers/sql.js";
+import { rebuildAsRowid } from "../drivers/sqlite.js";
 import type { BlobKind, BlobRow, CheckpointQuery, CheckpointRow, SaverStorage, WriteRow } from "./storage.js";
+
+/** Column names of the saver's tables, in their order (copied as they are by a rebuild). */
+const COLUMN_NAMES = {
+  checkpoints: "thread_id, ns, checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata",
+  blobs: "thread_id, ns, channel, version, kind, anchor, base, depth, items, type, data",
+  writes: "thread_id, ns, checkpoint_id, task_id, idx, channel, task_path, type, data",
+};
 
 /** The saver's versioned tables in one dialect, in the shape both drivers' migration lists take. */
 export function langgraphMigrations(dialect: "sqlite" | "postgres"): {
@@ -28,6 +36,17 @@ export function langgraphMigrations(dialect: "sqlite" | "postgres"): {
   const t = (name: string) => (pg ? `{s}."${name}"` : `"${name}"`);
   const bin = pg ? "BYTEA" : "BLOB";
   const keyed = pg ? "" : " WITHOUT ROWID";
+  const CHECKPOINT_COLUMNS = `thread_id TEXT NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT,
+    type TEXT NOT NULL, checkpoint ${bin} NOT NULL, metadata_type TEXT NOT NULL, metadata ${bin} NOT NULL,
+    PRIMARY KEY (thread_id, ns, checkpoint_id)`;
+  const BLOB_COLUMNS = `thread_id TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL, version TEXT NOT NULL,
+    kind TEXT NOT NULL, anchor TEXT NOT NULL, base TEXT, depth INTEGER NOT NULL, items INTEGER NOT NULL,
+    type TEXT NOT NULL, data ${bin} NOT NULL,
+    PRIMARY KEY (thread_id, ns, channel, version)`;
+  const WRITE_COLUMNS = `thread_id TEXT NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, task_id TEXT NOT NULL,
+    idx INTEGER NOT NULL, channel TEXT NOT NULL, task_path TEXT NOT NULL, type TEXT NOT NULL,
+    data ${bin} NOT NULL,
+    PRIMARY KEY (thread_id, ns, checkpoint_id, task_id, idx)`;
   return {
     component: "langgraph",
     migrations: [
@@ -36,21 +55,30 @@ export function langgraphMigrations(dialect: "sqlite" | "postgres"): {
         name: "checkpoints, channel values by version, pending writes",
         up: [
           `CREATE TABLE IF NOT EXISTS ${t("langgraph_checkpoints")} (
-            thread_id TEXT NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT,
-            type TEXT NOT NULL, checkpoint ${bin} NOT NULL, metadata_type TEXT NOT NULL, metadata ${bin} NOT NULL,
-            PRIMARY KEY (thread_id, ns, checkpoint_id))${keyed}`,
+            ${CHECKPOINT_COLUMNS})${keyed}`,
           `CREATE TABLE IF NOT EXISTS ${t("langgraph_blobs")} (
-            thread_id TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL, version TEXT NOT NULL,
-            kind TEXT NOT NULL, anchor TEXT NOT NULL, base TEXT, depth INTEGER NOT NULL, items INTEGER NOT NULL,
-            type TEXT NOT NULL, data ${bin} NOT NULL,
-            PRIMARY KEY (thread_id, ns, channel, version))${keyed}`,
+            ${BLOB_COLUMNS})${keyed}`,
           `CREATE INDEX IF NOT EXISTS langgraph_blobs_anchor ON ${t("langgraph_blobs")} (thread_id, ns, channel, anchor)`,
           `CREATE TABLE IF NOT EXISTS ${t("langgraph_writes")} (
-            thread_id TEXT NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, task_id TEXT NOT NULL,
-            idx INTEGER NOT NULL, channel TEXT NOT NULL, task_path TEXT NOT NULL, type TEXT NOT NULL,
-            data ${bin} NOT NULL,
-            PRIMARY KEY (thread_id, ns, checkpoint_id, task_id, idx))${keyed}`,
+            ${WRITE_COLUMNS})${keyed}`,
         ],
+      },
+      {
+        // In a WITHOUT ROWID table a row lives in its key's b-tree, and SQLite reads a row that overflows its
+        // page (a checkpoint, a channel's messages, a pending write) whole at each key comparison of a seek:
+        // the three tables become rowid tables keyed by a unique index (see rebuildAsRowid).
+        version: 2,
+        name: "checkpoints, channel values and writes in rowid tables",
+        up: pg
+          ? []
+          : [
+              "PRAGMA legacy_alter_table = ON",
+              ...rebuildAsRowid(t, "langgraph_checkpoints", CHECKPOINT_COLUMNS, COLUMN_NAMES.checkpoints),
+              ...rebuildAsRowid(t, "langgraph_blobs", BLOB_COLUMNS, COLUMN_NAMES.blobs),
+              `CREATE INDEX IF NOT EXISTS langgraph_blobs_anchor ON ${t("langgraph_blobs")} (thread_id, ns, channel, anchor)`,
+              ...rebuildAsRowid(t, "langgraph_writes", WRITE_COLUMNS, COLUMN_NAMES.writes),
+              "PRAGMA legacy_alter_table = OFF",
+            ],
       },
     ],
   };

@@ -20,6 +20,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { InvalidOptionError } from "../../src/core/errors.js";
 import { globEscape, type RedisConnection } from "../../src/drivers/redis.js";
 import type { SqlDriver } from "../../src/drivers/sql.js";
+import { SqliteDriver } from "../../src/drivers/sqlite.js";
 import {
   DumplingsSaver,
   MemorySaverStorage,
@@ -27,6 +28,7 @@ import {
   type SaverStorage,
   type SqlSaverStorage,
 } from "../../src/langgraph/index.js";
+import { langgraphMigrations, SqlSaverStorage as SqlStorage } from "../../src/langgraph/storage-sql.js";
 import {
   DATABASE_URL,
   postgresSkipReason,
@@ -305,6 +307,48 @@ describe("DumplingsSaver on SQLite across a restart", () => {
     const after = count(KINDS).slice(before);
     expect(after.length).toBeGreaterThanOrEqual(10);
     expect(after.every((k) => k === "delta")).toBe(true);
+  });
+
+  it("a file of the previous release (WITHOUT ROWID tables, version 1) is rebuilt as rowid tables on open and the thread goes on", async () => {
+    const file = path.join(dir, "v1.db");
+    const v1 = {
+      component: "langgraph",
+      migrations: langgraphMigrations("sqlite").migrations.filter((m) => m.version === 1),
+    };
+    const old = new DumplingsSaver({
+      store: new SqlStorage(new SqliteDriver("sqlite", { path: file }, v1, { incrementalVacuum: true })),
+    });
+    await loopGraph(old, 20).invoke({ messages: [new HumanMessage({ content: "hi", id: "h" })] }, config("v1"));
+    await old.close();
+    const tables = () => {
+      const db = new Database(file, { readonly: true });
+      const rows = db
+        .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name GLOB 'langgraph_*'")
+        .all();
+      const anchor = db.prepare("SELECT 1 FROM sqlite_master WHERE name = 'langgraph_blobs_anchor'").get();
+      db.close();
+      return { rows: rows as { name: string; sql: string }[], anchor: anchor !== undefined };
+    };
+    expect(
+      tables()
+        .rows.map((r) => r.sql)
+        .every((sql) => /WITHOUT ROWID/.test(sql)),
+    ).toBe(true);
+    const reopened = new DumplingsSaver({ store: { sqlite: { path: file } } });
+    try {
+      const out = await loopGraph(reopened, 30).invoke({ messages: [] }, config("v1"));
+      expect(out.messages.map((m) => m.id)).toEqual(["h", ...Array.from({ length: 29 }, (_, i) => `m${i + 1}`)]);
+    } finally {
+      await reopened.close();
+    }
+    const after = tables();
+    expect(after.rows.map((r) => r.name).sort()).toEqual([
+      "langgraph_blobs",
+      "langgraph_checkpoints",
+      "langgraph_writes",
+    ]);
+    for (const r of after.rows) expect(r.sql, r.name).not.toMatch(/WITHOUT ROWID/);
+    expect(after.anchor).toBe(true);
   });
 
   it("stores at least 10x less than LangGraph's SqliteSaver for the same 200-step run", async () => {

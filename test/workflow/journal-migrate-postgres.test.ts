@@ -209,6 +209,7 @@ describe.skipIf(skip)("PostgreSQL: workflow tables of an earlier release move in
       "journal:5",
       "journal:6",
       "journal:7",
+      "journal:8",
       "workflow:1",
       "workflow:2",
       "workflow:3",

@@ -70,6 +70,7 @@ export {
 // Core: errors, JSON rules, state and message types, versions, the .duas codec.
 export * from "./core/errors.js";
 export { assertJson, isJsonObject, type JsonObject, type JsonPrimitive, type JsonValue, toJson } from "./core/json.js";
+export type { Logger } from "./core/logger.js";
 export * from "./core/messages.js";
 export * from "./core/state.js";
 export { FORMAT_VERSION, packageVersion, SUPPORTED_FORMAT_VERSIONS } from "./core/version.js";

@@ -670,7 +670,7 @@ export class BaseAgent extends EventEmitter {
       (options.onWarning ?? defaultWarn)({
         code: "HISTORY_INVALID",
         name: this.name,
-        message: `[dumplings] the history of agent ${JSON.stringify(this.name)} would be rejected by the provider as stored: ${listed}${problems.length > 5 ? `, and ${problems.length - 5} more` : ""}; the next turn sends it repaired (agent.repairHistory() fixes it now)`,
+        message: `the history of agent ${JSON.stringify(this.name)} would be rejected by the provider as stored: ${listed}${problems.length > 5 ? `, and ${problems.length - 5} more` : ""}; the next turn sends it repaired (agent.repairHistory() fixes it now)`,
       });
     }
   }

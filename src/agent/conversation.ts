@@ -35,6 +35,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import { APICallError, generateText, type LanguageModel, type ModelMessage, streamText } from "ai";
 import { DumplingsError } from "../core/errors.js";
+import { log } from "../core/logger.js";
 import type { AnthropicMessage, Message, OpenAIMessage, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentConfig } from "../core/state.js";
@@ -191,7 +192,7 @@ function reportHookError(host: ConversationHost, error: unknown, event: { toolNa
   }
   if (seen.has(message)) return;
   seen.add(message);
-  console.error(`[dumplings] ${message}`);
+  log("error", message, { tool: event.toolName, hook: event.type });
 }
 /** Index of the assistant message whose tool calls are running, per agent. */
 const inflight = new WeakMap<object, number>();

@@ -54,6 +54,7 @@ import {
   StateNotFoundError,
 } from "../core/errors.js";
 import { assertJson, checkStoredJson, jsonShape } from "../core/json.js";
+import { log } from "../core/logger.js";
 import type { Message } from "../core/messages.js";
 import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import {
@@ -125,7 +126,7 @@ export type NameTakenPolicy = "refuse" | "replace" | "rename";
 export interface LoadOptions {
   /** Backend name or instance (not used by `loadStateString`). @default the configured default */
   backend?: string | StateBackend;
-  /** Receives non-fatal warnings (a hook that cannot be found). @default console.warn */
+  /** Receives non-fatal warnings (a hook that cannot be found). @default one `warn` line to the library's logger (`configure({ logger })`; the console) */
   onWarning?: (warning: PersistenceWarning) => void;
   /** Also add the loaded agent to `agentList` (by name). @default false */
   register?: boolean;
@@ -676,11 +677,20 @@ export async function loadStateString<A extends PersistableAgent = PersistableAg
 
 const logged = new WeakMap<object, Set<string>>();
 
+/**
+ * An auto-save failure: the agent's `persistError` event; logged (once per agent and message) only
+ * when no listener handles it, or when a listener throws.
+ */
 function report(agent: PersistableAgent, error: unknown): void {
+  const fields = {
+    agent: agent.name,
+    code: error instanceof DumplingsError ? error.code : undefined,
+  };
   try {
-    agent.emit("persistError", error);
+    if (agent.emit("persistError", error)) return;
   } catch (listenerError) {
-    console.error(`[dumplings] a persistError listener threw: ${String(listenerError)}`);
+    log("error", `a persistError listener threw: ${String(listenerError)}`, fields);
+    return;
   }
   const message = error instanceof Error ? error.message : String(error);
   let seen = logged.get(agent);
@@ -690,7 +700,7 @@ function report(agent: PersistableAgent, error: unknown): void {
   }
   if (!seen.has(message)) {
     seen.add(message);
-    console.error(`[dumplings] auto-save of agent ${JSON.stringify(agent.name)} failed: ${message}`);
+    log("error", `auto-save of agent ${JSON.stringify(agent.name)} failed: ${message}`, fields);
   }
 }
 

@@ -48,6 +48,7 @@ import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { AgentNotFoundError } from "../core/errors.js";
+import { log } from "../core/logger.js";
 import type { Message, Protocol } from "../core/messages.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import type { AgentState, StateMeta } from "../core/state.js";
@@ -113,7 +114,7 @@ export interface RestoreOptions {
   hooks?: HookFunction[];
   /** Saved hook names that could not be resolved: kept on the agent and saved again. */
   unresolvedHooks?: string[];
-  /** Receives non-fatal warnings. @default console.warn of the message */
+  /** Receives non-fatal warnings. @default one `warn` line to the library's logger (`configure({ logger })`; the console) */
   onWarning?: (warning: PersistenceWarning) => void;
 }
 
@@ -531,9 +532,9 @@ export async function resolveAgentClass(meta: StateMeta, label = "state"): Promi
   );
 }
 
-/** Default warning sink: one `console.warn` line. */
+/** Default warning sink: one line at `warn` to the library's logger (`configure({ logger })`; default the console). */
 export function defaultWarn(warning: PersistenceWarning): void {
-  console.warn(`[dumplings] ${warning.message}`);
+  log("warn", warning.message, { code: warning.code });
 }
 
 /**

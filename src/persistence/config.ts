@@ -37,6 +37,7 @@ import {
 } from "../backends/registry.js";
 import type { StateBackend } from "../backends/types.js";
 import { UnknownBackendError } from "../core/errors.js";
+import { type Logger, loggerProblem, setLogger } from "../core/logger.js";
 import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import type { ToolArgumentSecretsPolicy } from "./credentials.js";
 import { InvalidConfigError } from "./errors.js";
@@ -103,6 +104,14 @@ export interface ConfigureOptions {
    * stored, or `refuse` the save. @default "keep"
    */
   toolArgumentSecrets?: ToolArgumentSecretsPolicy;
+  /**
+   * Where the library's log lines go (a failed auto-save nobody listens to, a hot tier that went
+   * down, a warning at load): `console`, a pino or winston logger, or any object with `warn` and
+   * `error` (and optionally `debug`, `info`) methods taking a message and a fields object; `null`
+   * restores the default. See {@link Logger}.
+   * @default the console (warnings and errors, one `[dumplings]` line each)
+   */
+  logger?: Logger | null;
 }
 
 const CONFIGURE_OPTIONS = optionKeys<ConfigureOptions>({
@@ -113,6 +122,7 @@ const CONFIGURE_OPTIONS = optionKeys<ConfigureOptions>({
   keyStrategy: true,
   allowImports: true,
   toolArgumentSecrets: true,
+  logger: true,
 });
 
 const ENV = {
@@ -239,6 +249,14 @@ export function configure(options: ConfigureOptions): void {
     }
     next.toolArgumentSecrets = options.toolArgumentSecrets;
   }
+  if (options.logger !== undefined && options.logger !== null) {
+    const problem = loggerProblem(options.logger);
+    if (problem !== undefined) throw new InvalidConfigError("logger", problem);
+  }
+  if (options.logger !== undefined && options.logger !== null) {
+    const problem = loggerProblem(options.logger);
+    if (problem !== undefined) throw new InvalidConfigError("logger", problem);
+  }
   const dirs: { baseDir?: string; dbPath?: string } = {};
   if (options.baseDir !== undefined) dirs.baseDir = checkPath(options.baseDir, "baseDir");
   if (options.dbPath !== undefined) dirs.dbPath = checkPath(options.dbPath, "dbPath");
@@ -255,6 +273,7 @@ export function configure(options: ConfigureOptions): void {
   if (dirs.dbPath !== undefined) cleared.push("dbPath");
   if (dirs.baseDir !== undefined || dirs.dbPath !== undefined) configureBuiltinBackends(dirs);
   if (options.backend !== undefined) setDefaultBackend(options.backend);
+  if (options.logger !== undefined) setLogger(options.logger ?? undefined);
   settings = next;
   for (const c of cleared) envErrors.delete(c);
 }

@@ -11,6 +11,7 @@ import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { errorParts, exitCodeFor } from "../cli/errors.js";
 import { DumplingsError } from "../core/errors.js";
+import { log } from "../core/logger.js";
 import { APP_CSS, APP_JS } from "./assets.js";
 import { authMiddleware } from "./auth.js";
 import { h, layout } from "./html.js";
@@ -95,7 +96,12 @@ ${card("Durable runs", "/runs", sources.journal, "journals, pending approvals, s
   app.onError((error, c) => {
     const status = statusFor(error);
     const { code, message } = errorParts(error);
-    if (status === 500 && process.env.DUMPLINGS_DEBUG === "1") console.error(error);
+    if (status === 500)
+      log(
+        process.env.DUMPLINGS_DEBUG === "1" ? "error" : "debug",
+        `inspector: ${c.req.method} ${c.req.path} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
+        { code },
+      );
     return c.html(
       layout(
         { title: `Error ${status}`, section: "home" },

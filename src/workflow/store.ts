@@ -24,6 +24,7 @@
 import type { z } from "zod";
 import { InvalidOptionError } from "../core/errors.js";
 import { assertJson, isJsonObject, type JsonValue } from "../core/json.js";
+import { checkLogger, currentLogger, type Logger, log } from "../core/logger.js";
 import { checkOptions, optionKeys, shownValue } from "../core/options.js";
 import {
   type BlobStore,
@@ -86,6 +87,7 @@ const STORE_OPTIONS = optionKeys<CheckpointStoreOptions>({
   legacyBlobDirs: true,
   blobThreshold: true,
   onHotError: true,
+  logger: true,
 });
 
 /** Options of {@link CheckpointStore.open}. */
@@ -123,8 +125,13 @@ export interface CheckpointStoreOptions<S extends AnyWorkflowStateSchema = typeo
   legacyBlobDirs?: readonly string[] | undefined;
   /** Size (bytes of JSON) above which a top-level `sharedMemory` value goes to the blob store. @default 262144 (256 KB) */
   blobThreshold?: number | undefined;
-  /** Receives hot-tier failures (they are never thrown). @default a console.warn on the first failure after a success */
+  /**
+   * Receives hot-tier failures (they are never thrown).
+   * @default one `warn` line to {@link CheckpointStoreOptions.logger} on the first failure after a success
+   */
   onHotError?: ((error: unknown, operation: "get" | "put" | "delete", workflowId: string) => void) | undefined;
+  /** This store's log lines (see `Logger`). @default the library's logger (`configure({ logger })`; the console) */
+  logger?: Logger | undefined;
 }
 
 /** Counters of a store's activity since it was opened. */
@@ -202,6 +209,7 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
   private readonly migrations: MigrationRegistry;
   private readonly threshold: number;
   private readonly onHotError: NonNullable<CheckpointStoreOptions<S>["onHotError"]>;
+  private readonly logger: Logger | undefined;
   private hotHealthy = true;
 
   private constructor(options: CheckpointStoreOptions<S>) {
@@ -215,14 +223,18 @@ export class CheckpointStore<S extends AnyWorkflowStateSchema = typeof WorkflowS
         ? new FsBlobStore(options.blobDir)
         : new ColdBlobStore(options.cold, options.legacyBlobDirs ?? legacyBlobDirs(options.cold.location)));
     this.threshold = options.blobThreshold ?? DEFAULT_BLOB_THRESHOLD;
+    this.logger = options.logger === undefined ? undefined : checkLogger("CheckpointStore.open", options.logger);
     this.onHotError =
       options.onHotError ??
       ((error, op, id) => {
         if (!this.hotHealthy) return;
         this.hotHealthy = false;
         const text = error instanceof Error ? error.message : String(error);
-        console.warn(
-          `[dumplings:workflow] hot tier (redis) ${op} failed for workflow ${JSON.stringify(id)}: ${text}; continuing on the cold store (further failures are counted in store.stats.hotErrors)`,
+        log(
+          "warn",
+          `workflow hot tier (redis) ${op} failed for workflow ${JSON.stringify(id)}: ${text}; continuing on the cold store (further failures are counted in store.stats.hotErrors)`,
+          { workflowId: id, op },
+          this.logger ?? currentLogger(),
         );
       });
   }

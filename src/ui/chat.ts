@@ -8,7 +8,6 @@
  *
  * @module
  */
-
 import type { Message } from "../core/messages.js";
 import { previewMessage } from "../ops/stats.js";
 import { clip, type Html, h, jsonBlock } from "./html.js";

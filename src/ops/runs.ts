@@ -18,11 +18,11 @@ import { when } from "./format.js";
 
 /**
  * What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`.
- * With the run's `approvals` ({@link pendingApprovals}), an approval names the tool and its arguments,
+ * With the run's `approvals` (`pendingApprovals` of `durable/approvals.ts`), an approval names the tool and its arguments,
  * and a decision already recorded reads `approved call_1 …, pending resume`.
  *
  * @param run - the run
- * @param approvals - its approvals from {@link pendingApprovals} (optional: without them, no tool is named)
+ * @param approvals - its approvals from `pendingApprovals` (optional: without them, no tool is named)
  * @returns one line, empty for a run that waits for nothing
  * @example
  * describeWait(run, pendingApprovals(run, steps, signals))

@@ -16,10 +16,11 @@ import { messageText } from "../agent/conversation.js";
 import { validateKey } from "../backends/keys.js";
 import { StateNotFoundError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
+import { closeBackend, openBackendAsync } from "../ops/backend.js";
+import { UsageError } from "../ops/errors.js";
 import { loadState } from "../persistence/api.js";
 import { configure } from "../persistence/config.js";
-import { closeBackend, openBackendAsync, withBackendOptions } from "./backend.js";
-import { UsageError } from "./errors.js";
+import { withBackendOptions } from "./backend.js";
 
 /** Options of `dumplings chat`. */
 interface ChatOptions {

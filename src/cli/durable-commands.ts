@@ -17,13 +17,13 @@
  * With `--queue NAME` (and `REDIS_URL`), a signal that releases a waiting run
  * also puts it back on that BullMQ queue so a worker resumes it.
  *
- * The functions behind the commands ({@link openJournal}, {@link renderRuns},
- * {@link renderJournal}, {@link pendingApprovals}, {@link sendDecision}) are exported so a program (the
- * demo) can do exactly what the command does.
+ * The renderings of the commands ({@link renderRuns}, {@link renderJournal}, {@link renderApproval}) are
+ * exported so a program (the demo) prints exactly what the command prints; opening the journal and
+ * acting on a run (`openJournal`, `describeWait`, `sendDecision`, …) are in `ops/`, shared with the web
+ * inspector.
  *
  * @module
  */
-import { hostname, userInfo } from "node:os";
 import { Command, Option } from "commander";
 import { DumplingsError, FormatError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
@@ -31,103 +31,20 @@ import {
   type ApprovalView,
   DEFAULT_REJECTION,
   decisionValue,
-  describeCall,
   pendingApprovals,
   previewJson,
-  rethrowDecision,
 } from "../durable/approvals.js";
-import { CHECKPOINT_STEP, INTERRUPT_SIGNAL } from "../durable/checkpoints/journal-store.js";
-import type { ApprovalConflictError } from "../durable/errors.js";
+import { INTERRUPT_SIGNAL } from "../durable/checkpoints/journal-store.js";
 import { RunNotFoundError } from "../durable/errors.js";
-import { type Journal, type JournalEvent, RUN_STATUSES, type RunRecord, type StepRecord } from "../durable/journal.js";
-import { approvalSignalName, type SignalResult, signal } from "../durable/signals.js";
-import {
-  ExitCode,
-  errorLine,
-  errorParts,
-  isItemFault,
-  missingStore,
-  RunsUnreadableError,
-  UsageError,
-} from "./errors.js";
+import { type Journal, RUN_STATUSES, type RunRecord, type StepRecord } from "../durable/journal.js";
+import { approvalSignalName, type SignalResult } from "../durable/signals.js";
+import { ExitCode, errorLine, errorParts, isItemFault, RunsUnreadableError, UsageError } from "../ops/errors.js";
+import { when } from "../ops/format.js";
+import { DEFAULT_JOURNAL, JOURNAL_KINDS, type JournalCliOptions, openJournal } from "../ops/journal.js";
+import { describeWait, operatorName, renderNotes, requeue, sendDecision } from "../ops/runs.js";
+import { specForms } from "../ops/spec.js";
 import { printJson } from "./output.js";
-import { oneOf, parseSpec, specForms } from "./spec.js";
 import { renderTable } from "./table.js";
-
-/** Default journal spec. */
-export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";
-
-/** Options common to the durable commands. */
-export interface JournalCliOptions {
-  /** A SPEC: `sqlite:PATH`, `postgres://…` or `redis://…` (or `postgres:postgres://…`, `redis:redis://…`). @default env DUMPLINGS_DURABLE_JOURNAL, else {@link DEFAULT_JOURNAL} */
-  journal?: string;
-  /** PostgreSQL schema of the journal. @default "dumplings" */
-  schema?: string;
-  /** Redis key prefix of the journal. @default "dumplings:durable:" */
-  prefix?: string;
-  /** BullMQ queue to put a released run back on. */
-  queue?: string;
-  json?: boolean;
-}
-
-/** The store kinds a journal can be in. */
-const JOURNAL_KINDS = ["sqlite", "postgres", "redis"] as const;
-
-/**
- * Opens the journal a spec names (the SPEC syntax of every command, see `spec.ts`):
- * `sqlite:PATH`, `postgres://…` or `postgres:postgres://…` (`?schema=`), `redis://…` or
- * `redis:redis://…` (`?prefix=`).
- *
- * @param options - `journal` spec, `schema` (PostgreSQL), `prefix` (Redis)
- * @param open - `mustExist`: the journal must already exist (an SQLite file or a PostgreSQL schema
- *   with the journal's tables); nothing is created. What every `dumplings` command uses.
- * @returns the journal (close it when done); only the chosen store's driver is loaded
- * @throws {UsageError} for an unknown or unsuitable spec
- * @throws {InputNotFoundError} with `mustExist`, when the journal does not exist
- * @example
- * const journal = await openJournal({ journal: "sqlite:/tmp/runs.db" });
- */
-export async function openJournal(
-  options: JournalCliOptions = {},
-  open: { mustExist?: boolean } = {},
-): Promise<Journal> {
-  const fromEnv = options.journal === undefined && nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) !== undefined;
-  const text = options.journal ?? nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) ?? DEFAULT_JOURNAL;
-  const spec = parseSpec(text, { kinds: JOURNAL_KINDS, option: fromEnv ? "DUMPLINGS_DURABLE_JOURNAL" : "--journal" });
-  const create = open.mustExist === true ? { create: false } : {};
-  if (spec.kind === "sqlite") {
-    const { SqliteJournal } = await import("../durable/journal-sqlite.js");
-    try {
-      return new SqliteJournal({ path: spec.path, ...create });
-    } catch (error) {
-      throw missingStore(error, spec.text);
-    }
-  }
-  if (spec.kind === "postgres") {
-    const { PostgresJournal } = await import("../durable/journal-postgres.js");
-    const schema = oneOf(spec.param, options.schema, "schema");
-    const journal = new PostgresJournal({ url: spec.url, ...(schema ? { schema } : {}), ...create });
-    if (open.mustExist === true) {
-      try {
-        await journal.listRuns({ limit: 1 });
-      } catch (error) {
-        await journal.close().catch(() => undefined);
-        throw missingStore(error, spec.label);
-      }
-    }
-    return journal;
-  }
-  if (spec.kind === "redis") {
-    const { RedisJournal } = await import("../durable/journal-redis.js");
-    const keyPrefix = oneOf(spec.param, options.prefix, "key prefix");
-    return new RedisJournal({ url: spec.url, ...(keyPrefix ? { keyPrefix } : {}) });
-  }
-  throw new UsageError(`unknown journal ${JSON.stringify(spec.text)}`);
-}
-
-function nonEmpty(value: string | undefined): string | undefined {
-  return value === undefined || value === "" ? undefined : value;
-}
 
 function withJournalOptions(command: Command): Command {
   return command
@@ -140,46 +57,6 @@ function withJournalOptions(command: Command): Command {
       "--prefix <prefix>",
       "Redis key prefix of the journal (default: dumplings:durable:; or ?prefix= in the URL)",
     );
-}
-
-// The approvals' views live with the check the library shares (`approve`/`reject` refuse the same calls).
-export { type ApprovalView, describeCall, pendingApprovals };
-
-const when = (ms: number | undefined) => (ms === undefined ? "" : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z"));
-
-/**
- * What a run waits for, in words: `approval of call_1 (dumplings approve R call_1)`, `signal "go"`, `timer until …`.
- * With the run's `approvals` ({@link pendingApprovals}), an approval names the tool and its arguments,
- * and a decision already recorded reads `approved call_1 …, pending resume`.
- *
- * @param run - the run
- * @param approvals - its approvals from {@link pendingApprovals} (optional: without them, no tool is named)
- * @returns one line, empty for a run that waits for nothing
- * @example
- * describeWait(run, pendingApprovals(run, steps, signals))
- * // 'approval of call_7: refund_payment {"orderId":"A-1009"} (dumplings approve run-c call_7)'
- */
-export function describeWait(run: RunRecord, approvals?: readonly ApprovalView[]): string {
-  if (run.status === "blocked")
-    return `blocked: ${run.error?.message ?? "no reason recorded"} (fix, then dumplings retry ${run.runId})`;
-  if (run.status === "cancelled") return run.error ? `cancelled: ${run.error.message}` : "cancelled";
-  if (run.status === "failed") {
-    return `failed: ${run.error?.message ?? "no reason recorded"} (dumplings retry ${run.runId} runs it again)`;
-  }
-  if (run.status !== "waiting") return "";
-  if (run.waitingFor?.startsWith("approval:")) {
-    const id = run.waitingFor.slice("approval:".length);
-    const a = approvals?.find((x) => x.toolCallId === id);
-    if (a?.decision) {
-      const call = a.toolName !== undefined ? `: ${describeCall(a, 40)}` : "";
-      return `${a.decision.approved ? "approved" : "rejected"} ${id}${call}, pending resume (its worker, runDurable, or --queue)`;
-    }
-    const what = a?.toolName !== undefined ? `: ${describeCall(a, 40)}` : "";
-    return `approval of ${id}${what} (dumplings approve ${run.runId} ${id})`;
-  }
-  if (run.waitingFor !== undefined) return `signal ${JSON.stringify(run.waitingFor)}`;
-  if (run.wakeAt !== undefined) return `timer until ${when(run.wakeAt)}`;
-  return "";
 }
 
 /** A row of `dumplings runs`: the run, its step count, what it waits for and its pending approvals. */
@@ -279,88 +156,6 @@ export function renderJournal(steps: StepRecord[]): string {
       s.status === "failed" ? `${s.error?.name}: ${s.error?.message}` : previewJson(s.output),
     ]),
   );
-}
-
-/**
- * Renders what an operator needs beside the journal: drift (steps whose input
- * changed since they were recorded, the recorded result being used) and
- * operator actions, from the run's audit events.
- *
- * @param events - the run's events
- * @returns lines of text (empty when there is nothing to say)
- */
-export function renderNotes(events: JournalEvent[]): string[] {
-  const lines: string[] = [];
-  for (const e of events) {
-    if (e.type === "step_drift")
-      lines.push(`drift at step ${e.seq} (${e.name ?? "?"}): ${e.detail ?? "input changed"}`);
-    else if (e.type === "run_blocked") lines.push(`blocked: ${e.detail ?? "no reason recorded"}`);
-    else if (e.type === "run_error")
-      lines.push(`worker error at ${when(e.at)} (job attempt ${e.attempt ?? "?"}): ${e.detail ?? "?"}`);
-    else if (e.type === "run_cancelled" || e.type === "run_reset" || e.type === "run_retried") {
-      const what = e.type === "run_reset" ? `reset to step ${e.seq}` : e.type.slice("run_".length);
-      lines.push(`${what} by ${e.by ?? "?"} at ${when(e.at)}${e.detail ? `: ${e.detail}` : ""}`);
-    }
-  }
-  return lines;
-}
-
-/** Who an operator action is recorded as: `user@host`. */
-export function operatorName(): string {
-  let user = "unknown";
-  try {
-    user = userInfo().username;
-  } catch {
-    // no passwd entry (containers): keep "unknown"
-  }
-  return `${user}@${hostname()}`;
-}
-
-/**
- * Sends a signal the way `dumplings approve/reject/signal` do, re-enqueuing
- * the run on `queue` when it was waiting for it.
- *
- * @param journal - the journal
- * @param runId - the run
- * @param name - signal name
- * @param value - JSON value
- * @param queue - BullMQ queue name (needs Redis at `REDIS_URL`), optional
- * @returns the signal result
- * @throws {SignalConflictError} when the signal was already sent ({@link ApprovalConflictError}, saying which
- *   decision was first, for an approval)
- * @throws {RunStateError} when the run has ended (completed, failed, cancelled); nothing was recorded
- * @throws {InvalidOptionError} when an approval's value is not `{ approved, note?, args? }` (see `signal`)
- * @throws {RunNotFoundError}
- */
-export async function sendDecision(
-  journal: Journal,
-  runId: string,
-  name: string,
-  value: JsonValue,
-  queue?: string,
-): Promise<SignalResult & { queued: boolean }> {
-  // A finished run will never wait again: the journal refuses a signal to it (RunStateError), atomically.
-  try {
-    // A workflow graph's nodes live in its program: no DurableWorker can run it, so it is never queued (the
-    // next runOrResume of its runner continues it with the answer).
-    if (!queue || (await isGraphRun(journal, runId))) {
-      return { ...(await signal(runId, name, value, { journal })), queued: false };
-    }
-    const { DurableQueue } = await import("../durable/worker.js");
-    const q = new DurableQueue({ journal, queueName: queue });
-    try {
-      return { ...(await q.signal(runId, name, value)), queued: true };
-    } finally {
-      await q.close();
-    }
-  } catch (error) {
-    return rethrowDecision(journal, runId, name, error); // a second decision says which was first
-  }
-}
-
-/** Whether a run is a workflow graph's (its steps are checkpoints): only its program's runner continues it. */
-async function isGraphRun(journal: Journal, runId: string): Promise<boolean> {
-  return (await journal.readSteps(runId, { namePrefix: CHECKPOINT_STEP, last: 1, outputs: false })).length > 0;
 }
 
 function resultLine(runId: string, name: string, result: SignalResult & { queued: boolean }): string {
@@ -565,19 +360,6 @@ export function signalCommand(): Command {
         await journal.close();
       }
     });
-}
-
-/** Puts a run back on a BullMQ queue after an operator made it pending again. */
-async function requeue(journal: Journal, runId: string, queue: string | undefined): Promise<boolean> {
-  if (!queue) return false;
-  const { DurableQueue } = await import("../durable/worker.js");
-  const q = new DurableQueue({ journal, queueName: queue });
-  try {
-    await q.wake(runId);
-    return true;
-  } finally {
-    await q.close();
-  }
 }
 
 type OperatorAction = "cancel" | "reset" | "retry";

@@ -3,7 +3,7 @@
  *
  * @module
  */
-import { UsageError } from "./errors.js";
+import { UsageError } from "../ops/errors.js";
 
 const UNIT_MS = new Map<string, number>([
   ["ms", 1],

@@ -17,7 +17,7 @@ import { decodeStateBytes } from "../core/codec.js";
 import { FormatError } from "../core/errors.js";
 import { type Message, messageSchemaFor, type Protocol } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
-import { InputNotFoundError } from "./errors.js";
+import { InputNotFoundError } from "../ops/errors.js";
 
 /** Kind of an import input, from its file name. */
 export type InputKind = "duas" | "jsonl" | "json";

@@ -10,7 +10,7 @@
  * @module
  */
 import { type Command, CommanderError } from "commander";
-import { ExitCode, errorLine, errorParts, exitCodeFor } from "./errors.js";
+import { ExitCode, errorLine, errorParts, exitCodeFor } from "../ops/errors.js";
 
 /**
  * Makes commander throw instead of exiting, on a command and all its

@@ -28,13 +28,14 @@ import { assertPeers } from "../core/peers.js";
 import { JournalColdStore } from "../durable/checkpoints/journal-store.js";
 import type { Journal } from "../durable/journal.js";
 import type { RunEventStream } from "../durable/stream-contract.js";
+import { closeBackend, DEFAULT_DIR, openBackendAsync } from "../ops/backend.js";
+import { InputNotFoundError, UsageError } from "../ops/errors.js";
+import { DEFAULT_JOURNAL, openJournal } from "../ops/journal.js";
+import { parseSpec } from "../ops/spec.js";
+import { DEFAULT_WORKFLOW_STORE, openWorkflowStore } from "../ops/workflows.js";
 import type { Source, UiSources } from "../ui/sources.js";
 import type { CheckpointStore } from "../workflow/store.js";
-import { closeBackend, DEFAULT_DIR, openBackendAsync, withBackendOptions } from "./backend.js";
-import { DEFAULT_JOURNAL, openJournal } from "./durable-commands.js";
-import { InputNotFoundError, UsageError } from "./errors.js";
-import { parseSpec } from "./spec.js";
-import { DEFAULT_WORKFLOW_STORE, openWorkflowStore } from "./workflow-commands.js";
+import { withBackendOptions } from "./backend.js";
 
 /** Options of `dumplings ui`. */
 interface UiOptions {

@@ -43,11 +43,12 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import type { ModelMessage } from "ai";
-import { describeWait, renderJournal, renderNotes, renderRuns, sendDecision } from "../cli/durable-commands.js";
+import { renderJournal, renderRuns } from "../cli/durable-commands.js";
 import type { OpenAIMessage } from "../core/messages.js";
 import { SqliteJournal } from "../durable/journal-sqlite.js";
 import { cancel } from "../durable/run.js";
 import { approvalSignalName } from "../durable/signals.js";
+import { describeWait, renderNotes, sendDecision } from "../ops/runs.js";
 import { type RecordedRequest, startModelServer } from "../testing/model-server.js";
 import {
   approvalTool,

@@ -23,10 +23,10 @@ import { AnthropicAgent } from "../agent/anthropic-agent.js";
 import { BaseAgent } from "../agent/base-agent.js";
 import { configureBuiltinBackends, getBackend } from "../backends/registry.js";
 import { firstDifference } from "../cli/compare.js";
-import { formatBytes, formatMs } from "../cli/output.js";
-import { countToolCalls } from "../cli/stats.js";
 import { renderTable } from "../cli/table.js";
 import type { AgentState } from "../core/state.js";
+import { formatBytes, formatMs } from "../ops/format.js";
+import { countToolCalls } from "../ops/stats.js";
 import { iterHistory, loadState, saveState } from "../persistence/index.js";
 import { BUNDLED_TRAJECTORIES_DIR, loadSampleConversations, type SampleConversation } from "../testing/samples.js";
 

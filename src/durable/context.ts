@@ -24,7 +24,7 @@ import type { z } from "zod";
 import { DumplingsError, NonJsonValueError } from "../core/errors.js";
 import { assertJson, type JsonObject, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-
+import { cancellationOf } from "./cancellation.js";
 import {
   NoRunContextError,
   ReplayMismatchError,
@@ -188,18 +188,6 @@ function abortReason(ctx: RunContext): Error {
   return reason instanceof RunCancelledError || reason instanceof StaleFencingTokenError
     ? reason
     : new StaleFencingTokenError(ctx.runId, ctx.fencingToken, -1);
-}
-
-/**
- * @internal The {@link RunCancelledError} of a cancelled run (with who and why, from its
- * `run_cancelled` event), or undefined when the run is not cancelled.
- */
-export async function cancellationOf(journal: Journal, runId: string): Promise<RunCancelledError | undefined> {
-  const run = await journal.getRun(runId);
-  if (run?.status !== "cancelled") return undefined;
-  const events = await journal.readEvents(runId).catch(() => []);
-  const event = events.filter((e) => e.type === "run_cancelled").pop();
-  return new RunCancelledError(runId, event?.by, event?.detail ?? run.error?.message);
 }
 
 /** A refused write: a {@link RunCancelledError} when the run was cancelled, else the error itself. */

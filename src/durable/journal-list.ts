@@ -17,7 +17,7 @@
  */
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import type { ListRunsFilter, RunRecord, RunStatus } from "./journal.js";
+import type { ListRunsFilter, RunRecord, RunStatus } from "./journal-types.js";
 
 /** Every {@link RunStatus}, in a run's usual order (internal: `listRuns` and `dumplings runs --status` check against it). */
 export const RUN_STATUSES: readonly RunStatus[] = [

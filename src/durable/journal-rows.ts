@@ -15,7 +15,7 @@ import type {
   RunStatus,
   SignalRecord,
   StepRecord,
-} from "./journal.js";
+} from "./journal-types.js";
 
 /**
  * Parses a stored JSON text (internal helper of the stores).

@@ -19,9 +19,12 @@
  */
 import { InvalidOptionError, LeaseHeldError, StaleFencingTokenError } from "../core/errors.js";
 import { checkOptions, optionKeys, shownValue } from "../core/options.js";
-import { cancellationOf } from "./context.js";
+import { cancellationOf } from "./cancellation.js";
 import type { RunCancelledError } from "./errors.js";
-import type { Journal, LeaseResult, RunStatus } from "./journal.js";
+import type { Journal } from "./journal.js";
+import type { AcquireLeaseOptions, LeaseResult, RunStatus } from "./journal-types.js";
+
+export type { AcquireLeaseOptions } from "./journal-types.js";
 
 /** Options of {@link RunLease.take}. */
 export interface RunLeaseOptions {
@@ -47,20 +50,6 @@ export interface RunLeaseOptions {
    * @default 0
    */
   cancelCheckMs?: number;
-}
-
-/** Options of a journal's `acquireLease` (`Journal.acquireLease`). */
-export interface AcquireLeaseOptions {
-  /**
-   * Whether a live lease already held by the same `owner` id is taken back (with a new fencing
-   * token, fencing the holder off). `true` suits a holder whose owner id names one execution (a
-   * restarted worker with a stable name takes its lease back at once). `false`: a live lease is
-   * refused to every taker, its own owner included, so the lease belongs to the one execution that
-   * took it: `runDurable` (and so every `DurableWorker` slot) takes leases this way, and a second
-   * execution of a live run under the same owner id waits or gets `LeaseHeldError` instead of
-   * running a step whose first execution is still in progress. @default true
-   */
-  reentrant?: boolean;
 }
 
 const ACQUIRE_LEASE_KEYS = optionKeys<AcquireLeaseOptions>({ reentrant: true });

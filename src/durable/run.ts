@@ -14,7 +14,8 @@ import { DumplingsError, InvalidOptionError } from "../core/errors.js";
 import { assertJson, type JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { defaultOwner, leaseMs } from "../core/owner.js";
-import { cancellationOf, type RunContext, withRunContext } from "./context.js";
+import { cancellationOf } from "./cancellation.js";
+import { type RunContext, withRunContext } from "./context.js";
 import {
   JournalIntegrityError,
   LeaseHeldError,

@@ -9,9 +9,9 @@
  */
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { errorParts, exitCodeFor } from "../cli/errors.js";
 import { DumplingsError } from "../core/errors.js";
 import { log } from "../core/logger.js";
+import { errorParts, exitCodeFor } from "../ops/errors.js";
 import { APP_CSS, APP_JS } from "./assets.js";
 import { authMiddleware } from "./auth.js";
 import { h, layout } from "./html.js";

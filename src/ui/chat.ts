@@ -8,8 +8,8 @@
  *
  * @module
  */
-import { previewMessage } from "../cli/stats.js";
 import type { Message } from "../core/messages.js";
+import { previewMessage } from "../ops/stats.js";
 import { clip, type Html, h, jsonBlock } from "./html.js";
 
 type Obj = Record<string, unknown>;

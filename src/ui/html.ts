@@ -120,16 +120,6 @@ export function jsonBlock(value: unknown, maxChars = 20_000): Html {
 }
 
 /**
- * A timestamp as ISO-8601 UTC without milliseconds.
- *
- * @param ms - ms since the epoch (undefined renders empty)
- * @returns the text
- */
-export function when(ms: number | undefined): string {
-  return ms === undefined ? "" : new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
-}
-
-/**
  * A status as a coloured badge (the class is chosen from a fixed list, the text escaped).
  *
  * @param status - a run, workflow or step status

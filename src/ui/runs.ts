@@ -15,11 +15,9 @@
  */
 import type { Context, Hono } from "hono";
 import { streamSSE } from "hono/streaming";
-import { describeWait, operatorName, pendingApprovals, renderNotes, sendDecision } from "../cli/durable-commands.js";
-import { errorParts, isItemFault, UsageError } from "../cli/errors.js";
 import { FormatError, InvalidOptionError, RunStreamError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
-import { decisionValue } from "../durable/approvals.js";
+import { decisionValue, pendingApprovals } from "../durable/approvals.js";
 import { CHECKPOINT_STEP, INTERRUPT_SIGNAL } from "../durable/checkpoints/journal-store.js";
 import { RunNotFoundError } from "../durable/errors.js";
 import {
@@ -31,8 +29,11 @@ import {
   type StepRecord,
 } from "../durable/journal.js";
 import { approvalSignalName } from "../durable/signals.js";
+import { errorParts, isItemFault, UsageError } from "../ops/errors.js";
+import { when } from "../ops/format.js";
+import { describeWait, operatorName, renderNotes, sendDecision } from "../ops/runs.js";
 import type { PendingInterrupt } from "../workflow/state.js";
-import { badge, type Html, h, jsonBlock, layout, when } from "./html.js";
+import { badge, type Html, h, jsonBlock, layout } from "./html.js";
 import type { UiSources } from "./sources.js";
 import { interruptCard, workflowJournal } from "./workflows.js";
 

@@ -17,19 +17,20 @@
  * @module
  */
 import type { Context, Hono } from "hono";
-import { sendDecision } from "../cli/durable-commands.js";
-import { UsageError } from "../cli/errors.js";
 import { InvalidOptionError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import type { WorkflowRowStatus } from "../durable/checkpoints/contract.js";
 import { INTERRUPT_SIGNAL, JournalColdStore } from "../durable/checkpoints/journal-store.js";
 import type { Journal, SignalRecord } from "../durable/journal.js";
+import { UsageError } from "../ops/errors.js";
+import { when } from "../ops/format.js";
+import { sendDecision } from "../ops/runs.js";
 import { WorkflowNotFoundError } from "../workflow/errors.js";
 import { ResumableGraphRunner } from "../workflow/runner.js";
 import type { PendingInterrupt } from "../workflow/state.js";
 import type { CheckpointStore, HistoryEntry } from "../workflow/store.js";
 import { jsonDiff } from "./diff.js";
-import { badge, type Html, h, jsonBlock, layout, when } from "./html.js";
+import { badge, type Html, h, jsonBlock, layout } from "./html.js";
 import type { UiSources } from "./sources.js";
 
 const STATUSES: readonly WorkflowRowStatus[] = ["running", "waiting", "finished", "failed"];

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chatCommand } from "../../src/cli/chat.js";
-import { UsageError } from "../../src/cli/errors.js";
+import { UsageError } from "../../src/ops/errors.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";
 
 const fixture = path.join(import.meta.dirname, "../fixtures/agent/chat-cli.ts");

@@ -5,7 +5,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { oneLine } from "../../src/cli/output.js";
+import { oneLine } from "../../src/ops/format.js";
 
 /** The previous implementation, escaping the whole text: the reference. */
 function reference(text: string, max = 100): string {

@@ -8,10 +8,10 @@ import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { Queue } from "bullmq";
 import { afterAll, describe, expect, it } from "vitest";
-import { sendDecision } from "../../src/cli/durable-commands.js";
 import { waitForSignal } from "../../src/durable/context.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
+import { sendDecision } from "../../src/ops/runs.js";
 import {
   CheckpointStore,
   END,

@@ -20,9 +20,9 @@ import { lsCommand } from "../../src/cli/commands/ls.js";
 import { rmCommand } from "../../src/cli/commands/rm.js";
 import { showCommand } from "../../src/cli/commands/show.js";
 import { durableCommands } from "../../src/cli/durable-commands.js";
-import { parseSpec, SESSION_KINDS } from "../../src/cli/spec.js";
 import { workflowsCommand } from "../../src/cli/workflow-commands.js";
 import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
+import { parseSpec, SESSION_KINDS } from "../../src/ops/spec.js";
 import { postgresSkipReason, REDIS_URL, redisSkipReason } from "../helpers/services.js";
 import { runCli } from "./run-cli.js";
 

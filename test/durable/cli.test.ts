@@ -14,11 +14,12 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { type ModelMessage, tool } from "ai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { describeWait, renderJournal, renderRuns } from "../../src/cli/durable-commands.js";
+import { renderJournal, renderRuns } from "../../src/cli/durable-commands.js";
 import { DurableAgent } from "../../src/durable/agent.js";
 import { step, waitForSignal } from "../../src/durable/context.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { runDurable } from "../../src/durable/run.js";
+import { describeWait } from "../../src/ops/runs.js";
 import { startModelServer } from "../../src/testing/model-server.js";
 import { runCli } from "../fixtures/durable/cli-run.js";
 

@@ -9,11 +9,11 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { renderNotes } from "../../src/cli/durable-commands.js";
 import { BackendError } from "../../src/core/errors.js";
 import { step } from "../../src/durable/context.js";
 import { SqliteJournal } from "../../src/durable/journal-sqlite.js";
 import { DurableQueue, DurableWorker, type DurableWorkerOptions } from "../../src/durable/worker.js";
+import { renderNotes } from "../../src/ops/runs.js";
 import { REDIS_URL, redisSkipReason } from "../helpers/services.js";
 import { tempDir } from "../workflow/helpers.js";
 

@@ -5,7 +5,6 @@
  * or on the command line names no variable.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { openBackendAsync } from "../../src/cli/backend.js";
 import {
   BaseAgent,
   loadEnvironmentConfig,
@@ -14,6 +13,7 @@ import {
   saveState,
   UnknownBackendError,
 } from "../../src/index.js";
+import { openBackendAsync } from "../../src/ops/backend.js";
 import { resetBackendRegistry } from "../../src/testing/index.js";
 
 afterEach(() => {

@@ -26,8 +26,7 @@
  */
 import { Command } from "commander";
 import type { AgentState } from "../../core/state.js";
-import { closeBackend, listKeysSorted, loadRaw, openSpec } from "../backend.js";
-import { firstDifference } from "../compare.js";
+import { closeBackend, openSpec } from "../../ops/backend.js";
 import {
   ExitCode,
   errorLine,
@@ -39,10 +38,12 @@ import {
   unreadableLine,
   unreadableSession,
   VerifyError,
-} from "../errors.js";
+} from "../../ops/errors.js";
+import { listKeysSorted, loadRaw } from "../../ops/sessions.js";
+import { SESSION_KINDS, specForms } from "../../ops/spec.js";
+import { firstDifference } from "../compare.js";
 import { printJson } from "../output.js";
 import { Progress } from "../progress.js";
-import { SESSION_KINDS, specForms } from "../spec.js";
 
 /** Options of `dumplings convert`. */
 interface ConvertOptions {

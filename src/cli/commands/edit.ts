@@ -25,9 +25,11 @@ import { decodeStateBytes, encodeState } from "../../core/codec.js";
 import { ConflictError } from "../../core/errors.js";
 import type { Message } from "../../core/messages.js";
 import type { AgentState } from "../../core/state.js";
+import { closeBackend, openBackendAsync } from "../../ops/backend.js";
+import { UsageError } from "../../ops/errors.js";
+import { openSession } from "../../ops/sessions.js";
 import { assertNoCredentials } from "../../persistence/credentials.js";
-import { closeBackend, openBackendAsync, openSession, withBackendOptions } from "../backend.js";
-import { UsageError } from "../errors.js";
+import { withBackendOptions } from "../backend.js";
 import { printJson } from "../output.js";
 
 /** Options of `dumplings edit`. */

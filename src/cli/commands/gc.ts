@@ -13,8 +13,7 @@
  */
 import { Command } from "commander";
 import type { StateBackend } from "../../backends/types.js";
-import { closeBackend, listKeysSorted, openBackendAsync, readHeaderOf, withBackendOptions } from "../backend.js";
-import { parseDuration } from "../duration.js";
+import { closeBackend, openBackendAsync } from "../../ops/backend.js";
 import {
   ExitCode,
   errorLine,
@@ -24,7 +23,10 @@ import {
   UsageError,
   unreadableLine,
   unreadableSession,
-} from "../errors.js";
+} from "../../ops/errors.js";
+import { listKeysSorted, readHeaderOf } from "../../ops/sessions.js";
+import { withBackendOptions } from "../backend.js";
+import { parseDuration } from "../duration.js";
 import { printJson } from "../output.js";
 
 /** Options of `dumplings gc`. */

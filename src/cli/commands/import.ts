@@ -17,13 +17,14 @@
 import { Command, InvalidArgumentError } from "commander";
 import { validateKey } from "../../backends/keys.js";
 import type { Protocol } from "../../core/messages.js";
+import { closeBackend, openBackendAsync } from "../../ops/backend.js";
+import { KeyExistsError, UsageError } from "../../ops/errors.js";
+import { countToolCalls } from "../../ops/stats.js";
 import { assertNoCredentials } from "../../persistence/credentials.js";
-import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
-import { KeyExistsError, UsageError } from "../errors.js";
+import { withBackendOptions } from "../backend.js";
 import { type ImportInput, readImportInput, STDIN } from "../inputs.js";
 import { printJson } from "../output.js";
 import { Progress } from "../progress.js";
-import { countToolCalls } from "../stats.js";
 import { renderTable } from "../table.js";
 
 /** Options of `dumplings import`. */

@@ -13,15 +13,7 @@
  * @module
  */
 import { Command } from "commander";
-import {
-  closeBackend,
-  listKeysSorted,
-  mapOrdered,
-  openBackendAsync,
-  readHeaderOf,
-  verifySession,
-  withBackendOptions,
-} from "../backend.js";
+import { closeBackend, openBackendAsync } from "../../ops/backend.js";
 import {
   ExitCode,
   errorLine,
@@ -30,7 +22,9 @@ import {
   type UnreadableSession,
   unreadableLine,
   unreadableSession,
-} from "../errors.js";
+} from "../../ops/errors.js";
+import { listKeysSorted, mapOrdered, readHeaderOf, verifySession } from "../../ops/sessions.js";
+import { withBackendOptions } from "../backend.js";
 import { printJson } from "../output.js";
 
 /** Options of `dumplings ls`. */

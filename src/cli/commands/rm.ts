@@ -7,8 +7,9 @@ import { Command } from "commander";
 import { validateKey } from "../../backends/keys.js";
 import { isBackendNotFound } from "../../backends/not-found.js";
 import { StateNotFoundError } from "../../core/errors.js";
-import { closeBackend, openBackendAsync, withBackendOptions } from "../backend.js";
-import { ExitCode, errorLine } from "../errors.js";
+import { closeBackend, openBackendAsync } from "../../ops/backend.js";
+import { ExitCode, errorLine } from "../../ops/errors.js";
+import { withBackendOptions } from "../backend.js";
 import { printJson } from "../output.js";
 
 /** Options of `dumplings rm`. */

@@ -6,9 +6,12 @@
  * @module
  */
 import { Command, InvalidArgumentError } from "commander";
-import { closeBackend, openBackendAsync, readSession, withBackendOptions } from "../backend.js";
-import { oneLine, printJson } from "../output.js";
-import { HistoryStats, previewMessage } from "../stats.js";
+import { closeBackend, openBackendAsync } from "../../ops/backend.js";
+import { oneLine } from "../../ops/format.js";
+import { readSession } from "../../ops/sessions.js";
+import { HistoryStats, previewMessage } from "../../ops/stats.js";
+import { withBackendOptions } from "../backend.js";
+import { printJson } from "../output.js";
 
 /** Options of `dumplings show`. */
 interface ShowOptions {

@@ -12,7 +12,7 @@
 import { CHAT_FIELD } from "../ai-sdk/chat-store.js";
 import type { Message } from "../core/messages.js";
 import { SESSION_FIELD } from "../openai-agents/session.js";
-import { oneLine } from "./output.js";
+import { oneLine } from "./format.js";
 
 /** What {@link HistoryStats} gathered. */
 export interface HistorySummary {

@@ -1,6 +1,7 @@
 /**
- * Errors of the `dumplings` command and the mapping from every error to one
- * printed line and an exit code.
+ * Errors of the operator tools (the `dumplings` command and the web inspector
+ * it starts) and the mapping from every error to one printed line and an exit
+ * code (the inspector answers with the HTTP status of that code).
  *
  * Exit codes (stable, documented in the README):
  * - `0` success

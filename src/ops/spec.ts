@@ -1,5 +1,5 @@
 /**
- * The CLI's view of the one SPEC syntax (see `drivers/spec.ts`, which the
+ * The operator tools' view of the one SPEC syntax (see `drivers/spec.ts`, which the
  * library's `store: "…"` options share): the same parser, its refusals as
  * {@link UsageError}s (exit 2), and {@link oneOf} for a setting given both in
  * the SPEC and as an option.

@@ -1,0 +1,87 @@
+/**
+ * Which durable journal an operator tool (the `dumplings` command, the web
+ * inspector it starts) reads: a SPEC of `spec.ts` (`sqlite:PATH`,
+ * `postgres://…` or `postgres:postgres://…`, `redis://…` or `redis:redis://…`),
+ * else `DUMPLINGS_DURABLE_JOURNAL`, else `sqlite:./.dumplings-durable.db`.
+ * Only the chosen store's driver is loaded.
+ *
+ * @module
+ */
+import type { Journal } from "../durable/journal.js";
+import { missingStore, UsageError } from "./errors.js";
+import { oneOf, parseSpec } from "./spec.js";
+
+/** Default journal spec. */
+export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";
+
+/** Options common to the durable commands. */
+export interface JournalCliOptions {
+  /** A SPEC: `sqlite:PATH`, `postgres://…` or `redis://…` (or `postgres:postgres://…`, `redis:redis://…`). @default env DUMPLINGS_DURABLE_JOURNAL, else {@link DEFAULT_JOURNAL} */
+  journal?: string;
+  /** PostgreSQL schema of the journal. @default "dumplings" */
+  schema?: string;
+  /** Redis key prefix of the journal. @default "dumplings:durable:" */
+  prefix?: string;
+  /** BullMQ queue to put a released run back on. */
+  queue?: string;
+  json?: boolean;
+}
+
+/** The store kinds a journal can be in. */
+export const JOURNAL_KINDS = ["sqlite", "postgres", "redis"] as const;
+
+/**
+ * Opens the journal a spec names (the SPEC syntax of every command, see `spec.ts`):
+ * `sqlite:PATH`, `postgres://…` or `postgres:postgres://…` (`?schema=`), `redis://…` or
+ * `redis:redis://…` (`?prefix=`).
+ *
+ * @param options - `journal` spec, `schema` (PostgreSQL), `prefix` (Redis)
+ * @param open - `mustExist`: the journal must already exist (an SQLite file or a PostgreSQL schema
+ *   with the journal's tables); nothing is created. What every `dumplings` command uses.
+ * @returns the journal (close it when done); only the chosen store's driver is loaded
+ * @throws {UsageError} for an unknown or unsuitable spec
+ * @throws {InputNotFoundError} with `mustExist`, when the journal does not exist
+ * @example
+ * const journal = await openJournal({ journal: "sqlite:/tmp/runs.db" });
+ */
+export async function openJournal(
+  options: JournalCliOptions = {},
+  open: { mustExist?: boolean } = {},
+): Promise<Journal> {
+  const fromEnv = options.journal === undefined && nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) !== undefined;
+  const text = options.journal ?? nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) ?? DEFAULT_JOURNAL;
+  const spec = parseSpec(text, { kinds: JOURNAL_KINDS, option: fromEnv ? "DUMPLINGS_DURABLE_JOURNAL" : "--journal" });
+  const create = open.mustExist === true ? { create: false } : {};
+  if (spec.kind === "sqlite") {
+    const { SqliteJournal } = await import("../durable/journal-sqlite.js");
+    try {
+      return new SqliteJournal({ path: spec.path, ...create });
+    } catch (error) {
+      throw missingStore(error, spec.text);
+    }
+  }
+  if (spec.kind === "postgres") {
+    const { PostgresJournal } = await import("../durable/journal-postgres.js");
+    const schema = oneOf(spec.param, options.schema, "schema");
+    const journal = new PostgresJournal({ url: spec.url, ...(schema ? { schema } : {}), ...create });
+    if (open.mustExist === true) {
+      try {
+        await journal.listRuns({ limit: 1 });
+      } catch (error) {
+        await journal.close().catch(() => undefined);
+        throw missingStore(error, spec.label);
+      }
+    }
+    return journal;
+  }
+  if (spec.kind === "redis") {
+    const { RedisJournal } = await import("../durable/journal-redis.js");
+    const keyPrefix = oneOf(spec.param, options.prefix, "key prefix");
+    return new RedisJournal({ url: spec.url, ...(keyPrefix ? { keyPrefix } : {}) });
+  }
+  throw new UsageError(`unknown journal ${JSON.stringify(spec.text)}`);
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value === "" ? undefined : value;
+}

@@ -6,14 +6,8 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { openBackendAsync } from "../../src/cli/backend.js";
-import {
-  BaseAgent,
-  loadEnvironmentConfig,
-  MemoryBackend,
-  registerBackend,
-  saveState,
-  UnknownBackendError,
-} from "../../src/index.js";
+import { BaseAgent, MemoryBackend, registerBackend, saveState, UnknownBackendError } from "../../src/index.js";
+import { loadEnvironmentConfig } from "../../src/persistence/config.js";
 import { resetBackendRegistry } from "../../src/testing/index.js";
 
 afterEach(() => {

@@ -20,6 +20,7 @@ import { validateKey } from "../backends/keys.js";
 import { readFailure } from "../backends/not-found.js";
 import type { SQLiteBackend } from "../backends/sqlite.js";
 import type { ClippedValue, StateBackend } from "../backends/types.js";
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { ConflictError, FormatError, StateNotFoundError, UnknownBackendError } from "../core/errors.js";
 import type { Message } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";
@@ -27,9 +28,9 @@ import { InputNotFoundError, missingStore, UsageError } from "./errors.js";
 import { parseSpec, SESSION_KINDS, type Spec, specForms } from "./spec.js";
 
 /** Default directory of the file backend (as in the persistence layer). */
-export const DEFAULT_DIR = "./.dumplingsAI_sessions";
+export const DEFAULT_DIR = DEFAULT_FILES.sessionsDir;
 /** Default database path of the SQLite backend (as in the persistence layer). */
-export const DEFAULT_DB = "./.dumplingsAI_sessions.db";
+export const DEFAULT_DB = DEFAULT_FILES.sessionsDb;
 
 /** The backend options every storage command accepts. */
 export interface BackendOptions {

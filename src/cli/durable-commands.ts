@@ -12,8 +12,9 @@
  *
  * The journal is chosen with `--journal` (a SPEC of `spec.ts`: `sqlite:PATH`,
  * `postgres://…` or `postgres:postgres://…`, `redis://…` or `redis:redis://…`)
- * or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplings-durable.db`; it
- * must exist (a missing journal is exit 3, nothing is created).
+ * or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplingsAI_durable.db` (or
+ * `./.dumplings-durable.db` of an earlier release while that one does not
+ * exist); it must exist (a missing journal is exit 3, nothing is created).
  * With `--queue NAME` (and `REDIS_URL`), a signal that releases a waiting run
  * also puts it back on that BullMQ queue so a worker resumes it.
  *
@@ -25,6 +26,7 @@
  */
 import { hostname, userInfo } from "node:os";
 import { Command, Option } from "commander";
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { DumplingsError, FormatError } from "../core/errors.js";
 import type { JsonObject, JsonValue } from "../core/json.js";
 import {
@@ -55,7 +57,7 @@ import { oneOf, parseSpec, specForms } from "./spec.js";
 import { renderTable } from "./table.js";
 
 /** Default journal spec. */
-export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";
+export const DEFAULT_JOURNAL = `sqlite:${DEFAULT_FILES.durableDb}`;
 
 /** Options common to the durable commands. */
 export interface JournalCliOptions {

@@ -23,6 +23,7 @@
  * @module
  */
 import { Command } from "commander";
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { InvalidOptionError } from "../core/errors.js";
 import type { WorkflowRowStatus } from "../durable/checkpoints/contract.js";
 import { RedisHotTier } from "../durable/checkpoints/hot-redis.js";
@@ -38,7 +39,7 @@ import { oneOf, parseSpec, specForms } from "./spec.js";
 import { renderTable } from "./table.js";
 
 /** Default store spec of the workflow commands. */
-export const DEFAULT_WORKFLOW_STORE = "sqlite:./.dumplingsAI_workflows/workflows.db";
+export const DEFAULT_WORKFLOW_STORE = `sqlite:${DEFAULT_FILES.workflowsDb}`;
 
 /** Options common to the workflow commands. */
 export interface WorkflowCliOptions {

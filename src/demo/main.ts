@@ -26,12 +26,13 @@ import { firstDifference } from "../cli/compare.js";
 import { formatBytes, formatMs } from "../cli/output.js";
 import { countToolCalls } from "../cli/stats.js";
 import { renderTable } from "../cli/table.js";
+import { DEFAULT_FILES } from "../core/defaults.js";
 import type { AgentState } from "../core/state.js";
 import { iterHistory, loadState, saveState } from "../persistence/index.js";
 import { BUNDLED_TRAJECTORIES_DIR, loadSampleConversations, type SampleConversation } from "../testing/samples.js";
 
-const DEFAULT_DIR = "./.dumplingsAI_sessions";
-const DEFAULT_DB = "./.dumplingsAI_sessions.db";
+const DEFAULT_DIR = DEFAULT_FILES.sessionsDir;
+const DEFAULT_DB = DEFAULT_FILES.sessionsDb;
 const BACKENDS = ["file", "sqlite"] as const;
 type BackendName = (typeof BACKENDS)[number];
 

@@ -18,6 +18,7 @@ import path from "node:path";
 import type Database from "better-sqlite3";
 import type { Redis } from "ioredis";
 import type { StateBackend } from "../src/backends/types.js";
+import { SQLITE_SYNCHRONOUS } from "../src/core/defaults.js";
 import { globEscape } from "../src/drivers/redis.js";
 import {
   agentStore,
@@ -289,7 +290,7 @@ export async function allStores(prompt: string): Promise<BenchStores> {
   const withSpecCleanup = (store: BenchStore, spec: BackendSpec) =>
     spec.cleanup ? withCleanup(store, spec.cleanup) : store;
   return {
-    floors: [jsonlBaseline(), sqliteRowBaseline("NORMAL"), redisBaseline(), postgresBaseline()],
+    floors: [jsonlBaseline(), sqliteRowBaseline(SQLITE_SYNCHRONOUS), redisBaseline(), postgresBaseline()],
     agents: specs.map((spec) =>
       withSpecCleanup(agentStore(spec.family, spec.label, spec.make, spec.sizeOf, prompt), spec),
     ),

@@ -5,7 +5,7 @@
  * Main table: a `BaseAgent` saved with `agent.saveState(key)` after every
  * pushed message (file `.duas`, SQLite, Redis, PostgreSQL, memory), at N =
  * 1,000 and 10,000 messages, beside each store's raw floor (JSONL append +
- * fdatasync; an SQLite row per message, WAL, `synchronous=NORMAL`; Redis
+ * fdatasync; an SQLite row per message, WAL, the backend's `synchronous` (FULL); Redis
  * RPUSH; a PostgreSQL INSERT per message) and LangGraph.js's `SqliteSaver`
  * and `PostgresSaver`. The histories are built by concatenating the real
  * recorded messages of the data set's conversations (a construction: no real

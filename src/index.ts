@@ -1,15 +1,20 @@
 /**
  * dumplings-ai: durable AI agents for TypeScript.
  *
- * The main entry exports the agents (`BaseAgent`, `AnthropicAgent`, the
- * agent registry), the persistence API (`saveState`, `loadState`, …,
- * `configure`, `autoSave`, class and hook registration), the backend
- * registry with the in-memory and file backends, the `.duas` codec, the
- * state and message types, and every error class. Importing it reads the
- * `DUMPLINGS_PERSISTENCE*` environment variables (see `configure`).
+ * The main entry exports what an application calls: the agents (`BaseAgent`,
+ * `AnthropicAgent`, the agent registry and templates, process-wide tools), the
+ * persistence API (`saveState`, `loadState`, …, `configure`, `autoSave`, class
+ * and hook registration), the backend registry with the in-memory and file
+ * backends, the `.duas` codec (`encodeState` / `decodeState`), the state,
+ * message and backend-contract types, and the error classes a caller branches
+ * on. At most 100 names (pinned by the package tests); internals are not here.
+ * Importing it reads the `DUMPLINGS_PERSISTENCE*` environment variables (see
+ * `configure`).
  *
  * Subpaths: `dumplings-ai/sqlite` (`SQLiteBackend`), `dumplings-ai/redis`,
- * `dumplings-ai/postgres`, `dumplings-ai/workflow`, `dumplings-ai/durable`, and
+ * `dumplings-ai/postgres`, `dumplings-ai/workflow`, `dumplings-ai/durable`
+ * (also `LeaseHeldError`, `StaleFencingTokenError`, `ReplayMismatchError`),
+ * `dumplings-ai/ai-sdk` (also `toModelMessages`, `fromModelMessages`), and
  * `dumplings-ai/testing` (sample conversations, state builders, the local model
  * server, the conformance suites, and test-only helpers such as
  * `resetBackendRegistry`).
@@ -25,20 +30,44 @@
  * @module
  */
 
-// Agents.
-export * from "./agent/index.js";
-export * from "./backends/file.js";
-export { MAX_KEY_BYTES, validateKey } from "./backends/keys.js";
+// Agents: the two protocols, the registry and templates, process-wide tools, turns.
+export {
+  AgentNameTakenError,
+  type AgentOptions,
+  AnthropicAgent,
+  activateTemplate,
+  agentList,
+  BaseAgent,
+  CheckpointFailedError,
+  checkPermission,
+  defineTemplate,
+  listTemplates,
+  loadState,
+  loadStateString,
+  MaxRoundsError,
+  ModelCallError,
+  ModelConfigError,
+  type NameClashResolution,
+  type PermissionDecision,
+  ProviderVersionError,
+  registerGlobalTool,
+  removeTemplate,
+  resolveNameClash,
+  StreamInterruptedError,
+  TemplateNotFoundError,
+  type ToolContext,
+  type ToolDefinition,
+  type ToolHook,
+  ToolRegistrationError,
+  ToolTimeoutError,
+  type TurnOptions,
+  type TurnResult,
+  unregisterGlobalTool,
+} from "./agent/index.js";
+// Backends: the registry, the memory and file backends, the contract a custom backend implements.
+export { FileBackend, type FileBackendOptions } from "./backends/file.js";
 export { MemoryBackend } from "./backends/memory.js";
 export {
-  BUILTIN_BACKENDS,
-  type BuiltinBackendName,
-  builtinBackendSettings,
-  configureBuiltinBackends,
-  DEFAULT_BACKEND,
-  DEFAULT_BASE_DIR,
-  DEFAULT_DB_PATH,
-  defaultBackendName,
   getBackend,
   InvalidBackendError,
   listBackendNames,
@@ -46,44 +75,46 @@ export {
   setDefaultBackend,
 } from "./backends/registry.js";
 export { backendFromSpec } from "./backends/spec.js";
-// Backends: the contract, key rules, the registry, memory and file backends.
 export type {
-  ClippedValue,
   HeaderReadOptions,
   HeaderResult,
   HistoryReadOptions,
-  MaybePromise,
   ReadResult,
   StateBackend,
   WriteOptions,
   WriteResult,
 } from "./backends/types.js";
+// Core: the .duas codec, errors, JSON, state and message types.
+export { decodeState, encodeState } from "./core/codec.js";
 export {
-  assertStateJson,
-  DUAS_EXTENSION,
-  DUAS_GZ_EXTENSION,
-  decodeState,
-  decodeStateBytes,
-  encodeState,
-  encodeStateBytes,
-} from "./core/codec.js";
-// Core: errors, JSON rules, state and message types, versions, the .duas codec.
-export * from "./core/errors.js";
-export { assertJson, isJsonObject, type JsonObject, type JsonPrimitive, type JsonValue, toJson } from "./core/json.js";
+  AgentNotFoundError,
+  BackendError,
+  BackendExistsError,
+  ConflictError,
+  CredentialError,
+  DumplingsError,
+  type DumplingsErrorCode,
+  FormatError,
+  InvalidKeyError,
+  InvalidOptionError,
+  InvalidStateError,
+  KeyCollisionError,
+  MissingPeerError,
+  NonJsonValueError,
+  RunStreamError,
+  StateNotFoundError,
+  UnknownBackendError,
+} from "./core/errors.js";
+export type { JsonObject, JsonValue } from "./core/json.js";
 export type { Logger } from "./core/logger.js";
-export * from "./core/messages.js";
-export * from "./core/state.js";
-export { FORMAT_VERSION, packageVersion, SUPPORTED_FORMAT_VERSIONS } from "./core/version.js";
+export type { AnthropicMessage, Message, OpenAIMessage, Protocol } from "./core/messages.js";
+export type { AgentConfig, AgentState, StateMeta } from "./core/state.js";
 // Persistence API.
 export {
   type AgentClass,
-  type AgentStateHeader,
-  assertNoCredentials,
   autoSave,
-  type BackendOptions,
   type ConfigureOptions,
   configure,
-  credentialReason,
   deleteState,
   disable,
   exportStateString,
@@ -92,30 +123,16 @@ export {
   InvalidConfigError,
   isEnabled,
   iterHistory,
-  type KeyStrategy,
   type LoadOptions,
   listStates,
-  loadEnvironmentConfig,
   MissingSecretError,
-  type NameTakenPolicy,
-  type PersistableAgent,
-  type PersistenceSettings,
   type PersistenceWarning,
-  persistenceSettings,
-  REDACTED,
-  type RegisterOptions,
   RegistrationError,
-  type RestoreOptions,
-  redactSecrets,
   registerAgentClass,
   registerHookFunction,
-  resolveApiKey,
-  resolveBackend,
   type SaveOptions,
   type SaveResult,
   saveState,
-  type ToolArgumentSecretsPolicy,
-  type ToStateOptions,
   trackedRevision,
   UnsupportedOperationError,
 } from "./persistence/index.js";

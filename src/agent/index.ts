@@ -1,7 +1,7 @@
 /**
  * The agent layer: `BaseAgent` (OpenAI chat protocol), `AnthropicAgent`
  * (Anthropic Messages), the process-wide agent registry (`agentList`,
- * templates, `checkPermission`), and the public pieces of the agent runtime
+ * templates, `resolveNameClash`), and the public pieces of the agent runtime
  * (turn options and errors, tools, history repair, AI SDK message conversion).
  *
  * It also re-exports `loadState` / `loadStateString` of the persistence API
@@ -44,8 +44,10 @@ export {
   checkPermission,
   defineTemplate,
   listTemplates,
+  type NameClashResolution,
   type PermissionDecision,
   removeTemplate,
+  resolveNameClash,
   type TemplateFactory,
   TemplateNotFoundError,
 } from "./registry.js";

@@ -1,8 +1,9 @@
 /**
  * The process-wide agent registry: `agentList` (live agents by name),
  * agent templates (`defineTemplate` / `activateTemplate`), and
- * `checkPermission`, the policy deciding what happens when an agent is
- * added under a name that is already taken.
+ * `resolveNameClash`, the policy deciding what happens when an agent is
+ * added under a name that is already taken (`checkPermission` is its
+ * deprecated old name).
  *
  * Who is in `agentList`: agents created by `activateTemplate(name)`, agents
  * added with `agentList.add(agent)`, and agents loaded with
@@ -70,8 +71,8 @@ export class TemplateNotFoundError extends DumplingsError {
   }
 }
 
-/** The outcome of {@link checkPermission}. */
-export interface PermissionDecision {
+/** The outcome of {@link resolveNameClash}. */
+export interface NameClashResolution {
   /** `add` (name free or held by the same agent), `replace` (evict the holder) or `rename` (use `name`). */
   action: "add" | "replace" | "rename";
   /** The name the incoming agent gets. */
@@ -135,7 +136,7 @@ export class AgentList implements Iterable<[string, BaseAgent]> {
   }
 
   /**
-   * Adds an agent under its name, applying {@link checkPermission} when the name is taken.
+   * Adds an agent under its name, applying {@link resolveNameClash} when the name is taken.
    *
    * @param agent - the agent
    * @param options - `onNameTaken`: `refuse` (default), `replace` or `rename`
@@ -147,7 +148,7 @@ export class AgentList implements Iterable<[string, BaseAgent]> {
   add(agent: BaseAgent, options: AddAgentOptions = {}): BaseAgent {
     if (!(agent instanceof BaseAgent)) throw new TypeError("agentList holds BaseAgent instances");
     checkOptions("agentList.add", options, ADD_OPTIONS);
-    const decision = checkPermission(agent, options.onNameTaken ?? "refuse", this);
+    const decision = resolveNameClash(agent, options.onNameTaken ?? "refuse", this);
     agent.name = decision.name;
     this.#agents.set(decision.name, agent);
     return agent;
@@ -190,13 +191,13 @@ const templates = new Map<string, TemplateFactory>();
  * @returns the decision `{ action, name }`
  * @throws {AgentNameTakenError} with `refuse` when the name is held by another agent
  * @example
- * checkPermission(loaded, "rename") // { action: "rename", name: "support-2" }
+ * resolveNameClash(loaded, "rename") // { action: "rename", name: "support-2" }
  */
-export function checkPermission(
+export function resolveNameClash(
   incoming: BaseAgent,
   policy: NameTakenPolicy = "refuse",
   list: AgentList = agentList,
-): PermissionDecision {
+): NameClashResolution {
   const name = incoming.name;
   const holder = list.get(name);
   if (holder === undefined || holder === incoming) return { action: "add", name };
@@ -214,6 +215,20 @@ export function checkPermission(
       throw new TypeError(`unknown name-taken policy ${JSON.stringify(policy)}; use "refuse", "replace" or "rename"`);
   }
 }
+
+/**
+ * The old name of {@link resolveNameClash}: it never checked a permission, it resolves a name clash.
+ *
+ * @deprecated since 0.2, use `resolveNameClash`; removed in 0.3
+ */
+export const checkPermission: typeof resolveNameClash = resolveNameClash;
+
+/**
+ * The old name of {@link NameClashResolution}.
+ *
+ * @deprecated since 0.2, use `NameClashResolution`; removed in 0.3
+ */
+export type PermissionDecision = NameClashResolution;
 
 /**
  * Defines (or with `replace`, redefines) an agent template.
@@ -242,7 +257,7 @@ export function defineTemplate(name: string, factory: TemplateFactory, options: 
  * Builds the template's agent, names it after the template and adds it to `agentList`.
  *
  * @param name - a defined template name
- * @param options - `onNameTaken` (see {@link checkPermission}) @default "refuse"
+ * @param options - `onNameTaken` (see {@link resolveNameClash}) @default "refuse"
  * @returns the new agent
  * @throws {TemplateNotFoundError} listing the defined templates
  * @throws {AgentNameTakenError} when the name is taken and the policy is `refuse`

@@ -24,6 +24,7 @@
  *
  * @module
  */
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { BackendExistsError, DumplingsError, UnknownBackendError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { FileBackend } from "./file.js";
@@ -37,9 +38,9 @@ export const BUILTIN_BACKENDS = ["file", "sqlite", "memory"] as const;
 export type BuiltinBackendName = (typeof BUILTIN_BACKENDS)[number];
 
 /** Default directory of the `file` backend. */
-export const DEFAULT_BASE_DIR = "./.dumplingsAI_sessions";
+export const DEFAULT_BASE_DIR: string = DEFAULT_FILES.sessionsDir;
 /** Default database path of the `sqlite` backend. */
-export const DEFAULT_DB_PATH = "./.dumplingsAI_sessions.db";
+export const DEFAULT_DB_PATH: string = DEFAULT_FILES.sessionsDb;
 /** Default backend name. */
 export const DEFAULT_BACKEND = "file";
 

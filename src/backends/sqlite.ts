@@ -20,10 +20,11 @@
  * holds one read transaction (a WAL snapshot) until the stream ends, so saves
  * of any process meanwhile never change it; the schema is unchanged.
  *
- * Durability: `synchronous = NORMAL` in WAL (the usual choice): a committed
- * save survives a crash or `kill -9` of the process; after a power loss or OS
- * crash the last few commits may be rolled back, never torn. Pass
- * `{ synchronous: "FULL" }` to fsync the WAL at every commit.
+ * Durability: `synchronous = FULL` in WAL (every SQLite component's default):
+ * the WAL is fsynced at every commit, so a save that returned survives a
+ * power loss or OS crash as well as `kill -9`. `{ synchronous: "NORMAL" }`
+ * skips that fsync: still never torn, but the last few commits may be rolled
+ * back after a power loss.
  *
  * ## Saves
  *
@@ -131,7 +132,7 @@ export interface SQLiteBackendOptions extends SqliteConnectionOptions {
   compressHistory?: boolean;
   /** Smallest body (UTF-8 bytes of its JSON) that `compressHistory` compresses. @default 1024 */
   compressMinBytes?: number;
-  /** `PRAGMA synchronous`: `NORMAL` (durable against process crashes) or `FULL` (also power loss). @default "NORMAL" */
+  /** `PRAGMA synchronous`: `FULL` (durable against power loss) or `NORMAL` (against process crashes only). @default "FULL" */
   synchronous?: "NORMAL" | "FULL";
 }
 
@@ -245,7 +246,7 @@ export class SQLiteBackend implements StateBackend {
    * Opens (creating or migrating when needed) the database.
    *
    * @param options - `dbPath` (or `path`, or an open `database`); `busyTimeoutMs` (@default 5000); `compressHistory` (@default false);
-   *   `compressMinBytes` (@default 1024); `synchronous` (@default "NORMAL")
+   *   `compressMinBytes` (@default 1024); `synchronous` (@default "FULL")
    * @throws {BackendError} when the file cannot be opened, WAL cannot be enabled, or the schema is newer than this build
    * @throws {InvalidOptionError} when an option is not acceptable
    */
@@ -258,7 +259,6 @@ export class SQLiteBackend implements StateBackend {
       throw new InvalidOptionError("sqlite", "path", "path and its old name dbPath are both given and differ");
     }
     this.#driver = new SqliteDriver("sqlite", { ...options, path }, SESSION_MIGRATIONS, {
-      synchronous: "NORMAL",
       // Only effective on a brand-new (empty) database: lets gc() return freed pages to the OS.
       incrementalVacuum: true,
       // After a checkpoint, a WAL grown past 16 MiB (e.g. by rewriting a huge history) is truncated back.

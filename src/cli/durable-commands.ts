@@ -12,8 +12,9 @@
  *
  * The journal is chosen with `--journal` (a SPEC of `spec.ts`: `sqlite:PATH`,
  * `postgres://…` or `postgres:postgres://…`, `redis://…` or `redis:redis://…`)
- * or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplings-durable.db`; it
- * must exist (a missing journal is exit 3, nothing is created).
+ * or `DUMPLINGS_DURABLE_JOURNAL`, default `sqlite:./.dumplingsAI_durable.db` (or
+ * `./.dumplings-durable.db` of an earlier release while that one does not
+ * exist); it must exist (a missing journal is exit 3, nothing is created).
  * With `--queue NAME` (and `REDIS_URL`), a signal that releases a waiting run
  * also puts it back on that BullMQ queue so a worker resumes it.
  *

@@ -24,14 +24,15 @@ import { BaseAgent } from "../agent/base-agent.js";
 import { configureBuiltinBackends, getBackend } from "../backends/registry.js";
 import { firstDifference } from "../cli/compare.js";
 import { renderTable } from "../cli/table.js";
+import { DEFAULT_FILES } from "../core/defaults.js";
 import type { AgentState } from "../core/state.js";
 import { formatBytes, formatMs } from "../ops/format.js";
 import { countToolCalls } from "../ops/stats.js";
 import { iterHistory, loadState, saveState } from "../persistence/index.js";
 import { BUNDLED_TRAJECTORIES_DIR, loadSampleConversations, type SampleConversation } from "../testing/samples.js";
 
-const DEFAULT_DIR = "./.dumplingsAI_sessions";
-const DEFAULT_DB = "./.dumplingsAI_sessions.db";
+const DEFAULT_DIR = DEFAULT_FILES.sessionsDir;
+const DEFAULT_DB = DEFAULT_FILES.sessionsDb;
 const BACKENDS = ["file", "sqlite"] as const;
 type BackendName = (typeof BACKENDS)[number];
 

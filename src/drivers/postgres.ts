@@ -35,14 +35,15 @@
  * @module
  */
 import type pg from "pg";
+import { defaultPostgresUrl } from "../core/defaults.js";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
 import type { OptionKeyList } from "../core/options.js";
 import { requirePeer } from "../core/peers.js";
 import { parseUrlOption, positiveOption, renamedOption, wholeOption } from "./options.js";
 import { type SqlDriver, StoreNotFoundError } from "./sql.js";
 
-/** Default connection URL when neither `url` nor `DATABASE_URL` is set. */
-export const DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test";
+/** Default connection URL when neither `url` nor `DATABASE_URL` is set (one for every component: `core/defaults.ts`). */
+export { DEFAULT_POSTGRES_URL } from "../core/defaults.js";
 /** Default schema of every PostgreSQL component. */
 export const DEFAULT_SCHEMA = "dumplings";
 /** Name of the migration ledger table in each schema. */
@@ -111,7 +112,7 @@ export type PgPoolLike = PgLikePool;
 export interface PostgresConnectionOptions {
   /** A pool to use; it is left open by `close()`. When absent, a `pg.Pool` is created from `url`. */
   pool?: PgLikePool;
-  /** Connection URL of the created pool. @default process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test" */
+  /** Connection URL of the created pool. @default process.env.DATABASE_URL ?? "postgres://127.0.0.1:5432/postgres" */
   url?: string;
   /** @deprecated Use `url`. */
   connectionString?: string;
@@ -328,10 +329,7 @@ export class PostgresDriver implements SqlDriver {
     this.migrations = sets[0]!;
     this.mustExist = o.create === false;
     const fromEnv = o.url === undefined && o.connectionString === undefined && process.env.DATABASE_URL !== undefined;
-    const url =
-      renamedOption(component, "url", o.url, "connectionString", o.connectionString) ??
-      process.env.DATABASE_URL ??
-      DEFAULT_POSTGRES_URL;
+    const url = renamedOption(component, "url", o.url, "connectionString", o.connectionString) ?? defaultPostgresUrl();
     // Checked even beside an injected pool (where they are unused), so a typo is never silently accepted.
     if (!o.pool || o.url !== undefined || o.connectionString !== undefined) {
       parseUrlOption(component, url, ["postgres:", "postgresql:"], fromEnv ? "DATABASE_URL" : undefined);

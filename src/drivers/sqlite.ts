@@ -7,8 +7,9 @@
  * - **the options**, one vocabulary for every SQLite component
  *   ({@link SqliteConnectionOptions}): `path` (its directory is created when
  *   missing) or an injected `database` (left open by `close()`),
- *   `busyTimeoutMs` (default 5000), `synchronous`; a bad value is an
- *   {@link InvalidOptionError};
+ *   `busyTimeoutMs`, `synchronous` (one default each for every component:
+ *   `SQLITE_BUSY_TIMEOUT_MS`, `SQLITE_SYNCHRONOUS` of `core/defaults.ts`); a
+ *   bad value is an {@link InvalidOptionError};
  * - **opening**: better-sqlite3 is loaded on first use (importing the package
  *   never loads the native addon); WAL journal (readers never block the
  *   writer), `busy_timeout`, `synchronous`, `auto_vacuum = INCREMENTAL` on a
@@ -30,6 +31,7 @@
  */
 import { existsSync, mkdirSync, realpathSync } from "node:fs";
 import path from "node:path";
+import { existingDefaultFile, SQLITE_BUSY_TIMEOUT_MS, SQLITE_SYNCHRONOUS } from "../core/defaults.js";
 import { BackendError, DumplingsError, FormatError, InvalidOptionError } from "../core/errors.js";
 import { requirePeer } from "../core/peers.js";
 import { type SqlDriver, type SqlQuery, type SqlResult, type SqlRunSync, StoreNotFoundError } from "./sql.js";
@@ -56,9 +58,10 @@ export interface SqliteConnectionOptions {
   /** How long a write waits for another connection's write lock, in ms. @default 5000 */
   busyTimeoutMs?: number;
   /**
-   * `PRAGMA synchronous` of the connection: `NORMAL` (a commit survives a
-   * process crash; the last commits may roll back after a power loss) or
-   * `FULL` (fsync at every commit). The default depends on the component.
+   * `PRAGMA synchronous` of the connection: `FULL` (fsync at every commit: a
+   * commit survives a power loss) or `NORMAL` (a commit survives a process
+   * crash; the last commits may roll back after a power loss).
+   * @default "FULL"
    */
   synchronous?: "NORMAL" | "FULL";
   /**
@@ -107,8 +110,6 @@ export interface SqliteMigrations {
 export interface SqliteOpenSettings {
   /** Path used when the user gives neither `path` nor `database`. */
   defaultPath?: string;
-  /** The component's `synchronous` default. @default "FULL" */
-  synchronous?: "NORMAL" | "FULL";
   /** Set `auto_vacuum = INCREMENTAL` (effective on a new file only). @default false */
   incrementalVacuum?: boolean;
   /** Extra pragmas run after opening, e.g. `journal_size_limit = 16777216`. */
@@ -197,7 +198,7 @@ export class SqliteDriver implements SqlDriver {
    * @param migrations - the component's tables, or several components' (each versioned in the ledger under its
    *   own name, applied in order). The first is the store's own: with `create: false` a file without its tables
    *   is refused; the others are added to a file that has it.
-   * @param settings - the component's defaults (path, synchronous, vacuum)
+   * @param settings - the component's default path and vacuum
    * @throws {InvalidOptionError} on a bad option
    * @throws {BackendError} when the file cannot be opened or migrated
    * @throws {FormatError} when the file holds a newer version of the component's tables than this build knows
@@ -213,7 +214,7 @@ export class SqliteDriver implements SqlDriver {
     const [primary] = sets;
     if (primary === undefined)
       throw new InvalidOptionError(component, "migrations", "at least one component is needed");
-    const busyTimeoutMs = o.busyTimeoutMs ?? 5000;
+    const busyTimeoutMs = o.busyTimeoutMs ?? SQLITE_BUSY_TIMEOUT_MS;
     if (typeof busyTimeoutMs !== "number" || !Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
       throw new InvalidOptionError(
         component,
@@ -221,7 +222,7 @@ export class SqliteDriver implements SqlDriver {
         `must be a non-negative integer of ms, got ${String(busyTimeoutMs)}`,
       );
     }
-    const synchronous = o.synchronous ?? settings.synchronous ?? "FULL";
+    const synchronous = o.synchronous ?? SQLITE_SYNCHRONOUS;
     if (synchronous !== "NORMAL" && synchronous !== "FULL") {
       throw new InvalidOptionError(component, "synchronous", `must be "NORMAL" or "FULL", got ${String(synchronous)}`);
     }
@@ -239,10 +240,16 @@ export class SqliteDriver implements SqlDriver {
       }
       return;
     }
-    const file = o.path ?? settings.defaultPath;
-    if (typeof file !== "string" || file === "") {
-      throw new InvalidOptionError(component, "path", `must be a file path or ":memory:", got ${JSON.stringify(file)}`);
+    const given = o.path ?? settings.defaultPath;
+    if (typeof given !== "string" || given === "") {
+      throw new InvalidOptionError(
+        component,
+        "path",
+        `must be a file path or ":memory:", got ${JSON.stringify(given)}`,
+      );
     }
+    // A default file of an earlier release (`.dumplings-durable.db`) is still found when the new one is absent.
+    const file = existingDefaultFile(given);
     this.path = file;
     this.owned = true;
     const inMemory = file === ":memory:";

@@ -53,7 +53,7 @@ export type { PgPoolLike } from "../drivers/postgres.js";
 /**
  * Options of {@link PostgresJournal}: the connection options every PostgreSQL
  * component shares — `url` (default `process.env.DATABASE_URL`, else
- * `postgres://postgres@127.0.0.1:5432/test`), `pool` (injected, left open),
+ * `postgres://127.0.0.1:5432/postgres`), `pool` (injected, left open),
  * `schema` (default `dumplings`), `maxConnections` (default 10; `max` is its
  * deprecated alias), `connectTimeoutMs` (default 5000), `statementTimeoutMs`
  * (default 30000). See {@link PostgresConnectionOptions}.

@@ -14,6 +14,7 @@
  * @module
  */
 
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { InvalidOptionError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver, type SqliteMigrations } from "../drivers/sqlite.js";
@@ -37,22 +38,16 @@ const JOURNAL_SQLITE_OPTIONS = optionKeys<SqliteJournalOptions>({
  * {@link SqliteConnectionOptions}) and the journal's own.
  */
 export interface SqliteJournalOptions extends SqliteConnectionOptions {
-  /** Database file path (created with its directory when missing). Ignored when `database` is given. @default "./.dumplings-durable.db" */
+  /**
+   * Database file path (created with its directory when missing). Ignored when `database` is given.
+   * Without it, `./.dumplings-durable.db` of an earlier release is used while `./.dumplingsAI_durable.db`
+   * does not exist.
+   * @default "./.dumplingsAI_durable.db"
+   */
   path?: string;
   /** Prefix of the table names: letters, digits and `_`, not starting with a digit. @default "durable_" */
   tablePrefix?: string;
-  /**
-   * How long a write waits for another connection's write lock, in ms. The
-   * journal's default is twice the driver's (5000): several worker processes
-   * write one journal file at once, each step record a write transaction of
-   * its own, and a timed-out write fails the run's current attempt.
-   * @default 10000
-   */
-  busyTimeoutMs?: number;
 }
-
-/** Default file of the SQLite journal. */
-const DEFAULT_PATH = "./.dumplings-durable.db";
 const PREFIX_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
@@ -70,7 +65,7 @@ export class SqliteJournal extends SqlJournal {
    * Opens (creating when missing) the file and migrates the journal's tables;
    * a file written by dumplings-ai 0.1 is adopted as is.
    *
-   * @param options - `path` or `database`, `tablePrefix` (default `durable_`), `busyTimeoutMs` (default 10000), `synchronous` (default `FULL`)
+   * @param options - `path` or `database`, `tablePrefix` (default `durable_`), `busyTimeoutMs` (default 5000), `synchronous` (default `FULL`)
    * @param components - @internal migrations of components run after the journal's own in the same file
    *   (the workflow store's move of its old tables into the journal)
    * @throws {InvalidOptionError} on a bad option
@@ -89,7 +84,7 @@ export class SqliteJournal extends SqlJournal {
     }
     const driver = new SqliteDriver(
       "sqlite",
-      { ...options, busyTimeoutMs: options.busyTimeoutMs ?? 10_000 },
+      options,
       [
         {
           component: prefix === DEFAULT_JOURNAL_TABLE_PREFIX ? "journal" : `journal:${prefix}`,
@@ -105,7 +100,7 @@ export class SqliteJournal extends SqlJournal {
       ],
       // Incremental auto-vacuum on a new file, whichever component creates it, so a checkpoint store sharing
       // the file can give pruned pages back to the file system.
-      { defaultPath: DEFAULT_PATH, incrementalVacuum: true },
+      { defaultPath: DEFAULT_FILES.durableDb, incrementalVacuum: true },
     );
     super(driver, prefix);
     this.db = driver.db;

@@ -12,7 +12,7 @@ import { langgraphMigrations, SqlSaverStorage } from "./storage-sql.js";
 
 /**
  * Options of the PostgreSQL store: `url` (default `DATABASE_URL`, else
- * `postgres://postgres@127.0.0.1:5432/test`) or an injected `pool`,
+ * `postgres://127.0.0.1:5432/postgres`) or an injected `pool`,
  * `schema` (default `dumplings`), `maxConnections`, `connectTimeoutMs`,
  * `statementTimeoutMs`, `create`. See {@link PostgresConnectionOptions}.
  */

@@ -6,15 +6,19 @@
  *
  * @module
  */
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { type SqliteConnectionOptions, SqliteDriver } from "../drivers/sqlite.js";
 import { langgraphMigrations, SqlSaverStorage } from "./storage-sql.js";
 
-/** Default file of the SQLite store. */
-export const DEFAULT_LANGGRAPH_SQLITE_PATH = "./.dumplings-langgraph.db";
+/**
+ * Default file of the SQLite store (`./.dumplings-langgraph.db` of an earlier release is used while this
+ * one does not exist).
+ */
+export const DEFAULT_LANGGRAPH_SQLITE_PATH: string = DEFAULT_FILES.langgraphDb;
 
 /**
- * Options of the SQLite store: `path` (default `./.dumplings-langgraph.db`,
+ * Options of the SQLite store: `path` (default `./.dumplingsAI_langgraph.db`,
  * or `":memory:"`) or an injected `database`, `busyTimeoutMs` (default 5000),
  * `synchronous` (default `FULL`), `create` (default `true`). See
  * {@link SqliteConnectionOptions}.

@@ -13,18 +13,20 @@
  *
  * @module
  */
+
 import { existsSync } from "node:fs";
 import path from "node:path";
 import type { SQLiteBackend } from "../backends/sqlite.js";
 import type { StateBackend } from "../backends/types.js";
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { UnknownBackendError } from "../core/errors.js";
 import { InputNotFoundError, missingStore, UsageError } from "./errors.js";
 import { parseSpec, SESSION_KINDS, type Spec } from "./spec.js";
 
 /** Default directory of the file backend (as in the persistence layer). */
-export const DEFAULT_DIR = "./.dumplingsAI_sessions";
+export const DEFAULT_DIR = DEFAULT_FILES.sessionsDir;
 /** Default database path of the SQLite backend (as in the persistence layer). */
-export const DEFAULT_DB = "./.dumplingsAI_sessions.db";
+export const DEFAULT_DB = DEFAULT_FILES.sessionsDb;
 
 /** The backend options every storage command accepts. */
 export interface BackendOptions {

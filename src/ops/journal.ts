@@ -2,17 +2,19 @@
  * Which durable journal an operator tool (the `dumplings` command, the web
  * inspector it starts) reads: a SPEC of `spec.ts` (`sqlite:PATH`,
  * `postgres://…` or `postgres:postgres://…`, `redis://…` or `redis:redis://…`),
- * else `DUMPLINGS_DURABLE_JOURNAL`, else `sqlite:./.dumplings-durable.db`.
+ * else `DUMPLINGS_DURABLE_JOURNAL`, else `sqlite:./.dumplingsAI_durable.db` (or `./.dumplings-durable.db`
+ * of an earlier release while that one does not exist).
  * Only the chosen store's driver is loaded.
  *
  * @module
  */
+import { DEFAULT_FILES } from "../core/defaults.js";
 import type { Journal } from "../durable/journal.js";
 import { missingStore, UsageError } from "./errors.js";
 import { oneOf, parseSpec } from "./spec.js";
 
 /** Default journal spec. */
-export const DEFAULT_JOURNAL = "sqlite:./.dumplings-durable.db";
+export const DEFAULT_JOURNAL = `sqlite:${DEFAULT_FILES.durableDb}`;
 
 /** Options common to the durable commands. */
 export interface JournalCliOptions {

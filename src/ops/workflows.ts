@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { DEFAULT_FILES } from "../core/defaults.js";
 import { RedisHotTier } from "../durable/checkpoints/hot-redis.js";
 import { PostgresColdStore } from "../durable/checkpoints/postgres.js";
 import { SqliteColdStore } from "../durable/checkpoints/sqlite.js";
@@ -15,7 +16,7 @@ import { missingStore, UsageError } from "./errors.js";
 import { oneOf, parseSpec } from "./spec.js";
 
 /** Default store spec of the workflow commands. */
-export const DEFAULT_WORKFLOW_STORE = "sqlite:./.dumplingsAI_workflows/workflows.db";
+export const DEFAULT_WORKFLOW_STORE = `sqlite:${DEFAULT_FILES.workflowsDb}`;
 
 /** Options common to the workflow commands. */
 export interface WorkflowCliOptions {

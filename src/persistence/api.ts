@@ -119,7 +119,7 @@ export interface SaveResult {
   rewritten: boolean;
 }
 
-/** What to do when a loaded agent's name is already taken in `agentList` (see `checkPermission`). */
+/** What to do when a loaded agent's name is already taken in `agentList` (see `resolveNameClash`). */
 export type NameTakenPolicy = "refuse" | "replace" | "rename";
 
 /** Options of {@link loadState} and {@link loadStateString}. */

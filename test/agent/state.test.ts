@@ -1,7 +1,7 @@
 /**
  * The agent state model (BaseAgent / AnthropicAgent: config, identity,
  * history, task id, hooks, toState/fromState) and the agent registry
- * (agentList, templates, checkPermission).
+ * (agentList, templates, resolveNameClash and its old name checkPermission).
  */
 import { afterEach, describe, expect, it } from "vitest";
 import {
@@ -18,6 +18,7 @@ import {
   loadState,
   MemoryBackend,
   removeTemplate,
+  resolveNameClash,
   TemplateNotFoundError,
 } from "../../src/index.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";
@@ -131,6 +132,18 @@ describe("BaseAgent / AnthropicAgent state", () => {
 });
 
 describe("agent registry", () => {
+  it("resolveNameClash says what a taken name becomes; checkPermission is its deprecated old name", () => {
+    const a = new BaseAgent({ name: "triage" });
+    const b = new BaseAgent({ name: "triage" });
+    expect(resolveNameClash(b, "rename")).toEqual({ action: "add", name: "triage" }); // the name is free
+    agentList.add(a);
+    expect(resolveNameClash(a)).toEqual({ action: "add", name: "triage" }); // held by the same agent
+    expect(resolveNameClash(b, "replace")).toEqual({ action: "replace", name: "triage" });
+    expect(resolveNameClash(b, "rename")).toEqual({ action: "rename", name: "triage-2" });
+    expect(() => resolveNameClash(b)).toThrow(AgentNameTakenError);
+    expect(checkPermission).toBe(resolveNameClash);
+  });
+
   it("agentList refuses a taken name by default, and replace/rename on request (checkPermission)", () => {
     const a = new BaseAgent({ name: "support" });
     const b = new BaseAgent({ name: "support" });

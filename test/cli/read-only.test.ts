@@ -50,10 +50,22 @@ const tables = (file: string): string[] => {
 };
 
 describe("read-only commands on a store that does not exist", () => {
-  it("runs with no journal does not create ./.dumplings-durable.db", () => {
+  it("runs with no journal does not create ./.dumplingsAI_durable.db", () => {
     const cwd = emptyDir("no-journal");
-    expectMissing(runCli(["runs"], { cwd }), /no store at sqlite:\.\/\.dumplings-durable\.db/);
+    expectMissing(runCli(["runs"], { cwd }), /no store at sqlite:\.\/\.dumplingsAI_durable\.db/);
     expect(readdirSync(cwd)).toEqual([]);
+  });
+
+  it("runs with no journal reads the default journal of an earlier release (./.dumplings-durable.db) when it is the one there", async () => {
+    const cwd = emptyDir("old-default-journal");
+    const { SqliteJournal } = await import("../../src/durable/journal-sqlite.js");
+    const old = new SqliteJournal({ path: path.join(cwd, ".dumplings-durable.db") });
+    await old.createRun({ runId: "old-default-run", workflow: "w", input: null });
+    await old.close();
+    const r = runCli(["runs", "--json"], { cwd, sources: true });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain("old-default-run");
+    expect(readdirSync(cwd).filter((f) => f.startsWith(".dumplingsAI_"))).toEqual([]);
   });
 
   it("runs --journal sqlite:typo.db and runs RUN, approve, cancel on it create nothing", () => {

@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
+import { packageVersion } from "../../src/core/version.js";
 import {
   type AgentState,
   AnthropicAgent,
@@ -25,7 +26,6 @@ import {
   MemoryBackend,
   type Message,
   NonJsonValueError,
-  packageVersion,
   registerBackend,
   type StateBackend,
   StateNotFoundError,

@@ -14,6 +14,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { toModelMessages } from "../../src/agent/ai-sdk-messages.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
+import { packageVersion } from "../../src/core/version.js";
 import {
   type AgentState,
   AnthropicAgent,
@@ -25,7 +26,6 @@ import {
   loadStateString,
   MemoryBackend,
   type Message,
-  packageVersion,
   type StateBackend,
   saveState,
 } from "../../src/index.js";

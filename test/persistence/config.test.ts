@@ -17,14 +17,12 @@ import {
   FileBackend,
   InvalidConfigError,
   isEnabled,
-  loadEnvironmentConfig,
   loadState,
   MemoryBackend,
-  persistenceSettings,
-  resolveBackend,
   saveState,
   UnknownBackendError,
 } from "../../src/index.js";
+import { loadEnvironmentConfig, persistenceSettings, resolveBackend } from "../../src/persistence/config.js";
 
 const run = promisify(execFile);
 const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-config-"));

@@ -14,7 +14,6 @@ import {
   BaseAgent,
   CredentialError,
   configure,
-  credentialReason,
   exportStateString,
   FileBackend,
   loadState,
@@ -22,11 +21,9 @@ import {
   MemoryBackend,
   type Message,
   MissingSecretError,
-  REDACTED,
-  redactSecrets,
-  resolveApiKey,
   saveState,
 } from "../../src/index.js";
+import { credentialReason, REDACTED, redactSecrets, resolveApiKey } from "../../src/persistence/credentials.js";
 
 const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-cred-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));

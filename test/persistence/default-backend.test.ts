@@ -10,23 +10,20 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
+import { configureBuiltinBackends, defaultBackendName } from "../../src/backends/registry.js";
 import {
   BaseAgent,
   configure,
-  configureBuiltinBackends,
-  defaultBackendName,
   getBackend,
   InvalidConfigError,
   listStates,
-  loadEnvironmentConfig,
   loadState,
   MemoryBackend,
-  persistenceSettings,
   registerBackend,
-  resolveBackend,
   saveState,
   setDefaultBackend,
 } from "../../src/index.js";
+import { loadEnvironmentConfig, persistenceSettings, resolveBackend } from "../../src/persistence/config.js";
 import { resetBackendRegistry } from "../../src/testing/index.js";
 
 const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-default-"));

@@ -5,15 +5,9 @@
  * or on the command line names no variable.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import {
-  BaseAgent,
-  loadEnvironmentConfig,
-  MemoryBackend,
-  registerBackend,
-  saveState,
-  UnknownBackendError,
-} from "../../src/index.js";
+import { BaseAgent, MemoryBackend, registerBackend, saveState, UnknownBackendError } from "../../src/index.js";
 import { openBackendAsync } from "../../src/ops/backend.js";
+import { loadEnvironmentConfig } from "../../src/persistence/config.js";
 import { resetBackendRegistry } from "../../src/testing/index.js";
 
 afterEach(() => {

@@ -12,9 +12,9 @@ import {
   loadState,
   MemoryBackend,
   type Message,
-  REDACTED,
   saveState,
 } from "../../src/index.js";
+import { REDACTED } from "../../src/persistence/credentials.js";
 
 const SECRET = "sk-test-FAKE0123456789abcdefghij";
 

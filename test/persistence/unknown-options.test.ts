@@ -11,7 +11,9 @@ import path from "node:path";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
 import { RedisBackend } from "../../src/backends/redis.js";
+import { configureBuiltinBackends } from "../../src/backends/registry.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
+import { decodeStateBytes, encodeStateBytes } from "../../src/core/codec.js";
 import { suggestOption } from "../../src/core/options.js";
 import { DurableAgent, durableTool } from "../../src/durable/agent.js";
 import { RedisHotTier } from "../../src/durable/checkpoints/hot-redis.js";
@@ -32,29 +34,25 @@ import {
   agentList,
   BaseAgent,
   configure,
-  configureBuiltinBackends,
   decodeState,
-  decodeStateBytes,
   defineTemplate,
   deleteState,
-  encodeStateBytes,
   exportStateString,
   FileBackend,
   forgetStoredState,
   InvalidOptionError,
   iterHistory,
   listStates,
-  loadEnvironmentConfig,
   loadState,
   loadStateString,
   MemoryBackend,
-  persistenceSettings,
   registerAgentClass,
   registerBackend,
   registerHookFunction,
   saveState,
   trackedRevision,
 } from "../../src/index.js";
+import { loadEnvironmentConfig, persistenceSettings } from "../../src/persistence/config.js";
 import {
   loadSampleConversations,
   makeState,

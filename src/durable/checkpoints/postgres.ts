@@ -39,7 +39,7 @@ export type { PgPoolLike } from "../../drivers/postgres.js";
 /**
  * Options of {@link PostgresColdStore}: the PostgreSQL driver's connection
  * options (`pool` or `url` — default `DATABASE_URL`, else
- * `postgres://postgres@127.0.0.1:5432/test` —, `schema`, `maxConnections`,
+ * `postgres://127.0.0.1:5432/postgres` —, `schema`, `maxConnections`,
  * `connectTimeoutMs`, `statementTimeoutMs`, `create`) and `pruneBatchSize`.
  *
  * The default `schema` is `"dumplings"` (it was `"public"` in 0.1): pass

@@ -81,7 +81,7 @@ const COLD_SQLITE_OPTIONS = optionKeys<SqliteColdStoreOptions>({
 
 /**
  * Options of {@link SqliteColdStore}: those of the {@link SqliteJournal} the
- * workflows live in (`path`, `database`, `busyTimeoutMs` default 10000,
+ * workflows live in (`path`, `database`, `busyTimeoutMs` default 5000,
  * `synchronous` default `"FULL"`, `create`, `tablePrefix` default
  * `"durable_"`).
  */

@@ -3,14 +3,10 @@
  * DUMPLINGS_PERSISTENCE* variables are read at import), reports the settings,
  * and auto-saves one agent with them. Prints one JSON line on stdout.
  */
-import {
-  autoSave,
-  BaseAgent,
-  builtinBackendSettings,
-  isEnabled,
-  persistenceSettings,
-  resolveBackend,
-} from "../../../src/index.js";
+
+import { builtinBackendSettings } from "../../../src/backends/registry.js";
+import { autoSave, BaseAgent, isEnabled } from "../../../src/index.js";
+import { persistenceSettings, resolveBackend } from "../../../src/persistence/config.js";
 
 const out: Record<string, unknown> = {};
 // autoSave first: it never throws, whatever the configuration.

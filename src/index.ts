@@ -27,7 +27,7 @@
 
 // Agents.
 export * from "./agent/index.js";
-export * from "./backends/file.js";
+export * from "./backends/file/index.js";
 export { MAX_KEY_BYTES, validateKey } from "./backends/keys.js";
 export { MemoryBackend } from "./backends/memory.js";
 export {

@@ -10,7 +10,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { encodeIniString, encodeState, LongValueSummary } from "../../src/core/codec.js";
 import { FormatError, InvalidOptionError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";

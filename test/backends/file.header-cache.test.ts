@@ -14,7 +14,7 @@ import path from "node:path";
 import { crc32 } from "node:zlib";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { crc32Apply, crc32Shift, decodeStateDetailed, encodeHeader, type PriorCommit } from "../../src/core/codec.js";
 import { FormatError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";

@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { decodeStateBytes } from "../../src/core/codec.js";
 import { ConflictError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";

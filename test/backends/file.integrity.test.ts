@@ -12,7 +12,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { decodeState, decodeStateBytes, encodeState } from "../../src/core/codec.js";
 import { FormatError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";

@@ -12,7 +12,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import os from "node:os";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { decodeState, encodeState } from "../../src/core/codec.js";
 import type { AgentState } from "../../src/core/state.js";
 import { makeState } from "../../src/testing/states.js";

@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BaseAgent } from "../../src/agent/base-agent.js";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { decodeStateBytes } from "../../src/core/codec.js";
 import { KeyCollisionError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";

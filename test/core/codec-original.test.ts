@@ -12,7 +12,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { decodeState, decodeStateBytes, encodeState } from "../../src/core/codec.js";
 import { FormatError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";

@@ -23,7 +23,7 @@ import path from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { openSession } from "../../src/cli/backend.js";
 import { duasChunks } from "../../src/cli/commands/export.js";

@@ -206,7 +206,7 @@ import { createRequire } from "node:module";
 import { hostname } from "node:os";
 import path from "node:path";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
-import type * as Codec from "../core/codec.js";
+import type * as Codec from "../../core/codec.js";
 import {
   BackendError,
   ConflictError,
@@ -216,16 +216,16 @@ import {
   InvalidOptionError,
   KeyCollisionError,
   StateNotFoundError,
-} from "../core/errors.js";
-import { jsonShape, sameJsonShape } from "../core/json.js";
-import type * as Messages from "../core/messages.js";
-import type { Message, Protocol } from "../core/messages.js";
-import { checkOptions, optionKeys } from "../core/options.js";
-import type { AgentState } from "../core/state.js";
-import { DUAS_EXTENSION, DUAS_GZ_EXTENSION } from "../core/version.js";
-import { booleanOption, pathIdentity, positiveOption } from "../drivers/options.js";
-import { validateKey, windowsFileNameProblem } from "./keys.js";
-import type * as Stored from "./stored.js";
+} from "../../core/errors.js";
+import { jsonShape, sameJsonShape } from "../../core/json.js";
+import type * as Messages from "../../core/messages.js";
+import type { Message, Protocol } from "../../core/messages.js";
+import { checkOptions, optionKeys } from "../../core/options.js";
+import type { AgentState } from "../../core/state.js";
+import { DUAS_EXTENSION, DUAS_GZ_EXTENSION } from "../../core/version.js";
+import { booleanOption, pathIdentity, positiveOption } from "../../drivers/options.js";
+import { validateKey, windowsFileNameProblem } from "../keys.js";
+import type * as Stored from "../stored.js";
 import type {
   ClippedValue,
   HeaderReadOptions,
@@ -235,8 +235,8 @@ import type {
   StateBackend,
   WriteOptions,
   WriteResult,
-} from "./types.js";
-import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "./write-options.js";
+} from "../types.js";
+import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "../write-options.js";
 
 // The `.duas` codec and the message checks of a write, bound on the first read, write or delete
 // ({@link loadCodec}): they load zod (its schemas check what is read and written), which
@@ -271,30 +271,32 @@ let messageText: typeof Stored.messageText;
 let codecLoaded: Promise<void> | undefined;
 /** Binds the codec's functions above (once; later calls return the same settled promise). */
 function loadCodec(): Promise<void> {
-  codecLoaded ??= Promise.all([import("../core/codec.js"), import("../core/messages.js"), import("./stored.js")]).then(
-    ([codec, messages, stored]) => {
-      ({
-        crc32,
-        crcHex,
-        DuasLineParser,
-        decodeBytesDetailed,
-        decodeStateDetailed,
-        decodeUtf8,
-        encodeHeader,
-        encodeHeaderMemo,
-        encodeHistoryLines,
-        encodeIniString,
-        HISTORY_CRC_START,
-        historyCrc,
-        historyCrcOfLines,
-        iniKeyOf,
-        isGzip,
-        LongValueSummary,
-      } = codec);
-      ({ isWellFormedMessage } = messages);
-      ({ lentText, messageText } = stored);
-    },
-  );
+  codecLoaded ??= Promise.all([
+    import("../../core/codec.js"),
+    import("../../core/messages.js"),
+    import("../stored.js"),
+  ]).then(([codec, messages, stored]) => {
+    ({
+      crc32,
+      crcHex,
+      DuasLineParser,
+      decodeBytesDetailed,
+      decodeStateDetailed,
+      decodeUtf8,
+      encodeHeader,
+      encodeHeaderMemo,
+      encodeHistoryLines,
+      encodeIniString,
+      HISTORY_CRC_START,
+      historyCrc,
+      historyCrcOfLines,
+      iniKeyOf,
+      isGzip,
+      LongValueSummary,
+    } = codec);
+    ({ isWellFormedMessage } = messages);
+    ({ lentText, messageText } = stored);
+  });
   return codecLoaded;
 }
 

@@ -58,21 +58,20 @@ export type {
   WriteOptions,
   WriteResult,
 } from "./backends/types.js";
-export {
-  assertStateJson,
-  DUAS_EXTENSION,
-  DUAS_GZ_EXTENSION,
-  decodeState,
-  decodeStateBytes,
-  encodeState,
-  encodeStateBytes,
-} from "./core/codec.js";
+export { decodeState, decodeStateBytes } from "./core/codec/bytes.js";
+export { assertStateJson, encodeState, encodeStateBytes } from "./core/codec/encode.js";
 // Core: errors, JSON rules, state and message types, versions, the .duas codec.
 export * from "./core/errors.js";
 export { assertJson, isJsonObject, type JsonObject, type JsonPrimitive, type JsonValue, toJson } from "./core/json.js";
 export * from "./core/messages.js";
 export * from "./core/state.js";
-export { FORMAT_VERSION, packageVersion, SUPPORTED_FORMAT_VERSIONS } from "./core/version.js";
+export {
+  DUAS_EXTENSION,
+  DUAS_GZ_EXTENSION,
+  FORMAT_VERSION,
+  packageVersion,
+  SUPPORTED_FORMAT_VERSIONS,
+} from "./core/version.js";
 // Persistence API.
 export {
   type AgentClass,

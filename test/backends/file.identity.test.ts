@@ -15,7 +15,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { FileBackend } from "../../src/backends/file/index.js";
-import { decodeStateBytes } from "../../src/core/codec.js";
+import { decodeStateBytes } from "../../src/core/codec/bytes.js";
 import { ConflictError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";
 import { deletedAt, recreatedAt } from "../fixtures/crash/file-identity.js";

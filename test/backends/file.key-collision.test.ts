@@ -19,7 +19,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BaseAgent } from "../../src/agent/base-agent.js";
 import { FileBackend } from "../../src/backends/file/index.js";
-import { decodeStateBytes } from "../../src/core/codec.js";
+import { decodeStateBytes } from "../../src/core/codec/bytes.js";
 import { KeyCollisionError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";
 import { loadState } from "../../src/index.js";

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { FileBackend } from "../../src/backends/file/index.js";
-import { encodeState } from "../../src/core/codec.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import type { Message } from "../../src/core/messages.js";
 import { makeState } from "../../src/testing/states.js";
 import { runCli, runJson } from "./run-cli.js";

@@ -19,7 +19,7 @@ import { RedisBackend } from "../../src/backends/redis.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { StateBackend, WriteOptions } from "../../src/backends/types.js";
 import { openSession, readSession } from "../../src/cli/backend.js";
-import { decodeState } from "../../src/core/codec.js";
+import { decodeState } from "../../src/core/codec/bytes.js";
 import type { Message } from "../../src/core/messages.js";
 import { stateAt } from "../fixtures/crash/file-history.js";
 import { DATABASE_URL, postgresSkipReason, REDIS_URL, redisSkipReason } from "../helpers/services.js";

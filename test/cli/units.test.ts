@@ -15,7 +15,7 @@ import { ExitCode, errorLine, exitCodeFor, UsageError } from "../../src/cli/erro
 import { classifyInput, readImportInput } from "../../src/cli/inputs.js";
 import { Progress } from "../../src/cli/progress.js";
 import { HistoryStats, previewMessage, toolCallNames } from "../../src/cli/stats.js";
-import { encodeState } from "../../src/core/codec.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import { DumplingsError, FormatError, StateNotFoundError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";

@@ -28,7 +28,7 @@ import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { openSession } from "../../src/cli/backend.js";
 import { duasChunks } from "../../src/cli/commands/export.js";
 import { HistoryStats } from "../../src/cli/stats.js";
-import { decodeState, decodeStateBytes } from "../../src/core/codec.js";
+import { decodeState, decodeStateBytes } from "../../src/core/codec/bytes.js";
 import { DumplingsError, FormatError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import type { AgentState } from "../../src/core/state.js";

@@ -25,7 +25,7 @@ import { PostgresBackend } from "../../src/backends/postgres.js";
 import { RedisBackend } from "../../src/backends/redis.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { StateBackend } from "../../src/backends/types.js";
-import { encodeState } from "../../src/core/codec.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import { FormatError, NonJsonValueError } from "../../src/core/errors.js";
 import { MAX_JSON_DEPTH } from "../../src/core/json.js";
 import type { Message } from "../../src/core/messages.js";

@@ -119,7 +119,7 @@
  * holding the deleted session's revision gets a `ConflictError` from a
  * session created later on the same key instead of overwriting it.
  *
- * `history_crc32` is a running CRC-32 of the history lines (see `core/codec.ts`): an append
+ * `history_crc32` is a running CRC-32 of the history lines (see `core/codec/crc.ts`): an append
  * extends it from the stored value, and every reader checks the committed
  * lines against it, so a duplicated, reordered or edited line is a
  * `FormatError`, never other data. Only files with a `revision` (written
@@ -206,7 +206,6 @@ import { createRequire } from "node:module";
 import { hostname } from "node:os";
 import path from "node:path";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
-import type * as Codec from "../../core/codec.js";
 import {
   BackendError,
   ConflictError,
@@ -218,14 +217,12 @@ import {
   StateNotFoundError,
 } from "../../core/errors.js";
 import { jsonShape, sameJsonShape } from "../../core/json.js";
-import type * as Messages from "../../core/messages.js";
 import type { Message, Protocol } from "../../core/messages.js";
 import { checkOptions, optionKeys } from "../../core/options.js";
 import type { AgentState } from "../../core/state.js";
 import { DUAS_EXTENSION, DUAS_GZ_EXTENSION } from "../../core/version.js";
 import { booleanOption, pathIdentity, positiveOption } from "../../drivers/options.js";
 import { validateKey, windowsFileNameProblem } from "../keys.js";
-import type * as Stored from "../stored.js";
 import type {
   ClippedValue,
   HeaderReadOptions,
@@ -237,68 +234,32 @@ import type {
   WriteResult,
 } from "../types.js";
 import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "../write-options.js";
-
-// The `.duas` codec and the message checks of a write, bound on the first read, write or delete
-// ({@link loadCodec}): they load zod (its schemas check what is read and written), which
-// constructing a backend and listing its keys never need, so `dumplings ls` starts without it
-// (issue 23). Every method that reads or writes a file awaits `loadCodec()` first.
-let crc32: typeof Codec.crc32;
-let crcHex: typeof Codec.crcHex;
-let DuasLineParser: typeof Codec.DuasLineParser;
-type DuasLineParser = Codec.DuasLineParser;
-let decodeBytesDetailed: typeof Codec.decodeBytesDetailed;
-let decodeStateDetailed: typeof Codec.decodeStateDetailed;
-let decodeUtf8: typeof Codec.decodeUtf8;
-type EncodedHeader = Codec.EncodedHeader;
-let encodeHeader: typeof Codec.encodeHeader;
-let encodeHeaderMemo: typeof Codec.encodeHeaderMemo;
-let encodeHistoryLines: typeof Codec.encodeHistoryLines;
-let encodeIniString: typeof Codec.encodeIniString;
-type HeaderMemo = Codec.HeaderMemo;
-let HISTORY_CRC_START: number;
-let historyCrc: typeof Codec.historyCrc;
-let historyCrcOfLines: typeof Codec.historyCrcOfLines;
-let iniKeyOf: typeof Codec.iniKeyOf;
-let isGzip: typeof Codec.isGzip;
-let LongValueSummary: typeof Codec.LongValueSummary;
-type LongValueSummary = Codec.LongValueSummary;
-type ParsedHeader = Codec.ParsedHeader;
-type PriorCommit = Codec.PriorCommit;
-let isWellFormedMessage: typeof Messages.isWellFormedMessage;
-let lentText: typeof Stored.lentText;
-let messageText: typeof Stored.messageText;
-
-let codecLoaded: Promise<void> | undefined;
-/** Binds the codec's functions above (once; later calls return the same settled promise). */
-function loadCodec(): Promise<void> {
-  codecLoaded ??= Promise.all([
-    import("../../core/codec.js"),
-    import("../../core/messages.js"),
-    import("../stored.js"),
-  ]).then(([codec, messages, stored]) => {
-    ({
-      crc32,
-      crcHex,
-      DuasLineParser,
-      decodeBytesDetailed,
-      decodeStateDetailed,
-      decodeUtf8,
-      encodeHeader,
-      encodeHeaderMemo,
-      encodeHistoryLines,
-      encodeIniString,
-      HISTORY_CRC_START,
-      historyCrc,
-      historyCrcOfLines,
-      iniKeyOf,
-      isGzip,
-      LongValueSummary,
-    } = codec);
-    ({ isWellFormedMessage } = messages);
-    ({ lentText, messageText } = stored);
-  });
-  return codecLoaded;
-}
+import {
+  crc32,
+  crcHex,
+  DuasLineParser,
+  decodeBytesDetailed,
+  decodeStateDetailed,
+  decodeUtf8,
+  type EncodedHeader,
+  encodeHeader,
+  encodeHeaderMemo,
+  encodeHistoryLines,
+  encodeIniString,
+  type HeaderMemo,
+  HISTORY_CRC_START,
+  historyCrc,
+  historyCrcOfLines,
+  iniKeyOf,
+  isGzip,
+  isWellFormedMessage,
+  LongValueSummary,
+  lentText,
+  loadCodec,
+  messageText,
+  type ParsedHeader,
+  type PriorCommit,
+} from "./lazy-codec.js";
 
 /** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
 const FILE_OPTIONS = optionKeys<FileBackendOptions>({

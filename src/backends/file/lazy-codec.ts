@@ -16,7 +16,10 @@ import type * as Header from "../../core/codec/header.js";
 import type * as Parse from "../../core/codec/parse.js";
 import type * as Messages from "../../core/messages.js";
 import type * as Stored from "../stored.js";
+import type * as Append from "./append.js";
 import type * as Layout from "./layout.js";
+import type * as Read from "./read.js";
+import type * as Scan from "./scan.js";
 import type * as Summary from "./value-summary.js";
 
 export let crc32: typeof Crc.crc32;
@@ -45,6 +48,17 @@ export let isWellFormedMessage: typeof Messages.isWellFormedMessage;
 export let lentText: typeof Stored.lentText;
 export let messageText: typeof Stored.messageText;
 
+export let fixedMetaOf: typeof Append.fixedMetaOf;
+export let headOf: typeof Append.headOf;
+export let jsonOf: typeof Append.jsonOf;
+export let tryAppend: typeof Append.tryAppend;
+export let fileLines: typeof Read.fileLines;
+export let readFileWhole: typeof Read.readFileWhole;
+export let feedHeader: typeof Scan.feedHeader;
+export let HISTORY_LINE: string;
+export let readHead: typeof Scan.readHead;
+export let scanPlain: typeof Scan.scanPlain;
+
 let codecLoaded: Promise<void> | undefined;
 /** Binds the codec's functions above (once; later calls return the same settled promise). */
 export function loadCodec(): Promise<void> {
@@ -59,7 +73,10 @@ export function loadCodec(): Promise<void> {
     import("./value-summary.js"),
     import("../../core/messages.js"),
     import("../stored.js"),
-  ]).then(([bytes, crc, encode, escaping, header, parse, layout, summary, messages, stored]) => {
+    import("./append.js"),
+    import("./read.js"),
+    import("./scan.js"),
+  ]).then(([bytes, crc, encode, escaping, header, parse, layout, summary, messages, stored, append, read, scan]) => {
     ({ crc32, crcHex, HISTORY_CRC_START, historyCrc, historyCrcOfLines } = crc);
     ({ DuasLineParser } = parse);
     ({ decodeBytesDetailed, decodeStateDetailed, decodeUtf8, isGzip } = bytes);
@@ -70,6 +87,9 @@ export function loadCodec(): Promise<void> {
     ({ iniKeyOf, LongValueSummary } = summary);
     ({ isWellFormedMessage } = messages);
     ({ lentText, messageText } = stored);
+    ({ fixedMetaOf, headOf, jsonOf, tryAppend } = append);
+    ({ fileLines, readFileWhole } = read);
+    ({ feedHeader, HISTORY_LINE, readHead, scanPlain } = scan);
   });
   return codecLoaded;
 }

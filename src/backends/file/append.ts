@@ -67,7 +67,7 @@
  * @module
  */
 
-import { fdatasyncSync, fstatSync } from "node:fs";
+import { type BigIntStats, fdatasyncSync, fstatSync, ftruncateSync, readSync } from "node:fs";
 import { crc32, crcHex } from "../../core/codec/crc.js";
 import { encodeHistoryLines } from "../../core/codec/encode.js";
 import type { PriorCommit } from "../../core/codec/header.js";
@@ -77,9 +77,16 @@ import { isWellFormedMessage } from "../../core/messages.js";
 import type { AgentState } from "../../core/state.js";
 import { lentText, messageText } from "../stored.js";
 import type { WriteResult } from "../types.js";
-import { changedRanges, type HeaderJournals, type HeaderPatch } from "./header-journal.js";
-import { PAGE, writeAll } from "./io.js";
+import {
+  applyJournal,
+  changedRanges,
+  fileGeneration,
+  type HeaderJournals,
+  type HeaderPatch,
+} from "./header-journal.js";
+import { PAGE, safeUnlink, writeAll } from "./io.js";
 import { type EncodedHeader, encodeHeaderMemo, type HeaderMemo } from "./layout.js";
+import { scanPlain } from "./scan.js";
 
 /** What the backend knows about a plain `.duas` file it has scanned or written. */
 export interface FileInfo {
@@ -352,4 +359,92 @@ export function tryAppend(
     fixedMeta: oneSync ? info.fixedMeta : fixedMetaOf(state.meta),
   });
   return { revision, written: count - base, rewritten: false };
+}
+
+/** Validates the cached info of `key` against the open file, or rescans it (repairing an uncommitted tail). */
+export function validInfo(
+  journals: HeaderJournals,
+  cache: Map<string, FileInfo>,
+  key: string,
+  fd: number,
+  file: string,
+  stat?: BigIntStats,
+): FileInfo {
+  const st = stat ?? fstatSync(fd, { bigint: true });
+  const size = Number(st.size);
+  const ino = Number(st.ino);
+  const cached = cache.get(key);
+  // The file is the one this backend last wrote or scanned when its identity (inode, size, mtime, ctime,
+  // the journal's) is unchanged and so is its head: revision, generation, count and header_crc32 (every
+  // writer changes the revision). The body of the header (a prompt of any size) is not read again.
+  if (
+    cached &&
+    cached.ino === ino &&
+    cached.end === size &&
+    cached.mtimeNs === st.mtimeNs &&
+    cached.ctimeNs === st.ctimeNs &&
+    journals.id(key) === cached.journal
+  ) {
+    const head = Buffer.allocUnsafe(cached.headBytes);
+    const n = readSync(fd, head, 0, head.length, 0);
+    if (n === head.length && head.equals(cached.header.subarray(0, cached.headBytes))) return cached;
+  }
+  const journal = journals.read(key);
+  const buf = Buffer.allocUnsafe(size);
+  let got = 0;
+  while (got < size) {
+    const n = readSync(fd, buf, got, size - got, got);
+    if (n === 0) break;
+    got += n;
+  }
+  let data: Buffer = buf.subarray(0, got);
+  if (journal && journal.generation !== fileGeneration(data)) {
+    // another incarnation's journal (a crash between a delete's two unlinks): garbage, never applied
+    safeUnlink(journals.of(key));
+  } else if (journal) {
+    const patched = applyJournal(data, journal, ino);
+    if (patched) {
+      // roll the interrupted save forward (we hold the lock); the tail check below truncates what follows
+      writeAll(fd, journal.lines, journal.dataOffset);
+      for (const p of journal.patches) writeAll(fd, p.bytes, p.offset);
+      fdatasyncSync(fd);
+      data = patched;
+      got = Math.max(got, journal.dataOffset + journal.lines.length);
+    }
+  }
+  const scan = scanPlain(data, file, true);
+  if (got > scan.end) {
+    // An interrupted append left lines beyond message_count: drop them (we hold the lock).
+    ftruncateSync(fd, scan.end);
+  }
+  // The commit read here becomes the next append's prior_commit: it must be on disk before a header
+  // naming it is (a writer killed between its write and its fdatasync left it in the page cache only).
+  fdatasyncSync(fd);
+  const after = fstatSync(fd, { bigint: true });
+  const header = Buffer.from(data.subarray(0, scan.headerEnd));
+  const info: FileInfo = {
+    ino,
+    end: scan.end,
+    header,
+    count: scan.header.meta.messageCount,
+    revision: scan.header.revision ?? 1,
+    protocol: scan.header.meta.protocol,
+    firstLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.first) : undefined,
+    lastLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.last) : undefined,
+    generation: scan.header.generation,
+    historyCrc32: scan.header.historyCrc32,
+    key: scan.header.key,
+    headBytes: headOf(header),
+    memo: undefined,
+    mtimeNs: after.mtimeNs,
+    ctimeNs: after.ctimeNs,
+    // examined under the lock: rolled forward, or not applicable to this file (now or later)
+    journal: journals.id(key),
+    historyBytes: scan.header.historyBytes,
+    savedAt: scan.header.meta.savedAt,
+    fixedMeta: fixedMetaOf(scan.header.meta),
+  };
+  if (scan.commit !== undefined && scan.written !== undefined) info.abandoned = scan.written;
+  cache.set(key, info);
+  return info;
 }

@@ -31,7 +31,8 @@
  * - `header-journal.ts`: the journal of a header write spanning pages;
  * - `lock.ts`: the writers' locks; `revision-floor.ts`: revisions never reused after a delete;
  * - `scan.ts` and `read.ts`: reading a file (its header, its committed lines) and the read paths;
- * - `layout.ts`: the header memo; `io.ts`: positional reads and writes, kept descriptors.
+ * - `whole-write.ts`: whole-file writes; `layout.ts`: the header memo;
+ * - `io.ts`: positional reads and writes, kept descriptors; `lazy-codec.ts`: what loads with the codec.
  *
  * ## Identity and integrity
  *
@@ -75,25 +76,18 @@
  * @module
  */
 
-import { randomBytes } from "node:crypto";
 import {
   type BigIntStats,
   closeSync,
   constants,
-  fdatasyncSync,
   fstatSync,
-  fsyncSync,
-  ftruncateSync,
   lstatSync,
   openSync,
   readdirSync,
-  readSync,
-  renameSync,
   statSync,
   unlinkSync,
 } from "node:fs";
 import path from "node:path";
-import { gzipSync } from "node:zlib";
 import {
   BackendError,
   ConflictError,
@@ -121,32 +115,23 @@ import type {
 } from "../types.js";
 import { checkHeaderReadOptions, checkHistoryReadOptions, checkWriteOptions } from "../write-options.js";
 import type { FileInfo } from "./append.js";
-import { applyJournal, fileGeneration, HeaderJournals } from "./header-journal.js";
-import { dropFile, isCode, KEEP_FILE_FDS, keepFile, keptFiles, NOFOLLOW, safeUnlink, syncDir, writeAll } from "./io.js";
+import { HeaderJournals } from "./header-journal.js";
+import { dropFile, isCode, KEEP_FILE_FDS, keepFile, keptFiles, NOFOLLOW, safeUnlink, syncDir } from "./io.js";
 import {
-  crcHex,
   DuasLineParser,
-  type EncodedHeader,
-  encodeHeader,
-  encodeHeaderMemo,
-  encodeHistoryLines,
   feedHeader,
   fileLines,
-  fixedMetaOf,
-  HISTORY_CRC_START,
-  HISTORY_LINE,
-  headOf,
-  historyCrcOfLines,
-  jsonOf,
   loadCodec,
   readFileWhole,
   readHead,
-  scanPlain,
+  rewrite,
   tryAppend,
+  validInfo,
 } from "./lazy-codec.js";
 import { closeKeptLocks, FileLocks, type OsLocks, osLocks } from "./lock.js";
 import type { LinesRef, ReadContext } from "./read.js";
 import { RevisionFloor } from "./revision-floor.js";
+import type { WholeWriteContext } from "./whole-write.js";
 
 /** The keys of {@link FileBackendOptions}: any other is an `InvalidOptionError`. */
 const FILE_OPTIONS = optionKeys<FileBackendOptions>({
@@ -218,6 +203,8 @@ export class FileBackend implements StateBackend {
   private readonly journals: HeaderJournals;
   /** The highest revision ever deleted in the directory. */
   private readonly floor: RevisionFloor;
+  /** What whole-file writes need of this backend. */
+  private readonly whole: WholeWriteContext;
   /** What the read paths need of this backend. */
   private readonly reader: ReadContext;
   private readonly cache = new Map<string, FileInfo>();
@@ -273,6 +260,14 @@ export class FileBackend implements StateBackend {
     this.locks = new FileLocks(this.baseDir, lockTimeoutMs, staleLockMs, osAddon);
     this.journals = new HeaderJournals(this.baseDir);
     this.floor = new RevisionFloor(this.baseDir, this.locks);
+    this.whole = {
+      baseDir: this.baseDir,
+      gzip: this.gzip,
+      headerSlack: this.headerSlack,
+      journals: this.journals,
+      cache: this.cache,
+      gzCache: this.gzCache,
+    };
     this.reader = {
       name: this.name,
       journals: this.journals,
@@ -569,7 +564,7 @@ export class FileBackend implements StateBackend {
           if (KEEP_FILE_FDS) keepFile(current.file, fd, fstatSync(fd, { bigint: true }));
         }
         try {
-          info = this.validInfo(key, fd, current.file, st);
+          info = validInfo(this.journals, this.cache, key, fd, current.file, st);
         } catch (e) {
           if (!(options.force && e instanceof FormatError)) throw e;
         }
@@ -617,8 +612,10 @@ export class FileBackend implements StateBackend {
     } finally {
       if (fd !== undefined && keptFiles.get((current as { file: string }).file)?.fd !== fd) closeSync(fd);
     }
-    return this.rewrite(
+    return rewrite(
+      this.whole,
       key,
+      this.tempOf(key),
       target,
       state,
       current && actual !== null
@@ -626,87 +623,6 @@ export class FileBackend implements StateBackend {
         : Math.max(this.floor.read(), current ? this.storedRevision(key) : 0) + 1,
       current,
     );
-  }
-
-  /** Validates the cached info of `key` against the open file, or rescans it (repairing an uncommitted tail). */
-  private validInfo(key: string, fd: number, file: string, stat?: BigIntStats): FileInfo {
-    const st = stat ?? fstatSync(fd, { bigint: true });
-    const size = Number(st.size);
-    const ino = Number(st.ino);
-    const cached = this.cache.get(key);
-    // The file is the one this backend last wrote or scanned when its identity (inode, size, mtime, ctime,
-    // the journal's) is unchanged and so is its head: revision, generation, count and header_crc32 (every
-    // writer changes the revision). The body of the header (a prompt of any size) is not read again.
-    if (
-      cached &&
-      cached.ino === ino &&
-      cached.end === size &&
-      cached.mtimeNs === st.mtimeNs &&
-      cached.ctimeNs === st.ctimeNs &&
-      this.journals.id(key) === cached.journal
-    ) {
-      const head = Buffer.allocUnsafe(cached.headBytes);
-      const n = readSync(fd, head, 0, head.length, 0);
-      if (n === head.length && head.equals(cached.header.subarray(0, cached.headBytes))) return cached;
-    }
-    const journal = this.journals.read(key);
-    const buf = Buffer.allocUnsafe(size);
-    let got = 0;
-    while (got < size) {
-      const n = readSync(fd, buf, got, size - got, got);
-      if (n === 0) break;
-      got += n;
-    }
-    let data: Buffer = buf.subarray(0, got);
-    if (journal && journal.generation !== fileGeneration(data)) {
-      // another incarnation's journal (a crash between a delete's two unlinks): garbage, never applied
-      safeUnlink(this.journals.of(key));
-    } else if (journal) {
-      const patched = applyJournal(data, journal, ino);
-      if (patched) {
-        // roll the interrupted save forward (we hold the lock); the tail check below truncates what follows
-        writeAll(fd, journal.lines, journal.dataOffset);
-        for (const p of journal.patches) writeAll(fd, p.bytes, p.offset);
-        fdatasyncSync(fd);
-        data = patched;
-        got = Math.max(got, journal.dataOffset + journal.lines.length);
-      }
-    }
-    const scan = scanPlain(data, file, true);
-    if (got > scan.end) {
-      // An interrupted append left lines beyond message_count: drop them (we hold the lock).
-      ftruncateSync(fd, scan.end);
-    }
-    // The commit read here becomes the next append's prior_commit: it must be on disk before a header
-    // naming it is (a writer killed between its write and its fdatasync left it in the page cache only).
-    fdatasyncSync(fd);
-    const after = fstatSync(fd, { bigint: true });
-    const header = Buffer.from(data.subarray(0, scan.headerEnd));
-    const info: FileInfo = {
-      ino,
-      end: scan.end,
-      header,
-      count: scan.header.meta.messageCount,
-      revision: scan.header.revision ?? 1,
-      protocol: scan.header.meta.protocol,
-      firstLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.first) : undefined,
-      lastLine: scan.header.meta.messageCount > 0 ? data.toString("utf8", ...scan.last) : undefined,
-      generation: scan.header.generation,
-      historyCrc32: scan.header.historyCrc32,
-      key: scan.header.key,
-      headBytes: headOf(header),
-      memo: undefined,
-      mtimeNs: after.mtimeNs,
-      ctimeNs: after.ctimeNs,
-      // examined under the lock: rolled forward, or not applicable to this file (now or later)
-      journal: this.journals.id(key),
-      historyBytes: scan.header.historyBytes,
-      savedAt: scan.header.meta.savedAt,
-      fixedMeta: fixedMetaOf(scan.header.meta),
-    };
-    if (scan.commit !== undefined && scan.written !== undefined) info.abandoned = scan.written;
-    this.cache.set(key, info);
-    return info;
   }
 
   /**
@@ -737,99 +653,6 @@ export class FileBackend implements StateBackend {
       }
     }
     return Math.max(highest, this.journals.read(key)?.revision ?? 0);
-  }
-
-  /** Whole-file atomic write: temp file, fsync, rename, fsync of the directory. */
-  private rewrite(
-    key: string,
-    target: string,
-    state: AgentState,
-    revision: number,
-    current: { file: string; gz: boolean } | undefined,
-  ): WriteResult {
-    const count = state.history.length;
-    const lines = encodeHistoryLines(state.history, state.meta.protocol);
-    // A new incarnation of the file: a header journal of any earlier one never applies to it.
-    const generation = randomBytes(16).toString("hex");
-    const historyCrc32 = crcHex(historyCrcOfLines(HISTORY_CRC_START, lines));
-    // The key the file is written under: a read or write under another key naming this file is refused.
-    const sealed = { revision, generation, key, historyCrc32, checksum: true };
-    let header: string;
-    let enc: EncodedHeader | undefined;
-    let historyBytes: number | undefined;
-    if (this.gzip) {
-      header = encodeHeader(state, count, sealed);
-    } else {
-      // The natural header, then `headerSlack` bytes of padding in a comment line before [HISTORY]
-      // (what encodeHeader's padTo writes for padTo = natural + headerSlack + 2, encoded once). Its
-      // prior_commit is its own commit (a whole-file write is synced before the rename makes it visible).
-      historyBytes = Buffer.byteLength(lines);
-      const prior = { revision, messageCount: count, historyBytes, historyCrc32, savedAt: state.meta.savedAt };
-      enc = encodeHeaderMemo(state, count, { ...sealed, fixedWidth: true, historyBytes, prior });
-      header = `${enc.text.slice(0, -HISTORY_LINE.length)}#${" ".repeat(this.headerSlack)}\n${HISTORY_LINE}`;
-    }
-    const text = Buffer.from(header + lines, "utf8");
-    const bytes = this.gzip ? gzipSync(text) : text;
-    // One temp name per key is safe: we hold the key's lock. A temp file left by a crash is simply overwritten.
-    const tmp = this.tempOf(key);
-    const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | NOFOLLOW, 0o644);
-    let ino: number;
-    try {
-      writeAll(fd, bytes, 0);
-      fsyncSync(fd);
-      ino = fstatSync(fd).ino;
-    } catch (e) {
-      closeSync(fd);
-      safeUnlink(tmp);
-      throw e;
-    }
-    closeSync(fd);
-    try {
-      renameSync(tmp, target);
-    } catch (e) {
-      safeUnlink(tmp);
-      throw e;
-    }
-    dropFile(target); // the replaced file's descriptor (the next save opens the new one)
-    if (current && current.file !== target) {
-      dropFile(current.file);
-      safeUnlink(current.file);
-    }
-    syncDir(this.baseDir);
-    // The old incarnation's journal is garbage now (it could never apply: other generation); tidy it up.
-    safeUnlink(this.journals.of(key));
-    // rename changes the ctime: the identity the next save checks is taken after it
-    const st = this.gzip ? undefined : lstatSync(target, { bigint: true });
-    if (this.gzip || enc === undefined || st === undefined || Number(st.ino) !== ino) {
-      this.cache.delete(key);
-      if (this.gzip) this.gzCache.set(key, { ino, size: bytes.length, revision });
-      else this.gzCache.delete(key);
-    } else {
-      this.gzCache.delete(key);
-      const headerLen = Buffer.byteLength(header);
-      this.cache.set(key, {
-        ino,
-        end: text.length,
-        header: Buffer.from(text.subarray(0, headerLen)),
-        count,
-        revision,
-        protocol: state.meta.protocol,
-        firstLine: jsonOf(state.history[0]),
-        lastLine: jsonOf(state.history[count - 1]),
-        generation,
-        historyCrc32,
-        key,
-        headBytes: enc.headBytes,
-        memo: enc.memo,
-        mtimeNs: st.mtimeNs,
-        ctimeNs: st.ctimeNs,
-        journal: this.journals.id(key),
-        historyBytes,
-        savedAt: state.meta.savedAt,
-        fixedMeta: fixedMetaOf(state.meta),
-      });
-    }
-    return { revision, written: count, rewritten: true };
   }
 
   /**

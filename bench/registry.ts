@@ -124,7 +124,7 @@ export interface BackendSpec {
 
 /** Our backends: file, SQLite, Redis, PostgreSQL and memory, each with its defaults. */
 export async function backendSpecs(): Promise<BackendSpec[]> {
-  const { FileBackend } = await import("../src/backends/file.js");
+  const { FileBackend } = await import("../src/backends/file/index.js");
   const { MemoryBackend } = await import("../src/backends/memory.js");
   const { SQLiteBackend } = await import("../src/backends/sqlite.js");
   const { RedisBackend } = await import("../src/backends/redis.js");

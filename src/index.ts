@@ -65,7 +65,7 @@ export {
   unregisterGlobalTool,
 } from "./agent/index.js";
 // Backends: the registry, the memory and file backends, the contract a custom backend implements.
-export { FileBackend, type FileBackendOptions } from "./backends/file.js";
+export { FileBackend, type FileBackendOptions } from "./backends/file/index.js";
 export { MemoryBackend } from "./backends/memory.js";
 export {
   getBackend,
@@ -84,8 +84,9 @@ export type {
   WriteOptions,
   WriteResult,
 } from "./backends/types.js";
+export { decodeState } from "./core/codec/bytes.js";
+export { encodeState } from "./core/codec/encode.js";
 // Core: the .duas codec, errors, JSON, state and message types.
-export { decodeState, encodeState } from "./core/codec.js";
 export {
   AgentNotFoundError,
   BackendError,

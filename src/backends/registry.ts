@@ -27,7 +27,7 @@
 import { DEFAULT_FILES } from "../core/defaults.js";
 import { BackendExistsError, DumplingsError, UnknownBackendError } from "../core/errors.js";
 import { checkOptions, optionKeys } from "../core/options.js";
-import { FileBackend } from "./file.js";
+import { FileBackend } from "./file/index.js";
 import { MemoryBackend } from "./memory.js";
 import { SQLiteBackend } from "./sqlite.js";
 import type { StateBackend } from "./types.js";

@@ -8,7 +8,7 @@
  */
 import path from "node:path";
 import { parseSpec, SESSION_KINDS } from "../drivers/spec.js";
-import { FileBackend } from "./file.js";
+import { FileBackend } from "./file/index.js";
 import { MemoryBackend } from "./memory.js";
 import { PostgresBackend } from "./postgres.js";
 import { RedisBackend } from "./redis.js";

@@ -13,7 +13,7 @@
  */
 import { readFile } from "node:fs/promises";
 import path from "node:path";
-import { decodeStateBytes } from "../core/codec.js";
+import { decodeStateBytes } from "../core/codec/bytes.js";
 import { FormatError } from "../core/errors.js";
 import { type Message, messageSchemaFor, type Protocol } from "../core/messages.js";
 import type { AgentState } from "../core/state.js";

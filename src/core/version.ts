@@ -1,7 +1,7 @@
 /**
  * The package's own version, read from its `package.json` at run time (never
  * hard-coded), the `.duas` format version this build reads and writes, and
- * the file extensions of `.duas` files (here, not in `codec.ts`: the file
+ * the file extensions of `.duas` files (here, not in `core/codec/`: the file
  * backend lists its keys without loading the codec and the zod schemas).
  *
  * @module

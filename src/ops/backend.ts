@@ -200,7 +200,7 @@ async function openLocal(
 }
 
 async function openFile(dir: string): Promise<StateBackend> {
-  const { FileBackend } = await import("../backends/file.js");
+  const { FileBackend } = await import("../backends/file/index.js");
   return new FileBackend({ baseDir: path.resolve(dir) });
 }
 

@@ -44,7 +44,8 @@ import { isBackendNotFound, readFailure } from "../backends/not-found.js";
 import { lendTexts, reclaimTexts } from "../backends/stored.js";
 import type { StateBackend } from "../backends/types.js";
 import { checkRevisionOption } from "../backends/write-options.js";
-import { decodeState, encodeState } from "../core/codec.js";
+import { decodeState } from "../core/codec/bytes.js";
+import { encodeState } from "../core/codec/encode.js";
 import {
   BackendError,
   DumplingsError,

@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { BaseAgent } from "../../src/agent/base-agent.js";
 import { CheckpointFailedError, ModelCallError } from "../../src/agent/conversation.js";
 import { INTERRUPTED_RESULT, isHistoryValid } from "../../src/agent/repair.js";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { registerBackend } from "../../src/backends/registry.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { StateBackend } from "../../src/backends/types.js";

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { BaseAgent } from "../../src/agent/base-agent.js";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { StateBackend } from "../../src/backends/types.js";
 import type { Message } from "../../src/core/messages.js";

@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterEach, expect, it } from "vitest";
 import { AnthropicAgent } from "../../src/agent/anthropic-agent.js";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { loadState, saveState } from "../../src/persistence/api.js";
 import { type ModelServer, startModelServer } from "../../src/testing/model-server.js";

@@ -12,7 +12,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { fromModelMessages, toModelMessages } from "../../src/agent/ai-sdk-messages.js";
 import { AnthropicAgent } from "../../src/agent/anthropic-agent.js";
 import { BaseAgent } from "../../src/agent/base-agent.js";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { MemoryBackend } from "../../src/backends/memory.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { StateBackend } from "../../src/backends/types.js";

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BaseAgent } from "../../src/agent/base-agent.js";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { FormatError } from "../../src/core/errors.js";
 import { iterHistory, loadState } from "../../src/persistence/api.js";
 import { runCli } from "../cli/run-cli.js";

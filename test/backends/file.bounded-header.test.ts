@@ -10,8 +10,10 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
-import { encodeIniString, encodeState, LongValueSummary } from "../../src/core/codec.js";
+import { FileBackend } from "../../src/backends/file/index.js";
+import { LongValueSummary } from "../../src/backends/file/value-summary.js";
+import { encodeState } from "../../src/core/codec/encode.js";
+import { encodeIniString } from "../../src/core/codec/escape.js";
 import { FormatError, InvalidOptionError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import { makeState } from "../../src/testing/states.js";

@@ -11,15 +11,11 @@ import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from "
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
-import {
-  crcHex,
-  decodeState,
-  encodeHeader,
-  encodeHistoryLines,
-  HISTORY_CRC_START,
-  historyCrcOfLines,
-} from "../../src/core/codec.js";
+import { FileBackend } from "../../src/backends/file/index.js";
+import { decodeState } from "../../src/core/codec/bytes.js";
+import { crcHex, HISTORY_CRC_START, historyCrcOfLines } from "../../src/core/codec/crc.js";
+import { encodeHistoryLines } from "../../src/core/codec/encode.js";
+import { encodeHeader } from "../../src/core/codec/header.js";
 import { ConflictError, FormatError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import type { AgentState } from "../../src/core/state.js";

@@ -11,7 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import type { Message } from "../../src/core/messages.js";
 import { stateAt } from "../fixtures/crash/file-history.js";
 

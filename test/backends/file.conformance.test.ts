@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import * as vitest from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import type { StateBackend } from "../../src/backends/types.js";
 import { runBackendConformance } from "../../src/testing/index.js";
 

@@ -11,8 +11,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
-import { decodeStateBytes } from "../../src/core/codec.js";
+import { FileBackend } from "../../src/backends/file/index.js";
+import { decodeStateBytes } from "../../src/core/codec/bytes.js";
 import { historyAt, stateAt } from "../fixtures/crash/file-history.js";
 
 const child = fileURLToPath(new URL("../fixtures/crash/file-writer.ts", import.meta.url));

@@ -12,8 +12,9 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import os from "node:os";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
-import { decodeState, encodeState } from "../../src/core/codec.js";
+import { FileBackend } from "../../src/backends/file/index.js";
+import { decodeState } from "../../src/core/codec/bytes.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import type { AgentState } from "../../src/core/state.js";
 import { makeState } from "../../src/testing/states.js";
 

@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { ConflictError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import type { AgentState } from "../../src/core/state.js";

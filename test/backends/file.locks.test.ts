@@ -11,7 +11,7 @@ import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { BackendError, InvalidOptionError } from "../../src/core/errors.js";
 import type { AgentState } from "../../src/core/state.js";
 import { makeState } from "../../src/testing/states.js";

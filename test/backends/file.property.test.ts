@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
-import { decodeStateBytes } from "../../src/core/codec.js";
+import { FileBackend } from "../../src/backends/file/index.js";
+import { decodeStateBytes } from "../../src/core/codec/bytes.js";
 import type { Message } from "../../src/core/messages.js";
 import { makeState } from "../../src/testing/states.js";
 

@@ -22,8 +22,9 @@ import {
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
-import { decodeState, decodeStateBytes, encodeState } from "../../src/core/codec.js";
+import { FileBackend } from "../../src/backends/file/index.js";
+import { decodeState, decodeStateBytes } from "../../src/core/codec/bytes.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import {
   BackendError,
   ConflictError,

@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { RedisBackend } from "../../src/backends/redis.js";
-import { decodeState } from "../../src/core/codec.js";
+import { decodeState } from "../../src/core/codec/bytes.js";
 import { ConflictError, FormatError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import type { AgentState } from "../../src/core/state.js";

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { MemoryBackend } from "../../src/backends/memory.js";
 import {
   builtinBackendSettings,

@@ -13,7 +13,7 @@ import path from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
-import { encodeState } from "../../src/core/codec.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import { FormatError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import type { AgentState } from "../../src/core/state.js";

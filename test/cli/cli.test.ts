@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { gunzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { encodeState } from "../../src/core/codec.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";
 import { makeState } from "../../src/testing/states.js";
 import { runCli, runJson } from "./run-cli.js";

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeEach, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import { makeState } from "../../src/testing/states.js";
 import { runCli } from "./run-cli.js";

@@ -11,7 +11,7 @@ import { firstDifference } from "../../src/cli/compare.js";
 import { parseDuration } from "../../src/cli/duration.js";
 import { classifyInput, readImportInput } from "../../src/cli/inputs.js";
 import { Progress } from "../../src/cli/progress.js";
-import { encodeState } from "../../src/core/codec.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import { DumplingsError, FormatError, StateNotFoundError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
 import { ExitCode, errorLine, exitCodeFor, UsageError } from "../../src/ops/errors.js";

@@ -24,7 +24,7 @@ import Database from "better-sqlite3";
 import { Redis } from "ioredis";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
 import type { StateBackend } from "../../src/backends/types.js";
 import type { AgentState } from "../../src/core/state.js";

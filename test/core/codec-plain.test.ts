@@ -4,7 +4,8 @@
  * tab typed into a hand-edited file) is a FormatError naming the line.
  */
 import { expect, it } from "vitest";
-import { decodeState, encodeState } from "../../src/core/codec.js";
+import { decodeState } from "../../src/core/codec/bytes.js";
+import { encodeState } from "../../src/core/codec/encode.js";
 import { FormatError } from "../../src/core/errors.js";
 import { makeState } from "../../src/testing/states.js";
 

@@ -5,7 +5,8 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { decodeState, decodeStateBytes, encodeState, encodeStateBytes } from "../../src/core/codec.js";
+import { decodeState, decodeStateBytes } from "../../src/core/codec/bytes.js";
+import { encodeState, encodeStateBytes } from "../../src/core/codec/encode.js";
 import { FormatError } from "../../src/core/errors.js";
 import type { JsonValue } from "../../src/core/json.js";
 import type { Message } from "../../src/core/messages.js";

@@ -5,19 +5,12 @@
 import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
-import {
-  assertStateJson,
-  DUAS_EXTENSION,
-  DUAS_GZ_EXTENSION,
-  decodeState,
-  decodeStateBytes,
-  encodeIniString,
-  encodeState,
-  encodeStateBytes,
-} from "../../src/core/codec.js";
+import { decodeState, decodeStateBytes } from "../../src/core/codec/bytes.js";
+import { assertStateJson, encodeState, encodeStateBytes } from "../../src/core/codec/encode.js";
+import { encodeIniString } from "../../src/core/codec/escape.js";
 import { FormatError, InvalidStateError, NonJsonValueError } from "../../src/core/errors.js";
 import type { Message } from "../../src/core/messages.js";
-import { packageVersion } from "../../src/core/version.js";
+import { DUAS_EXTENSION, DUAS_GZ_EXTENSION, packageVersion } from "../../src/core/version.js";
 import { loadSampleConversations } from "../../src/testing/samples.js";
 import { makeState } from "../../src/testing/states.js";
 import { goldenAnthropic, goldenOpenAI } from "./golden-states.js";

@@ -13,7 +13,7 @@ import { type AgentInputItem, MemorySession, protocol } from "@openai/agents-cor
 import { Redis } from "ioredis";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { FileBackend } from "../../src/backends/file.js";
+import { FileBackend } from "../../src/backends/file/index.js";
 import { MemoryBackend } from "../../src/backends/memory.js";
 import { PostgresBackend } from "../../src/backends/postgres.js";
 import { RedisBackend } from "../../src/backends/redis.js";

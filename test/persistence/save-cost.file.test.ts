@@ -69,7 +69,7 @@ vi.mock("node:zlib", async (importOriginal) => {
   return { ...wrapped, default: wrapped };
 });
 
-const { FileBackend } = await import("../../src/backends/file.js");
+const { FileBackend } = await import("../../src/backends/file/index.js");
 const { BaseAgent, loadState, saveState } = await import("../../src/index.js");
 
 const tmp = mkdtempSync(path.join(tmpdir(), "dumplings-save-cost-file-"));

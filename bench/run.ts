@@ -40,7 +40,11 @@
  * (stores whose name matches it, case-insensitive; the extra scenarios run
  * only without it or with `--scenarios`), `--json <file>` (raw results,
  * default `bench/results/latest.json`), `--chart <file.svg>`,
- * `--checkpoint-chart <file.svg>` (the checkpointers' chart).
+ * `--checkpoint-chart <file.svg>` (the checkpointers' chart), `--runs-chart <file.svg>` (run latency
+ * per shape).
+ *
+ * Durable runs in Vercel Workflow's shapes and queued runs on worker processes (`runs.ts`):
+ * `--runs-only` runs those alone, with their targets.
  *
  * @module
  */
@@ -52,7 +56,7 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Message } from "../src/core/messages.js";
 import { loadSampleConversations } from "../src/testing/samples.js";
-import { renderChart } from "./chart.js";
+import { renderChart, renderRunChart } from "./chart.js";
 import { allStores, type BackendSpec, type BenchContext, type BenchStore, backendSpecs } from "./registry.js";
 import type { Result, ScenarioResults } from "./results.js";
 import {
@@ -99,6 +103,8 @@ const chartOut = argValue("--chart") ?? (quick ? "bench/results/save-time-quick.
 const checkpointChartOut =
   argValue("--checkpoint-chart") ??
   (quick ? "bench/results/checkpoint-time-quick.svg" : "docs/bench-checkpoint-time.svg");
+const runsChartOut =
+  argValue("--runs-chart") ?? (quick ? "bench/results/run-shapes-quick.svg" : "docs/bench-run-shapes.svg");
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const WINDOW = 40;
@@ -786,11 +792,18 @@ async function main(): Promise<void> {
       `LangGraph checkpoint time, one message per step (${atN})`,
     );
   }
+  if (scenarioResults.runs.length > 0) {
+    await renderRunChart(
+      scenarioResults.runs,
+      path.resolve(runsChartOut),
+      `Durable runs, start to result (p50), beside as many raw record writes${quick ? ", --quick" : ""} (load average ${loadAtStart.toFixed(1)}, ${os.cpus().length} CPUs)`,
+    );
+  }
   console.error(
     `\nload average ${loadAtStart.toFixed(1)} at the start, ${os.loadavg()[0]!.toFixed(1)} at the end (${os.cpus().length} CPUs)`,
   );
   console.error(
-    `raw results: ${jsonOut}; charts: ${chartOut}, ${checkpointChartOut}; ${((Date.now() - started) / 60000).toFixed(1)} min`,
+    `raw results: ${jsonOut}; charts: ${chartOut}, ${checkpointChartOut}, ${runsChartOut}; ${((Date.now() - started) / 60000).toFixed(1)} min`,
   );
 }
 

@@ -270,13 +270,13 @@ export function runTargets(scenarios: Pick<ScenarioResults, "runs" | "workers">)
         check(
           "run-shape",
           `${j} journal, ${shape.label}`,
-          `run start to result p50 / ${shape.steps + 1} raw record writes${shape.parallel ? " (the steps' in one Promise.all)" : ""} p50 =`,
+          `run start to result p50 / ${shape.steps + 1} raw record write${shape.steps === 0 ? "" : "s"}${shape.parallel ? " (the steps' in one Promise.all)" : ""} p50 =`,
           r ? r.p50Ms / r.floorP50Ms : undefined,
           "<=",
           2,
           "×",
           r
-            ? `${r.p50Ms.toFixed(2)} ms; Vercel Workflow's local world publishes ${VERCEL_WORKFLOW_LOCAL.ms[shape.id]} ms`
+            ? `${r.p50Ms.toFixed(2)} ms; Vercel Workflow's local world publishes ${VERCEL_WORKFLOW_LOCAL.ms[shape.id]?.toLocaleString("en-US")} ms`
             : undefined,
         ),
       );

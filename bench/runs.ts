@@ -229,6 +229,8 @@ export interface WorkerResult {
   steps: number;
   /** Runs completed per second, from the first enqueue to the last result. */
   runsPerSecond: number;
+  /** ms the producer took to enqueue every run (it runs beside the workers: when close to the whole, it was the limit). */
+  enqueueMs: number;
   /** ms from a run's enqueue call to its result reported by the worker (all runs are enqueued at once). */
   p50Ms: number;
   p99Ms: number;
@@ -346,6 +348,7 @@ export async function workerScenario(
         }),
       );
     }
+    const enqueued = now();
     const deadline = Date.now() + 10 * 60_000;
     while (finished.size < ids.length) {
       if (failures.length > 0) throw new Error(failures.join("\n"));
@@ -368,6 +371,7 @@ export async function workerScenario(
       runs: opts.runs,
       steps: opts.steps,
       runsPerSecond: opts.runs / ((last - t0) / 1000),
+      enqueueMs: enqueued - t0,
       p50Ms: median(latencies),
       p99Ms: quantile(latencies, 0.99),
     };

@@ -30,7 +30,18 @@ const workerRow = (
   mode: WorkerResult["mode"],
   workers: number,
   runsPerSecond: number,
-) => ({ journal, mode, workers, runs: 100, steps: 3, runsPerSecond, p50Ms: 1, p99Ms: 1 }) satisfies WorkerResult;
+) =>
+  ({
+    journal,
+    mode,
+    workers,
+    runs: 100,
+    steps: 3,
+    runsPerSecond,
+    enqueueMs: 1,
+    p50Ms: 1,
+    p99Ms: 1,
+  }) satisfies WorkerResult;
 
 describe("run-shape and worker targets", () => {
   it("a floor writes one record a step and one for the run", () => {

@@ -107,3 +107,68 @@ export async function renderChart(
   mkdirSync(path.dirname(file), { recursive: true });
   writeFileSync(file, svg);
 }
+
+/** Minimal shape of a run-shape result needed for {@link renderRunChart}. */
+export interface RunShapeBar {
+  journal: string;
+  label: string;
+  p50Ms: number;
+  floorP50Ms: number;
+}
+
+/**
+ * Draws run latency per shape: grouped bars of the p50 start-to-result time (ms) of each journal's
+ * runs beside the p50 of its floor (as many raw record writes), one group per shape; the colour is
+ * the store, the floor's bar is pale.
+ *
+ * @param rows - measured run-shape results (every journal, every shape)
+ * @param file - output `.svg` path (its directory is created)
+ * @param title - chart title
+ */
+export async function renderRunChart(rows: RunShapeBar[], file: string, title: string): Promise<void> {
+  const shapes = [...new Set(rows.map((r) => r.label))];
+  const values = rows.flatMap((r) => {
+    const storage = STORAGE[r.journal] ?? r.journal;
+    return [
+      { shape: r.label, storage, writer: "runDurable + step", series: `${storage} run`, ms: r.p50Ms },
+      { shape: r.label, storage, writer: "raw floor", series: `${storage} floor`, ms: r.floorP50Ms },
+    ];
+  });
+  const spec = {
+    $schema: "https://vega.github.io/schema/vega-lite/v6.json",
+    title,
+    width: 640,
+    height: 320,
+    data: { values },
+    mark: { type: "bar" },
+    encoding: {
+      x: {
+        field: "shape",
+        type: "nominal",
+        title: "run shape",
+        sort: shapes,
+        axis: { labelAngle: 0, labelLimit: 300 },
+      },
+      xOffset: { field: "series", type: "nominal" },
+      y: { field: "ms", type: "quantitative", title: "start to result, p50 (ms)" },
+      color: {
+        field: "storage",
+        type: "nominal",
+        title: "journal",
+        scale: { domain: ["SQLite", "PostgreSQL", "Redis"] },
+      },
+      opacity: {
+        field: "writer",
+        type: "ordinal",
+        title: "measured",
+        scale: { domain: ["runDurable + step", "raw floor"], range: [1, 0.4] },
+      },
+    },
+  } as vegaLite.TopLevelSpec;
+  const compiled = vegaLite.compile(spec).spec;
+  const view = new vega.View(vega.parse(compiled), { renderer: "none" });
+  const svg = await view.toSVG();
+  view.finalize();
+  mkdirSync(path.dirname(file), { recursive: true });
+  writeFileSync(file, svg);
+}

@@ -5,6 +5,7 @@
  * @module
  */
 import type { BenchStore } from "./registry.js";
+import type { RunShapeResult, WorkerResult } from "./runs.js";
 import type {
   ChatSaveResult,
   CheckpointResult,
@@ -49,4 +50,8 @@ export interface ScenarioResults {
   startup: StartupResult[];
   /** One more message to a 5,000-message chat against one more to a 10-message chat (`createChatStore`). */
   chat: ChatSaveResult[];
+  /** Whole durable runs in Vercel Workflow's shapes against the floor of as many record writes. */
+  runs: RunShapeResult[];
+  /** Queued runs on 1 and 2 worker processes, ours and raw BullMQ jobs. */
+  workers: WorkerResult[];
 }

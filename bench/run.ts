@@ -40,7 +40,11 @@
  * (stores whose name matches it, case-insensitive; the extra scenarios run
  * only without it or with `--scenarios`), `--json <file>` (raw results,
  * default `bench/results/latest.json`), `--chart <file.svg>`,
- * `--checkpoint-chart <file.svg>` (the checkpointers' chart).
+ * `--checkpoint-chart <file.svg>` (the checkpointers' chart), `--runs-chart <file.svg>` (run latency
+ * per shape).
+ *
+ * Durable runs in Vercel Workflow's shapes and queued runs on worker processes (`runs.ts`):
+ * `--runs-only` runs those alone, with their targets.
  *
  * @module
  */
@@ -52,9 +56,18 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Message } from "../src/core/messages.js";
 import { loadSampleConversations } from "../src/testing/samples.js";
-import { renderChart } from "./chart.js";
+import { renderChart, renderRunChart } from "./chart.js";
 import { allStores, type BackendSpec, type BenchContext, type BenchStore, backendSpecs } from "./registry.js";
 import type { Result, ScenarioResults } from "./results.js";
+import {
+  floorWrites,
+  RUN_SHAPES,
+  type RunShapeResult,
+  runShapesScenario,
+  VERCEL_WORKFLOW_LOCAL,
+  type WorkerResult,
+  workerScenario,
+} from "./runs.js";
 import {
   type ChatSaveResult,
   type CheckpointResult,
@@ -76,19 +89,22 @@ import {
   tmpfsRoot,
 } from "./scenarios.js";
 import { agentStore } from "./stores.js";
-import { checkTargets, earlierTargets, type TargetCheck } from "./targets.js";
+import { checkTargets, earlierTargets, runTargets, type TargetCheck } from "./targets.js";
 
 const args = process.argv.slice(2);
 const quick = args.includes("--quick");
 const only = argValue("--only");
-const runScenarios = !only || args.includes("--scenarios") || args.includes("--chat-only");
 const chatOnly = args.includes("--chat-only");
+const runsOnly = args.includes("--runs-only");
+const runScenarios = !only || args.includes("--scenarios") || chatOnly || runsOnly;
 const jsonOut = argValue("--json") ?? "bench/results/latest.json";
 // The committed charts (docs/) are the full run's; a quick run draws its own under bench/results/.
 const chartOut = argValue("--chart") ?? (quick ? "bench/results/save-time-quick.svg" : "docs/bench-save-time.svg");
 const checkpointChartOut =
   argValue("--checkpoint-chart") ??
   (quick ? "bench/results/checkpoint-time-quick.svg" : "docs/bench-checkpoint-time.svg");
+const runsChartOut =
+  argValue("--runs-chart") ?? (quick ? "bench/results/run-shapes-quick.svg" : "docs/bench-run-shapes.svg");
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const WINDOW = 40;
@@ -428,14 +444,99 @@ function chatTable(rows: ChatSaveResult[]): string {
   return lines.join("\n");
 }
 
+/**
+ * Durable runs in Vercel Workflow's shapes on each journal, and queued runs on 1 and 2 worker
+ * processes (ours and raw BullMQ, interleaved: raw 1, ours 1, raw 2, ours 2 per journal).
+ */
+async function runsAndWorkers(
+  pool: Message[],
+  up: { redis: boolean; postgres: boolean },
+  out: ScenarioResults,
+): Promise<ScenarioResults> {
+  for (const kind of ["sqlite", "postgres", "redis"] as const) {
+    if (kind !== "sqlite" && !up[kind]) continue;
+    const ctx = newContext(REDIS_URL, DATABASE_URL);
+    try {
+      out.runs.push(
+        ...(await progress(`durable runs, ${RUN_SHAPES.length} shapes: ${kind} journal`, () =>
+          runShapesScenario(kind, ctx, pool, { runs: quick ? 20 : 50 }),
+        )),
+      );
+    } finally {
+      rmSync(ctx.dir, { recursive: true, force: true });
+    }
+  }
+  if (!up.redis) {
+    console.error(`skipped the worker scenario: redis is not reachable (${REDIS_URL})`);
+    return out;
+  }
+  const runs = quick ? 200 : 1000;
+  for (const kind of ["redis", "postgres"] as const) {
+    if (!up[kind]) continue;
+    for (const workers of [1, 2]) {
+      for (const mode of ["raw", "durable"] as const) {
+        const ctx = newContext(REDIS_URL, DATABASE_URL);
+        try {
+          out.workers.push(
+            await progress(
+              `workers: ${fmt(runs)} runs of 3 steps, ${workers} process${workers > 1 ? "es" : ""}, ${mode === "raw" ? "raw BullMQ" : "DurableWorker"}, ${kind} journal`,
+              () => workerScenario(mode, kind, ctx, { workers, runs, steps: 3 }),
+            ),
+          );
+        } finally {
+          rmSync(ctx.dir, { recursive: true, force: true });
+        }
+      }
+    }
+  }
+  return out;
+}
+
+function runShapesTable(rows: RunShapeResult[]): string {
+  const lines = [
+    `| journal | shape | runs | p50 ms | p99 ms | floor p50 ms (writes) | floor p99 ms | p50 ratio | Vercel Workflow, local world (published) |`,
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
+  for (const r of rows) {
+    const theirs = VERCEL_WORKFLOW_LOCAL.ms[r.shape];
+    lines.push(
+      `| ${r.journal} | ${r.label} | ${r.runs} | ${fmt(r.p50Ms, 2)} | ${fmt(r.p99Ms, 2)} | ${fmt(r.floorP50Ms, 2)} (${floorWrites(r)}) | ${fmt(r.floorP99Ms, 2)} | ${(r.p50Ms / r.floorP50Ms).toFixed(2)}× | ${theirs === undefined ? "" : `${fmt(theirs)} ms`} |`,
+    );
+  }
+  return lines.join("\n");
+}
+
+function workersTable(rows: WorkerResult[]): string {
+  const lines = [
+    "| journal | executed by | processes | runs | runs/s | ms per run | enqueue to result p50 ms | p99 ms | enqueue of all ms |",
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
+  for (const r of rows) {
+    lines.push(
+      `| ${r.journal} | ${r.mode === "raw" ? `raw BullMQ job, ${r.steps} record writes` : `DurableWorker, ${r.steps} steps`} | ${r.workers} | ${fmt(r.runs)} | ${fmt(r.runsPerSecond)} | ${fmt(1000 / r.runsPerSecond, 2)} | ${fmt(r.p50Ms)} | ${fmt(r.p99Ms)} | ${fmt(r.enqueueMs)} |`,
+    );
+  }
+  return lines.join("\n");
+}
+
 async function extraScenarios(
   pool: Message[],
   up: { redis: boolean; postgres: boolean },
   specs: BackendSpec[],
 ): Promise<ScenarioResults> {
-  const out: ScenarioResults = { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [], chat: [] };
+  const out: ScenarioResults = {
+    prompt: [],
+    cpu: [],
+    durable: [],
+    checkpoint: undefined,
+    startup: [],
+    chat: [],
+    runs: [],
+    workers: [],
+  };
   const live = specs.filter((s) => !s.needs || up[s.needs]);
   const ctxOf = () => newContext(REDIS_URL, DATABASE_URL);
+  if (runsOnly) return runsAndWorkers(pool, up, out);
   out.chat = await chatSaves(pool, live);
   if (chatOnly) return out;
   // 50 MB prompt: a few dozen one-message saves (fewer with --quick) on a 100-message history.
@@ -510,6 +611,7 @@ async function extraScenarios(
       rmSync(ctx.dir, { recursive: true, force: true });
     }
   }
+  await runsAndWorkers(pool, up, out);
   // CLI start-up: `dumplings --help` and `ls` on an empty store, beside `node -e 0` (needs dist/: `npm run build`).
   const cli = path.resolve("dist/cli/index.js");
   if (existsSync(cli)) {
@@ -539,7 +641,7 @@ async function main(): Promise<void> {
   const scenarios: [string, Message[][]][] = SIZES.map((n) => [`synthetic N=${n}`, [syntheticConversation(n, pool)]]);
   const realName = `real conversations (${bundled.length})`;
   scenarios.push([realName, bundled.map((c) => c.messages)]);
-  if (chatOnly) scenarios.length = 0; // the chat scenario alone
+  if (chatOnly || runsOnly) scenarios.length = 0; // the chat scenario, or the run shapes and workers, alone
 
   const up = { redis: await reachable(REDIS_URL, 6379), postgres: await reachable(DATABASE_URL, 5432) };
   const matches = (s: BenchStore) => !only || new RegExp(only, "i").test(s.name);
@@ -574,18 +676,20 @@ async function main(): Promise<void> {
   }
   const scenarioResults: ScenarioResults = runScenarios
     ? await extraScenarios(pool, up, await backendSpecs())
-    : { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [], chat: [] };
+    : { prompt: [], cpu: [], durable: [], checkpoint: undefined, startup: [], chat: [], runs: [], workers: [] };
 
   const atN = `synthetic N=${SIZES[SIZES.length - 1]}`;
   const mainRows = results.filter(
     (r) => r.scenario !== realName && (r.group === "agent" || r.group === "baseline" || isLangGraphReference(r)),
   );
-  console.log("## Saves through saveState (an agent saved after every message)\n");
-  console.log(table(mainRows));
-  console.log("\n## Backend level: each backend's write\n");
-  console.log(table(results.filter((r) => r.group === "backend" || r.group === "baseline")));
-  console.log("\n## LangGraph.js checkpointers\n");
-  console.log(table(results.filter((r) => r.group === "langgraph")));
+  if (results.length > 0) {
+    console.log("## Saves through saveState (an agent saved after every message)\n");
+    console.log(table(mainRows));
+    console.log("\n## Backend level: each backend's write\n");
+    console.log(table(results.filter((r) => r.group === "backend" || r.group === "baseline")));
+    console.log("\n## LangGraph.js checkpointers\n");
+    console.log(table(results.filter((r) => r.group === "langgraph")));
+  }
   if (scenarioResults.prompt.length > 0) {
     console.log("\n## Save cost with a 50 MB prompt\n");
     console.log(promptTable(scenarioResults.prompt));
@@ -602,6 +706,16 @@ async function main(): Promise<void> {
     console.log("\n## Durable steps and replay\n");
     console.log(durableTable(scenarioResults.durable));
   }
+  if (scenarioResults.runs.length > 0) {
+    console.log(
+      `\n## Durable runs, start to result (Vercel Workflow's shapes; their figures cited from ${VERCEL_WORKFLOW_LOCAL.source}, not re-measured)\n`,
+    );
+    console.log(runShapesTable(scenarioResults.runs));
+  }
+  if (scenarioResults.workers.length > 0) {
+    console.log("\n## Queued runs on worker processes (all runs enqueued at once)\n");
+    console.log(workersTable(scenarioResults.workers));
+  }
   if (scenarioResults.checkpoint) {
     console.log("\n## Workflow checkpoints\n");
     console.log(checkpointTable(scenarioResults.checkpoint));
@@ -612,10 +726,12 @@ async function main(): Promise<void> {
     console.log(startupTable(scenarioResults.startup));
   }
 
-  const targets = checkTargets(results, scenarioResults, { at: atN });
+  const targets = runsOnly ? runTargets(scenarioResults) : checkTargets(results, scenarioResults, { at: atN });
   const earlier = earlierTargets(results, atN);
   console.log(
-    `\n## Targets (${atN}${quick ? "; --quick: the targets are for N = 10,000, so these lines are indicative only" : ""})\n`,
+    runsOnly
+      ? `\n## Targets (durable runs and workers${quick ? "; --quick: fewer runs, indicative only" : ""})\n`
+      : `\n## Targets (${atN}${quick ? "; --quick: the targets are for N = 10,000, so these lines are indicative only" : ""})\n`,
   );
   console.log("```");
   for (const t of targets) console.log(t.line);
@@ -676,11 +792,18 @@ async function main(): Promise<void> {
       `LangGraph checkpoint time, one message per step (${atN})`,
     );
   }
+  if (scenarioResults.runs.length > 0) {
+    await renderRunChart(
+      scenarioResults.runs,
+      path.resolve(runsChartOut),
+      `Durable runs, start to result (p50), beside as many raw record writes${quick ? ", --quick" : ""} (load average ${loadAtStart.toFixed(1)}, ${os.cpus().length} CPUs)`,
+    );
+  }
   console.error(
     `\nload average ${loadAtStart.toFixed(1)} at the start, ${os.loadavg()[0]!.toFixed(1)} at the end (${os.cpus().length} CPUs)`,
   );
   console.error(
-    `raw results: ${jsonOut}; charts: ${chartOut}, ${checkpointChartOut}; ${((Date.now() - started) / 60000).toFixed(1)} min`,
+    `raw results: ${jsonOut}; charts: ${chartOut}, ${checkpointChartOut}, ${runsChartOut}; ${((Date.now() - started) / 60000).toFixed(1)} min`,
   );
 }
 

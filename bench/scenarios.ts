@@ -37,6 +37,7 @@ import { performance } from "node:perf_hooks";
 import Database from "better-sqlite3";
 import type { StateBackend } from "../src/backends/types.js";
 import type { Message } from "../src/core/messages.js";
+import type { Journal } from "../src/durable/index.js";
 import { type BackendSpec, type BenchContext, deleteRedisPrefix, pgSchema, redisPrefix } from "./registry.js";
 import { dropPostgresSchema, newBenchAgent } from "./stores.js";
 
@@ -296,18 +297,7 @@ export async function durableScenario(
 ): Promise<DurableResult> {
   const d = await import("../src/durable/index.js");
   const runId = `bench-run-${ctx.id}`;
-  // biome-ignore lint/suspicious/noExplicitAny: one of the three journals
-  let journal: any;
-  let cleanup = async () => {};
-  if (kind === "sqlite") {
-    journal = new d.SqliteJournal({ path: path.join(ctx.dir, "journal.db") });
-  } else if (kind === "postgres") {
-    journal = new d.PostgresJournal({ url: ctx.databaseUrl, schema: pgSchema(ctx) });
-    cleanup = () => dropPostgresSchema(ctx.databaseUrl, pgSchema(ctx));
-  } else {
-    journal = new d.RedisJournal({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) });
-    cleanup = () => deleteRedisPrefix(ctx);
-  }
+  const { journal, cleanup } = await openJournal(kind, ctx);
   let floor: DurableFloor | undefined;
   try {
     // The floor's record: what the journal stores for a completed step returning pool[0].
@@ -374,6 +364,33 @@ export async function durableScenario(
     await journal.close();
     await cleanup();
   }
+}
+
+/**
+ * Opens the journal of `kind` on the case's store, as users construct it: an
+ * SQLite file `journal.db` in the case's directory (WAL, `synchronous=FULL`),
+ * the case's PostgreSQL schema, or the case's Redis key prefix.
+ *
+ * @returns the journal and a cleanup that drops what it stored (after `journal.close()`)
+ */
+export async function openJournal(
+  kind: DurableResult["journal"],
+  ctx: BenchContext,
+): Promise<{ journal: Journal; cleanup: () => Promise<void> }> {
+  const d = await import("../src/durable/index.js");
+  if (kind === "sqlite") {
+    return { journal: new d.SqliteJournal({ path: path.join(ctx.dir, "journal.db") }), cleanup: async () => {} };
+  }
+  if (kind === "postgres") {
+    return {
+      journal: new d.PostgresJournal({ url: ctx.databaseUrl, schema: pgSchema(ctx) }),
+      cleanup: () => dropPostgresSchema(ctx.databaseUrl, pgSchema(ctx)),
+    };
+  }
+  return {
+    journal: new d.RedisJournal({ url: ctx.redisUrl, keyPrefix: redisPrefix(ctx) }),
+    cleanup: () => deleteRedisPrefix(ctx),
+  };
 }
 
 /** Opens the raw floors of one journal's store (its own connection to the same file, database or server). */

@@ -9,6 +9,7 @@
  * @module
  */
 import type { Result, ScenarioResults } from "./results.js";
+import { RUN_SHAPES, VERCEL_WORKFLOW_LOCAL } from "./runs.js";
 
 /** One checked target. */
 export interface TargetCheck {
@@ -235,6 +236,7 @@ export function checkTargets(results: Result[], scenarios: ScenarioResults, opts
       ),
     );
   }
+  out.push(...runTargets(scenarios));
   for (const command of ["dumplings --help", "dumplings ls (empty store)"]) {
     const r = scenarios.startup.find((x) => x.command === command);
     out.push(
@@ -247,6 +249,67 @@ export function checkTargets(results: Result[], scenarios: ScenarioResults, opts
         300,
         "ms",
         r ? `node -e 0 p50 ${r.nodeP50Ms.toFixed(0)} ms in the same run` : undefined,
+      ),
+    );
+  }
+  return out;
+}
+
+/**
+ * The targets of durable runs in Vercel Workflow's shapes and of queued runs on workers (issue 27,
+ * items 2 and 3): a run's p50 ≤ 2× the floor of as many record writes, per shape and journal; 2 worker
+ * processes ≥ 1.6× the runs per second of one; a run's cost on one worker ≤ 2× a raw BullMQ job's
+ * doing the same record writes.
+ */
+export function runTargets(scenarios: Pick<ScenarioResults, "runs" | "workers">): TargetCheck[] {
+  const out: TargetCheck[] = [];
+  for (const j of ["sqlite", "postgres", "redis"] as const) {
+    for (const shape of RUN_SHAPES) {
+      const r = scenarios.runs.find((x) => x.journal === j && x.shape === shape.id);
+      out.push(
+        check(
+          "run-shape",
+          `${j} journal, ${shape.label}`,
+          `run start to result p50 / ${shape.steps + 1} raw record write${shape.steps === 0 ? "" : "s"}${shape.parallel ? " (the steps' in one Promise.all)" : ""} p50 =`,
+          r ? r.p50Ms / r.floorP50Ms : undefined,
+          "<=",
+          2,
+          "×",
+          r
+            ? `${r.p50Ms.toFixed(2)} ms; Vercel Workflow's local world publishes ${VERCEL_WORKFLOW_LOCAL.ms[shape.id]?.toLocaleString("en-US")} ms`
+            : undefined,
+        ),
+      );
+    }
+  }
+  for (const j of ["redis", "postgres"] as const) {
+    const find = (mode: "durable" | "raw", workers: number) =>
+      scenarios.workers.find((x) => x.journal === j && x.mode === mode && x.workers === workers);
+    const [one, two, rawOne, rawTwo] = [find("durable", 1), find("durable", 2), find("raw", 1), find("raw", 2)];
+    out.push(
+      check(
+        "workers-scale",
+        `DurableWorker, ${j} journal`,
+        "runs/s with 2 worker processes / with 1 =",
+        one && two ? two.runsPerSecond / one.runsPerSecond : undefined,
+        ">=",
+        1.6,
+        "×",
+        rawOne && rawTwo ? `raw BullMQ's own: ${(rawTwo.runsPerSecond / rawOne.runsPerSecond).toFixed(2)}×` : undefined,
+      ),
+    );
+    out.push(
+      check(
+        "workers-overhead",
+        `DurableWorker, ${j} journal`,
+        `ms per run of ${one?.steps ?? 3} steps on 1 worker / a raw BullMQ job's doing as many record writes =`,
+        one && rawOne ? rawOne.runsPerSecond / one.runsPerSecond : undefined,
+        "<=",
+        2,
+        "×",
+        one && rawOne
+          ? `${(1000 / one.runsPerSecond).toFixed(2)} ms against ${(1000 / rawOne.runsPerSecond).toFixed(2)} ms`
+          : undefined,
       ),
     );
   }

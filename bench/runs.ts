@@ -20,7 +20,7 @@ import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import type { Message } from "../src/core/messages.js";
 import { type BenchContext, deleteRedisPrefix, pgSchema, redisPrefix } from "./registry.js";
-import { type DurableResult, median, openJournal, quantile } from "./scenarios.js";
+import { type DurableResult, median, openJournal, quantile, stepRecord } from "./scenarios.js";
 
 /**
  * Vercel Workflow's published figures for its local world (cited, not
@@ -77,22 +77,6 @@ interface RecordWriter {
   write: string;
   put(): Promise<void> | void;
   close(): Promise<void> | void;
-}
-
-/** The record a floor writes: what a journal stores for a completed step returning `output`. */
-export function stepRecord(runId: string, output: unknown): string {
-  return JSON.stringify({
-    runId,
-    seq: 0,
-    name: "llm",
-    inputHash: "0".repeat(64),
-    status: "completed",
-    attempt: 1,
-    startedAt: Date.now(),
-    finishedAt: Date.now(),
-    fencingToken: 1,
-    output,
-  });
 }
 
 /** Opens raw record writes to the journal's store (its own connection; the journal has created its tables). */

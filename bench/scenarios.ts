@@ -270,6 +270,22 @@ export interface DurableResult {
   repeats: number;
 }
 
+/** The record a floor writes: what a journal stores for a completed step returning `output`. */
+export function stepRecord(runId: string, output: unknown): string {
+  return JSON.stringify({
+    runId,
+    seq: 0,
+    name: "llm",
+    inputHash: "0".repeat(64),
+    status: "completed",
+    attempt: 1,
+    startedAt: Date.now(),
+    finishedAt: Date.now(),
+    fencingToken: 1,
+    output,
+  });
+}
+
 /** The raw floors of a journal's store: one write of a step record, and a read of a run's step rows. */
 interface DurableFloor {
   write: string;
@@ -301,18 +317,7 @@ export async function durableScenario(
   let floor: DurableFloor | undefined;
   try {
     // The floor's record: what the journal stores for a completed step returning pool[0].
-    const record = JSON.stringify({
-      runId,
-      seq: 0,
-      name: "llm",
-      inputHash: "0".repeat(64),
-      status: "completed",
-      attempt: 1,
-      startedAt: Date.now(),
-      finishedAt: Date.now(),
-      fencingToken: 1,
-      output: pool[0],
-    });
+    const record = stepRecord(runId, pool[0]);
     // The journal creates its tables on first use: open the floor (which reads them) after a first call.
     await journal.readSteps(runId);
     floor = await durableFloor(kind, ctx, runId, record);

@@ -17,7 +17,7 @@ import { performance } from "node:perf_hooks";
 import { Worker } from "bullmq";
 import { Redis } from "ioredis";
 import { DurableWorker, type Journal, PostgresJournal, RedisJournal, step } from "../src/durable/index.js";
-import { stepRecord } from "./runs.js";
+import { stepRecord } from "./scenarios.js";
 
 const env = (name: string) => {
   const v = process.env[name];

@@ -474,10 +474,9 @@ export class BaseAgent extends EventEmitter {
     return names;
   }
 
-  /** Emits `persistWarning` and writes it to the console. */
+  /** Emits `persistWarning`; logged (the library's logger, default the console) only when nobody listens. */
   protected warn(warning: PersistenceWarning): void {
-    this.emit("persistWarning", warning);
-    defaultWarn(warning);
+    if (!this.emit("persistWarning", warning)) defaultWarn(warning);
   }
 
   /**

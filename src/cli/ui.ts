@@ -30,7 +30,7 @@ import type { Journal } from "../durable/journal.js";
 import type { RunEventStream } from "../durable/stream-contract.js";
 import { closeBackend, DEFAULT_DIR, openBackendAsync } from "../ops/backend.js";
 import { InputNotFoundError, UsageError } from "../ops/errors.js";
-import { DEFAULT_JOURNAL, openJournal } from "../ops/journal.js";
+import { DEFAULT_JOURNAL, defaultJournalSpec, openJournal } from "../ops/journal.js";
 import { parseSpec } from "../ops/spec.js";
 import { DEFAULT_WORKFLOW_STORE, openWorkflowStore } from "../ops/workflows.js";
 import type { Source, UiSources } from "../ui/sources.js";
@@ -152,7 +152,7 @@ export function uiCommand(): Command {
         );
         const storeText = options.store ?? env.DUMPLINGS_WORKFLOW_STORE ?? DEFAULT_WORKFLOW_STORE;
         const journalNamed = set(options.journal) || set(env.DUMPLINGS_DURABLE_JOURNAL);
-        const journalText = options.journal ?? env.DUMPLINGS_DURABLE_JOURNAL ?? DEFAULT_JOURNAL;
+        const journalText = options.journal ?? env.DUMPLINGS_DURABLE_JOURNAL ?? defaultJournalSpec();
         // The workflow store's own journal (workflow W is run W there), when it is kept in one.
         const storeJournal =
           workflows.value?.cold instanceof JournalColdStore ? workflows.value.cold.journal : undefined;

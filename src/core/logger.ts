@@ -13,6 +13,7 @@
  * @module
  */
 import { InvalidOptionError } from "./errors.js";
+import { shownValue } from "./options.js";
 
 /** Structured fields of a log line (a run id, a key, an error code…): flat JSON values. */
 export type LogFields = Record<string, string | number | boolean | null | undefined>;
@@ -60,7 +61,7 @@ export function loggerProblem(value: unknown): string | undefined {
   if (missing.length === 0 && wrong.length === 0) return undefined;
   return `expected a logger (an object with warn and error methods, like console, pino or winston)${
     missing.length > 0 ? `; missing ${missing.join(" and ")}` : ""
-  }${wrong.length > 0 ? `; ${wrong.join(" and ")} must be functions` : ""}`;
+  }${wrong.length > 0 ? `; ${wrong.join(" and ")} must be ${wrong.length > 1 ? "functions" : "a function"}` : ""}, got ${shownValue(value)}`;
 }
 
 /**

@@ -248,8 +248,9 @@ export class SqliteDriver implements SqlDriver {
         `must be a file path or ":memory:", got ${JSON.stringify(given)}`,
       );
     }
-    // A default file of an earlier release (`.dumplings-durable.db`) is still found when the new one is absent.
-    const file = existingDefaultFile(given);
+    // Defaulted (no path given): a default file of an earlier release (`.dumplings-durable.db`) is still found
+    // when the new one is absent. A path given is opened as given, the new default's name included.
+    const file = o.path === undefined ? existingDefaultFile(given) : given;
     this.path = file;
     this.owned = true;
     const inMemory = file === ":memory:";

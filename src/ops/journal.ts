@@ -8,13 +8,22 @@
  *
  * @module
  */
-import { DEFAULT_FILES } from "../core/defaults.js";
+import { DEFAULT_FILES, existingDefaultFile } from "../core/defaults.js";
 import type { Journal } from "../durable/journal.js";
 import { missingStore, UsageError } from "./errors.js";
 import { oneOf, parseSpec } from "./spec.js";
 
 /** Default journal spec. */
 export const DEFAULT_JOURNAL = `sqlite:${DEFAULT_FILES.durableDb}`;
+
+/**
+ * The journal SPEC used when neither `--journal` nor `DUMPLINGS_DURABLE_JOURNAL` names one:
+ * {@link DEFAULT_JOURNAL}, or the default file of an earlier release (`./.dumplings-durable.db`) while
+ * that one exists and the new one does not (as a journal opened without a path finds it).
+ */
+export function defaultJournalSpec(): string {
+  return `sqlite:${existingDefaultFile(DEFAULT_FILES.durableDb)}`;
+}
 
 /** Options common to the durable commands. */
 export interface JournalCliOptions {
@@ -51,7 +60,7 @@ export async function openJournal(
   open: { mustExist?: boolean } = {},
 ): Promise<Journal> {
   const fromEnv = options.journal === undefined && nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) !== undefined;
-  const text = options.journal ?? nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) ?? DEFAULT_JOURNAL;
+  const text = options.journal ?? nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) ?? defaultJournalSpec();
   const spec = parseSpec(text, { kinds: JOURNAL_KINDS, option: fromEnv ? "DUMPLINGS_DURABLE_JOURNAL" : "--journal" });
   const create = open.mustExist === true ? { create: false } : {};
   if (spec.kind === "sqlite") {

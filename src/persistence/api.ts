@@ -772,8 +772,7 @@ export async function continueStoredSession(
         name: key,
         message: `key ${JSON.stringify(key)} (the name of agent ${agent.uuid}) holds another conversation; this agent's conversation is saved under its uuid, key ${JSON.stringify(own)}`,
       };
-      agent.emit("persistWarning", warning);
-      defaultWarn(warning);
+      if (!agent.emit("persistWarning", warning)) defaultWarn(warning);
     });
   } catch (error) {
     report(agent, error);

@@ -534,7 +534,7 @@ export async function resolveAgentClass(meta: StateMeta, label = "state"): Promi
 
 /** Default warning sink: one line at `warn` to the library's logger (`configure({ logger })`; default the console). */
 export function defaultWarn(warning: PersistenceWarning): void {
-  log("warn", warning.message, { code: warning.code });
+  log("warn", warning.message, { code: warning.code, name: warning.name });
 }
 
 /**

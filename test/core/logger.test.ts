@@ -118,8 +118,29 @@ describe("configure({ logger })", () => {
     await agent.saveState("bad-history", { backend });
     await loadState("bad-history", { backend });
     expect(calls).toEqual([
-      [expect.stringMatching(/^the history of agent "bad-history" would be rejected/), { code: "HISTORY_INVALID" }],
+      [
+        expect.stringMatching(/^the history of agent "bad-history" would be rejected/),
+        { code: "HISTORY_INVALID", name: "bad-history" },
+      ],
     ]);
+  });
+
+  it("a persistWarning a listener handles is not also printed; without one it is logged", async () => {
+    const calls: unknown[][] = [];
+    configure({ logger: { warn: (...a: unknown[]) => calls.push(a), error: () => undefined } });
+    const backend = new MemoryBackend();
+    const history = [
+      { role: "user" as const, content: "hi" },
+      { role: "tool" as const, tool_call_id: "nope", content: "orphan result" },
+    ];
+    await new BaseAgent({ name: "warned", history }).saveState("warned", { backend });
+    const seen: unknown[] = [];
+    const listened = await loadState("warned", { backend });
+    expect(calls).toHaveLength(1);
+    listened.on("persistWarning", (w) => seen.push(w));
+    (listened as unknown as { warn(w: unknown): void }).warn({ code: "HOOK_NOT_REGISTERED", name: "h", message: "m" });
+    expect(seen).toHaveLength(1);
+    expect(calls).toHaveLength(1);
   });
 
   it("a workflow store's own logger gets the hot tier's failure once, with the workflow id", async () => {

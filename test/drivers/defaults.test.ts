@@ -156,6 +156,22 @@ describe("default files: one family", () => {
     }
   });
 
+  it("a path given by name is opened as given, even the new default's name beside an old file", async () => {
+    const dir = path.join(tmp, "explicit-journal");
+    mkdirSync(dir);
+    process.chdir(dir);
+    const old = new SqliteJournal({ path: "./.dumplings-durable.db" });
+    await old.createRun({ runId: "old-run", workflow: "w", input: null });
+    await old.close();
+    const named = new SqliteJournal({ path: "./.dumplingsAI_durable.db" });
+    try {
+      expect(await named.getRun("old-run")).toBeUndefined();
+      expect(existsSync(path.join(dir, ".dumplingsAI_durable.db"))).toBe(true);
+    } finally {
+      await named.close();
+    }
+  });
+
   it("without an old file the new default is created; once it exists it wins over an old one", async () => {
     const dir = path.join(tmp, "fresh-journal");
     mkdirSync(dir);

@@ -334,6 +334,7 @@ export class PostgresDriver implements SqlDriver {
     if (!o.pool || o.url !== undefined || o.connectionString !== undefined) {
       parseUrlOption(component, url, ["postgres:", "postgresql:"], fromEnv ? "DATABASE_URL" : undefined);
     }
+    if (!o.pool) requireUser(component, url, fromEnv ? "DATABASE_URL" : "url");
     const max = wholeOption(
       component,
       "maxConnections",
@@ -673,4 +674,30 @@ export class PostgresDriver implements SqlDriver {
       );
     }
   }
+}
+
+/**
+ * Refuses, at construction, a URL that names no user when the environment names none either (`PGUSER`,
+ * else `USER`, or `USERNAME` on Windows: the pg driver's rule): every connection would fail later with
+ * the server's "no PostgreSQL user name specified in startup packet", which names neither the URL nor the
+ * fix. Containers often run without `USER`.
+ * @throws {InvalidOptionError} naming the URL (without its password) and what to set
+ */
+function requireUser(component: string, url: string, option: string): void {
+  let user = "";
+  try {
+    user = decodeURIComponent(new URL(url).username);
+  } catch {
+    return; // parseUrlOption said what is wrong with it
+  }
+  if (user !== "") return;
+  const env = process.env;
+  const fromEnv = env.PGUSER || (process.platform === "win32" ? env.USERNAME : env.USER);
+  if (fromEnv) return;
+  const shown = url.replace(/\/\/[^@/]*@/, "//");
+  throw new InvalidOptionError(
+    component,
+    option,
+    `${shown} names no user and neither PGUSER nor USER is set: give a URL with a user (url, or DATABASE_URL, e.g. postgres://postgres@127.0.0.1:5432/postgres) or set PGUSER`,
+  );
 }

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
 import { PostgresBackend } from "../../src/backends/postgres.js";
 import { DEFAULT_BASE_DIR, DEFAULT_DB_PATH } from "../../src/backends/registry.js";
 import { SQLiteBackend } from "../../src/backends/sqlite.js";
@@ -20,6 +20,7 @@ import {
   SQLITE_BUSY_TIMEOUT_MS,
   SQLITE_SYNCHRONOUS,
 } from "../../src/core/defaults.js";
+import { InvalidOptionError } from "../../src/core/errors.js";
 import { PostgresColdStore } from "../../src/durable/checkpoints/postgres.js";
 import { SqliteColdStore } from "../../src/durable/checkpoints/sqlite.js";
 import { PostgresJournal } from "../../src/durable/journal-postgres.js";
@@ -83,10 +84,40 @@ describe("SQLite: one synchronous and one busy timeout for every component", () 
 });
 
 describe("PostgreSQL: one default URL, not a test database", () => {
-  const saved = process.env.DATABASE_URL;
+  const saved = { DATABASE_URL: process.env.DATABASE_URL, PGUSER: process.env.PGUSER, USER: process.env.USER };
+  beforeEach(() => {
+    // the default URL names no user: the driver's rule takes PGUSER, else USER (unset in many containers)
+    process.env.PGUSER = "postgres";
+  });
   afterEach(() => {
-    if (saved === undefined) delete process.env.DATABASE_URL;
-    else process.env.DATABASE_URL = saved;
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  });
+
+  it("a URL without a user, where neither PGUSER nor USER is set, is refused at construction, naming the URL and the fix", () => {
+    delete process.env.DATABASE_URL;
+    delete process.env.PGUSER;
+    delete process.env.USER;
+    for (const make of [
+      () => new PostgresJournal(),
+      () => new PostgresBackend({ url: "postgres://:pw@127.0.0.1/x" }),
+    ]) {
+      const e = (() => {
+        try {
+          make();
+        } catch (error) {
+          return error;
+        }
+        return undefined;
+      })();
+      expect(e).toBeInstanceOf(InvalidOptionError);
+      expect(String((e as Error).message)).toMatch(/postgres:\/\/127\.0\.0\.1[^ ]* names no user.*PGUSER/);
+      expect(String((e as Error).message)).not.toContain("pw");
+    }
+    process.env.USER = "someone";
+    return new PostgresJournal().close();
   });
 
   it("without url or DATABASE_URL every component uses postgres://127.0.0.1:5432/postgres", async () => {

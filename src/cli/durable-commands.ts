@@ -41,7 +41,7 @@ import { type Journal, RUN_STATUSES, type RunRecord, type StepRecord } from "../
 import { approvalSignalName, type SignalResult } from "../durable/signals.js";
 import { ExitCode, errorLine, errorParts, isItemFault, RunsUnreadableError, UsageError } from "../ops/errors.js";
 import { when } from "../ops/format.js";
-import { DEFAULT_JOURNAL, JOURNAL_KINDS, type JournalCliOptions, openJournal } from "../ops/journal.js";
+import { DEFAULT_JOURNAL, JOURNAL_KINDS, type JournalCliOptions, openJournal, withRunHint } from "../ops/journal.js";
 import { describeWait, operatorName, renderNotes, requeue, sendDecision } from "../ops/runs.js";
 import { specForms } from "../ops/spec.js";
 import { printJson } from "./output.js";
@@ -218,6 +218,8 @@ export function runsCommand(): Command {
           process.stderr.write(`${errorLine(new RunsUnreadableError(unreadable, runs.length))}\n`);
           process.exitCode = ExitCode.partial;
         }
+      } catch (e) {
+        throw await withRunHint(e, options);
       } finally {
         await journal.close();
       }
@@ -274,6 +276,8 @@ function decisionCommand(name: "approve" | "reject"): Command {
           const result = await sendDecision(journal, runId, signalName, value, options.queue);
           if (options.json) printJson({ runId, signal: signalName, value, wakes: result.wakes });
           else process.stdout.write(`${resultLine(runId, signalName, result)}\n`);
+        } catch (e) {
+          throw await withRunHint(e, options);
         } finally {
           await journal.close();
         }
@@ -357,6 +361,8 @@ export function signalCommand(): Command {
         const result = await sendDecision(journal, runId, name, value, options.queue);
         if (options.json) printJson({ runId, signal: name, value, wakes: result.wakes });
         else process.stdout.write(`${resultLine(runId, name, result)}\n`);
+      } catch (e) {
+        throw await withRunHint(e, options);
       } finally {
         await journal.close();
       }
@@ -426,6 +432,8 @@ function operatorCommand(action: OperatorAction): Command {
                 : "; it continues on its next resume (runDurable, its worker, or pass --queue)";
           process.stdout.write(`${runId} is ${run.status} (${action} by ${by})${next}\n`);
         }
+      } catch (e) {
+        throw await withRunHint(e, options);
       } finally {
         await journal.close();
       }

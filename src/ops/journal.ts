@@ -8,7 +8,9 @@
  *
  * @module
  */
+import { existsSync } from "node:fs";
 import { DEFAULT_FILES, existingDefaultFile } from "../core/defaults.js";
+import { RunNotFoundError } from "../durable/errors.js";
 import type { Journal } from "../durable/journal.js";
 import { missingStore, UsageError } from "./errors.js";
 import { oneOf, parseSpec } from "./spec.js";
@@ -95,4 +97,32 @@ export async function openJournal(
 
 function nonEmpty(value: string | undefined): string | undefined {
   return value === undefined || value === "" ? undefined : value;
+}
+
+/**
+ * `error`, or, when it is a run the default journal does not hold (`RUN_NOT_FOUND`, the journal not named
+ * by `--journal` or `DUMPLINGS_DURABLE_JOURNAL`) while the default workflow store's database holds a
+ * workflow of that id, the same error saying which `--journal` reaches it: a workflow run by the CLI's
+ * default store lives in the store's own database, not in the default journal.
+ */
+export async function withRunHint(error: unknown, options: JournalCliOptions): Promise<unknown> {
+  if (!(error instanceof RunNotFoundError)) return error;
+  if (options.journal !== undefined || nonEmpty(process.env.DUMPLINGS_DURABLE_JOURNAL) !== undefined) return error;
+  const store = DEFAULT_FILES.workflowsDb;
+  if (!existsSync(store)) return error;
+  try {
+    const { SqliteJournal } = await import("../durable/journal-sqlite.js");
+    const journal = new SqliteJournal({ path: store, create: false });
+    try {
+      if ((await journal.getRun(error.runId)) === undefined) return error;
+    } finally {
+      await journal.close();
+    }
+  } catch {
+    return error; // the store cannot be read: the original error stands
+  }
+  return new RunNotFoundError(
+    error.runId,
+    `it is a workflow of the default workflow store: pass --journal sqlite:${store}`,
+  );
 }

@@ -6,7 +6,7 @@
  * processes, real SQLite files, a real PostgreSQL server.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import Database from "better-sqlite3";
@@ -66,6 +66,38 @@ describe("read-only commands on a store that does not exist", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toContain("old-default-run");
     expect(readdirSync(cwd).filter((f) => f.startsWith(".dumplingsAI_"))).toEqual([]);
+  });
+
+  it("a workflow of the default store, asked of the default journal, is not found with the --journal that reaches it", async () => {
+    const cwd = emptyDir("workflow-in-store");
+    const { SqliteJournal } = await import("../../src/durable/journal-sqlite.js");
+    const journal = new SqliteJournal({ path: path.join(cwd, ".dumplingsAI_durable.db") });
+    await journal.createRun({ runId: "a-run", workflow: "w", input: null });
+    await journal.close();
+    mkdirSync(path.join(cwd, ".dumplingsAI_workflows"));
+    const store = new SqliteJournal({ path: path.join(cwd, ".dumplingsAI_workflows", "workflows.db") });
+    await store.createRun({ runId: "wf-1", workflow: "graph", input: null });
+    await store.close();
+    for (const args of [
+      ["runs", "wf-1"],
+      ["cancel", "wf-1"],
+      ["signal", "wf-1", "go"],
+    ]) {
+      const r = runCli(args, { cwd, sources: true });
+      expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(3);
+      expect(r.stderr).toContain("RUN_NOT_FOUND");
+      expect(r.stderr).toContain("--journal sqlite:./.dumplingsAI_workflows/workflows.db");
+    }
+    // a run found nowhere says nothing more; a journal named says nothing more
+    expect(runCli(["runs", "nope"], { cwd, sources: true }).stderr).not.toContain("--journal sqlite:");
+    const named = runCli(["runs", "wf-1", "--journal", "sqlite:.dumplingsAI_durable.db"], { cwd, sources: true });
+    expect(named.stderr).not.toContain("workflow store");
+    // the hinted journal reaches it
+    const reached = runCli(["runs", "wf-1", "--journal", "sqlite:./.dumplingsAI_workflows/workflows.db", "--json"], {
+      cwd,
+      sources: true,
+    });
+    expect(reached.code, reached.stderr).toBe(0);
   });
 
   it("runs --journal sqlite:typo.db and runs RUN, approve, cancel on it create nothing", () => {

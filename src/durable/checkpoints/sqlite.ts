@@ -86,6 +86,12 @@ const COLD_SQLITE_OPTIONS = optionKeys<SqliteColdStoreOptions>({
  * `"durable_"`).
  */
 export interface SqliteColdStoreOptions extends SqliteJournalOptions {
+  /**
+   * The database file (created with its directory), or `":memory:"`. No default: give `path` or an
+   * open `database` (else an `InvalidOptionError`). The CLI's workflow store is
+   * `./.dumplingsAI_workflows/workflows.db`.
+   */
+  path?: string;
   /** @deprecated Use `database`. An open better-sqlite3 database, left open by `close()`. */
   db?: SqliteJournalOptions["database"];
   /**

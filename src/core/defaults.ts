@@ -13,7 +13,8 @@ import path from "node:path";
 /**
  * PostgreSQL URL when a component gets neither `url` nor `pool` and
  * `DATABASE_URL` is unset: the local server's `postgres` database (the one
- * every server has), as the OS user (libpq's rule, `PGUSER` to override).
+ * every server has), as the user `PGUSER` names, else `USER` (the pg driver's rule; a URL
+ * without a user where neither is set is refused at construction).
  */
 export const DEFAULT_POSTGRES_URL = "postgres://127.0.0.1:5432/postgres";
 

@@ -100,12 +100,7 @@ export async function renderChart(
         : { color: { field: "store", type: "nominal", title: "store", legend: { labelLimit: 260 } } }),
     },
   } as vegaLite.TopLevelSpec;
-  const compiled = vegaLite.compile(spec).spec;
-  const view = new vega.View(vega.parse(compiled), { renderer: "none" });
-  const svg = await view.toSVG();
-  view.finalize();
-  mkdirSync(path.dirname(file), { recursive: true });
-  writeFileSync(file, svg);
+  await writeSvg(spec, file);
 }
 
 /** Minimal shape of a run-shape result needed for {@link renderRunChart}. */
@@ -165,6 +160,11 @@ export async function renderRunChart(rows: RunShapeBar[], file: string, title: s
       },
     },
   } as vegaLite.TopLevelSpec;
+  await writeSvg(spec, file);
+}
+
+/** Renders a Vega-Lite spec to SVG and writes it to `file` (its directory created). */
+async function writeSvg(spec: vegaLite.TopLevelSpec, file: string): Promise<void> {
   const compiled = vegaLite.compile(spec).spec;
   const view = new vega.View(vega.parse(compiled), { renderer: "none" });
   const svg = await view.toSVG();

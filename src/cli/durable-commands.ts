@@ -42,7 +42,7 @@ import { approvalSignalName, type SignalResult } from "../durable/signals.js";
 import { ExitCode, errorLine, errorParts, isItemFault, RunsUnreadableError, UsageError } from "../ops/errors.js";
 import { when } from "../ops/format.js";
 import { DEFAULT_JOURNAL, JOURNAL_KINDS, type JournalCliOptions, openJournal, withRunHint } from "../ops/journal.js";
-import { describeWait, operatorName, renderNotes, requeue, sendDecision } from "../ops/runs.js";
+import { describeWait, operatorAction, operatorName, renderNotes, requeue, sendDecision } from "../ops/runs.js";
 import { specForms } from "../ops/spec.js";
 import { printJson } from "./output.js";
 import { renderTable } from "./table.js";
@@ -398,29 +398,7 @@ function operatorCommand(action: OperatorAction): Command {
       const by = options.by ?? operatorName();
       const journal = await openJournal(options, { mustExist: true });
       try {
-        const before = await journal.getRun(runId);
-        if (!before) throw new RunNotFoundError(runId);
-        if (
-          action === "cancel" &&
-          (before.status === "completed" || before.status === "failed" || before.status === "cancelled")
-        ) {
-          // cancelRun leaves an ended run as it is: say so instead of reporting a cancel.
-          throw new UsageError(`run ${JSON.stringify(runId)} is ${before.status}; there is nothing to cancel`);
-        }
-        if (action === "reset") {
-          const steps = (await journal.readSteps(runId)).length;
-          if (toSeq >= steps) {
-            throw new UsageError(
-              `run ${JSON.stringify(runId)} has ${steps} step(s) (0..${steps - 1}); --to-step ${toSeq} would keep them all`,
-            );
-          }
-        }
-        const run =
-          action === "cancel"
-            ? await journal.cancelRun(runId, by, options.reason)
-            : action === "reset"
-              ? await journal.resetRun(runId, toSeq, by)
-              : await journal.retryRun(runId, by);
+        const run = await operatorAction(journal, runId, action, { by, reason: options.reason, toSeq });
         const queued = action === "cancel" ? false : await requeue(journal, runId, options.queue);
         if (options.json) printJson({ run, queued });
         else {

@@ -11,9 +11,10 @@ import { hostname, userInfo } from "node:os";
 import type { JsonValue } from "../core/json.js";
 import { type ApprovalView, describeCall, rethrowDecision } from "../durable/approvals.js";
 import { CHECKPOINT_STEP } from "../durable/checkpoints/journal-store.js";
-import type { ApprovalConflictError } from "../durable/errors.js";
-import type { Journal, JournalEvent, RunRecord } from "../durable/journal.js";
+import { type ApprovalConflictError, RunNotFoundError } from "../durable/errors.js";
+import { ENDED_RUN_STATUSES, type Journal, type JournalEvent, type RunRecord } from "../durable/journal.js";
 import { type SignalResult, signal } from "../durable/signals.js";
+import { UsageError } from "./errors.js";
 import { when } from "./format.js";
 
 /**
@@ -151,4 +152,43 @@ export async function requeue(journal: Journal, runId: string, queue: string | u
   } finally {
     await q.close();
   }
+}
+
+/** An operator's action on a run: `cancel` it, `reset` it to a step, or `retry` it. */
+export type OperatorAction = "cancel" | "reset" | "retry";
+
+/**
+ * Cancels, resets or retries a run, after the checks both operator tools make: the run exists, a cancel
+ * is not of an ended run (the journal would leave it as it is), a reset keeps fewer steps than the run has.
+ *
+ * @param journal - the journal
+ * @param runId - the run
+ * @param action - what to do
+ * @param options - `by` (who acts, recorded), `reason` (a cancel's), `toSeq` (a reset's last kept step, ≥ -1)
+ * @returns the run after the action
+ * @throws {RunNotFoundError} when the journal holds no such run
+ * @throws {UsageError} for a cancel of an ended run, or a reset that would keep every step
+ */
+export async function operatorAction(
+  journal: Journal,
+  runId: string,
+  action: OperatorAction,
+  options: { by: string; reason?: string | undefined; toSeq?: number },
+): Promise<RunRecord> {
+  const before = await journal.getRun(runId);
+  if (!before) throw new RunNotFoundError(runId);
+  if (action === "cancel" && ENDED_RUN_STATUSES.has(before.status)) {
+    // cancelRun leaves an ended run as it is: say so instead of reporting a cancel.
+    throw new UsageError(`run ${JSON.stringify(runId)} is ${before.status}; there is nothing to cancel`);
+  }
+  if (action === "cancel") return journal.cancelRun(runId, options.by, options.reason);
+  if (action === "retry") return journal.retryRun(runId, options.by);
+  const toSeq = options.toSeq ?? -1;
+  const steps = (await journal.readSteps(runId, { outputs: false })).length;
+  if (toSeq >= steps) {
+    throw new UsageError(
+      `run ${JSON.stringify(runId)} has ${steps} step(s) (0..${steps - 1}); resetting to step ${toSeq} would keep them all`,
+    );
+  }
+  return journal.resetRun(runId, toSeq, options.by);
 }

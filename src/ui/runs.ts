@@ -31,7 +31,7 @@ import {
 import { approvalSignalName } from "../durable/signals.js";
 import { errorParts, isItemFault, UsageError } from "../ops/errors.js";
 import { when } from "../ops/format.js";
-import { describeWait, operatorName, renderNotes, sendDecision } from "../ops/runs.js";
+import { describeWait, operatorAction, operatorName, renderNotes, sendDecision } from "../ops/runs.js";
 import type { PendingInterrupt } from "../workflow/state.js";
 import { badge, type Html, h, jsonBlock, layout } from "./html.js";
 import type { UiSources } from "./sources.js";
@@ -336,34 +336,20 @@ ${run.status === "failed" || run.status === "blocked" ? h`<form method="post" ac
   });
 
   app.post("/runs/:id/cancel", async (c) => {
-    const journal = needJournal(sources);
     const runId = c.req.param("id");
-    const form = await c.req.parseBody();
-    const before = await getRun(journal, runId);
-    if (before.status === "completed" || before.status === "failed" || before.status === "cancelled") {
-      throw new UsageError(`run ${JSON.stringify(runId)} is ${before.status}; there is nothing to cancel`);
-    }
-    const reason = formText(form.reason);
-    const run = await journal.cancelRun(runId, by(), reason || undefined);
+    const reason = formText((await c.req.parseBody()).reason);
+    const run = await operatorAction(needJournal(sources), runId, "cancel", { by: by(), reason: reason || undefined });
     return back(c, runId, `${runId} is ${run.status} (cancel by ${by()})`);
   });
 
   app.post("/runs/:id/reset", async (c) => {
-    const journal = needJournal(sources);
     const runId = c.req.param("id");
     const form = await c.req.parseBody();
     const toSeq = Number(form.toStep);
     if (!Number.isInteger(toSeq) || toSeq < -1) {
       throw new UsageError(`step ${JSON.stringify(form.toStep)} is not a step number (an integer ≥ -1)`);
     }
-    await getRun(journal, runId);
-    const steps = (await journal.readSteps(runId)).length;
-    if (toSeq >= steps) {
-      throw new UsageError(
-        `run ${JSON.stringify(runId)} has ${steps} step(s); resetting to step ${toSeq} keeps them all`,
-      );
-    }
-    const run = await journal.resetRun(runId, toSeq, by());
+    const run = await operatorAction(needJournal(sources), runId, "reset", { by: by(), toSeq });
     return back(
       c,
       runId,
@@ -372,10 +358,8 @@ ${run.status === "failed" || run.status === "blocked" ? h`<form method="post" ac
   });
 
   app.post("/runs/:id/retry", async (c) => {
-    const journal = needJournal(sources);
     const runId = c.req.param("id");
-    await getRun(journal, runId);
-    const run = await journal.retryRun(runId, by());
+    const run = await operatorAction(needJournal(sources), runId, "retry", { by: by() });
     return back(c, runId, `${runId} is ${run.status} (retry by ${by()}); it continues on its next resume`);
   });
 

@@ -423,6 +423,26 @@ describe("actions", () => {
     const again = await post(`/runs/${RUN_ID}/reject`, { toolCallId: TOOL_CALL_ID }, { origin: ui.origin });
     expect(again.status).toBeGreaterThanOrEqual(400);
   });
+
+  it("Cancel, Reset and Retry make the checks dumplings cancel/reset/retry make, with the same words", async () => {
+    const id = "ui-operator-run";
+    await journal.createRun({ runId: id, workflow: "ops", input: null });
+    const origin = { origin: ui.origin };
+    // a reset that would keep every step (the run has none) is refused, nothing recorded
+    const events = (await journal.readEvents(id)).length;
+    const beyond = await post(`/runs/${id}/reset`, { toStep: "0" }, origin);
+    expect(beyond.status).toBe(400);
+    expect(await beyond.text()).toContain("would keep them all");
+    expect((await journal.readEvents(id)).length).toBe(events);
+    expect((await post(`/runs/${id}/cancel`, { reason: "stop" }, origin)).status).toBe(303);
+    expect((await journal.getRun(id))?.status).toBe("cancelled");
+    // an ended run is not cancelled again
+    const again = await post(`/runs/${id}/cancel`, {}, origin);
+    expect(again.status).toBe(400);
+    expect(await again.text()).toContain("nothing to cancel");
+    // a run the journal does not hold
+    expect((await post(`/runs/no-such-run/retry`, {}, origin)).status).toBe(404);
+  });
 });
 
 describe("workflow actions", () => {

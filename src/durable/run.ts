@@ -189,6 +189,16 @@ export async function ensureRun(
   return { created, run };
 }
 
+/** Whether `error` is `reason` or wraps it (its `cause` chain, a few levels deep). */
+function causedBy(error: unknown, reason: unknown): boolean {
+  let e = error;
+  for (let depth = 0; depth < 8 && e !== undefined && e !== null; depth++) {
+    if (e === reason) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** Rejects with `signal`'s reason once it is aborted (never settles otherwise). */
 function rejectOnAbort(signal: AbortSignal): Promise<never> {
   return new Promise((_, reject) => {
@@ -412,7 +422,8 @@ export async function executeRun<I = JsonValue, O = JsonValue>(
       output = stop ? await Promise.race([running, rejectOnAbort(stop.abort)]) : await running;
     } catch (error) {
       if (error instanceof RunWaitingError) return { runId, status: "waiting", waitingFor: error.waitingFor };
-      if (stop?.drain.aborted && error === stop.drain.reason) throw error; // not the workflow's failure
+      // the drain stopped the workflow (the error, or what it wraps): not the workflow's failure
+      if (stop?.drain.aborted && causedBy(error, stop.drain.reason)) throw stop.drain.reason;
       if (isStop(error) || abort.signal.aborted) throw abort.signal.aborted ? abort.signal.reason : error;
       if (error instanceof ReplayMismatchError) {
         // a structural divergence: the run cannot continue as the program stands, and says why

@@ -17,6 +17,10 @@
  * `waiting`, and `signal` (through {@link DurableQueue.signal}) enqueues the
  * run again. Durable timers re-enqueue the run with a BullMQ delay.
  *
+ * A worker shutting down (`close({ timeoutMs })`) lets each run's step in
+ * progress finish, starts no other, releases the run's lease and moves its
+ * job back to the queue; `health()` is its readiness probe.
+ *
  * BullMQ and its Redis connections come from the Redis driver: `bullmq` (and
  * ioredis) load only when a queue or worker is constructed, and the
  * connection options are those of every Redis component (README, "Redis
@@ -340,8 +344,8 @@ export interface WorkerErrorEvent {
  * @example
  * const worker = new DurableWorker({ journal, queueName: "agents", workflows: { "support-agent": agent.workflow() } });
  * await worker.start();
- * // … on shutdown
- * await worker.close();
+ * // … on shutdown (SIGTERM): the step in progress finishes, the run goes back to the queue
+ * await worker.close({ timeoutMs: 20_000 });
  */
 export class DurableWorker extends DurableQueue {
   readonly owner: string;

@@ -74,6 +74,11 @@ export interface RunContext {
    * {@link StaleFencingTokenError}) or the run was cancelled (reason: a {@link RunCancelledError}).
    */
   readonly abortSignal: AbortSignal;
+  /**
+   * Aborted when the executor is shutting down (a closing worker): the step in progress finishes and is
+   * recorded, but no durable call starts after it (it throws the signal's reason).
+   */
+  readonly drainSignal?: AbortSignal;
   /** Serialises journal writes so seqs are inserted in order even for parallel steps. */
   writeChain: Promise<unknown>;
 }
@@ -214,6 +219,7 @@ function write(ctx: RunContext, record: StepRecord, sync = true): Promise<void> 
 /** A step about to start (or replay) in a run that stopped under this executor throws why. */
 function assertLive(ctx: RunContext): void {
   if (ctx.abortSignal.aborted) throw abortReason(ctx);
+  if (ctx.drainSignal?.aborted) throw ctx.drainSignal.reason;
 }
 
 /**

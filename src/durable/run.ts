@@ -189,6 +189,24 @@ export async function ensureRun(
   return { created, run };
 }
 
+/** Whether `error` is `reason` or wraps it (its `cause` chain, a few levels deep). */
+function causedBy(error: unknown, reason: unknown): boolean {
+  let e = error;
+  for (let depth = 0; depth < 8 && e !== undefined && e !== null; depth++) {
+    if (e === reason) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/** Rejects with `signal`'s reason once it is aborted (never settles otherwise). */
+function rejectOnAbort(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    if (signal.aborted) reject(signal.reason);
+    else signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+  });
+}
+
 /** Who is acting, for operator records: `<user>@<host>`. */
 function defaultActor(): string {
   try {
@@ -290,10 +308,33 @@ const isStop = (error: unknown) => error instanceof StaleFencingTokenError || er
  * // later, in any process: resume it (its stored input is used)
  * await runDurable("order-42", workflow, { journal });
  */
-export async function runDurable<I = JsonValue, O = JsonValue>(
+export function runDurable<I = JsonValue, O = JsonValue>(
   runId: string,
   workflowFn: WorkflowFn<I, O>,
   options: RunDurableOptions<NoInfer<I>>,
+): Promise<RunResult> {
+  return executeRun(runId, workflowFn, options, undefined);
+}
+
+/**
+ * How a shutting-down executor (a closing `DurableWorker`) stops a run: `drain` lets the step in
+ * progress finish and record, then no durable call starts (it throws `drain.reason`); `abort` stops at
+ * once (the step's signal is aborted, its late result is refused, and the call throws `abort.reason`
+ * without waiting for a body that ignores the signal). Either way the lease is released and the run
+ * stays resumable: a step started and not finished is run again by the next executor, within its
+ * retry budget (see `step`).
+ */
+export interface ExecutorStop {
+  drain: AbortSignal;
+  abort: AbortSignal;
+}
+
+/** {@link runDurable}, stoppable by its caller (see {@link ExecutorStop}). */
+export async function executeRun<I = JsonValue, O = JsonValue>(
+  runId: string,
+  workflowFn: WorkflowFn<I, O>,
+  options: RunDurableOptions<NoInfer<I>>,
+  stop: ExecutorStop | undefined,
 ): Promise<RunResult> {
   if (options === null || typeof options !== "object") {
     throw new InvalidOptionError(
@@ -348,7 +389,7 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
   if (!lease) return ended as RunResult;
   const token = lease.fencingToken;
   const leased = lease.status;
-  const abort = { signal: lease.signal };
+  const abort = { signal: stop ? AbortSignal.any([lease.signal, stop.abort]) : lease.signal };
   try {
     // The steps are read while the run's row is checked and marked running (they are read under this
     // executor's lease: no other executor writes them now, and an operator's change fences this one off).
@@ -370,13 +411,19 @@ export async function runDurable<I = JsonValue, O = JsonValue>(
       stream: options.stream,
       inlineSleepMaxMs: options.inlineSleepMaxMs ?? 1000,
       abortSignal: abort.signal,
+      ...(stop ? { drainSignal: stop.drain } : {}),
       writeChain: Promise.resolve(),
     };
     let output: O;
     try {
-      output = await withRunContext(ctx, () => workflowFn(stored as I));
+      const running = withRunContext(ctx, () => workflowFn(stored as I));
+      if (stop) running.catch(() => undefined); // a body left behind by an abort ends unobserved
+      // A stopped executor does not wait for a body that ignores its signal (the body's result is refused).
+      output = stop ? await Promise.race([running, rejectOnAbort(stop.abort)]) : await running;
     } catch (error) {
       if (error instanceof RunWaitingError) return { runId, status: "waiting", waitingFor: error.waitingFor };
+      // the drain stopped the workflow (the error, or what it wraps): not the workflow's failure
+      if (stop?.drain.aborted && causedBy(error, stop.drain.reason)) throw stop.drain.reason;
       if (isStop(error) || abort.signal.aborted) throw abort.signal.aborted ? abort.signal.reason : error;
       if (error instanceof ReplayMismatchError) {
         // a structural divergence: the run cannot continue as the program stands, and says why

@@ -17,6 +17,10 @@
  * `waiting`, and `signal` (through {@link DurableQueue.signal}) enqueues the
  * run again. Durable timers re-enqueue the run with a BullMQ delay.
  *
+ * A worker shutting down (`close({ timeoutMs })`) lets each run's step in
+ * progress finish, starts no other, releases the run's lease and moves its
+ * job back to the queue; `health()` is its readiness probe.
+ *
  * BullMQ and its Redis connections come from the Redis driver: `bullmq` (and
  * ioredis) load only when a queue or worker is constructed, and the
  * connection options are those of every Redis component (README, "Redis
@@ -27,14 +31,15 @@
  */
 import type { Job, Queue, Worker } from "bullmq";
 import type { Redis } from "ioredis";
+import { DumplingsError } from "../core/errors.js";
 import type { JsonValue } from "../core/json.js";
 import { checkOptions, optionKeys } from "../core/options.js";
 import { defaultOwner, leaseMs } from "../core/owner.js";
-import { RedisConnection, type RedisConnectionOptions, renamedOption } from "../drivers/redis.js";
+import { RedisConnection, type RedisConnectionOptions, renamedOption, withTimeout } from "../drivers/redis.js";
 import { loadBullmq } from "../drivers/redis-load.js";
 import { LeaseHeldError, StaleFencingTokenError, UnknownWorkflowError } from "./errors.js";
 import type { Journal } from "./journal.js";
-import { type AnyWorkflowFn, ensureRun, type RunResult, runDurable, type WorkflowFn } from "./run.js";
+import { type AnyWorkflowFn, ensureRun, executeRun, type RunResult, type WorkflowFn } from "./run.js";
 import { type SignalResult, signal } from "./signals.js";
 import type { RunEventStream } from "./stream-contract.js";
 
@@ -73,6 +78,35 @@ const WORKER_OPTIONS = optionKeys<DurableWorkerOptions>({
   onResult: true,
   onError: true,
 });
+
+const CLOSE_OPTIONS = optionKeys<{ timeoutMs?: number }>({ timeoutMs: true });
+
+/** A run stopped by {@link DurableWorker.close}: handed back to the queue, never recorded as the run's outcome. */
+function closingError(queueName: string, hard: boolean): DumplingsError {
+  return new DumplingsError(
+    "WORKER_CLOSING",
+    hard
+      ? `the worker of queue "${queueName}" is closing and its timeoutMs ran out: the run is handed back to the queue (a step started and not finished runs again on the next worker)`
+      : `the worker of queue "${queueName}" is closing: the run is handed back to the queue after its current step`,
+  );
+}
+
+/** Whether `promise` settles within `ms` (its outcome is left to its owner). */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const settled = promise.then(
+    () => true,
+    () => true,
+  );
+  const late = new Promise<boolean>((r) => {
+    timer = setTimeout(() => r(false), ms);
+  });
+  try {
+    return await Promise.race([settled, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /** Data of a queued job. */
 export interface DurableJobData {
@@ -237,6 +271,16 @@ export class DurableQueue {
     );
   }
 
+  /** Pings Redis through the queue's connection, within `commandTimeoutMs`. @throws {BackendError} when Redis does not answer */
+  protected async ping(): Promise<void> {
+    await this.conn.call(`cannot ping Redis for queue "${this.queueName}"`, undefined, (c) => c.ping());
+  }
+
+  /** The connection's command timeout in use (ms): the bound of each Redis call and of a health check. */
+  protected commandTimeoutMs(): number {
+    return this.conn.commandTimeoutMs;
+  }
+
   /** Closes the queue's connection. */
   async close(): Promise<void> {
     await this.queue.close();
@@ -300,8 +344,8 @@ export interface WorkerErrorEvent {
  * @example
  * const worker = new DurableWorker({ journal, queueName: "agents", workflows: { "support-agent": agent.workflow() } });
  * await worker.start();
- * // … on shutdown
- * await worker.close();
+ * // … on shutdown (SIGTERM): the step in progress finishes, the run goes back to the queue
+ * await worker.close({ timeoutMs: 20_000 });
  */
 export class DurableWorker extends DurableQueue {
   readonly owner: string;
@@ -309,6 +353,10 @@ export class DurableWorker extends DurableQueue {
   private readonly options: DurableWorkerOptions;
   private worker: Worker<DurableJobData> | undefined;
   private workerConn: RedisConnection<Redis> | undefined;
+  /** The executions in progress, each stoppable by {@link close}. */
+  private readonly inFlight = new Set<{ drain: AbortController; abort: AbortController }>();
+  /** Set by {@link close}: `drain` once a timeout is given (no new step starts). */
+  private closeState: "open" | "closing" | "draining" | "closed" = "open";
 
   /** @param options - see {@link DurableWorkerOptions} */
   constructor(options: DurableWorkerOptions) {
@@ -402,16 +450,24 @@ export class DurableWorker extends DurableQueue {
     const fn = this.workflows.get(run.workflow);
     const { DelayedError, UnrecoverableError } = loadBullmq();
     if (!fn) throw new UnrecoverableError(new UnknownWorkflowError(run.workflow, [...this.workflows.keys()]).message);
+    const stop = { drain: new AbortController(), abort: new AbortController() };
+    if (this.closeState === "draining") stop.drain.abort(closingError(this.queueName, false));
+    this.inFlight.add(stop);
     try {
-      const result = await runDurable(runId, fn as WorkflowFn, {
-        journal: this.journal,
-        owner: this.owner,
-        leaseTtlMs: this.options.leaseTtlMs ?? 30_000,
-        leaseWaitMs: 0,
-        ...(this.options.stream ? { stream: this.options.stream } : {}),
-        inlineSleepMaxMs: this.options.inlineSleepMaxMs ?? 1000,
-        ...(this.options.cancelCheckMs !== undefined ? { cancelCheckMs: this.options.cancelCheckMs } : {}),
-      });
+      const result = await executeRun(
+        runId,
+        fn as WorkflowFn,
+        {
+          journal: this.journal,
+          owner: this.owner,
+          leaseTtlMs: this.options.leaseTtlMs ?? 30_000,
+          leaseWaitMs: 0,
+          ...(this.options.stream ? { stream: this.options.stream } : {}),
+          inlineSleepMaxMs: this.options.inlineSleepMaxMs ?? 1000,
+          ...(this.options.cancelCheckMs !== undefined ? { cancelCheckMs: this.options.cancelCheckMs } : {}),
+        },
+        { drain: stop.drain.signal, abort: stop.abort.signal },
+      );
       if (result.status === "waiting" && result.waitingFor.kind === "timer") {
         // The wake-up time is the store's clock; so is the delay.
         await this.wake(runId, result.waitingFor.wakeAt - (await this.journal.now()));
@@ -428,14 +484,98 @@ export class DurableWorker extends DurableQueue {
         this.options.onResult?.({ runId, status: "skipped", reason: "taken over by another worker" });
         return { runId, status: "taken-over" };
       }
+      if (error === stop.drain.signal.reason || error === stop.abort.signal.reason) {
+        // closing: the lease is released (executeRun's finally); the job goes back to the queue, due now,
+        // without spending an attempt, for another worker (or this one restarted) to continue
+        await job.moveToDelayed(Date.now(), token);
+        throw new DelayedError();
+      }
       throw error;
+    } finally {
+      this.inFlight.delete(stop);
     }
   }
 
-  /** Stops taking jobs, waits for running ones, closes connections. */
-  override async close(): Promise<void> {
-    await this.worker?.close();
+  /**
+   * Stops taking jobs at once, then closes the connections.
+   *
+   * Without `timeoutMs` it waits for the runs in progress to end or suspend, however long that takes
+   * (0.1 behaviour). With `timeoutMs` (a Kubernetes SIGTERM handler's grace period): each run in
+   * progress finishes the step it is in (its result is recorded) and starts no other; the run's lease
+   * is released and its job goes back to the queue (not failed, no attempt spent), for another worker
+   * to continue from the journal. Steps still running after `timeoutMs` are abandoned: their
+   * `currentStep().signal` is aborted, a result they produce later is refused, and `close` resolves
+   * without waiting for them. Such a step's `started` record stays, and the next worker runs its body
+   * again within the step's retry budget (`maxStartedAttempts`; the body is at-least-once, the recorded
+   * result exactly-once: use `currentStep().idempotencyKey` for external effects).
+   *
+   * @param options - `timeoutMs`: grace period for the steps in progress (0 … 2^31−1 ms)
+   * @throws {InvalidOptionError} for an unknown option or a bad `timeoutMs`
+   * @example
+   * process.on("SIGTERM", async () => {
+   *   await worker.close({ timeoutMs: 20_000 }); // below the pod's terminationGracePeriodSeconds
+   *   process.exit(0);
+   * });
+   */
+  override async close(options?: { timeoutMs?: number }): Promise<void> {
+    let timeoutMs: number | undefined;
+    if (options !== undefined) {
+      checkOptions("DurableWorker.close", options, CLOSE_OPTIONS);
+      if (options.timeoutMs !== undefined)
+        timeoutMs = leaseMs("DurableWorker.close", "timeoutMs", options.timeoutMs, 0, 0);
+    }
+    if (this.closeState === "open") this.closeState = "closing";
+    const closing = this.worker?.close();
+    if (timeoutMs === undefined || !closing) await closing;
+    else {
+      this.closeState = "draining";
+      for (const run of this.inFlight) run.drain.abort(closingError(this.queueName, false));
+      if (!(await settlesWithin(closing, timeoutMs))) {
+        for (const run of this.inFlight) run.abort.abort(closingError(this.queueName, true));
+        // handing the jobs back takes a Redis call or two; a Redis that does not answer leaves them to
+        // BullMQ's stalled-job check (their leases are released in the journal all the same)
+        if (!(await settlesWithin(closing, this.commandTimeoutMs()))) {
+          await this.workerConn?.close();
+          await settlesWithin(closing, this.commandTimeoutMs());
+        }
+      }
+    }
     await this.workerConn?.close();
     await super.close();
+    this.closeState = "closed";
+  }
+
+  /**
+   * A readiness probe (e.g. for a Kubernetes HTTP handler): whether this worker takes jobs and can reach
+   * its stores. Redis is pinged through the queue's connection and the journal asked for its clock, each
+   * bounded by `commandTimeoutMs`; it never throws.
+   *
+   * @returns `ready`: started, not closing, Redis and the journal answer; `running`: runs executing now;
+   *   `closing`: `close` was called; `redis`/`journal`: `"ok"` or `"down"`
+   * @example
+   * app.get("/readyz", async (_req, res) => { const h = await worker.health(); res.status(h.ready ? 200 : 503).json(h); });
+   */
+  async health(): Promise<{
+    ready: boolean;
+    running: number;
+    closing: boolean;
+    redis: "ok" | "down";
+    journal: "ok" | "down";
+  }> {
+    const closing = this.closeState !== "open";
+    const [redis, journal] = await Promise.all([
+      this.closeState === "closed"
+        ? ("down" as const) // its connections are closed
+        : this.ping().then(
+            () => "ok" as const,
+            () => "down" as const,
+          ),
+      withTimeout(this.journal.now(), this.commandTimeoutMs()).then(
+        () => "ok" as const,
+        () => "down" as const,
+      ),
+    ]);
+    const ready = this.worker !== undefined && !closing && redis === "ok" && journal === "ok";
+    return { ready, running: this.inFlight.size, closing, redis, journal };
   }
 }

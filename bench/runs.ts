@@ -14,13 +14,11 @@
  * @module
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import Database from "better-sqlite3";
 import type { Message } from "../src/core/messages.js";
 import { type BenchContext, deleteRedisPrefix, pgSchema, redisPrefix } from "./registry.js";
-import { type DurableResult, median, openJournal, quantile, stepRecord } from "./scenarios.js";
+import { type DurableResult, floorTable, median, openJournal, quantile, stepRecord } from "./scenarios.js";
 
 /**
  * Vercel Workflow's published figures for its local world (cited, not
@@ -83,13 +81,7 @@ interface RecordWriter {
 async function recordWriter(kind: DurableResult["journal"], ctx: BenchContext, record: string): Promise<RecordWriter> {
   let n = 0;
   if (kind === "sqlite") {
-    // Same file, WAL, synchronous = FULL (the journal's default): one INSERT per record, autocommit.
-    const db = new Database(path.join(ctx.dir, "journal.db"));
-    db.pragma("busy_timeout = 10000");
-    db.pragma("journal_mode = WAL");
-    db.pragma("synchronous = FULL");
-    db.exec("CREATE TABLE bench_run_floor (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)");
-    const insert = db.prepare("INSERT INTO bench_run_floor (seq, body) VALUES (?, ?)");
+    const { db, insert } = floorTable(ctx, "bench_run_floor");
     return {
       write: "SQLite INSERT, WAL, synchronous=FULL (as the journal)",
       put: () => void insert.run(n++, record),

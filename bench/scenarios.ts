@@ -398,6 +398,19 @@ export async function openJournal(
   };
 }
 
+/**
+ * A raw floor's table in the journal's own SQLite file (its own connection; WAL, synchronous = FULL, the
+ * journal's default): one autocommit INSERT of `(seq, body)` per record.
+ */
+export function floorTable(ctx: BenchContext, table: string): { db: Database.Database; insert: Database.Statement } {
+  const db = new Database(path.join(ctx.dir, "journal.db"));
+  db.pragma("busy_timeout = 10000");
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = FULL");
+  db.exec(`CREATE TABLE ${table} (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)`);
+  return { db, insert: db.prepare(`INSERT INTO ${table} (seq, body) VALUES (?, ?)`) };
+}
+
 /** Opens the raw floors of one journal's store (its own connection to the same file, database or server). */
 async function durableFloor(
   kind: DurableResult["journal"],
@@ -406,13 +419,7 @@ async function durableFloor(
   record: string,
 ): Promise<DurableFloor> {
   if (kind === "sqlite") {
-    // Same file, WAL, synchronous = FULL (the journal's default): one INSERT per record, autocommit.
-    const db = new Database(path.join(ctx.dir, "journal.db"));
-    db.pragma("busy_timeout = 10000");
-    db.pragma("journal_mode = WAL");
-    db.pragma("synchronous = FULL");
-    db.exec("CREATE TABLE bench_floor (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)");
-    const insert = db.prepare("INSERT INTO bench_floor (seq, body) VALUES (?, ?)");
+    const { db, insert } = floorTable(ctx, "bench_floor");
     const select = db.prepare("SELECT * FROM durable_steps WHERE run_id = ? ORDER BY seq");
     return {
       write: "SQLite INSERT of the record, WAL, synchronous=FULL (as the journal)",
